@@ -1,0 +1,1269 @@
+"""Write specs/driver/*.yaml and specs/runtime/*.yaml from the CUDA headers.
+
+    python autogen/bootstrap.py [--cuda-home DIR] [--specs DIR] [--check]
+
+Merge mode: entries already present in the YAML files are kept as they are
+(id, status, params with their roles, objects, sync, proc, handler, shim and
+any other key); only functions that are new in the headers are added, with
+fresh ids (driver 1..9999, runtime 10000..19999) and with roles inferred by
+the heuristics below or taken from the SUPPORTED tables. Functions that have
+disappeared from the headers are reported and left in place. Running the
+tool twice in a row changes nothing.
+
+The file-level keys (api, family, library, soname, header, doc_group,
+cuda_version) are regenerated on every run. Comments inside the YAML files
+are not kept (the leading comment is rewritten).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import yaml
+
+try:
+    from . import header as hdr
+except ImportError:          # run as a script / autogen/ on sys.path
+    import header as hdr
+
+
+# --------------------------------------------------------------------------
+# Families: doxygen group -> file stem
+# --------------------------------------------------------------------------
+
+DRIVER_FAMILIES = {
+    "CUDA_ERROR": "error",
+    "CUDA_INITIALIZE": "init",
+    "CUDA_VERSION": "version",
+    "CUDA_DEVICE": "device",
+    "CUDA_PRIMARY_CTX": "primary_context",
+    "CUDA_CTX": "context",
+    "CUDA_MODULE": "module",
+    "CUDA_LIBRARY": "library",
+    "CUDA_MEM": "memory",
+    "CUDA_VA": "virtual_memory",
+    "CUDA_MALLOC_ASYNC": "memory_pool",
+    "CUDA_MULTICAST": "multicast",
+    "CUDA_UNIFIED": "unified",
+    "CUDA_STREAM": "stream",
+    "CUDA_EVENT": "event",
+    "CUDA_EXTRES_INTEROP": "external_resource",
+    "CUDA_MEMOP": "stream_memop",
+    "CUDA_EXEC": "execution",
+    "CUDA_GRAPH": "graph",
+    "CUDA_OCCUPANCY": "occupancy",
+    "CUDA_TEXREF": "texref",
+    "CUDA_SURFREF": "surfref",
+    "CUDA_TEXOBJECT": "texture_object",
+    "CUDA_SURFOBJECT": "surface_object",
+    "CUDA_TENSOR_MEMORY": "tensor_map",
+    "CUDA_PEER_ACCESS": "peer",
+    "CUDA_GRAPHICS": "graphics",
+    "CUDA_DRIVER_ENTRY_POINT": "entry_point",
+    "CUDA_COREDUMP": "coredump",
+    "CUDA_GREEN_CONTEXTS": "green_context",
+    "CUDA_LOGS": "logs",
+    "CUDA_CHECKPOINT": "checkpoint",
+    "CUDA_PROFILER": "profiler",
+    "CUDA_GL": "interop_gl",
+    "CUDA_EGL": "interop_egl",
+    "CUDA_VDPAU": "interop_vdpau",
+}
+
+RUNTIME_FAMILIES = {
+    "CUDART_DEVICE": "device",
+    "CUDART_ERROR": "error",
+    "CUDART_STREAM": "stream",
+    "CUDART_EVENT": "event",
+    "CUDART_EXTRES_INTEROP": "external_resource",
+    "CUDART_EXECUTION": "execution",
+    "CUDART_OCCUPANCY": "occupancy",
+    "CUDART_MEMORY": "memory",
+    "CUDART_MEMORY_POOLS": "memory_pool",
+    "CUDART_UNIFIED": "unified",
+    "CUDART_PEER": "peer",
+    "CUDART_INTEROP": "graphics",
+    "CUDART_TEXTURE_OBJECT": "texture_object",
+    "CUDART_SURFACE_OBJECT": "surface_object",
+    "CUDART__VERSION": "version",
+    "CUDART_LOGS": "logs",
+    "CUDART_GRAPH": "graph",
+    "CUDART_DRIVER_ENTRY_POINT": "entry_point",
+    "CUDART_LIBRARY": "library",
+    "CUDART_DRIVER": "driver_interop",
+    "CUDART_PROFILER": "profiler",
+    "CUDART_OPENGL": "interop_gl",
+    "CUDART_EGL": "interop_egl",
+    "CUDART_VDPAU": "interop_vdpau",
+    hdr.REGISTRATION_GROUP: "registration",
+}
+
+LIBRARIES = {"driver": "libcuda.so.1", "runtime": "libcudart.so.13"}
+ID_RANGES = {"driver": (1, 9999), "runtime": (10000, 19999)}
+
+
+def family_of(group: str, api: str) -> str:
+    table = DRIVER_FAMILIES if api == "driver" else RUNTIME_FAMILIES
+    g = group[:-len("_DEPRECATED")] if group.endswith("_DEPRECATED") else group
+    if g in table:
+        return table[g]
+    # a group that a newer CUDA adds: derive a stem from its name
+    stem = re.sub(r"^CUDA(RT)?_+", "", g).lower()
+    return re.sub(r"[^a-z0-9]+", "_", stem).strip("_") or "misc"
+
+
+# --------------------------------------------------------------------------
+# Object kinds of handle types
+# --------------------------------------------------------------------------
+
+HANDLE_KINDS = {
+    # driver
+    "CUcontext": "context", "CUmodule": "module", "CUfunction": "function",
+    "CUlibrary": "library", "CUkernel": "kernel", "CUstream": "stream",
+    "CUevent": "event", "CUgraph": "graph", "CUgraphExec": "graph_exec",
+    "CUgraphNode": "graph_node", "CUmemoryPool": "mem_pool", "CUarray": "array",
+    "CUmipmappedArray": "mipmapped_array", "CUtexref": "texref",
+    "CUsurfref": "surfref", "CUtexObject": "tex_object", "CUtexObject_v1": "tex_object",
+    "CUsurfObject": "surf_object", "CUsurfObject_v1": "surf_object",
+    "CUexternalMemory": "external_memory", "CUexternalSemaphore": "external_semaphore",
+    "CUgraphicsResource": "graphics_resource", "CUlinkState": "link_state",
+    "CUuserObject": "user_object", "CUgreenCtx": "green_ctx",
+    "CUmemGenericAllocationHandle": "mem_handle",
+    "CUmemGenericAllocationHandle_v1": "mem_handle",
+    "CUlogsCallbackHandle": "log_callback", "CUdevice": "device", "CUdevice_v1": "device",
+    "CUasyncCallbackHandle": "async_callback", "CUdevResourceDesc": "dev_resource_desc",
+    "CUgraphConditionalHandle": "graph_conditional",
+    # runtime
+    "cudaStream_t": "stream", "cudaEvent_t": "event", "cudaGraph_t": "graph",
+    "cudaGraphExec_t": "graph_exec", "cudaGraphNode_t": "graph_node",
+    "cudaMemPool_t": "mem_pool", "cudaArray_t": "array", "cudaArray_const_t": "array",
+    "cudaMipmappedArray_t": "mipmapped_array",
+    "cudaMipmappedArray_const_t": "mipmapped_array",
+    "cudaTextureObject_t": "tex_object", "cudaSurfaceObject_t": "surf_object",
+    "cudaExternalMemory_t": "external_memory",
+    "cudaExternalSemaphore_t": "external_semaphore",
+    "cudaGraphicsResource_t": "graphics_resource", "cudaUserObject_t": "user_object",
+    "cudaFunction_t": "function", "cudaKernel_t": "kernel", "cudaLibrary_t": "library",
+    "cudaLogsCallbackHandle": "log_callback",
+    "cudaAsyncCallbackHandle_t": "async_callback",
+    "cudaGraphConditionalHandle": "graph_conditional",
+}
+
+DEVICE_PTR_TYPES = {"CUdeviceptr", "CUdeviceptr_v1", "CUdeviceptr_v2"}
+
+
+class TypeIndex:
+    """Type facts from the preprocessed headers (typedefs, function types)."""
+
+    def __init__(self, home: str):
+        self.home = home
+        self.tmap = dict(hdr.typedef_map(home, "runtime"))
+        self.tmap.update(hdr.typedef_map(home, "driver"))
+        self.fn_types = hdr.function_typedefs(home, "driver") | hdr.function_typedefs(home, "runtime")
+        # resolved pointer-to-struct form of each opaque handle typedef
+        self.handle_by_resolved = {}
+        for name, kind in HANDLE_KINDS.items():
+            if name in self.tmap:
+                r = self.strip_const(hdr.resolve_type(name, self.tmap))
+                if r.startswith("struct ") and r.endswith("*"):
+                    self.handle_by_resolved.setdefault(r, kind)
+
+    @staticmethod
+    def strip_const(t: str) -> str:
+        return hdr.normalize_type([x for x in hdr.tokens(t) if x != "const"])
+
+    def resolve(self, t: str) -> str:
+        return hdr.resolve_type(t, self.tmap)
+
+    def handle_kind(self, t: str) -> Optional[str]:
+        """Kind when type t (by value) is an object handle."""
+        toks = [x for x in hdr.tokens(t) if x != "const"]
+        if len(toks) == 1 and toks[0] in HANDLE_KINDS:
+            return HANDLE_KINDS[toks[0]]
+        if "*" in toks:
+            r = self.strip_const(self.resolve(t))
+            return self.handle_by_resolved.get(r)
+        return None
+
+    def is_struct(self, t: str) -> bool:
+        r = self.strip_const(self.resolve(t))
+        return r.startswith(("struct ", "union ")) and "*" not in r
+
+    def is_fn(self, t: str) -> bool:
+        if "(*)" in t.replace(" ", ""):
+            return True
+        toks = [x for x in hdr.tokens(t) if x not in ("const", "*")]
+        return len(toks) == 1 and toks[0] in self.fn_types
+
+
+def split_ptr(t: str) -> Tuple[str, int, bool]:
+    """'const char **' -> ('const char *', 2, pointee_const=False) where the
+    first item is the pointee type (one level stripped), depth the number of
+    '*' and pointee_const whether the immediate pointee is const."""
+    toks = hdr.tokens(t)
+    depth = toks.count("*")
+    if depth == 0:
+        return t, 0, False
+    last = len(toks) - 1 - toks[::-1].index("*")
+    before = toks[:last]
+    if before and before[-1] == "const":
+        pconst = True
+        pointee = before[:-1]
+    else:
+        pconst = "*" not in before and "const" in before
+        pointee = before
+    return hdr.normalize_type(pointee), depth, pconst
+
+
+# --------------------------------------------------------------------------
+# Role heuristics (for functions that are not in the SUPPORTED tables):
+#  * function pointer (or function-pointer typedef)         -> callback
+#  * handle typedef by value (CUstream, cudaEvent_t, ...)    -> handle + kind
+#  * CUdeviceptr by value                                    -> device_ptr
+#  * other by-value types (ints, enums, structs)             -> scalar
+#  * const char *                                            -> in_buffer, strlen(name) + 1
+#  * char * with a len/length/size/bufferSize parameter      -> out_buffer of that size
+#  * const void * / const T *                                -> in_buffer: the byte-size
+#    parameter (ByteCount, bytesize, size, count, ...) or `n * sizeof(T)` for an array
+#    with a count parameter, else sizeof(T), else '?'
+#  * void * named like user data next to a callback          -> host_ptr
+#  * void * in the runtime named like a device address       -> device_ptr
+#  * void * named like host memory with a size (dstHost)     -> out_buffer of that size
+#  * pointer to a non-const scalar / handle / struct         -> out_value (kind for handles);
+#    a plural name with a count parameter makes it an array (out_buffer in getters,
+#    in_buffer elsewhere)
+#  * void ** named like a parameter array (kernelParams, extra, optionValues) -> in_buffer '?'
+#  ROLE_FIXES below corrects the cases where these rules are plainly wrong.
+# --------------------------------------------------------------------------
+
+BYTE_SIZE_NAMES = ("ByteCount", "bytesize", "byteSize", "sizeBytes", "sizeInBytes", "numBytes",
+                   "numbytes", "nbytes", "dataSize", "bufferSize", "size", "count", "length",
+                   "len", "bytes", "N")
+LEN_NAMES = ("len", "length", "bufferSize", "size", "bufSize", "logBufferSize",
+             "nameSize", "count")
+INPUT_PTR_NAMES = re.compile(r"(kernelParams|extra|args|OptionValues|optionValues|"
+                             r"Options|options|paramsArray|Params$)")
+USER_DATA_NAMES = re.compile(r"(user|User|^data$|^ctx$|^arg$|^userData$)")
+FUNC_PTR_NAMES = re.compile(r"^(func|entry|symbol|hostFun|hostFunc|fn|pfn|symbolPtr|entryFuncAddr)$")
+DEVICE_NAMES = re.compile(r"(^dev|Dev|^dptr$|^ptr$|^dst$|^src$|^ptr\d?$|Ptr$)")
+COUNT_RE = re.compile(r"^(num[A-Z_]\w*|n[A-Z]\w*|nb[A-Z]\w*|count|\w*Count|\w*_count|numOps)$")
+CREATE_MEMORY_FUNCS = re.compile(r"(Alloc|Malloc|IpcOpenMemHandle|ImportPointer|AddressReserve)")
+DESTROY_FUNCS = re.compile(r"(Destroy|Unload|Free|Release|Unregister)")
+# getters that return a handle of an object that exists already (its parent /
+# owner), as opposed to lookups that hand out a new handle (GetFunction, ...)
+NO_CREATE_FUNCS = re.compile(r"(Current|GetCtx|GetDevice|GetModule$|GetLibrary$|GetGreenCtx|"
+                             r"GetCaptureInfo|GetContainingGraph|GetGraph$|GetOwningGraph|"
+                             r"GetEvent$)")
+SINGLE_STRUCT_NAMES = re.compile(r"(Desc|desc|Params|params|Prop|prop|[cC]onfig|Info|info)$")
+OUT_ARRAY_FUNCS = re.compile(r"(Get|Query|Enumerate|Devices)")
+IN_ARRAY_FUNCS = re.compile(r"(Update|Add|Set|Create|Launch|Batch|Copy|Remove|Instantiate|"
+                            r"Memcpy|Wait|Signal|Prefetch|Discard|Decompress)")
+
+
+def _singular(name: str) -> str:
+    n = name[0].lower() + name[1:] if name else name
+    return n[:-1] if n.endswith("s") and not n.endswith("ss") else n
+
+
+def find_count(pname: str, params, self_index: int, strict: bool = False) -> Optional[Tuple[str, bool]]:
+    """Element-count parameter for array parameter pname: (name, is_pointer).
+    strict: only a count whose name matches the array's name, or `count`."""
+    cands = []
+    for j, q in enumerate(params):
+        if j == self_index or not COUNT_RE.match(q.name):
+            continue
+        base, depth, _ = split_ptr(q.type)
+        if depth > 1 or base.startswith(("struct", "CU", "cuda", "void", "char", "const")):
+            continue
+        cands.append((j, q.name, depth == 1))
+    if not cands:
+        return None
+    n = pname[1:] if len(pname) > 1 and pname[0] == "p" and pname[1].isupper() else pname
+    stem = _singular(n).lower()
+    for j, n, isptr in cands:
+        if stem and stem[:5] in n.lower():
+            return n, isptr
+    if strict:
+        for j, n, isptr in cands:
+            if n in ("count", "num", "n"):
+                return n, isptr
+        return None
+    if len(cands) == 1:
+        return cands[0][1], cands[0][2]
+    after = [c for c in cands if c[0] > self_index]
+    if after:
+        return after[0][1], after[0][2]
+    return None
+
+
+def find_byte_size(params, self_index: int) -> Optional[str]:
+    names = {q.name: q for q in params}
+    for n in BYTE_SIZE_NAMES:
+        q = names.get(n)
+        if q is not None and params.index(q) != self_index:
+            base, depth, _ = split_ptr(q.type)
+            if depth == 0:
+                return n
+            if depth == 1:
+                return "*" + n
+    return None
+
+
+def looks_plural(name: str) -> bool:
+    return (name.endswith("s") and not name.endswith(("ss", "Status", "status", "Flags",
+                                                      "flags", "Bytes", "bytes", "Address",
+                                                      "Params", "params", "Elements")))\
+        or bool(re.search(r"(List|list|[pP]arams?Array|SemArray)$", name))
+
+
+def infer_param(fn: hdr.Prototype, i: int, ti: TypeIndex) -> Dict:
+    params = fn.params
+    p = params[i]
+    t = p.type
+    d: Dict = {"name": p.name, "type": t}
+    runtime = fn.api == "runtime"
+
+    def done(role, kind=None, size=None):
+        d["role"] = role
+        if kind:
+            d["kind"] = kind
+        if size is not None:
+            d["size"] = size
+        return d
+
+    if t == "...":
+        return done("scalar")
+    if ti.is_fn(t):
+        return done("callback")
+    kind = ti.handle_kind(t)
+    if kind:
+        return done("handle", kind)
+    pointee, depth, pconst = split_ptr(t)
+    if depth == 0:
+        if t in DEVICE_PTR_TYPES:
+            return done("device_ptr")
+        return done("scalar")
+
+    pkind = ti.handle_kind(pointee)
+    base_toks = [x for x in hdr.tokens(pointee) if x != "const"]
+    is_void = base_toks == ["void"]
+    is_char = base_toks == ["char"]
+
+    # --- byte buffers: void * / char * ---
+    if depth == 1 and (is_void or is_char):
+        if pconst:
+            if is_char:
+                if p.name in ("hostFun",):
+                    return done("host_ptr")
+                return done("in_buffer", size=f"strlen({p.name}) + 1")
+            if FUNC_PTR_NAMES.match(p.name):
+                return done("host_ptr")
+            if runtime and DEVICE_NAMES.search(p.name):
+                return done("device_ptr")
+            n = find_byte_size(params, i)
+            return done("in_buffer", size=n or "?")
+        # non-const
+        if is_char:
+            for n in LEN_NAMES:
+                for j, q in enumerate(params):
+                    if q.name == n and j != i:
+                        _, qd, _ = split_ptr(q.type)
+                        return done("out_buffer", size=n if qd == 0 else "*" + n)
+            return done("out_buffer", size="?")
+        if USER_DATA_NAMES.search(p.name) and any(ti.is_fn(q.type) for q in params):
+            return done("host_ptr")
+        if USER_DATA_NAMES.search(p.name) and "user" in p.name.lower():
+            return done("host_ptr")
+        if runtime and "Host" in fn.name and p.name in ("ptr", "pHost"):
+            return done("host_ptr")
+        if runtime and DEVICE_NAMES.search(p.name):
+            return done("device_ptr")
+        if re.search(r"Set", fn.name):
+            n = find_byte_size(params, i)
+            return done("in_buffer", size=n or "?")
+        if "host" in p.name.lower() or "Host" in p.name:
+            n = find_byte_size(params, i)
+            return done("out_buffer", size=n) if n else done("host_ptr")
+        if p.name in ("p", "ptr", "pHost", "hostPtr"):
+            return done("host_ptr")
+        n = find_byte_size(params, i)
+        if n:
+            return done("out_buffer", size=n)
+        return done("out_buffer", size="?")
+
+    # --- void ** / char ** (pointer to pointer) ---
+    if depth == 2 and (is_void or pointee.endswith("*")) and pkind is None:
+        if INPUT_PTR_NAMES.search(p.name):
+            return done("in_buffer", size="?")
+        if pconst:
+            c = find_count(p.name, params, i)
+            return done("in_buffer", size=f"{c[0]} * sizeof({pointee})" if c and not c[1] else "?")
+        if runtime and CREATE_MEMORY_FUNCS.search(fn.name) and DEVICE_NAMES.search(p.name):
+            return done("out_value", "memory")
+        c = find_count(p.name, params, i) if looks_plural(p.name) else None
+        if c and not OUT_ARRAY_FUNCS.search(fn.name):
+            return done("in_buffer", size=(f"*{c[0]}" if c[1] else c[0]) + f" * sizeof({pointee})")
+        return done("out_value")
+
+    elem = TypeIndex.strip_const(pointee)        # element type for sizeof()
+
+    def count_size(c):
+        return (f"*{c[0]}" if c[1] else c[0]) + f" * sizeof({elem})"
+
+    def array_role():
+        # a non-const array is written by getters; other functions that take one
+        # (cuMemMapArrayAsync, cuStreamUpdateCaptureDependencies) only read it
+        if OUT_ARRAY_FUNCS.search(fn.name) and not IN_ARRAY_FUNCS.search(fn.name):
+            return "out_buffer"
+        return "in_buffer"
+
+    # --- pointer to a handle ---
+    if pkind is not None:
+        # buffers of handles carry the kind of their elements
+        if pconst:
+            c = find_count(p.name, params, i)
+            return done("in_buffer", pkind, size=count_size(c) if c else f"sizeof({elem})")
+        c = find_count(p.name, params, i) if looks_plural(p.name) else None
+        if c:
+            return done(array_role(), pkind, size=count_size(c))
+        return done("out_value", pkind)
+
+    # --- pointer to a device pointer ---
+    if elem in DEVICE_PTR_TYPES:
+        if pconst:
+            c = find_count(p.name, params, i)
+            return done("in_buffer", size=count_size(c) if c else f"sizeof({elem})")
+        c = find_count(p.name, params, i) if looks_plural(p.name) else None
+        if c:
+            return done(array_role(), size=count_size(c))
+        if CREATE_MEMORY_FUNCS.search(fn.name):
+            return done("out_value", "memory")
+        return done("out_value")
+
+    # --- pointer to struct / scalar ---
+    struct = ti.is_struct(pointee)
+    if pconst:
+        c = None if SINGLE_STRUCT_NAMES.search(p.name) else find_count(p.name, params, i)
+        return done("in_buffer", size=count_size(c) if c else f"sizeof({elem})")
+    # non-const pointer
+    if looks_plural(p.name):
+        c = find_count(p.name, params, i, strict=not struct)
+        if c:
+            return done(array_role(), size=count_size(c))
+    if struct and re.search(r"(param|Param|desc|Desc|config|Config|^args$|Args$|prop$|Prop$)", p.name) \
+            and not re.search(r"Get", fn.name):
+        return done("in_buffer", size=f"sizeof({elem})")
+    return done("out_value")
+
+
+def infer_objects(fn_name: str, params: List[Dict]) -> List[Dict]:
+    objs: List[Dict] = []
+
+    def add(kind, effect):
+        e = {"kind": kind, "effect": effect}
+        if e not in objs:
+            objs.append(e)
+
+    destroyed = None
+    m = DESTROY_FUNCS.search(fn_name)
+    if m and not re.search(r"(Get|Add|Set|Query)(?=[A-Z_]|$)", fn_name):
+        # the kind named after the verb (cuGraphReleaseUserObject -> user_object),
+        # else the first handle that is not a device
+        after = re.sub(r"(_v\d+)?(_ptds|_ptsz)?$", "", fn_name[m.end():]).lower()
+        handles = [q for q in params if q["role"] == "handle" and q.get("kind") not in (None, "device")]
+        if "Free" in fn_name and any(q["role"] == "device_ptr" for q in params):
+            destroyed = "memory"            # cuMemFree*, cuMemFreeAsync, cuMemAddressFree
+        for q in handles if destroyed is None else []:
+            k = q["kind"].replace("_", "")
+            if after and (k in after or after in k):
+                destroyed = q["kind"]
+                break
+        if destroyed is None and handles and "frame" not in after:
+            destroyed = handles[0]["kind"]
+    for q in params:
+        if q["role"] in ("out_value", "out_buffer") and q.get("kind") and q["kind"] != "device" \
+                and not NO_CREATE_FUNCS.search(fn_name):
+            add(q["kind"], "create")
+    if destroyed:
+        add(destroyed, "destroy")
+    for q in params:
+        if q["role"] in ("handle", "in_buffer") and q.get("kind") and q["kind"] != destroyed:
+            add(q["kind"], "use")
+        elif q["role"] == "handle" and q.get("kind") == destroyed and \
+                sum(1 for r in params if r.get("kind") == destroyed and r["role"] == "handle") > 1:
+            add(q["kind"], "use")
+    return objs
+
+
+# --------------------------------------------------------------------------
+# Supported functions: hand-checked roles (one table per API).
+#
+# params: "name=role[:kind][@size]; ..." in header order (names must match
+# the header); objects: "kind:effect; ...". The same entry applies to the
+# _ptds/_ptsz variants of the symbol.
+# --------------------------------------------------------------------------
+
+def P(params: str, objects: str = "") -> Dict[str, str]:
+    return {"params": params, "objects": objects}
+
+
+DEV = "dev=handle:device"
+DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
+    "cuInit": P("Flags=scalar"),
+    "cuDriverGetVersion": P("driverVersion=out_value"),
+    "cuDeviceGet": P("device=out_value:device; ordinal=scalar"),
+    "cuDeviceGetCount": P("count=out_value"),
+    "cuDeviceGetName": P(f"name=out_buffer@len; len=scalar; {DEV}", "device:use"),
+    "cuDeviceGetUuid": P(f"uuid=out_value; {DEV}", "device:use"),
+    "cuDeviceGetUuid_v2": P(f"uuid=out_value; {DEV}", "device:use"),
+    "cuDeviceTotalMem_v2": P(f"bytes=out_value; {DEV}", "device:use"),
+    "cuDeviceGetAttribute": P(f"pi=out_value; attrib=scalar; {DEV}", "device:use"),
+    "cuDeviceGetPCIBusId": P(f"pciBusId=out_buffer@len; len=scalar; {DEV}", "device:use"),
+    "cuDeviceComputeCapability": P(f"major=out_value; minor=out_value; {DEV}", "device:use"),
+    "cuDeviceGetProperties": P(f"prop=out_value; {DEV}", "device:use"),
+    "cuDeviceCanAccessPeer": P(f"canAccessPeer=out_value; {DEV}; peerDev=handle:device",
+                               "device:use"),
+    "cuDevicePrimaryCtxRetain": P(f"pctx=out_value:context; {DEV}",
+                                  "context:create; device:use"),
+    "cuDevicePrimaryCtxRelease_v2": P(DEV, "context:destroy; device:use"),
+    "cuDevicePrimaryCtxReset_v2": P(DEV, "context:destroy; device:use"),
+    "cuDevicePrimaryCtxGetState": P(f"{DEV}; flags=out_value; active=out_value", "device:use"),
+    "cuDevicePrimaryCtxSetFlags_v2": P(f"{DEV}; flags=scalar", "device:use"),
+    "cuCtxCreate_v4": P("pctx=out_value:context; ctxCreateParams=in_buffer@sizeof(CUctxCreateParams);"
+                        f" flags=scalar; {DEV}", "context:create; device:use"),
+    "cuCtxDestroy_v2": P("ctx=handle:context", "context:destroy"),
+    "cuCtxPushCurrent_v2": P("ctx=handle:context", "context:use"),
+    "cuCtxPopCurrent_v2": P("pctx=out_value:context", "context:use"),
+    "cuCtxSetCurrent": P("ctx=handle:context", "context:use"),
+    "cuCtxGetCurrent": P("pctx=out_value:context", "context:use"),
+    "cuCtxGetDevice": P("device=out_value:device"),
+    "cuCtxSynchronize": P(""),
+    "cuCtxGetApiVersion": P("ctx=handle:context; version=out_value", "context:use"),
+    "cuCtxGetFlags": P("flags=out_value"),
+    "cuCtxSetLimit": P("limit=scalar; value=scalar"),
+    "cuCtxGetLimit": P("pvalue=out_value; limit=scalar"),
+    "cuCtxGetStreamPriorityRange": P("leastPriority=out_value; greatestPriority=out_value"),
+    "cuCtxGetCacheConfig": P("pconfig=out_value"),
+    "cuCtxSetCacheConfig": P("config=scalar"),
+    "cuModuleLoad": P("module=out_value:module; fname=in_buffer@strlen(fname) + 1",
+                      "module:create"),
+    # image/fatCubin: the size is found by parsing the image (shim override)
+    "cuModuleLoadData": P("module=out_value:module; image=in_buffer@?", "module:create"),
+    "cuModuleLoadDataEx": P("module=out_value:module; image=in_buffer@?; numOptions=scalar; "
+                            "options=in_buffer@numOptions * sizeof(CUjit_option); "
+                            "optionValues=in_buffer@numOptions * sizeof(void *)",
+                            "module:create"),
+    "cuModuleLoadFatBinary": P("module=out_value:module; fatCubin=in_buffer@?", "module:create"),
+    "cuModuleUnload": P("hmod=handle:module", "module:destroy"),
+    "cuModuleGetFunction": P("hfunc=out_value:function; hmod=handle:module; "
+                             "name=in_buffer@strlen(name) + 1", "function:create; module:use"),
+    "cuModuleGetGlobal_v2": P("dptr=out_value; bytes=out_value; hmod=handle:module; "
+                              "name=in_buffer@strlen(name) + 1", "module:use"),
+    "cuModuleGetLoadingMode": P("mode=out_value"),
+    "cuFuncGetAttribute": P("pi=out_value; attrib=scalar; hfunc=handle:function", "function:use"),
+    "cuFuncSetAttribute": P("hfunc=handle:function; attrib=scalar; value=scalar", "function:use"),
+    "cuFuncSetCacheConfig": P("hfunc=handle:function; config=scalar", "function:use"),
+    "cuFuncGetParamInfo": P("func=handle:function; paramIndex=scalar; paramOffset=out_value; "
+                            "paramSize=out_value", "function:use"),
+    "cuFuncGetName": P("name=out_value; hfunc=handle:function", "function:use"),
+    "cuMemAlloc_v2": P("dptr=out_value:memory; bytesize=scalar", "memory:create"),
+    "cuMemFree_v2": P("dptr=device_ptr", "memory:destroy"),
+    "cuMemGetInfo_v2": P("free=out_value; total=out_value"),
+    "cuMemAllocHost_v2": P("pp=out_value; bytesize=scalar"),
+    "cuMemFreeHost": P("p=host_ptr"),
+    "cuMemHostAlloc": P("pp=out_value; bytesize=scalar; Flags=scalar"),
+    "cuMemGetAddressRange_v2": P("pbase=out_value; psize=out_value; dptr=device_ptr"),
+    # cuMemcpy/cuMemcpyAsync: unified addresses, either side may be host memory
+    "cuMemcpy": P("dst=device_ptr; src=device_ptr; ByteCount=scalar"),
+    "cuMemcpyAsync": P("dst=device_ptr; src=device_ptr; ByteCount=scalar; hStream=handle:stream",
+                       "stream:use"),
+    "cuMemcpyHtoD_v2": P("dstDevice=device_ptr; srcHost=in_buffer@ByteCount; ByteCount=scalar"),
+    "cuMemcpyDtoH_v2": P("dstHost=out_buffer@ByteCount; srcDevice=device_ptr; ByteCount=scalar"),
+    "cuMemcpyDtoD_v2": P("dstDevice=device_ptr; srcDevice=device_ptr; ByteCount=scalar"),
+    "cuMemcpyHtoDAsync_v2": P("dstDevice=device_ptr; srcHost=in_buffer@ByteCount; "
+                              "ByteCount=scalar; hStream=handle:stream", "stream:use"),
+    "cuMemcpyDtoHAsync_v2": P("dstHost=out_buffer@ByteCount; srcDevice=device_ptr; "
+                              "ByteCount=scalar; hStream=handle:stream", "stream:use"),
+    "cuMemcpyDtoDAsync_v2": P("dstDevice=device_ptr; srcDevice=device_ptr; ByteCount=scalar; "
+                              "hStream=handle:stream", "stream:use"),
+    "cuMemsetD8_v2": P("dstDevice=device_ptr; uc=scalar; N=scalar"),
+    "cuMemsetD16_v2": P("dstDevice=device_ptr; us=scalar; N=scalar"),
+    "cuMemsetD32_v2": P("dstDevice=device_ptr; ui=scalar; N=scalar"),
+    "cuMemsetD8Async": P("dstDevice=device_ptr; uc=scalar; N=scalar; hStream=handle:stream",
+                         "stream:use"),
+    "cuMemsetD16Async": P("dstDevice=device_ptr; us=scalar; N=scalar; hStream=handle:stream",
+                          "stream:use"),
+    "cuMemsetD32Async": P("dstDevice=device_ptr; ui=scalar; N=scalar; hStream=handle:stream",
+                          "stream:use"),
+    "cuStreamCreate": P("phStream=out_value:stream; Flags=scalar", "stream:create"),
+    "cuStreamCreateWithPriority": P("phStream=out_value:stream; flags=scalar; priority=scalar",
+                                    "stream:create"),
+    "cuStreamDestroy_v2": P("hStream=handle:stream", "stream:destroy"),
+    "cuStreamSynchronize": P("hStream=handle:stream", "stream:use"),
+    "cuStreamQuery": P("hStream=handle:stream", "stream:use"),
+    "cuStreamWaitEvent": P("hStream=handle:stream; hEvent=handle:event; Flags=scalar",
+                           "stream:use; event:use"),
+    "cuStreamGetPriority": P("hStream=handle:stream; priority=out_value", "stream:use"),
+    "cuStreamGetFlags": P("hStream=handle:stream; flags=out_value", "stream:use"),
+    "cuEventCreate": P("phEvent=out_value:event; Flags=scalar", "event:create"),
+    "cuEventRecord": P("hEvent=handle:event; hStream=handle:stream", "event:use; stream:use"),
+    "cuEventRecordWithFlags": P("hEvent=handle:event; hStream=handle:stream; flags=scalar",
+                                "event:use; stream:use"),
+    "cuEventQuery": P("hEvent=handle:event", "event:use"),
+    "cuEventSynchronize": P("hEvent=handle:event", "event:use"),
+    "cuEventElapsedTime": P("pMilliseconds=out_value; hStart=handle:event; hEnd=handle:event",
+                            "event:use"),
+    "cuEventElapsedTime_v2": P("pMilliseconds=out_value; hStart=handle:event; hEnd=handle:event",
+                               "event:use"),
+    "cuEventDestroy_v2": P("hEvent=handle:event", "event:destroy"),
+    # kernelParams/extra: layout known only from the kernel's parameter info
+    "cuLaunchKernel": P("f=handle:function; gridDimX=scalar; gridDimY=scalar; gridDimZ=scalar; "
+                        "blockDimX=scalar; blockDimY=scalar; blockDimZ=scalar; "
+                        "sharedMemBytes=scalar; hStream=handle:stream; kernelParams=in_buffer@?; "
+                        "extra=in_buffer@?", "function:use; stream:use"),
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor": P(
+        "numBlocks=out_value; func=handle:function; blockSize=scalar; dynamicSMemSize=scalar",
+        "function:use"),
+    "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags": P(
+        "numBlocks=out_value; func=handle:function; blockSize=scalar; dynamicSMemSize=scalar; "
+        "flags=scalar", "function:use"),
+    "cuGetProcAddress": P("symbol=in_buffer@strlen(symbol) + 1; pfn=out_value; "
+                          "cudaVersion=scalar; flags=scalar"),
+    "cuGetProcAddress_v2": P("symbol=in_buffer@strlen(symbol) + 1; pfn=out_value; "
+                             "cudaVersion=scalar; flags=scalar; symbolStatus=out_value"),
+    "cuGetErrorString": P("error=scalar; pStr=out_value"),
+    "cuGetErrorName": P("error=scalar; pStr=out_value"),
+}
+
+DRIVER_ASYNC = {
+    "cuLaunchKernel", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoDAsync_v2", "cuMemsetD8_v2",
+    "cuMemsetD16_v2", "cuMemsetD32_v2", "cuMemsetD8Async", "cuMemsetD16Async",
+    "cuMemsetD32Async", "cuEventRecord", "cuEventRecordWithFlags", "cuStreamWaitEvent",
+    "cuEventDestroy_v2", "cuStreamDestroy_v2", "cuFuncSetAttribute", "cuFuncSetCacheConfig",
+    "cuCtxSetCacheConfig",
+}
+
+DRIVER_SHIM_LOCAL = {
+    "cuGetProcAddress", "cuGetProcAddress_v2", "cuGetErrorString", "cuGetErrorName",
+    "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuCtxSetCurrent", "cuCtxGetCurrent",
+    "cuCtxGetDevice", "cuMemAllocHost_v2", "cuMemFreeHost", "cuMemHostAlloc",
+    "cuDriverGetVersion",
+}
+
+DRIVER_SHIM_OVERRIDE = {
+    "cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary",
+    "cuModuleGetFunction", "cuLaunchKernel", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2",
+    "cuMemcpyDtoH_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuCtxCreate_v4",
+    "cuCtxDestroy_v2", "cuDevicePrimaryCtxRetain", "cuInit", "cuFuncGetParamInfo",
+    "cuFuncGetName", "cuMemGetAddressRange_v2",
+}
+
+DRIVER_HANDLERS = {
+    "cuMemAlloc_v2": "mem_alloc", "cuMemFree_v2": "mem_free",
+    "cuMemGetAddressRange_v2": "mem_get_address_range",
+    "cuModuleLoadData": "module_load", "cuModuleLoadDataEx": "module_load",
+    "cuModuleLoadFatBinary": "module_load", "cuModuleLoad": "module_load",
+    "cuModuleUnload": "module_unload", "cuModuleGetFunction": "module_get_function",
+    "cuModuleGetGlobal_v2": "module_get_global", "cuLaunchKernel": "launch_kernel",
+    "cuMemcpyHtoD_v2": "memcpy_htod", "cuMemcpyHtoDAsync_v2": "memcpy_htod",
+    "cuMemcpyDtoH_v2": "memcpy_dtoh", "cuMemcpyDtoHAsync_v2": "memcpy_dtoh",
+    "cuMemcpyDtoD_v2": "memcpy_dtod", "cuMemcpyDtoDAsync_v2": "memcpy_dtod",
+    "cuMemcpy": "memcpy_dtod", "cuMemcpyAsync": "memcpy_dtod",
+    "cuMemsetD8_v2": "memset", "cuMemsetD16_v2": "memset", "cuMemsetD32_v2": "memset",
+    "cuMemsetD8Async": "memset", "cuMemsetD16Async": "memset", "cuMemsetD32Async": "memset",
+    "cuStreamSynchronize": "stream_sync", "cuEventSynchronize": "event_sync",
+    "cuCtxSynchronize": "ctx_sync", "cuCtxCreate_v4": "ctx_create",
+    "cuCtxDestroy_v2": "ctx_destroy", "cuDevicePrimaryCtxRetain": "primary_ctx_retain",
+    "cuDevicePrimaryCtxRelease_v2": "primary_ctx_release",
+    "cuDevicePrimaryCtxReset_v2": "primary_ctx_reset",
+    "cuFuncGetParamInfo": "func_get_param_info", "cuFuncGetName": "func_get_name",
+    "cuInit": "init",
+}
+
+STREAM = "stream=handle:stream"
+RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
+    "cudaGetDeviceCount": P("count=out_value"),
+    "cudaSetDevice": P("device=scalar"),
+    "cudaGetDevice": P("device=out_value"),
+    "cudaInitDevice": P("device=scalar; deviceFlags=scalar; flags=scalar"),
+    "cudaGetDeviceProperties": P("prop=out_value; device=scalar"),
+    "cudaDeviceGetAttribute": P("value=out_value; attr=scalar; device=scalar"),
+    "cudaDeviceSynchronize": P(""),
+    "cudaDeviceReset": P(""),
+    "cudaSetDeviceFlags": P("flags=scalar"),
+    "cudaGetDeviceFlags": P("flags=out_value"),
+    "cudaChooseDevice": P("device=out_value; prop=in_buffer@sizeof(struct cudaDeviceProp)"),
+    "cudaDeviceGetPCIBusId": P("pciBusId=out_buffer@len; len=scalar; device=scalar"),
+    "cudaDeviceCanAccessPeer": P("canAccessPeer=out_value; device=scalar; peerDevice=scalar"),
+    "cudaDeviceGetLimit": P("pValue=out_value; limit=scalar"),
+    "cudaDeviceSetLimit": P("limit=scalar; value=scalar"),
+    "cudaDeviceGetStreamPriorityRange": P("leastPriority=out_value; greatestPriority=out_value"),
+    "cudaDeviceGetCacheConfig": P("pCacheConfig=out_value"),
+    "cudaDeviceSetCacheConfig": P("cacheConfig=scalar"),
+    "cudaDriverGetVersion": P("driverVersion=out_value"),
+    "cudaRuntimeGetVersion": P("runtimeVersion=out_value"),
+    "cudaMemGetInfo": P("free=out_value; total=out_value"),
+    "cudaMalloc": P("devPtr=out_value:memory; size=scalar", "memory:create"),
+    "cudaFree": P("devPtr=device_ptr", "memory:destroy"),
+    "cudaMallocHost": P("ptr=out_value; size=scalar"),
+    "cudaHostAlloc": P("pHost=out_value; size=scalar; flags=scalar"),
+    "cudaFreeHost": P("ptr=host_ptr"),
+    # dst/src are unified addresses (host or device, per `kind`)
+    "cudaMemcpy": P("dst=device_ptr; src=device_ptr; count=scalar; kind=scalar"),
+    "cudaMemcpyAsync": P(f"dst=device_ptr; src=device_ptr; count=scalar; kind=scalar; {STREAM}",
+                         "stream:use"),
+    "cudaMemset": P("devPtr=device_ptr; value=scalar; count=scalar"),
+    "cudaMemsetAsync": P(f"devPtr=device_ptr; value=scalar; count=scalar; {STREAM}", "stream:use"),
+    # symbol: address of the host shadow of a __device__ variable (a lookup key)
+    "cudaMemcpyToSymbol": P("symbol=host_ptr; src=device_ptr; count=scalar; offset=scalar; "
+                            "kind=scalar"),
+    "cudaMemcpyFromSymbol": P("dst=device_ptr; symbol=host_ptr; count=scalar; offset=scalar; "
+                              "kind=scalar"),
+    "cudaMemcpyToSymbolAsync": P("symbol=host_ptr; src=device_ptr; count=scalar; offset=scalar; "
+                                 f"kind=scalar; {STREAM}", "stream:use"),
+    "cudaMemcpyFromSymbolAsync": P("dst=device_ptr; symbol=host_ptr; count=scalar; offset=scalar; "
+                                   f"kind=scalar; {STREAM}", "stream:use"),
+    "cudaGetSymbolAddress": P("devPtr=out_value; symbol=host_ptr"),
+    "cudaGetSymbolSize": P("size=out_value; symbol=host_ptr"),
+    "cudaPointerGetAttributes": P("attributes=out_value; ptr=device_ptr"),
+    "cudaStreamCreate": P("pStream=out_value:stream", "stream:create"),
+    "cudaStreamCreateWithFlags": P("pStream=out_value:stream; flags=scalar", "stream:create"),
+    "cudaStreamCreateWithPriority": P("pStream=out_value:stream; flags=scalar; priority=scalar",
+                                      "stream:create"),
+    "cudaStreamDestroy": P(STREAM, "stream:destroy"),
+    "cudaStreamSynchronize": P(STREAM, "stream:use"),
+    "cudaStreamQuery": P(STREAM, "stream:use"),
+    "cudaStreamWaitEvent": P(f"{STREAM}; event=handle:event; flags=scalar",
+                             "stream:use; event:use"),
+    "cudaStreamGetFlags": P("hStream=handle:stream; flags=out_value", "stream:use"),
+    "cudaStreamGetPriority": P("hStream=handle:stream; priority=out_value", "stream:use"),
+    "cudaEventCreate": P("event=out_value:event", "event:create"),
+    "cudaEventCreateWithFlags": P("event=out_value:event; flags=scalar", "event:create"),
+    "cudaEventRecord": P(f"event=handle:event; {STREAM}", "event:use; stream:use"),
+    "cudaEventRecordWithFlags": P(f"event=handle:event; {STREAM}; flags=scalar",
+                                  "event:use; stream:use"),
+    "cudaEventQuery": P("event=handle:event", "event:use"),
+    "cudaEventSynchronize": P("event=handle:event", "event:use"),
+    "cudaEventElapsedTime": P("ms=out_value; start=handle:event; end=handle:event", "event:use"),
+    "cudaEventDestroy": P("event=handle:event", "event:destroy"),
+    "cudaGetLastError": P(""),
+    "cudaPeekAtLastError": P(""),
+    "cudaGetErrorString": P("error=scalar"),
+    "cudaGetErrorName": P("error=scalar"),
+    # func: host stub address of the kernel (a lookup key)
+    "cudaLaunchKernel": P(f"func=host_ptr; gridDim=scalar; blockDim=scalar; args=in_buffer@?; "
+                          f"sharedMem=scalar; {STREAM}", "stream:use"),
+    "cudaFuncGetAttributes": P("attr=out_value; func=host_ptr"),
+    "cudaFuncSetAttribute": P("func=host_ptr; attr=scalar; value=scalar"),
+    "cudaFuncSetCacheConfig": P("func=host_ptr; cacheConfig=scalar"),
+    "cudaOccupancyMaxActiveBlocksPerMultiprocessor": P(
+        "numBlocks=out_value; func=host_ptr; blockSize=scalar; dynamicSMemSize=scalar"),
+    "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags": P(
+        "numBlocks=out_value; func=host_ptr; blockSize=scalar; dynamicSMemSize=scalar; "
+        "flags=scalar"),
+    "cudaGetDriverEntryPoint": P("symbol=in_buffer@strlen(symbol) + 1; funcPtr=out_value; "
+                                 "flags=scalar; driverStatus=out_value"),
+    "cudaGetDriverEntryPointByVersion": P("symbol=in_buffer@strlen(symbol) + 1; "
+                                          "funcPtr=out_value; cudaVersion=scalar; flags=scalar; "
+                                          "driverStatus=out_value"),
+    # registration: fatCubinHandle is the opaque value __cudaRegisterFatBinary returned;
+    # hostFun/hostVar are host addresses used as keys; deviceFun/deviceAddress are
+    # the device-side names (C strings).
+    "__cudaRegisterFatBinary": P("fatCubin=in_buffer@?"),
+    "__cudaRegisterFatBinaryEnd": P("fatCubinHandle=host_ptr"),
+    "__cudaUnregisterFatBinary": P("fatCubinHandle=host_ptr"),
+    "__cudaRegisterFunction": P("fatCubinHandle=host_ptr; hostFun=host_ptr; "
+                                "deviceFun=in_buffer@strlen(deviceFun) + 1; "
+                                "deviceName=in_buffer@strlen(deviceName) + 1; thread_limit=scalar; "
+                                "tid=out_value; bid=out_value; bDim=out_value; gDim=out_value; "
+                                "wSize=out_value"),
+    "__cudaRegisterVar": P("fatCubinHandle=host_ptr; hostVar=host_ptr; "
+                           "deviceAddress=in_buffer@strlen(deviceAddress) + 1; "
+                           "deviceName=in_buffer@strlen(deviceName) + 1; ext=scalar; size=scalar; "
+                           "constant=scalar; global=scalar"),
+    "__cudaPushCallConfiguration": P(f"gridDim=scalar; blockDim=scalar; sharedMem=scalar; {STREAM}",
+                                     "stream:use"),
+    # stream: points to the cudaStream_t to fill in
+    "__cudaPopCallConfiguration": P("gridDim=out_value; blockDim=out_value; sharedMem=out_value; "
+                                    "stream=out_value:stream", "stream:use"),
+    "__cudaGetKernel": P("kernel=out_value:kernel; func=host_ptr", "kernel:create"),
+    "__cudaLaunchKernel": P(f"kernel=handle:kernel; gridDim=scalar; blockDim=scalar; "
+                            f"args=in_buffer@?; sharedMem=scalar; {STREAM}",
+                            "kernel:use; stream:use"),
+    "__cudaLaunchKernel_ptsz": P(f"kernel=handle:kernel; gridDim=scalar; blockDim=scalar; "
+                                 f"args=in_buffer@?; sharedMem=scalar; {STREAM}",
+                                 "kernel:use; stream:use"),
+    "__cudaInitModule": P("fatCubinHandle=host_ptr"),
+}
+
+RUNTIME_ASYNC = {
+    "cudaLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemset", "cudaEventRecord",
+    "cudaEventRecordWithFlags", "cudaStreamWaitEvent", "__cudaLaunchKernel",
+    "__cudaLaunchKernel_ptsz",
+}
+
+# Corrections to the heuristics for unsupported functions whose roles they get
+# wrong in an obvious way (name -> {param: "role[:kind][@size]"}).
+_TENSOR_MAP = {
+    "globalAddress": "device_ptr",
+    "globalDim": "in_buffer@tensorRank * sizeof(cuuint64_t)",
+    "globalStrides": "in_buffer@(tensorRank - 1) * sizeof(cuuint64_t)",
+    "elementStrides": "in_buffer@tensorRank * sizeof(cuuint32_t)",
+}
+ROLE_FIXES: Dict[str, Dict[str, str]] = {
+    # inputs declared without const
+    "cuLinkAddData": {"data": "in_buffer@size"},
+    "cuLinkAddData_v2": {"data": "in_buffer@size"},
+    "cuLinkComplete": {"cubinOut": "out_value", "sizeOut": "out_value"},
+    "cuDeviceGetLuid": {"luid": "out_buffer@8"},
+    "cudaDeviceGetLuid": {"luid": "out_buffer@8"},
+    "cuPointerGetAttribute": {"data": "out_buffer@?"},
+    "cuPointerGetAttributes": {"data": "in_buffer@numAttributes * sizeof(void *)",
+                               "attributes": "in_buffer@numAttributes * sizeof(CUpointer_attribute)"},
+    "cuParamSetv": {"ptr": "in_buffer@numbytes"},
+    "cuTexRefSetBorderColor": {"pBorderColor": "in_buffer@4 * sizeof(float)"},
+    # tensor maps: arrays sized by the tensor rank; globalAddress is device memory
+    "cuTensorMapEncodeTiled": dict(_TENSOR_MAP, boxDim="in_buffer@tensorRank * sizeof(cuuint32_t)"),
+    "cuTensorMapEncodeIm2col": dict(
+        _TENSOR_MAP, pixelBoxLowerCorner="in_buffer@(tensorRank - 2) * sizeof(int)",
+        pixelBoxUpperCorner="in_buffer@(tensorRank - 2) * sizeof(int)"),
+    "cuTensorMapEncodeIm2colWide": dict(_TENSOR_MAP),
+    "cuTensorMapReplaceAddress": {"globalAddress": "device_ptr"},
+    "cuDevSmResourceSplitByCount": {"result": "out_buffer@*nbGroups * sizeof(CUdevResource)",
+                                    "input": "in_buffer@sizeof(CUdevResource)"},
+    # the stream is passed by pointer but only read
+    "cuEGLStreamConsumerAcquireFrame": {"pStream": "in_buffer:stream@sizeof(CUstream)"},
+    "cuEGLStreamConsumerReleaseFrame": {"pStream": "in_buffer:stream@sizeof(CUstream)"},
+    "cuEGLStreamProducerPresentFrame": {"pStream": "in_buffer:stream@sizeof(CUstream)"},
+    "cuEGLStreamProducerReturnFrame": {"pStream": "in_buffer:stream@sizeof(CUstream)"},
+    "cuGLGetDevices": {"pCudaDevices": "out_buffer:device@cudaDeviceCount * sizeof(CUdevice)"},
+    "cudaGLGetDevices": {"pCudaDevices": "out_buffer@cudaDeviceCount * sizeof(int)"},
+    "cudaEGLStreamConsumerAcquireFrame": {"pStream": "in_buffer:stream@sizeof(cudaStream_t)"},
+    "cudaEGLStreamConsumerReleaseFrame": {"pStream": "in_buffer:stream@sizeof(cudaStream_t)"},
+    "cudaEGLStreamProducerPresentFrame": {"pStream": "in_buffer:stream@sizeof(cudaStream_t)"},
+    "cudaEGLStreamProducerReturnFrame": {"pStream": "in_buffer:stream@sizeof(cudaStream_t)"},
+    "cudaMemPoolGetAccess": {"location": "in_buffer@sizeof(struct cudaMemLocation)"},
+    "cudaMemGetDefaultMemPool": {"location": "in_buffer@sizeof(struct cudaMemLocation)"},
+    "cudaMemGetMemPool": {"location": "in_buffer@sizeof(struct cudaMemLocation)"},
+    "cudaMemSetMemPool": {"location": "in_buffer@sizeof(struct cudaMemLocation)"},
+    "cudaMemPoolImportFromShareableHandle": {"shareableHandle": "host_ptr"},
+    "cudaMemPoolImportPointer": {"exportData": "in_buffer@sizeof(struct cudaMemPoolPtrExportData)"},
+    "cudaMemRangeGetAttributes": {
+        "data": "in_buffer@numAttributes * sizeof(void *)",
+        "dataSizes": "in_buffer@numAttributes * sizeof(size_t)",
+        "attributes": "in_buffer@numAttributes * sizeof(enum cudaMemRangeAttribute)"},
+    "cudaSetValidDevices": {"device_arr": "in_buffer@len * sizeof(int)"},
+    # registration entry points that are not supported: opaque handles and host keys
+    "__cudaRegisterManagedVar": {"fatCubinHandle": "host_ptr", "hostVarPtrAddress": "host_ptr",
+                                 "deviceAddress": "in_buffer@strlen(deviceAddress) + 1"},
+    "__cudaRegisterHostVar": {"fatCubinHandle": "host_ptr", "hostVar": "host_ptr"},
+    "__cudaRegisterUnifiedTable": {"fatCubinHandle": "host_ptr", "functionTable": "host_ptr",
+                                   "dataTable": "host_ptr"},
+    "cuGLGetDevices_v2": {"pCudaDevices": "out_buffer:device@cudaDeviceCount * sizeof(CUdevice)"},
+    # CUmemLocation *location is read, not written
+    "cuMemPoolGetAccess": {"location": "in_buffer@sizeof(CUmemLocation)"},
+    "cuMemGetDefaultMemPool": {"location": "in_buffer@sizeof(CUmemLocation)"},
+    "cuMemGetMemPool": {"location": "in_buffer@sizeof(CUmemLocation)"},
+    "cuMemSetMemPool": {"location": "in_buffer@sizeof(CUmemLocation)"},
+    # OS handles (fds) passed as void *
+    "cuMemPoolImportFromShareableHandle": {"handle": "host_ptr"},
+    "cuMemImportFromShareableHandle": {"osHandle": "host_ptr"},
+    "cuMemPoolImportPointer": {"shareData": "in_buffer@sizeof(CUmemPoolPtrExportData)"},
+    "cuMemRetainAllocationHandle": {"addr": "device_ptr"},
+    "cuMemSetAccess": {"desc": "in_buffer@count * sizeof(CUmemAccessDesc)"},
+    "cuMemRangeGetAttributes": {"data": "in_buffer@numAttributes * sizeof(void *)",
+                                "dataSizes": "in_buffer@numAttributes * sizeof(size_t)",
+                                "attributes": "in_buffer@numAttributes * sizeof(CUmem_range_attribute)"},
+    "cuMemRangeGetAttribute": {"data": "out_buffer@dataSize"},
+    "cuGraphGetEdges": {"from": "out_buffer:graph_node@*numEdges * sizeof(CUgraphNode)",
+                        "to": "out_buffer:graph_node@*numEdges * sizeof(CUgraphNode)"},
+    "cuGraphGetEdges_v2": {"from": "out_buffer:graph_node@*numEdges * sizeof(CUgraphNode)",
+                           "to": "out_buffer:graph_node@*numEdges * sizeof(CUgraphNode)",
+                           "edgeData": "out_buffer@*numEdges * sizeof(CUgraphEdgeData)"},
+    "cuGraphNodeGetDependencies_v2": {
+        "edgeData": "out_buffer@*numDependencies * sizeof(CUgraphEdgeData)"},
+    "cuGraphNodeGetDependentNodes_v2": {
+        "edgeData": "out_buffer@*numDependentNodes * sizeof(CUgraphEdgeData)"},
+    "cuMemGetHandleForAddressRange": {"handle": "out_buffer@?"},
+}
+
+
+def _parse_role(spec: str) -> Dict:
+    d: Dict = {}
+    if "@" in spec:
+        spec, d["size"] = spec.split("@", 1)
+        d["size"] = d["size"].strip()
+    if ":" in spec:
+        spec, d["kind"] = spec.split(":", 1)
+    d["role"] = spec.strip()
+    return d
+
+
+def table_params(fn: hdr.Prototype, spec: str) -> List[Dict]:
+    items = [s.strip() for s in spec.split(";") if s.strip()]
+    if len(items) != len(fn.params):
+        raise SystemExit(f"bootstrap: table entry for {fn.name}: {len(items)} params given, "
+                         f"header has {len(fn.params)}")
+    out = []
+    for item, p in zip(items, fn.params):
+        name, role = item.split("=", 1)
+        if name.strip() != p.name:
+            raise SystemExit(f"bootstrap: table entry for {fn.name}: param {name.strip()!r} "
+                             f"but the header says {p.name!r}")
+        d = {"name": p.name, "type": p.type}
+        r = _parse_role(role)
+        d["role"] = r["role"]
+        if "kind" in r:
+            d["kind"] = r["kind"]
+        if "size" in r:
+            d["size"] = r["size"]
+        out.append(d)
+    return out
+
+
+def table_objects(spec: str) -> List[Dict]:
+    out = []
+    for item in [s.strip() for s in spec.split(";") if s.strip()]:
+        k, e = item.split(":")
+        out.append({"kind": k.strip(), "effect": e.strip()})
+    return out
+
+
+def _table_name(name: str, table) -> Optional[str]:
+    """Table key that applies to symbol `name` (itself or its non-_ptds/_ptsz form)."""
+    if name in table:
+        return name
+    for suf in ("_ptds", "_ptsz"):
+        if name.endswith(suf) and name[:-len(suf)] in table:
+            return name[:-len(suf)]
+    return None
+
+
+def new_entry(fn: hdr.Prototype, ti: TypeIndex, procs) -> Dict:
+    """Spec entry (without id) for a function that the YAML does not have yet."""
+    supported = DRIVER_SUPPORTED if fn.api == "driver" else RUNTIME_SUPPORTED
+    key = _table_name(fn.name, supported)
+    if key is not None:
+        params = table_params(fn, supported[key]["params"])
+        objects = table_objects(supported[key]["objects"])
+    else:
+        params = [infer_param(fn, i, ti) for i in range(len(fn.params))]
+        fixes = ROLE_FIXES.get(fn.name, {})
+        for q in params:
+            if q["name"] in fixes:
+                for k in ("kind", "size"):
+                    q.pop(k, None)
+                q.update(_parse_role(fixes[q["name"]]))
+        objects = infer_objects(fn.name, params)
+    e: Dict = {"name": fn.name, "returns": fn.returns, "params": params, "objects": objects}
+    if fn.api == "driver":
+        e["sync"] = _table_name(fn.name, DRIVER_ASYNC) is None
+        e["status"] = "supported" if key else "unsupported"
+        pf = procs.get(fn.name)
+        if pf is not None:
+            e["proc"] = {"base": pf.base, "version": pf.version}
+            if pf.stream:
+                e["proc"]["stream"] = pf.stream
+        if key:
+            hkey = _table_name(fn.name, DRIVER_HANDLERS)
+            if hkey:
+                e["handler"] = DRIVER_HANDLERS[hkey]
+            if _table_name(fn.name, DRIVER_SHIM_LOCAL):
+                e["shim"] = "local"
+            elif _table_name(fn.name, DRIVER_SHIM_OVERRIDE):
+                e["shim"] = "override"
+    else:
+        e["sync"] = _table_name(fn.name, RUNTIME_ASYNC) is None
+        e["status"] = "supported" if key else "unsupported"
+        if key:
+            e["shim"] = "override"
+    for q in e["params"]:
+        if q["role"] in ("in_buffer", "out_buffer") and "size" not in q:
+            q["size"] = "?"
+    return e
+
+
+# --------------------------------------------------------------------------
+# YAML writing (compact, deterministic)
+# --------------------------------------------------------------------------
+
+ENTRY_KEYS = ["name", "id", "returns", "params", "objects", "sync", "status", "proc",
+              "handler", "shim"]
+PARAM_KEYS = ["name", "type", "role", "kind", "size"]
+PROC_KEYS = ["base", "version", "stream"]
+OBJ_KEYS = ["kind", "effect"]
+FILE_KEYS = ["api", "family", "library", "soname", "header", "doc_group", "cuda_version",
+             "functions"]
+
+
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def yaml_load(text):
+    return yaml.load(text, Loader=_SAFE_LOADER)
+
+
+def scalar(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    return _scalar_str(str(v))
+
+
+@lru_cache(maxsize=None)
+def _scalar_str(s: str) -> str:
+    if s and not re.search(r"[:#,\[\]{}&!|>'\"%@`]", s) and s == s.strip() and \
+            not s.startswith(("*", "-", "?", "&", "!")):
+        try:
+            if yaml_load("{k: " + s + "}") == {"k": s}:
+                return s
+        except yaml.YAMLError:
+            pass
+    return "'" + s.replace("'", "''") + "'"
+
+
+def ordered_keys(d: Dict, order: List[str]) -> List[str]:
+    return [k for k in order if k in d] + sorted(k for k in d if k not in order)
+
+
+def flow(v, order: Optional[List[str]] = None) -> str:
+    if isinstance(v, dict):
+        keys = ordered_keys(v, order or [])
+        return "{" + ", ".join(f"{k}: {flow(v[k], _sub_order(k))}" for k in keys) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(flow(x, order) for x in v) + "]"
+    return scalar(v)
+
+
+def _sub_order(key: str) -> List[str]:
+    return {"proc": PROC_KEYS, "objects": OBJ_KEYS, "cuda_version": ["min", "max"],
+            "params": PARAM_KEYS}.get(key, [])
+
+
+def emit_entry(e: Dict) -> str:
+    lines = []
+    first = True
+    for k in ordered_keys(e, ENTRY_KEYS):
+        v = e[k]
+        prefix = "- " if first else "  "
+        first = False
+        if k == "params":
+            if not v:
+                lines.append(f"{prefix}params: []")
+            else:
+                lines.append(f"{prefix}params:")
+                for q in v:
+                    lines.append("  - " + flow(q, PARAM_KEYS))
+        else:
+            lines.append(f"{prefix}{k}: {flow(v, _sub_order(k))}")
+    return "\n".join(lines)
+
+
+def emit_file(meta: Dict, entries: List[Dict], comments: Dict[str, str]) -> str:
+    out = []
+    gen_from = meta["header"]
+    out.append(f"# Generated from {gen_from} (CUDA {meta['_cuda_version']}) by "
+               f"autogen/bootstrap.py; see docs/spec-format.md.")
+    out.append("# Hand annotations (ids, status, roles, objects, sync, proc, handler, shim) are")
+    out.append("# kept when the tool is run again; it only adds new functions.")
+    for k in FILE_KEYS:
+        if k == "functions":
+            continue
+        out.append(f"{k}: {flow(meta[k], _sub_order(k))}")
+    if not entries:
+        out.append("functions: []")
+    else:
+        out.append("functions:")
+        for e in entries:
+            c = comments.get(e["name"])
+            if c:
+                for line in c.splitlines():
+                    out.append(f"# {line}")
+            out.append(emit_entry(e))
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------
+# Merge
+# --------------------------------------------------------------------------
+
+class Report:
+    def __init__(self):
+        self.lines: List[str] = []
+
+    def add(self, s: str):
+        self.lines.append(s)
+
+
+def load_existing(spec_dir: Path, api: str) -> Dict[str, Tuple[str, Dict, List[Dict]]]:
+    """family -> (path, file dict, [entries])."""
+    out = {}
+    d = spec_dir / api
+    if not d.is_dir():
+        return out
+    for p in sorted(d.glob("*.yaml")):
+        with open(p) as f:
+            data = yaml_load(f) or {}
+        out[p.stem] = (str(p), data, list(data.get("functions") or []))
+    return out
+
+
+def runtime_symbols(home: str, runtime: Dict[str, hdr.Prototype], report: Report) -> Dict[str, hdr.Prototype]:
+    """Runtime functions the shim must export: those the real library exports."""
+    lib = hdr.runtime_library(home)
+    if os.path.exists(lib):
+        exported = set(hdr.runtime_exports(home))
+        skipped = sorted(n for n in runtime if n not in exported)
+    else:
+        skipped = sorted(n for n in ("__cudaRegisterTexture", "__cudaRegisterSurface") if n in runtime)
+        report.add(f"note: {lib} not found; leaving out {' '.join(skipped)}")
+    if skipped:
+        report.add(f"runtime: declared but not exported by libcudart.so.13, left out: {' '.join(skipped)}")
+    return {n: p for n, p in runtime.items() if n not in skipped}
+
+
+def build(home: str, spec_dir: Path, report: Report) -> Dict[Path, str]:
+    """Compute the new content of every spec file."""
+    ti = TypeIndex(home)
+    driver = hdr.parse_driver(home)
+    runtime = runtime_symbols(home, hdr.parse_runtime(home), report)
+    procs, unmatched = hdr.match_pfns(driver, home)
+    no_proc = sorted(n for n in driver if n not in procs)
+    if no_proc:
+        report.add(f"driver: symbols without a PFN typedef (no proc): {' '.join(no_proc)}")
+    if unmatched:
+        report.add(f"driver: PFN typedefs without a symbol: {' '.join(f.typedef for f in unmatched)}")
+    version = hdr.cuda_version(home)
+    vmin = version // 1000 * 1000
+    outputs: Dict[Path, str] = {}
+    for api, protos in (("driver", driver), ("runtime", runtime)):
+        existing = load_existing(spec_dir, api)
+        # where each existing entry lives
+        where: Dict[str, str] = {}
+        used_ids = []
+        for fam, (_, _, entries) in existing.items():
+            for e in entries:
+                where[e["name"]] = fam
+                if isinstance(e.get("id"), int):
+                    used_ids.append(e["id"])
+        lo, hi = ID_RANGES[api]
+        next_id = max([i for i in used_ids if lo <= i <= hi] + [lo - 1]) + 1
+        # family of every header function, ordered by header then position
+        hdr_order = [h for h, _, _ in (hdr.DRIVER_HEADERS if api == "driver" else hdr.RUNTIME_HEADERS)]
+        hdr_order += sorted({h for h, _, _ in hdr.REGISTRATION_PROTOTYPES.values()}, reverse=True)
+
+        def fkey(p: hdr.Prototype):
+            hi_ = hdr_order.index(p.header) if p.header in hdr_order else len(hdr_order)
+            return (hi_, not p.declared, p.header) + hdr.sort_key(p)
+
+        ordered = sorted(protos.values(), key=fkey)
+        fam_of = {p.name: where.get(p.name, family_of(p.group, api)) for p in ordered}
+        families: List[str] = []
+        for p in ordered:
+            if fam_of[p.name] not in families:
+                families.append(fam_of[p.name])
+        for fam in existing:
+            if fam not in families:
+                families.append(fam)
+        rank = {p.name: k for k, p in enumerate(ordered)}
+        for fam in families:
+            path = spec_dir / api / f"{fam}.yaml"
+            old_entries = existing.get(fam, (None, {}, []))[2]
+            old_data = existing.get(fam, (None, {}, []))[1]
+            by_name = {e["name"]: e for e in old_entries}
+            members = [p for p in ordered if fam_of[p.name] == fam]
+            entries: List[Tuple[Tuple, Dict]] = []
+            for p in members:
+                if p.name in by_name:
+                    e = by_name[p.name]
+                    check_prototype(e, p, report)
+                else:
+                    e = new_entry(p, ti, procs)
+                    if next_id > hi:
+                        raise SystemExit(f"bootstrap: {api} id range {lo}..{hi} exhausted")
+                    e = dict(e)
+                    e = {"name": e["name"], "id": next_id, **{k: v for k, v in e.items() if k != "name"}}
+                    next_id += 1
+                    report.add(f"{api}/{fam}: added {p.name} (id {e['id']})")
+                entries.append(((0, rank[p.name]), e))
+            for k, e in enumerate(old_entries):
+                if e["name"] not in protos:
+                    report.add(f"{api}/{fam}: {e['name']} is no longer in the headers (kept)")
+                    entries.append(((1, k), e))
+            entries.sort(key=lambda x: x[0])
+            entries_only = [e for _, e in entries]
+            groups = []
+            headers = []
+            for p in members:
+                g = p.group
+                if g not in groups:
+                    groups.append(g)
+                if p.header:
+                    headers.append(p.header)
+            header_name = max(set(headers), key=lambda h: (headers.count(h), -headers.index(h))) \
+                if headers else old_data.get("header", "")
+            meta = {
+                "api": api, "family": fam, "library": LIBRARIES[api], "soname": LIBRARIES[api],
+                "header": header_name,
+                "doc_group": groups or old_data.get("doc_group", []),
+                "cuda_version": {"min": vmin, "max": vmin + 999},
+                "_cuda_version": version,
+            }
+            comments = {}
+            for p in members:
+                if not p.declared:
+                    comments[p.name] = ("not declared in any CUDA header; prototype inferred "
+                                        "(autogen/header.py UNDECLARED_RUNTIME_EXPORTS)")
+                elif p.header != header_name:
+                    comments[p.name] = f"declared in {p.header}"
+            outputs[path] = emit_file(meta, entries_only, comments)
+    return outputs
+
+
+def check_prototype(e: Dict, p: hdr.Prototype, report: Report) -> None:
+    types = [q.get("type") for q in e.get("params") or []]
+    if e.get("returns") != p.returns or types != list(p.param_types):
+        report.add(f"WARNING: {p.name}: spec prototype differs from the header: "
+                   f"{e.get('returns')} ({', '.join(map(str, types))}) vs {p.c_decl()}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Write the spec YAML files from the CUDA headers.")
+    ap.add_argument("--cuda-home", default=None, help="CUDA install (default $CUDA_HOME or /usr/local/cuda)")
+    ap.add_argument("--specs", default=None, help="spec directory (default: <repo>/specs)")
+    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if files would change")
+    ap.add_argument("-q", "--quiet", action="store_true")
+    a = ap.parse_args(argv)
+    home = hdr.cuda_home(a.cuda_home)
+    spec_dir = Path(a.specs) if a.specs else Path(__file__).resolve().parents[1] / "specs"
+    report = Report()
+    outputs = build(home, spec_dir, report)
+    changed = []
+    for path, text in sorted(outputs.items()):
+        old = path.read_text() if path.exists() else None
+        if old != text:
+            changed.append(path)
+            if not a.check:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+    if not a.quiet:
+        for line in report.lines:
+            print(line)
+        verb = "would change" if a.check else "changed"
+        print(f"{len(outputs)} spec files, {len(changed)} {verb}")
+        for p in changed:
+            print(f"  {p}")
+    return 1 if (a.check and changed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Build step of gpuproxy: specs -> generated code -> the shim's shared libraries.
+
+Run by setup.py during `pip install .` (policy: generated code is produced at
+build time and never committed). Also usable by hand:
+
+    python -m autogen.build --out build/shim      # from the repository root
+
+Produces, in the package's interceptor/lib folder:
+  libcuda.so.1, libcudart.so.13   the shim (plain shared libraries: no
+                                  libpython, sonames of the real libraries,
+                                  version scripts)
+  libzmq-*.so*, libsodium-*.so*   the libzmq of the pyzmq wheel, which the
+                                  shim links (found at build time, copied so
+                                  the shim finds it through its $ORIGIN rpath)
+and the daemon's dispatch module proxyd/_generated.py.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+try:
+    from . import gen_c, gen_py, header, specload, typeinfo
+except ImportError:  # run as a script with autogen/ on sys.path
+    import header  # type: ignore
+    import gen_c  # type: ignore
+    import gen_py  # type: ignore
+    import specload  # type: ignore
+    import typeinfo  # type: ignore
+
+REPO = Path(__file__).resolve().parents[1]
+
+DRIVER_SOURCES = ["gp_msgpack.c", "transport.c", "hostmem.c", "context.c", "funcs.c", "memcpy.c", "driver.c"]
+RUNTIME_SOURCES = ["rt_state.c", "rt_register.c", "rt_api.c"]
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def cuda_include() -> str:
+    for base in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if base and os.path.exists(os.path.join(base, "include", "cuda.h")):
+            return os.path.join(base, "include")
+    raise BuildError("gpuproxy needs the CUDA 13 toolkit headers (cuda.h); set CUDA_HOME to the toolkit folder")
+
+
+def find_libzmq() -> list[str]:
+    """The libzmq that the pyzmq wheel bundles, and the libraries it needs
+    from the same folder (libsodium)."""
+    try:
+        import zmq  # noqa: F401
+    except ImportError as e:
+        raise BuildError("building the shim needs pyzmq installed (it provides libzmq)") from e
+    zdir = Path(zmq.__file__).resolve().parent
+    cands = glob.glob(str(zdir.parent / "pyzmq.libs" / "libzmq*.so*")) + glob.glob(str(zdir / ".libs" / "libzmq*.so*"))
+    if not cands:
+        raise BuildError(f"no bundled libzmq found next to pyzmq in {zdir.parent}")
+    libzmq = cands[0]
+    libs = [libzmq] + [p for p in glob.glob(os.path.join(os.path.dirname(libzmq), "*.so*")) if p != libzmq]
+    return libs
+
+
+def _write(path: Path, text: str):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and path.read_text() == text:
+        return
+    path.write_text(text)
+
+
+def generate(spec_dir: Path, gen_dir: Path, py_out: Path, include: str, cc: str = "cc") -> None:
+    specs = specload.load_specs(str(spec_dir))
+    driver = list(specs.driver)
+    runtime = list(specs.runtime)
+    sources = sorted(str(Path(p).relative_to(spec_dir.parent)) for p in glob.glob(str(spec_dir / "*" / "*.yaml")))
+    supported = [f for f in driver if gen_c.g(f, "status") == "supported"]
+    types = typeinfo.probe(gen_c.needed_types(supported), include, cc)
+    _write(gen_dir / "gp_gen.h", gen_c.gen_header(driver, runtime, sources))
+    dh = [sf.header for sf in specs.files if sf.api == "driver"]
+    rh = [sf.header for sf in specs.files if sf.api == "runtime"]
+    _write(gen_dir / "gp_driver_stubs.c", gen_c.gen_driver_stubs(driver, types, sources, dh))
+    _write(gen_dir / "gp_runtime_stubs.c", gen_c.gen_runtime_stubs(runtime, sources, rh))
+    _write(gen_dir / "gp_proc_table.c", gen_c.gen_proc_table(driver, sources, dh))
+    cu, rt = gen_c.gen_errors(Path(include, "cuda.h").read_text(), Path(include, "driver_types.h").read_text(), sources)
+    _write(gen_dir / "gp_errors_cu.c", cu)
+    _write(gen_dir / "gp_errors_rt.c", rt)
+    cmap, rmap = gen_c.gen_version_scripts(driver, runtime)
+    _write(gen_dir / "libcuda.map", cmap)
+    _write(gen_dir / "libcudart.map", rmap)
+    _write(py_out, gen_py.gen_dispatch(driver, types, sources))
+
+
+def _cc(cmd: list[str]):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BuildError("compiler failed:\n" + " ".join(cmd) + "\n" + r.stderr[-6000:])
+    if r.stderr.strip() and os.environ.get("GPUPROXY_BUILD_VERBOSE"):
+        sys.stderr.write(r.stderr)
+
+
+def compile_libs(gen_dir: Path, lib_dir: Path, include: str, version: str, cc: str = "cc") -> None:
+    lib_dir.mkdir(parents=True, exist_ok=True)
+    zlibs = find_libzmq()
+    for p in zlibs:
+        dst = lib_dir / os.path.basename(p)
+        if not dst.exists():
+            shutil.copy2(p, dst)
+    libzmq = os.path.basename(zlibs[0])
+    src = REPO / "interceptor"
+    common = ["-O2", "-g", "-fPIC", "-std=gnu11", "-Wall", "-Wno-unused-parameter", "-pthread",
+              f"-I{src}", f"-I{gen_dir}", f"-I{include}", f'-DGP_VERSION="{version}"']
+    objs_dir = gen_dir / "obj"
+    objs_dir.mkdir(exist_ok=True)
+
+    def objs(files: list[Path], extra: list[str]) -> list[str]:
+        out = []
+        for f in files:
+            o = objs_dir / (f.stem + ".o")
+            _cc([cc, *common, *extra, "-c", str(f), "-o", str(o)])
+            out.append(str(o))
+        return out
+
+    # Generated stubs define every symbol variant (legacy, _v2, _ptds), which
+    # cuda.h declares only with __CUDA_API_VERSION_INTERNAL; hand-written code
+    # uses the normal header view so that cuMemAlloc means cuMemAlloc_v2.
+    internal = ["-D__CUDA_API_VERSION_INTERNAL", "-idirafter", header.standin_dir()]
+    d_objs = objs([src / s for s in DRIVER_SOURCES], [])
+    d_objs += objs([gen_dir / "gp_driver_stubs.c", gen_dir / "gp_proc_table.c"], internal)
+    d_objs += objs([gen_dir / "gp_errors_cu.c"], [])
+    cuda_so = lib_dir / "libcuda.so.1"
+    _cc([cc, "-shared", "-o", str(cuda_so), *d_objs, "-Wl,-soname,libcuda.so.1",
+         f"-Wl,--version-script={gen_dir / 'libcuda.map'}", f"-L{lib_dir}", f"-l:{libzmq}",
+         "-Wl,-rpath,$ORIGIN", "-Wl,--no-undefined", "-pthread", "-lrt", "-ldl"])
+    r_objs = objs([src / s for s in RUNTIME_SOURCES], [])
+    r_objs += objs([gen_dir / "gp_runtime_stubs.c"], internal)
+    r_objs += objs([gen_dir / "gp_errors_rt.c"], [])
+    _cc([cc, "-shared", "-o", str(lib_dir / "libcudart.so.13"), *r_objs, "-Wl,-soname,libcudart.so.13",
+         f"-Wl,--version-script={gen_dir / 'libcudart.map'}", f"-L{lib_dir}", "-l:libcuda.so.1",
+         "-Wl,-rpath,$ORIGIN", "-Wl,--no-undefined", "-pthread"])
+
+
+def build_all(pkg_root: Path, temp: Path, version: str) -> None:
+    """pkg_root: the folder that holds the installed `gpuproxy` package."""
+    include = cuda_include()
+    gen_dir = temp / "gen"
+    generate(REPO / "specs", gen_dir, pkg_root / "gpuproxy" / "proxyd" / "_generated.py", include)
+    compile_libs(gen_dir, pkg_root / "gpuproxy" / "interceptor" / "lib", include, version)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=str(REPO / "build" / "shim"), help="output folder")
+    ap.add_argument("--version", default="0.0.0-dev")
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    include = cuda_include()
+    generate(REPO / "specs", out / "gen", out / "_generated.py", include)
+    compile_libs(out / "gen", out / "lib", include, a.version)
+    print(f"built {out / 'lib'}")
+
+
+if __name__ == "__main__":
+    main()

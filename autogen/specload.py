@@ -1,0 +1,444 @@
+"""Load and validate the API spec YAML files (specs/driver, specs/runtime).
+
+    specs = load_specs("specs")
+    specs.functions      # every function, in id order
+    specs.driver         # driver functions, in id order
+    specs.runtime        # runtime functions, in id order
+    specs.by_name["cuMemAlloc_v2"].params[0].role
+
+The format is described in docs/spec-format.md. Any problem raises
+SpecError, whose message names the file and the function. Depends only on
+pyyaml.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union
+
+import yaml
+
+APIS = ("driver", "runtime")
+LIBRARIES = {"driver": "libcuda.so.1", "runtime": "libcudart.so.13"}
+ID_RANGES = {"driver": (1, 9999), "runtime": (10000, 19999)}
+ROLES = ("scalar", "device_ptr", "handle", "in_buffer", "out_buffer", "out_value",
+         "host_ptr", "callback")
+KINDS = ("context", "module", "function", "library", "kernel", "stream", "event", "memory",
+         "graph", "graph_exec", "graph_node", "mem_pool", "array", "mipmapped_array", "texref",
+         "surfref", "tex_object", "surf_object", "external_memory", "external_semaphore",
+         "graphics_resource", "link_state", "user_object", "green_ctx", "mem_handle",
+         "log_callback", "device", "async_callback", "dev_resource_desc", "graph_conditional")
+EFFECTS = ("create", "destroy", "use")
+STATUSES = ("supported", "unsupported")
+SHIMS = {"driver": ("override", "local"), "runtime": ("override",)}
+PROC_STREAMS = ("ptds", "ptsz")
+# roles that may carry `kind` (buffers: an array of handles of that kind)
+KIND_ROLES = ("handle", "out_value", "in_buffer", "out_buffer")
+SIZE_ROLES = ("in_buffer", "out_buffer")
+
+FILE_KEYS = ("api", "family", "library", "soname", "header", "doc_group", "cuda_version",
+             "functions")
+FUNCTION_KEYS = ("name", "id", "returns", "params", "objects", "sync", "status", "proc",
+                 "handler", "shim")
+REQUIRED_FUNCTION_KEYS = ("name", "id", "returns", "params", "objects", "sync", "status")
+PARAM_KEYS = ("name", "type", "role", "kind", "size")
+
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HANDLER = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+class SpecError(ValueError):
+    """A spec file is malformed; the message names file and function."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str
+    role: str
+    kind: Optional[str] = None
+    size: Optional[str] = None          # C expression over the other params, or '?'
+
+    @property
+    def is_pointer(self) -> bool:
+        return "*" in self.type
+
+
+@dataclass(frozen=True)
+class ObjectEffect:
+    kind: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class Proc:
+    base: str
+    version: int
+    stream: Optional[str] = None
+
+
+@dataclass
+class Function:
+    name: str
+    id: int
+    returns: str
+    params: List[Param]
+    objects: List[ObjectEffect]
+    sync: bool
+    status: str
+    api: str
+    family: str
+    file: str
+    proc: Optional[Proc] = None
+    handler: Optional[str] = None
+    shim: Optional[str] = None
+
+    @property
+    def supported(self) -> bool:
+        return self.status == "supported"
+
+    @property
+    def param_types(self) -> List[str]:
+        return [p.type for p in self.params]
+
+    def c_params(self) -> str:
+        """'CUdeviceptr *dptr, size_t bytesize' (or 'void')."""
+        if not self.params:
+            return "void"
+        out = []
+        for p in self.params:
+            if p.type == "...":
+                out.append("...")
+            elif "(*)" in p.type:
+                out.append(p.type.replace("(*)", f"(*{p.name})", 1))
+            elif p.type.endswith("*"):
+                out.append(f"{p.type}{p.name}")
+            else:
+                out.append(f"{p.type} {p.name}")
+        return ", ".join(out)
+
+    def c_prototype(self) -> str:
+        sep = "" if self.returns.endswith("*") else " "
+        return f"{self.returns}{sep}{self.name}({self.c_params()})"
+
+
+@dataclass
+class SpecFile:
+    path: str
+    api: str
+    family: str
+    library: str
+    soname: str
+    header: str
+    doc_group: List[str]
+    cuda_version_min: int
+    cuda_version_max: int
+    functions: List[Function] = field(default_factory=list)
+
+
+@dataclass
+class Specs:
+    files: List[SpecFile]
+    functions: List[Function]
+    driver: List[Function]
+    runtime: List[Function]
+    by_name: Dict[str, Function]
+    by_id: Dict[int, Function]
+
+    def __len__(self) -> int:
+        return len(self.functions)
+
+    def __iter__(self):
+        return iter(self.functions)
+
+
+class _Errors:
+    def __init__(self):
+        self.items: List[str] = []
+
+    def add(self, path, func, msg):
+        where = f"{path}: {func}" if func else f"{path}"
+        self.items.append(f"{where}: {msg}")
+
+    def raise_if_any(self):
+        if self.items:
+            n = len(self.items)
+            head = self.items[0] if n == 1 else f"{n} problems in the specs:"
+            body = "" if n == 1 else "\n  " + "\n  ".join(self.items)
+            raise SpecError(head + body)
+
+
+def _as_size(v: Any) -> Optional[str]:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str) and v.strip():
+        return v.strip()
+    return None
+
+
+def _parse_function(raw: Any, api: str, family: str, path: str, errs: _Errors) -> Optional[Function]:
+    if not isinstance(raw, dict):
+        errs.add(path, None, f"function entry is not a mapping: {raw!r}")
+        return None
+    name = raw.get("name")
+    fname = name if isinstance(name, str) else f"<entry {raw.get('id', '?')}>"
+    ok = True
+
+    def bad(msg):
+        nonlocal ok
+        ok = False
+        errs.add(path, fname, msg)
+
+    for k in REQUIRED_FUNCTION_KEYS:
+        if k not in raw:
+            bad(f"missing key '{k}'")
+    for k in raw:
+        if k not in FUNCTION_KEYS:
+            bad(f"unknown key '{k}'")
+    if not ok:
+        return None
+    if not isinstance(name, str) or not _IDENT.match(name):
+        bad(f"invalid name {name!r}")
+    fid = raw["id"]
+    if not isinstance(fid, int) or isinstance(fid, bool):
+        bad(f"id must be an integer, got {fid!r}")
+    else:
+        lo, hi = ID_RANGES[api]
+        if not lo <= fid <= hi:
+            bad(f"id {fid} outside the {api} range {lo}..{hi}")
+    if not isinstance(raw["returns"], str) or not raw["returns"].strip():
+        bad("returns must be a C type")
+    status = raw["status"]
+    if status not in STATUSES:
+        bad(f"status {status!r} is not one of {', '.join(STATUSES)}")
+    sync = raw["sync"]
+    if not isinstance(sync, bool):
+        bad(f"sync must be true or false, got {sync!r}")
+
+    params: List[Param] = []
+    raw_params = raw["params"]
+    if not isinstance(raw_params, list):
+        bad("params must be a list")
+        raw_params = []
+    seen_params = set()
+    for i, rp in enumerate(raw_params):
+        if not isinstance(rp, dict):
+            bad(f"param {i} is not a mapping")
+            continue
+        pname = rp.get("name")
+        label = f"param {pname or i}"
+        for k in rp:
+            if k not in PARAM_KEYS:
+                bad(f"{label}: unknown key '{k}'")
+        if not isinstance(pname, str) or not (_IDENT.match(pname) or pname == "..."):
+            bad(f"{label}: invalid name {pname!r}")
+            continue
+        if pname in seen_params:
+            bad(f"{label}: duplicate parameter name")
+        seen_params.add(pname)
+        ptype = rp.get("type")
+        if not isinstance(ptype, str) or not ptype.strip():
+            bad(f"{label}: missing type")
+            continue
+        role = rp.get("role")
+        if role not in ROLES:
+            bad(f"{label}: role {role!r} is not one of {', '.join(ROLES)}")
+            continue
+        kind = rp.get("kind")
+        if kind is not None:
+            if kind not in KINDS:
+                bad(f"{label}: kind {kind!r} is not one of {', '.join(KINDS)}")
+            elif role not in KIND_ROLES:
+                bad(f"{label}: role {role} takes no kind")
+        if role == "handle" and kind is None:
+            bad(f"{label}: role handle needs a kind")
+        size = _as_size(rp.get("size"))
+        if role in SIZE_ROLES and size is None:
+            bad(f"{label}: role {role} needs a size")
+        if role not in SIZE_ROLES and "size" in rp:
+            bad(f"{label}: role {role} takes no size")
+        params.append(Param(name=pname, type=ptype.strip(), role=role, kind=kind,
+                            size=size if role in SIZE_ROLES else None))
+
+    objects: List[ObjectEffect] = []
+    raw_objects = raw["objects"]
+    if not isinstance(raw_objects, list):
+        bad("objects must be a list")
+        raw_objects = []
+    for ro in raw_objects:
+        if not isinstance(ro, dict) or set(ro) != {"kind", "effect"}:
+            bad(f"object entry {ro!r} must be {{kind, effect}}")
+            continue
+        if ro["kind"] not in KINDS:
+            bad(f"object kind {ro['kind']!r} is not one of {', '.join(KINDS)}")
+        if ro["effect"] not in EFFECTS:
+            bad(f"object effect {ro['effect']!r} is not one of {', '.join(EFFECTS)}")
+        objects.append(ObjectEffect(ro["kind"], ro["effect"]))
+    listed = {o.kind for o in objects}
+    for p in params:
+        if p.role == "handle" and p.kind and p.kind not in listed:
+            bad(f"param {p.name}: handle of kind {p.kind} is not listed in objects")
+
+    proc = None
+    if "proc" in raw:
+        rp = raw["proc"]
+        if api != "driver":
+            bad("runtime entries carry no proc")
+        elif not isinstance(rp, dict) or not set(rp) <= {"base", "version", "stream"} \
+                or not isinstance(rp.get("base"), str) or not isinstance(rp.get("version"), int):
+            bad(f"proc must be {{base: str, version: int[, stream]}}, got {rp!r}")
+        elif rp.get("stream") is not None and rp["stream"] not in PROC_STREAMS:
+            bad(f"proc stream {rp['stream']!r} is not one of {', '.join(PROC_STREAMS)}")
+        else:
+            proc = Proc(rp["base"], rp["version"], rp.get("stream"))
+
+    handler = raw.get("handler")
+    if handler is not None:
+        if api != "driver":
+            bad("handler is only for driver functions")
+        elif not isinstance(handler, str) or not _HANDLER.match(handler):
+            bad(f"handler {handler!r} must be a lowercase identifier")
+        elif status != "supported":
+            bad("handler on an unsupported function")
+    shim = raw.get("shim")
+    if shim is not None:
+        if shim not in SHIMS[api]:
+            bad(f"shim {shim!r} is not allowed for {api} functions "
+                f"(allowed: {', '.join(SHIMS[api])})")
+        elif status != "supported":
+            bad(f"shim: {shim} on an unsupported function")
+    if shim == "local" and handler is not None:
+        bad("shim: local functions are never sent, they take no handler")
+    if api == "runtime" and status == "supported" and shim != "override":
+        bad("a supported runtime function must be shim: override")
+    if api == "driver" and status == "supported" and shim != "local" and handler is None:
+        # the daemon's generic path: decode by role, translate handles, call, encode
+        for p in params:
+            if p.role in SIZE_ROLES and p.size == "?":
+                bad(f"supported without a handler, but param {p.name} has size '?' "
+                    "(the generic path cannot marshal it)")
+            if p.role == "callback":
+                bad(f"supported without a handler, but param {p.name} is a callback")
+            if p.role in SIZE_ROLES and p.kind is not None:
+                bad(f"supported without a handler, but param {p.name} is a buffer of handles "
+                    "(the generic path does not translate them)")
+            if p.type == "...":
+                bad("supported without a handler, but the function is variadic")
+        if isinstance(raw["returns"], str) and raw["returns"].strip() != "CUresult":
+            bad("supported without a handler, but it does not return CUresult")
+    if not ok:
+        return None
+    return Function(name=name, id=fid, returns=raw["returns"].strip(), params=params,
+                    objects=objects, sync=sync, status=status, api=api, family=family,
+                    file=path, proc=proc, handler=handler, shim=shim)
+
+
+def _parse_file(path: Path, api: str, errs: _Errors) -> Optional[SpecFile]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.load(f, Loader=_SAFE_LOADER)
+    except yaml.YAMLError as e:
+        errs.add(path, None, f"YAML error: {e}")
+        return None
+    if not isinstance(data, dict):
+        errs.add(path, None, "not a YAML mapping")
+        return None
+    ok = True
+    for k in FILE_KEYS:
+        if k not in data:
+            errs.add(path, None, f"missing key '{k}'")
+            ok = False
+    for k in data:
+        if k not in FILE_KEYS:
+            errs.add(path, None, f"unknown key '{k}'")
+            ok = False
+    if not ok:
+        return None
+    if data["api"] != api:
+        errs.add(path, None, f"api is {data['api']!r} but the file is under {api}/")
+    if data["family"] != path.stem:
+        errs.add(path, None, f"family {data['family']!r} differs from the file stem {path.stem!r}")
+    for k in ("library", "soname"):
+        if data[k] != LIBRARIES[api]:
+            errs.add(path, None, f"{k} must be {LIBRARIES[api]}, got {data[k]!r}")
+    if not isinstance(data["header"], str) or not data["header"]:
+        errs.add(path, None, "header must be a header path")
+    dg = data["doc_group"]
+    if not isinstance(dg, list) or not all(isinstance(g, str) for g in dg):
+        errs.add(path, None, "doc_group must be a list of group names")
+        dg = []
+    cv = data["cuda_version"]
+    if not isinstance(cv, dict) or not isinstance(cv.get("min"), int) \
+            or not isinstance(cv.get("max"), int) or cv["min"] > cv["max"]:
+        errs.add(path, None, f"cuda_version must be {{min: int, max: int}} with min <= max, got {cv!r}")
+        cv = {"min": 0, "max": 0}
+    funcs = data["functions"]
+    if funcs is None:
+        funcs = []
+    if not isinstance(funcs, list):
+        errs.add(path, None, "functions must be a list")
+        funcs = []
+    sf = SpecFile(path=str(path), api=api, family=path.stem, library=data["library"],
+                  soname=data["soname"], header=data["header"], doc_group=list(dg),
+                  cuda_version_min=cv["min"], cuda_version_max=cv["max"])
+    for raw in funcs:
+        fn = _parse_function(raw, api, path.stem, str(path), errs)
+        if fn is not None:
+            sf.functions.append(fn)
+    return sf
+
+
+def load_specs(spec_dir: Union[str, Path]) -> Specs:
+    """Load every specs/<api>/*.yaml file under spec_dir and validate them."""
+    spec_dir = Path(spec_dir)
+    errs = _Errors()
+    files: List[SpecFile] = []
+    if not spec_dir.is_dir():
+        raise SpecError(f"{spec_dir}: spec directory not found")
+    for api in APIS:
+        d = spec_dir / api
+        if not d.is_dir():
+            continue
+        for path in sorted(d.glob("*.yaml")):
+            sf = _parse_file(path, api, errs)
+            if sf is not None:
+                files.append(sf)
+    by_name: Dict[str, Function] = {}
+    by_id: Dict[int, Function] = {}
+    for sf in files:
+        for fn in sf.functions:
+            if fn.name in by_name:
+                errs.add(fn.file, fn.name, f"duplicate name (also in {by_name[fn.name].file})")
+            else:
+                by_name[fn.name] = fn
+            if fn.id in by_id:
+                other = by_id[fn.id]
+                errs.add(fn.file, fn.name, f"duplicate id {fn.id} (also {other.name} in {other.file})")
+            else:
+                by_id[fn.id] = fn
+    errs.raise_if_any()
+    functions = sorted(by_id.values(), key=lambda f: f.id)
+    return Specs(files=files, functions=functions,
+                 driver=[f for f in functions if f.api == "driver"],
+                 runtime=[f for f in functions if f.api == "runtime"],
+                 by_name=by_name, by_id=by_id)
+
+
+if __name__ == "__main__":
+    import sys
+    d = sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).resolve().parents[1] / "specs")
+    try:
+        s = load_specs(d)
+    except SpecError as e:
+        print(e, file=sys.stderr)
+        sys.exit(1)
+    sup = [f for f in s.functions if f.supported]
+    print(f"{len(s.files)} files, {len(s.driver)} driver + {len(s.runtime)} runtime functions, "
+          f"{len(sup)} supported")

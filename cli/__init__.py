@@ -1,0 +1,1 @@
+"""gpuproxy.cli: the proxy-cli command."""

@@ -1,0 +1,129 @@
+"""proxy-cli: drive gpuproxy.
+
+    proxy-cli preload                       print the LD_PRELOAD value of the shim
+    proxy-cli run [--endpoint E] -- CMD...  run a command under the shim
+    proxy-cli status [--json]               sessions served by proxyd
+    proxy-cli --pre-dump --pid PID --dir DIR
+    proxy-cli --dump --pid PID --dir DIR [--leave-running] [--parent P] [--concurrent]
+    proxy-cli --restore --dir DIR
+    proxy-cli inspect DIR [--json]          print and verify a checkpoint image
+    proxy-cli migrate --pid PID --to-device N
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from gpuproxy.proxyd import protocol as P
+
+from .client import ControlClient, ControlError
+
+
+def _endpoint(a) -> str:
+    return a.endpoint or P.endpoint_from_env()
+
+
+def cmd_preload(a):
+    from gpuproxy.interceptor import check_built, preload_value
+    check_built()
+    print(preload_value())
+    return 0
+
+
+def cmd_run(a):
+    from gpuproxy.interceptor import check_built, preload_value
+    check_built()
+    cmd = a.command
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        print("proxy-cli run: no command given (proxy-cli run -- CMD ...)", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    pre = preload_value()
+    env["LD_PRELOAD"] = pre + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+    if a.endpoint:
+        env["GPUPROXY_ENDPOINT"] = a.endpoint
+    try:
+        os.execvpe(cmd[0], cmd, env)
+    except OSError as e:
+        print(f"proxy-cli run: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
+        return 127
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def cmd_status(a):
+    st = ControlClient(_endpoint(a), timeout_s=a.timeout).call("status")
+    if a.json:
+        print(json.dumps(st, indent=2))
+        return 0
+    devs = ", ".join(f"{d['index']}: {d['name']}" for d in st["devices"]) or "none"
+    print(f"proxyd {st['version']} (pid {st['pid']}) at {st['endpoint']}, backend {st['backend']}, "
+          f"driver {st['driver_version']}, devices [{devs}]")
+    if not st["sessions"]:
+        print("no sessions")
+        return 0
+    print(f"{'PID':>8}  {'DEVICE MEM':>11}  {'CTX':>3} {'MOD':>4} {'FUNC':>5} {'STRM':>5} {'EVT':>5} {'ALLOC':>6}  {'CALLS':>8}  STATE   PROGRAM")
+    for s in st["sessions"]:
+        o = s["objects"]
+        state = "frozen" if s["frozen"] else "active"
+        print(f"{s['pid']:>8}  {_fmt_bytes(s['device_memory']):>11}  {o['context']:>3} {o['module']:>4} "
+              f"{o['function']:>5} {o['stream']:>5} {o['event']:>5} {o['allocation']:>6}  {s['calls']:>8}  "
+              f"{state:<7} {s['exe']}")
+    return 0
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(prog="proxy-cli", description="Drive gpuproxy: run programs under the shim, "
+                                 "inspect sessions, checkpoint and restore their GPU state.")
+    ap.add_argument("--endpoint", help=f"proxyd endpoint (default $GPUPROXY_ENDPOINT or {P.DEFAULT_ENDPOINT})")
+    ap.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for proxyd (default 10)")
+    sub = ap.add_subparsers(dest="cmd")
+    sub.add_parser("preload", help="print the LD_PRELOAD value of the shim").set_defaults(fn=cmd_preload)
+    r = sub.add_parser("run", help="run a command under the shim")
+    r.add_argument("command", nargs=argparse.REMAINDER)
+    r.set_defaults(fn=cmd_run)
+    s = sub.add_parser("status", help="sessions served by proxyd")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_status)
+    try:
+        from . import checkpoint_cmds
+        checkpoint_cmds.add_parsers(sub)
+    except ImportError:
+        pass
+    return ap
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # pos_cli-style actions: proxy-cli --dump --pid PID --dir DIR ...
+    for flag in ("--pre-dump", "--dump", "--restore"):
+        if flag in argv:
+            argv.remove(flag)
+            argv.insert(0, flag[2:])
+            break
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    if not getattr(a, "fn", None):
+        ap.print_help()
+        return 2
+    try:
+        return a.fn(a) or 0
+    except ControlError as e:
+        print(f"proxy-cli: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+/* The calling thread's context stack (driver API semantics: cuCtxPushCurrent,
+ * cuCtxPopCurrent, cuCtxSetCurrent replace the top, cuCtxGetCurrent reads it;
+ * CUDA Driver API reference, "Context Management"). It lives in the client,
+ * not in proxyd: every op carries the thread's current context, so proxyd
+ * needs no per-thread state and a restored process keeps its own stacks.
+ *
+ * Locking: the stack is thread-local; the context -> device table is under
+ * gp_lock. */
+#include "gp_shim.h"
+
+#define GP_CTX_DEPTH 64
+#define GP_MAX_CTX 1024
+
+static __thread CUcontext stack[GP_CTX_DEPTH];
+static __thread int depth;
+
+CUcontext gp_ctx_current(void) { return depth ? stack[depth - 1] : NULL; }
+
+void gp_ctx_set_current(CUcontext ctx)
+{
+    if (depth == 0) {
+        if (ctx)
+            stack[depth++] = ctx;
+    } else if (ctx) {
+        stack[depth - 1] = ctx;
+    } else {
+        depth--;   /* cuCtxSetCurrent(NULL) pops the current context */
+    }
+}
+
+int gp_ctx_push(CUcontext ctx)
+{
+    if (depth == GP_CTX_DEPTH)
+        return -1;
+    stack[depth++] = ctx;
+    return 0;
+}
+
+CUcontext gp_ctx_pop(void) { return depth ? stack[--depth] : NULL; }
+
+static struct { CUcontext ctx; CUdevice dev; } devs[GP_MAX_CTX];
+static int ndevs;
+
+void gp_ctx_note_device(CUcontext ctx, CUdevice dev)
+{
+    gp_lock();
+    for (int i = 0; i < ndevs; i++)
+        if (devs[i].ctx == ctx) {
+            devs[i].dev = dev;
+            gp_unlock();
+            return;
+        }
+    if (ndevs < GP_MAX_CTX) {
+        devs[ndevs].ctx = ctx;
+        devs[ndevs].dev = dev;
+        ndevs++;
+    }
+    gp_unlock();
+}
+
+int gp_ctx_device(CUcontext ctx, CUdevice *dev)
+{
+    int found = -1;
+    gp_lock();
+    for (int i = 0; i < ndevs; i++)
+        if (devs[i].ctx == ctx) {
+            *dev = devs[i].dev;
+            found = 0;
+        }
+    gp_unlock();
+    return found;
+}
+
+void gp_ctx_forget(CUcontext ctx)
+{
+    gp_lock();
+    for (int i = 0; i < ndevs; i++)
+        if (devs[i].ctx == ctx) {
+            devs[i] = devs[--ndevs];
+            break;
+        }
+    gp_unlock();
+    /* a destroyed context must not stay current on this thread */
+    for (int i = 0; i < depth; i++)
+        if (stack[i] == ctx)
+            stack[i] = NULL;
+}

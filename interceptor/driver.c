@@ -1,0 +1,608 @@
+/* Hand-written driver API entry points (spec: `shim: override` or `shim: local`).
+ * Each gpo_<symbol> here is called by the generated stub of <symbol>.
+ *
+ * Locking: every function that touches shim state or the socket takes gp_lock
+ * (GP_ENTER / GP_LEAVE). */
+#define _GNU_SOURCE
+#include <elf.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gp_funcs.h"
+#include "gp_gen.h"
+#include "gp_memcpy.h"
+#include "gp_shim.h"
+
+#define GP_ENTER()                                   \
+    gp_lock();                                       \
+    do {                                             \
+        CUresult s_ = gp_session();                  \
+        if (s_ != CUDA_SUCCESS) {                    \
+            gp_unlock();                             \
+            return s_;                               \
+        }                                            \
+    } while (0)
+#define GP_LEAVE(rc) do { CUresult r_ = (rc); gp_unlock(); return r_; } while (0)
+
+/* ----------------------------------------------------------------- init */
+
+CUresult gpo_cuInit(unsigned int Flags)
+{
+    GP_ENTER();
+    GP_LEAVE(gpg_cuInit(Flags));
+}
+
+static int driver_version = 13000;
+void gp_note_driver_version(int v) { if (v > 0) driver_version = v; }
+
+CUresult gpo_cuDriverGetVersion(int *v)
+{
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* the daemon's driver version arrives with HELLO; connect if needed */
+    gp_lock();
+    gp_session();
+    *v = driver_version;
+    gp_unlock();
+    return CUDA_SUCCESS;
+}
+
+/* ----------------------------------------------------------------- errors */
+
+/* Short descriptions of the errors programs most often print; our own words.
+ * Other codes fall back to their enum name. */
+static const struct { CUresult e; const char *s; } cu_err_text[] = {
+    { CUDA_SUCCESS, "no error" },
+    { CUDA_ERROR_INVALID_VALUE, "invalid argument" },
+    { CUDA_ERROR_OUT_OF_MEMORY, "out of memory" },
+    { CUDA_ERROR_NOT_INITIALIZED, "driver not initialized" },
+    { CUDA_ERROR_DEINITIALIZED, "driver shutting down" },
+    { CUDA_ERROR_DEVICE_UNAVAILABLE, "device unavailable (gpuproxy: proxyd not reachable)" },
+    { CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected" },
+    { CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal" },
+    { CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid" },
+    { CUDA_ERROR_INVALID_CONTEXT, "invalid device context" },
+    { CUDA_ERROR_INVALID_HANDLE, "invalid resource handle" },
+    { CUDA_ERROR_NOT_FOUND, "named symbol not found" },
+    { CUDA_ERROR_NOT_READY, "device not ready" },
+    { CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered" },
+    { CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "too many resources requested for launch" },
+    { CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure" },
+    { CUDA_ERROR_NOT_SUPPORTED, "operation not supported" },
+    { CUDA_ERROR_UNKNOWN, "unknown error" },
+};
+
+CUresult gpo_cuGetErrorString(CUresult error, const char **pStr)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof cu_err_text / sizeof cu_err_text[0]; i++)
+        if (cu_err_text[i].e == error) {
+            *pStr = cu_err_text[i].s;
+            return CUDA_SUCCESS;
+        }
+    const char *n = gp_cu_error_name(error);
+    *pStr = n;
+    return n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult gpo_cuGetErrorName(CUresult error, const char **pStr)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pStr = gp_cu_error_name(error);
+    return *pStr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---------------------------------------------------------- entry points */
+
+static CUresult proc_address(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status)
+{
+    if (!symbol || !pfn)
+        return CUDA_ERROR_INVALID_VALUE;
+    int other = 0;
+    void *p = gp_proc_lookup(symbol, cudaVersion, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0, &other);
+    *pfn = p;
+    if (status)
+        *status = p ? CU_GET_PROC_ADDRESS_SUCCESS
+                    : (other ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    return p ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult gpo_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                 CUdriverProcAddressQueryResult *symbolStatus)
+{
+    return proc_address(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
+CUresult gpo_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    return proc_address(symbol, pfn, cudaVersion, flags, NULL);
+}
+
+/* -------------------------------------------------------------- contexts */
+
+CUresult gpo_cuCtxGetCurrent(CUcontext *pctx)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = gp_ctx_current();
+    return CUDA_SUCCESS;
+}
+
+CUresult gpo_cuCtxSetCurrent(CUcontext ctx)
+{
+    gp_ctx_set_current(ctx);
+    return CUDA_SUCCESS;
+}
+
+CUresult gpo_cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return gp_ctx_push(ctx) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+CUresult gpo_cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    if (!gp_ctx_current())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUcontext c = gp_ctx_pop();
+    if (pctx)
+        *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+CUresult gpo_cuCtxGetDevice(CUdevice *device)
+{
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUcontext c = gp_ctx_current();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return gp_ctx_device(c, device) ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
+}
+
+CUresult gpo_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    GP_ENTER();
+    CUresult rc = gpg_cuDevicePrimaryCtxRetain(pctx, dev);
+    if (rc == CUDA_SUCCESS && pctx)
+        gp_ctx_note_device(*pctx, dev);
+    GP_LEAVE(rc);
+}
+
+CUresult gpo_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (params && (params->numExecAffinityParams || params->execAffinityParams || params->cigParams)) {
+        gp_warn_unsupported("cuCtxCreate_v4 (execution affinity / CIG parameters)");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    GP_ENTER();
+    gp_buf *b = gp_op_begin(GP_FID_cuCtxCreate_v4, 4);
+    mp_bool(b, 1);
+    mp_nil(b);
+    mp_uint(b, flags);
+    mp_int(b, dev);
+    gp_reply r;
+    CUresult rc = gp_op_sync(&r);
+    if (rc == CUDA_SUCCESS && r.have_outs && r.nouts >= 1) {
+        gp_out_handle(&r, (void **)pctx);
+        gp_ctx_note_device(*pctx, dev);
+        gp_ctx_push(*pctx);   /* the new context becomes current (cuCtxCreate) */
+    }
+    gp_reply_done(&r);
+    GP_LEAVE(rc);
+}
+
+CUresult gpo_cuCtxDestroy_v2(CUcontext ctx)
+{
+    GP_ENTER();
+    CUresult rc = gpg_cuCtxDestroy_v2(ctx);
+    if (rc == CUDA_SUCCESS)
+        gp_ctx_forget(ctx);
+    GP_LEAVE(rc);
+}
+
+/* --------------------------------------------------------------- modules */
+
+/* Size of a module image as cuModuleLoadData receives it: a fatbinary (its
+ * header states the size), the C wrapper around one, an ELF cubin (the end of
+ * its last section or table), or NUL-terminated PTX text. */
+size_t gp_image_size(const void *image, const void **start)
+{
+    const uint8_t *p = image;
+    uint32_t magic;
+    memcpy(&magic, p, 4);
+    *start = image;
+    if (magic == 0x466243b1u) {             /* __fatBinC_Wrapper_t */
+        const void *data;
+        memcpy(&data, p + 8, sizeof data);
+        return gp_image_size(data, start);
+    }
+    if (magic == 0xba55ed50u) {             /* fatbinary: u16 version, u16 header size, u64 payload size */
+        uint16_t hsize;
+        uint64_t fsize;
+        memcpy(&hsize, p + 6, 2);
+        memcpy(&fsize, p + 8, 8);
+        return (size_t)hsize + (size_t)fsize;
+    }
+    if (p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F' && p[4] == ELFCLASS64) {
+        const Elf64_Ehdr *eh = image;
+        size_t end = eh->e_shoff + (size_t)eh->e_shnum * eh->e_shentsize;
+        size_t ph = eh->e_phoff + (size_t)eh->e_phnum * eh->e_phentsize;
+        if (ph > end)
+            end = ph;
+        const Elf64_Shdr *sh = (const Elf64_Shdr *)(p + eh->e_shoff);
+        for (int i = 0; i < eh->e_shnum; i++)
+            if (sh[i].sh_type != SHT_NOBITS && sh[i].sh_offset + sh[i].sh_size > end)
+                end = sh[i].sh_offset + sh[i].sh_size;
+        return end;
+    }
+    return strlen((const char *)image) + 1;
+}
+
+static CUresult module_load(uint32_t fid, uint32_t nargs, CUmodule *module, const void *data, size_t n)
+{
+    if (!module)
+        return CUDA_ERROR_INVALID_VALUE;
+    GP_ENTER();
+    gp_buf *b = gp_op_begin(fid, nargs);
+    mp_bool(b, 1);
+    gp_put_data(b, data, n, 0);
+    for (uint32_t i = 2; i < nargs; i++)
+        mp_nil(b);
+    gp_reply r;
+    CUresult rc = gp_op_sync(&r);
+    if (rc == CUDA_SUCCESS && r.have_outs && r.nouts >= 1)
+        gp_out_handle(&r, (void **)module);
+    gp_reply_done(&r);
+    GP_LEAVE(rc);
+}
+
+CUresult gpo_cuModuleLoadData(CUmodule *module, const void *image)
+{
+    if (!image)
+        return CUDA_ERROR_INVALID_VALUE;
+    const void *start;
+    size_t n = gp_image_size(image, &start);
+    return module_load(GP_FID_cuModuleLoadData, 2, module, start, n);
+}
+
+CUresult gpo_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+                                CUjit_option *options, void **optionValues)
+{
+    /* JIT options only tune or report on compilation in proxyd; they are not
+     * forwarded (their log buffers point into this process). */
+    (void)numOptions;
+    (void)options;
+    (void)optionValues;
+    if (!image)
+        return CUDA_ERROR_INVALID_VALUE;
+    const void *start;
+    size_t n = gp_image_size(image, &start);
+    return module_load(GP_FID_cuModuleLoadDataEx, 5, module, start, n);
+}
+
+CUresult gpo_cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
+{
+    if (!fatCubin)
+        return CUDA_ERROR_INVALID_VALUE;
+    const void *start;
+    size_t n = gp_image_size(fatCubin, &start);
+    return module_load(GP_FID_cuModuleLoadFatBinary, 2, module, start, n);
+}
+
+CUresult gpo_cuModuleLoad(CUmodule *module, const char *fname)
+{
+    if (!fname)
+        return CUDA_ERROR_INVALID_VALUE;
+    int fd = open(fname, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        close(fd);
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    }
+    size_t n = (size_t)st.st_size;
+    uint8_t *buf = malloc(n + 1);
+    if (!buf) {
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    close(fd);
+    buf[got] = 0;   /* PTX files get their terminating NUL */
+    CUresult rc = module_load(GP_FID_cuModuleLoad, 2, module, buf, got + 1);
+    free(buf);
+    return rc;
+}
+
+CUresult gpo_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    if (!hfunc || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    GP_ENTER();
+    gp_buf *b = gp_op_begin(GP_FID_cuModuleGetFunction, 3);
+    mp_bool(b, 1);
+    gp_put_handle(b, hmod);
+    mp_bin(b, name, strlen(name) + 1);
+    gp_reply r;
+    CUresult rc = gp_op_sync(&r);
+    if (rc == CUDA_SUCCESS && r.have_outs && r.nouts >= 2) {
+        gp_out_handle(&r, (void **)hfunc);
+        gp_fninfo *fi = gp_fn_add(*hfunc, name, strlen(name));
+        if (!fi || gp_fn_read_layout(fi, &r.rd) < 0)
+            rc = CUDA_ERROR_INVALID_IMAGE;
+    }
+    gp_reply_done(&r);
+    GP_LEAVE(rc);
+}
+
+CUresult gpo_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
+{
+    gp_lock();
+    gp_fninfo *fi = gp_fn_lookup(func);
+    CUresult rc = CUDA_ERROR_INVALID_HANDLE;
+    if (fi && fi->have_layout) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        if (paramIndex < fi->nparams) {
+            if (paramOffset)
+                *paramOffset = fi->off[paramIndex];
+            if (paramSize)
+                *paramSize = fi->size[paramIndex];
+            rc = CUDA_SUCCESS;
+        }
+    }
+    gp_unlock();
+    return rc;
+}
+
+CUresult gpo_cuFuncGetName(const char **name, CUfunction hfunc)
+{
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    gp_lock();
+    gp_fninfo *fi = gp_fn_lookup(hfunc);
+    *name = fi ? fi->name : NULL;
+    gp_unlock();
+    return fi ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* ---------------------------------------------------------------- launch */
+
+/* Enqueues a launch with an already packed argument buffer. Caller holds the lock. */
+CUresult gp_launch(uint32_t fid, CUfunction f, const unsigned grid[3], const unsigned block[3],
+                   unsigned shmem, CUstream stream, const void *params, size_t nbytes)
+{
+    gp_buf *b = gp_op_begin(fid, 11);
+    gp_put_handle(b, f);
+    for (int i = 0; i < 3; i++)
+        mp_uint(b, grid[i]);
+    for (int i = 0; i < 3; i++)
+        mp_uint(b, block[i]);
+    mp_uint(b, shmem);
+    gp_put_handle(b, stream);
+    gp_put_data(b, params, nbytes, 1);
+    mp_nil(b);
+    return gp_op_async();
+}
+
+static CUresult launch_kernel(uint32_t fid, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                              unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream s,
+                              void **kernelParams, void **extra)
+{
+    GP_ENTER();
+    gp_fninfo *fi = gp_fn_lookup(f);
+    if (!fi)
+        GP_LEAVE(CUDA_ERROR_INVALID_HANDLE);
+    const unsigned grid[3] = { gx, gy, gz }, block[3] = { bx, by, bz };
+    CUresult rc;
+    if (kernelParams || !extra) {
+        if (!fi->have_layout)
+            GP_LEAVE(CUDA_ERROR_INVALID_IMAGE);
+        uint8_t small[4096];
+        uint8_t *buf = fi->param_bytes <= sizeof small ? small : malloc(fi->param_bytes);
+        if (!buf)
+            GP_LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+        gp_fn_pack(fi, kernelParams, buf);
+        rc = gp_launch(fid, f, grid, block, shmem, s, buf, fi->param_bytes);
+        if (buf != small)
+            free(buf);
+    } else {
+        /* extra = { CU_LAUNCH_PARAM_BUFFER_POINTER, p, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+         * CU_LAUNCH_PARAM_END } in any order (cuLaunchKernel documentation). */
+        const void *p = NULL;
+        size_t n = 0;
+        for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+            if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+                p = extra[i + 1];
+            else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+                n = *(const size_t *)extra[i + 1];
+            else
+                GP_LEAVE(CUDA_ERROR_INVALID_VALUE);
+        }
+        if (!p && n)
+            GP_LEAVE(CUDA_ERROR_INVALID_VALUE);
+        rc = gp_launch(fid, f, grid, block, shmem, s, p, n);
+    }
+    GP_LEAVE(rc);
+}
+
+CUresult gpo_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                            unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                            unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+{
+    return launch_kernel(GP_FID_cuLaunchKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                         sharedMemBytes, hStream, kernelParams, extra);
+}
+
+CUresult gpo_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                 unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                 unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+{
+    return launch_kernel(GP_FID_cuLaunchKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
+                         blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+}
+
+/* ---------------------------------------------------------------- copies */
+
+#define COPY_ENTRY(call) do { GP_ENTER(); GP_LEAVE(call); } while (0)
+
+CUresult gpo_cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+    COPY_ENTRY(gp_copy_htod(GP_FID_cuMemcpyHtoD_v2, dst, src, n, NULL, 0, 0));
+}
+
+CUresult gpo_cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n)
+{
+    COPY_ENTRY(gp_copy_htod(GP_FID_cuMemcpyHtoD_v2_ptds, dst, src, n, NULL, 0, 0));
+}
+
+CUresult gpo_cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    COPY_ENTRY(gp_copy_htod(GP_FID_cuMemcpyHtoDAsync_v2, dst, src, n, s, 1, 1));
+}
+
+CUresult gpo_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    COPY_ENTRY(gp_copy_htod(GP_FID_cuMemcpyHtoDAsync_v2_ptsz, dst, src, n, s, 1, 1));
+}
+
+CUresult gpo_cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+    COPY_ENTRY(gp_copy_dtoh(GP_FID_cuMemcpyDtoH_v2, dst, src, n, NULL, 0, 0));
+}
+
+CUresult gpo_cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n)
+{
+    COPY_ENTRY(gp_copy_dtoh(GP_FID_cuMemcpyDtoH_v2_ptds, dst, src, n, NULL, 0, 0));
+}
+
+CUresult gpo_cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    COPY_ENTRY(gp_copy_dtoh(GP_FID_cuMemcpyDtoHAsync_v2, dst, src, n, s, 1, 1));
+}
+
+CUresult gpo_cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    COPY_ENTRY(gp_copy_dtoh(GP_FID_cuMemcpyDtoHAsync_v2_ptsz, dst, src, n, s, 1, 1));
+}
+
+/* Unified addressing: the direction follows from where the pointers point. */
+CUresult gp_copy_any(int per_thread, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async)
+{
+    int dd = gp_is_device_ptr((void *)(uintptr_t)dst), sd = gp_is_device_ptr((void *)(uintptr_t)src);
+    if (dd && sd) {
+        uint32_t fid = async ? (per_thread ? GP_FID_cuMemcpyDtoDAsync_v2_ptsz : GP_FID_cuMemcpyDtoDAsync_v2)
+                             : (per_thread ? GP_FID_cuMemcpyDtoD_v2_ptds : GP_FID_cuMemcpyDtoD_v2);
+        gp_buf *b = gp_op_begin(fid, async ? 4 : 3);
+        mp_uint(b, dst);
+        mp_uint(b, src);
+        mp_uint(b, n);
+        if (async) {
+            gp_put_handle(b, s);
+            return gp_op_async();
+        }
+        gp_reply r;
+        CUresult rc = gp_op_sync(&r);
+        gp_reply_done(&r);
+        return rc;
+    }
+    if (dd)
+        return gp_copy_htod(async ? (per_thread ? GP_FID_cuMemcpyHtoDAsync_v2_ptsz : GP_FID_cuMemcpyHtoDAsync_v2)
+                                  : (per_thread ? GP_FID_cuMemcpyHtoD_v2_ptds : GP_FID_cuMemcpyHtoD_v2),
+                            dst, (const void *)(uintptr_t)src, n, s, async, async);
+    if (sd)
+        return gp_copy_dtoh(async ? (per_thread ? GP_FID_cuMemcpyDtoHAsync_v2_ptsz : GP_FID_cuMemcpyDtoHAsync_v2)
+                                  : (per_thread ? GP_FID_cuMemcpyDtoH_v2_ptds : GP_FID_cuMemcpyDtoH_v2),
+                            (void *)(uintptr_t)dst, src, n, s, async, async);
+    /* host to host: ordered after work already queued, as CUDA orders it */
+    CUresult rc = gp_flush();
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    return rc;
+}
+
+CUresult gpo_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { COPY_ENTRY(gp_copy_any(0, dst, src, n, NULL, 0)); }
+CUresult gpo_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) { COPY_ENTRY(gp_copy_any(1, dst, src, n, NULL, 0)); }
+CUresult gpo_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { COPY_ENTRY(gp_copy_any(0, dst, src, n, s, 1)); }
+CUresult gpo_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { COPY_ENTRY(gp_copy_any(1, dst, src, n, s, 1)); }
+
+/* ----------------------------------------------------------- host memory */
+
+static CUresult host_alloc(uint32_t fid, void **pp, size_t bytesize, unsigned int flags, int with_flags)
+{
+    if (!pp)
+        return CUDA_ERROR_INVALID_VALUE;
+    GP_ENTER();
+    void *p = gp_host_alloc(bytesize);
+    if (!p)
+        GP_LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+    CUresult rc = CUDA_SUCCESS;
+    uint32_t seg;
+    const char *name;
+    size_t size;
+    if (gp_shm_ok() && gp_host_segment(p, &seg, &name, &size) == 0) {
+        /* proxyd maps and page-locks the segment now, as the real call does */
+        gp_buf *b = gp_op_begin(fid, with_flags ? 3 : 2);
+        gp_put_shm(b, seg, 0, size);
+        mp_uint(b, bytesize);
+        if (with_flags)
+            mp_uint(b, flags);
+        gp_reply r;
+        rc = gp_op_sync(&r);
+        gp_reply_done(&r);
+        if (rc != CUDA_SUCCESS) {
+            gp_host_free(p);
+            p = NULL;
+        }
+    }
+    *pp = p;
+    GP_LEAVE(rc);
+}
+
+CUresult gpo_cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+    return host_alloc(GP_FID_cuMemAllocHost_v2, pp, bytesize, 0, 0);
+}
+
+CUresult gpo_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    return host_alloc(GP_FID_cuMemHostAlloc, pp, bytesize, Flags, 1);
+}
+
+CUresult gpo_cuMemFreeHost(void *p)
+{
+    GP_ENTER();
+    uint32_t seg;
+    const char *name;
+    size_t size;
+    if (gp_host_segment(p, &seg, &name, &size) != 0)
+        GP_LEAVE(CUDA_ERROR_INVALID_VALUE);
+    CUresult rc = CUDA_SUCCESS;
+    if (gp_shm_ok() && name[0]) {
+        /* work that still reads or writes the buffer finishes first, as with
+         * the real cuMemFreeHost */
+        gp_buf *b = gp_op_begin(GP_FID_cuMemFreeHost, 1);
+        gp_put_shm(b, seg, 0, size);
+        gp_reply r;
+        rc = gp_op_sync(&r);
+        gp_reply_done(&r);
+    }
+    gp_host_free(p);
+    GP_LEAVE(rc);
+}

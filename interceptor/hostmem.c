@@ -1,0 +1,253 @@
+/* Host memory that the shim shares with proxyd, and what the client knows of
+ * device address ranges.
+ *
+ * When proxyd runs on the same host (it says so in its HELLO answer, after
+ * opening the staging segment by name), bulk data travels through POSIX shared
+ * memory instead of the socket:
+ *  - segment 0 is a staging area for copies from/to pageable memory;
+ *  - every cudaMallocHost / cuMemHostAlloc allocation is a segment of its own,
+ *    which proxyd maps and page-locks (cuMemHostRegister), so copies from and
+ *    to it are DMA without any extra copy, as with real pinned memory.
+ * Segments are named /gpuproxy-<session token>-<n> (under /dev/shm); the shim
+ * unlinks them when they are freed and at exit.
+ *
+ * Locking: all under gp_lock. */
+#define _GNU_SOURCE
+#include "gp_shim.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define GP_MAX_SEGS 4096
+
+typedef struct gp_seg {
+    uint32_t id;
+    void *base;
+    size_t size;
+    char name[96];
+} gp_seg;
+
+static gp_seg segs[GP_MAX_SEGS];
+static int nsegs;
+static uint32_t next_seg_id;
+static int shm_ok;              /* proxyd can open our segments */
+static int atexit_set;
+
+static uint64_t arena_base, arena_size;
+
+#define GP_MAX_RANGES 1024
+static struct { uint64_t base, size; } ranges[GP_MAX_RANGES];
+static int nranges;
+
+extern const char *gp_session_token(void);
+extern int gp_session_pid(void);
+
+static void unlink_all(void)
+{
+    for (int i = 0; i < nsegs; i++)
+        if (segs[i].name[0])
+            shm_unlink(segs[i].name);
+}
+
+static gp_seg *seg_create(size_t size)
+{
+    if (nsegs == GP_MAX_SEGS)
+        return NULL;
+    gp_seg *s = &segs[nsegs];
+    s->id = next_seg_id++;
+    snprintf(s->name, sizeof s->name, "/gpuproxy-%s-%u", gp_session_token(), s->id);
+    int fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return NULL;
+    if (ftruncate(fd, (off_t)size) < 0) {
+        close(fd);
+        shm_unlink(s->name);
+        return NULL;
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        shm_unlink(s->name);
+        return NULL;
+    }
+    s->base = p;
+    s->size = size;
+    nsegs++;
+    if (!atexit_set) {
+        atexit(unlink_all);
+        atexit_set = 1;
+    }
+    return s;
+}
+
+static gp_seg *staging;
+
+size_t gp_staging_size(void) { return (staging && shm_ok) ? staging->size : 0; }
+void *gp_staging_base(void) { return staging ? staging->base : NULL; }
+uint32_t gp_staging_id(void) { return staging ? staging->id : 0; }
+int gp_shm_ok(void) { return shm_ok; }
+
+/* Called while building HELLO: a map describing this client. */
+void gp_hello_info(gp_buf *b)
+{
+    long mb = 64;
+    const char *e = getenv("GPUPROXY_STAGING_MB");
+    if (e && *e)
+        mb = atol(e);
+    int use_shm = !(getenv("GPUPROXY_SHM") && strcmp(getenv("GPUPROXY_SHM"), "0") == 0);
+    if (use_shm && !staging && mb > 0)
+        staging = seg_create((size_t)mb << 20);
+    char exe[512] = "";
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = 0;
+    mp_map(b, 5);
+    mp_str(b, "pid");
+    mp_int(b, gp_session_pid());
+    mp_str(b, "token");
+    mp_str(b, gp_session_token());
+    mp_str(b, "version");
+    mp_str(b, GP_VERSION);
+    mp_str(b, "exe");
+    mp_str(b, exe);
+    mp_str(b, "staging");
+    if (staging) {
+        mp_array(b, 3);
+        mp_uint(b, staging->id);
+        mp_str(b, staging->name);
+        mp_uint(b, staging->size);
+    } else {
+        mp_nil(b);
+    }
+}
+
+/* Called with the HELLO answer's first out: {"arena": [base, size], "shm": bool, ...}. */
+void gp_hello_reply(gp_rd *rd)
+{
+    uint32_t n = mp_get_map(rd);
+    for (uint32_t i = 0; i < n && !rd->err; i++) {
+        size_t klen;
+        const uint8_t *k = mp_get_bytes(rd, &klen);
+        if (k && klen == 5 && !memcmp(k, "arena", 5)) {
+            uint32_t m = mp_get_array(rd);
+            arena_base = m > 0 ? mp_get_uint(rd) : 0;
+            arena_size = m > 1 ? mp_get_uint(rd) : 0;
+            for (uint32_t j = 2; j < m; j++)
+                mp_skip(rd);
+        } else if (k && klen == 3 && !memcmp(k, "shm", 3)) {
+            shm_ok = (int)mp_get_int(rd);
+        } else {
+            mp_skip(rd);
+        }
+    }
+    if (!shm_ok && staging) {
+        /* proxyd cannot see our shared memory (other host or namespace):
+         * everything goes through the socket. */
+        shm_unlink(staging->name);
+        staging->name[0] = 0;
+    }
+}
+
+void *gp_host_alloc(size_t size)
+{
+    if (size == 0)
+        size = 1;
+    if (!shm_ok) {
+        void *p = NULL;
+        if (posix_memalign(&p, 4096, size) != 0)
+            return NULL;
+        /* remember it as a segment without a name so gp_host_free finds it */
+        if (nsegs == GP_MAX_SEGS) {
+            free(p);
+            return NULL;
+        }
+        gp_seg *s = &segs[nsegs++];
+        s->id = next_seg_id++;
+        s->base = p;
+        s->size = size;
+        s->name[0] = 0;
+        return p;
+    }
+    size_t rounded = (size + 4095) & ~(size_t)4095;
+    gp_seg *s = seg_create(rounded);
+    return s ? s->base : NULL;
+}
+
+static int seg_find(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    for (int i = 0; i < nsegs; i++)
+        if (a >= (uintptr_t)segs[i].base && a < (uintptr_t)segs[i].base + segs[i].size)
+            return i;
+    return -1;
+}
+
+int gp_host_segment(const void *p, uint32_t *id, const char **name, size_t *size)
+{
+    int i = seg_find(p);
+    if (i < 0 || segs[i].base != p)
+        return -1;
+    *id = segs[i].id;
+    *name = segs[i].name;
+    *size = segs[i].size;
+    return 0;
+}
+
+int gp_host_free(void *p)
+{
+    int i = seg_find(p);
+    if (i < 0 || segs[i].base != p)
+        return -1;
+    if (segs[i].name[0]) {
+        munmap(segs[i].base, segs[i].size);
+        shm_unlink(segs[i].name);
+    } else {
+        free(segs[i].base);
+    }
+    segs[i] = segs[--nsegs];
+    return 0;
+}
+
+/* Finds the shared segment holding p (never the staging segment): segment
+ * id, offset of p inside it, and bytes available from p to the segment end. */
+int gp_host_lookup(const void *p, uint32_t *seg, uint64_t *off, uint64_t *avail)
+{
+    if (!shm_ok)
+        return -1;
+    int i = seg_find(p);
+    if (i < 0 || !segs[i].name[0] || &segs[i] == staging)
+        return -1;
+    *seg = segs[i].id;
+    *off = (uint64_t)((uintptr_t)p - (uintptr_t)segs[i].base);
+    *avail = segs[i].size - *off;
+    return 0;
+}
+
+void gp_note_device_range(uint64_t base, uint64_t size)
+{
+    for (int i = 0; i < nranges; i++)
+        if (ranges[i].base == base) {
+            ranges[i].size = size;
+            return;
+        }
+    if (nranges < GP_MAX_RANGES) {
+        ranges[nranges].base = base;
+        ranges[nranges].size = size;
+        nranges++;
+    }
+}
+
+int gp_is_device_ptr(const void *p)
+{
+    uint64_t a = (uint64_t)(uintptr_t)p;
+    if (arena_size && a >= arena_base && a < arena_base + arena_size)
+        return 1;
+    for (int i = 0; i < nranges; i++)
+        if (a >= ranges[i].base && a < ranges[i].base + ranges[i].size)
+            return 1;
+    return 0;
+}

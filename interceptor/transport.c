@@ -1,0 +1,820 @@
+/* Transport of the shim: session set-up, batching of async ops, sync round
+ * trips, resends across daemon restarts. The wire format is in
+ * docs/protocol.md; the daemon side is proxyd/server.py.
+ *
+ * Reliability model: every message carries a sequence number. Until proxyd
+ * answers a message, the shim keeps it and sends it again after each second
+ * of silence; proxyd executes each sequence number at most once and answers
+ * duplicates from its record (the last sync reply is part of a checkpoint
+ * image, so this holds across dump, daemon restart and restore). proxyd
+ * answers a duplicate of a message it is still working on with KEEPALIVE.
+ *
+ * Locking: everything here runs under gp_lock (a recursive mutex). */
+#define _GNU_SOURCE
+#include "gp_shim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#define GP_DEFAULT_ENDPOINT "ipc:///tmp/gpuproxy.sock"
+#define GP_INLINE_MAX (16 * 1024)      /* larger payloads travel as their own frame */
+#define GP_BATCH_MAX_OPS 4096
+#define GP_BATCH_MAX_BYTES (1u << 20)
+#define GP_WINDOW_MSGS 2                /* async messages in flight before the shim waits */
+#define GP_WINDOW_BYTES (64u << 20)
+#define GP_HDR_RESERVE 16               /* room for the message header before the ops */
+
+static pthread_mutex_t gp_mu;
+static pthread_once_t gp_once = PTHREAD_ONCE_INIT;
+
+/* A message waiting for its answer. Frame 0 is msgpack; frames 1.. are bulk data. */
+typedef struct gp_frame {
+    const void *p;
+    size_t n;
+    int owned;          /* free(p) once answered */
+} gp_frame;
+
+typedef struct gp_msg {
+    uint64_t seq;
+    int sync;
+    gp_buf head;        /* frame 0: GP_HDR_RESERVE bytes of room, then the ops */
+    size_t head_off;    /* where frame 0 starts inside head.p */
+    int nframes;        /* data frames */
+    gp_frame frames[GP_MAX_FRAMES];
+    size_t bytes;
+} gp_msg;
+
+static struct {
+    int state;                  /* 0 new, 1 connected, 2 failed to connect */
+    pid_t pid;
+    char endpoint[512];
+    char token[40];
+    void *zctx;
+    void *sock;
+    uint64_t seq;
+    /* the batch being built */
+    gp_msg cur;
+    uint32_t cur_ops;
+    int cur_has_ops;
+    /* async messages sent and not yet answered */
+    gp_msg inflight[GP_WINDOW_MSGS + 1];
+    int ninflight;
+    size_t inflight_bytes;
+    /* first async error not yet reported to the application */
+    CUresult async_err;
+    int debug;
+    long spin_us;
+    long timeout_ms;            /* silence after which a connected session gives up */
+    long connect_ms;            /* silence after which the first contact gives up */
+    int batching;
+    int warned_unreachable;
+} G;
+
+/* ---------------------------------------------------------------- utils */
+
+static uint64_t now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}
+
+static long env_long(const char *name, long def)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return def;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end ? def : v;
+}
+
+int gp_debug_enabled(void) { return G.debug; }
+
+void gp_log(const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "gpuproxy: %s\n", line);
+}
+
+void gp_warn_unsupported(const char *fn)
+{
+    /* One line per call, naming the function (the project's rule for every
+     * unsupported entry point). */
+    fprintf(stderr, "gpuproxy: %s is not supported by gpuproxy; returning not-supported\n", fn);
+}
+
+const char *gp_endpoint(void) { return G.endpoint; }
+
+/* --------------------------------------------------------------- locking */
+
+static void child_after_fork(void)
+{
+    /* CUDA state does not survive fork(); the child starts a session of its
+     * own if it uses CUDA. The parent's socket belongs to the parent's zmq
+     * threads, which do not exist here: leak it rather than touch it. */
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&gp_mu, &a);
+    G.state = 0;
+    G.zctx = NULL;
+    G.sock = NULL;
+    G.ninflight = 0;
+    G.inflight_bytes = 0;
+    gp_buf_init(&G.cur.head);
+    G.cur_ops = 0;
+    G.cur_has_ops = 0;
+    G.cur.nframes = 0;
+    G.cur.bytes = 0;
+}
+
+static void init_once(void)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&gp_mu, &a);
+    pthread_atfork(NULL, NULL, child_after_fork);
+}
+
+void gp_lock(void)
+{
+    pthread_once(&gp_once, init_once);
+    pthread_mutex_lock(&gp_mu);
+}
+
+void gp_unlock(void) { pthread_mutex_unlock(&gp_mu); }
+
+/* ------------------------------------------------------------ messages */
+
+static void msg_reset(gp_msg *m)
+{
+    for (int i = 0; i < m->nframes; i++)
+        if (m->frames[i].owned)
+            free((void *)m->frames[i].p);
+    m->nframes = 0;
+    m->bytes = 0;
+    gp_buf_reset(&m->head);
+    gp_buf_reserve(&m->head, GP_HDR_RESERVE);
+    m->head.len = GP_HDR_RESERVE;
+}
+
+static void msg_free(gp_msg *m)
+{
+    msg_reset(m);
+    gp_buf_free(&m->head);
+}
+
+static void noop_free(void *data, void *hint) { (void)data; (void)hint; }
+
+/* Sends message m. Large frames go zero-copy: their memory stays valid until
+ * the message is answered (owned copies, or the caller's buffer of a sync op). */
+static int msg_send(gp_msg *m)
+{
+    zmq_msg_t zm;
+    int more = m->nframes ? ZMQ_SNDMORE : 0;
+    size_t n0 = m->head.len - m->head_off;
+    if (zmq_send(G.sock, m->head.p + m->head_off, n0, more) < 0)
+        return -1;
+    for (int i = 0; i < m->nframes; i++) {
+        int flags = (i + 1 < m->nframes) ? ZMQ_SNDMORE : 0;
+        const gp_frame *f = &m->frames[i];
+        if (f->n >= GP_INLINE_MAX) {
+            zmq_msg_init_data(&zm, (void *)f->p, f->n, noop_free, NULL);
+            if (zmq_msg_send(&zm, G.sock, flags) < 0) {
+                zmq_msg_close(&zm);
+                return -1;
+            }
+        } else if (zmq_send(G.sock, f->p, f->n, flags) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Writes the header [type, seq, ops-array] right before the ops in m->head. */
+static void msg_seal(gp_msg *m, int type, uint32_t nops)
+{
+    uint8_t tmp[GP_HDR_RESERVE];
+    gp_buf h = { tmp, 0, sizeof tmp };
+    m->seq = ++G.seq;
+    /* a fixed buffer: reserve never grows it because the header fits in 16 bytes */
+    mp_array(&h, 3);
+    mp_uint(&h, (uint64_t)type);
+    mp_uint(&h, m->seq);
+    mp_array(&h, nops);
+    m->head_off = GP_HDR_RESERVE - h.len;
+    memcpy(m->head.p + m->head_off, tmp, h.len);
+    m->bytes += m->head.len - m->head_off;
+}
+
+/* --------------------------------------------------------------- replies */
+
+static void reply_init(gp_reply *r)
+{
+    r->code = 0;
+    r->have_outs = 0;
+    r->nouts = 0;
+    r->nframes = 0;
+    gp_rd_init(&r->rd, NULL, 0);
+}
+
+void gp_reply_done(gp_reply *r)
+{
+    for (int i = 0; i < r->nframes; i++)
+        zmq_msg_close(&r->frames[i]);
+    r->nframes = 0;
+}
+
+/* Receives one whole message (all frames) into r; waits at most timeout_ms
+ * (0: do not wait). Spins first for spin_us, since a reply usually arrives
+ * within tens of microseconds and waking a sleeping thread costs as much. */
+static int recv_message(gp_reply *r, long timeout_ms)
+{
+    reply_init(r);
+    zmq_msg_t *m = &r->frames[0];
+    zmq_msg_init(m);
+    int got = zmq_msg_recv(m, G.sock, ZMQ_DONTWAIT);
+    if (got < 0 && timeout_ms > 0) {
+        uint64_t spin_end = now_us() + (uint64_t)G.spin_us;
+        while (got < 0 && now_us() < spin_end)
+            got = zmq_msg_recv(m, G.sock, ZMQ_DONTWAIT);
+        if (got < 0) {
+            zmq_pollitem_t it = { G.sock, 0, ZMQ_POLLIN, 0 };
+            int pr = zmq_poll(&it, 1, timeout_ms);
+            if (pr > 0)
+                got = zmq_msg_recv(m, G.sock, ZMQ_DONTWAIT);
+        }
+    }
+    if (got < 0) {
+        zmq_msg_close(m);
+        return -1;
+    }
+    r->nframes = 1;
+    while (zmq_msg_more(&r->frames[r->nframes - 1])) {
+        if (r->nframes == GP_MAX_FRAMES) {
+            gp_log("reply with too many frames");
+            gp_reply_done(r);
+            return -1;
+        }
+        zmq_msg_t *f = &r->frames[r->nframes];
+        zmq_msg_init(f);
+        zmq_msg_recv(f, G.sock, 0);
+        r->nframes++;
+    }
+    return 0;
+}
+
+/* Parses frame 0 of a reply: [seq, code, outs, async_code, async_fid] or
+ * [seq, code, message] for protocol errors. */
+static int reply_parse(gp_reply *r, uint64_t *seq, int *code, CUresult *async_code, uint32_t *async_fid)
+{
+    gp_rd_init(&r->rd, zmq_msg_data(&r->frames[0]), zmq_msg_size(&r->frames[0]));
+    uint32_t n = mp_get_array(&r->rd);
+    *seq = mp_get_uint(&r->rd);
+    *code = (int)mp_get_int(&r->rd);
+    *async_code = CUDA_SUCCESS;
+    *async_fid = 0;
+    if (r->rd.err || n < 2)
+        return -1;
+    if (*code < 0) {
+        if (*code != GP_REPLY_KEEPALIVE && n >= 3) {
+            size_t len;
+            const uint8_t *s = mp_get_bytes(&r->rd, &len);
+            gp_log("proxyd: %.*s", (int)len, s ? (const char *)s : "");
+        }
+        return 0;
+    }
+    if (n >= 5) {
+        /* outs come before the async fields; remember where they are */
+        gp_rd outs = r->rd;
+        mp_skip(&r->rd);
+        *async_code = (CUresult)mp_get_int(&r->rd);
+        *async_fid = (uint32_t)mp_get_uint(&r->rd);
+        r->rd = outs;
+        mp_obj o;
+        gp_rd peek = r->rd;
+        if (mp_next(&peek, &o) == 0 && o.type == MP_ARRAY) {
+            r->nouts = mp_get_array(&r->rd);
+            r->have_outs = 1;
+        } else {
+            mp_skip(&r->rd);
+        }
+    }
+    return r->rd.err ? -1 : 0;
+}
+
+static void note_async_error(CUresult e, uint32_t fid)
+{
+    if (e != CUDA_SUCCESS && G.async_err == CUDA_SUCCESS) {
+        G.async_err = e;
+        if (G.debug)
+            gp_log("async op (function id %u) failed with %d", fid, (int)e);
+    }
+}
+
+/* Answers normally come in order, but proxyd may answer an async message
+ * later than a following sync one (docs/protocol.md), so look the seq up. */
+static void inflight_remove(int i)
+{
+    G.inflight_bytes -= G.inflight[i].bytes;
+    msg_free(&G.inflight[i]);
+    memmove(&G.inflight[i], &G.inflight[i + 1], (size_t)(G.ninflight - 1 - i) * sizeof(gp_msg));
+    G.ninflight--;
+    memset(&G.inflight[G.ninflight], 0, sizeof(gp_msg));
+}
+
+static void resend_all(gp_msg *sync_msg)
+{
+    for (int i = 0; i < G.ninflight; i++)
+        msg_send(&G.inflight[i]);
+    if (sync_msg)
+        msg_send(sync_msg);
+}
+
+/* Waits for answers. Returns 0 when the sync message (if given) has been
+ * answered (its reply left in *out) or, without one, when at most
+ * `max_inflight` async messages remain unanswered. silence_ms: how long a
+ * total silence may last before giving up. */
+static int pump(gp_msg *sync_msg, gp_reply *out, int max_inflight, long silence_ms, int wait)
+{
+    uint64_t last_heard = now_us();
+    uint64_t last_send = last_heard;
+    for (;;) {
+        if (!sync_msg && G.ninflight <= max_inflight)
+            return 0;
+        long slice = 200;
+        gp_reply r;
+        if (recv_message(&r, wait ? slice : 0) < 0) {
+            if (!wait)
+                return 1;
+            uint64_t t = now_us();
+            if ((long)((t - last_heard) / 1000u) >= silence_ms)
+                return -1;
+            if (t - last_send >= 1000000u) {
+                /* Nothing for a second: the daemon may have restarted and
+                 * lost what it had not answered. Send it all again; it
+                 * ignores what it has already executed. */
+                resend_all(sync_msg);
+                last_send = t;
+            }
+            continue;
+        }
+        last_heard = now_us();
+        uint64_t seq;
+        int code;
+        CUresult acode;
+        uint32_t afid;
+        if (reply_parse(&r, &seq, &code, &acode, &afid) < 0) {
+            gp_log("malformed reply from proxyd ignored");
+            gp_reply_done(&r);
+            continue;
+        }
+        if (code == GP_REPLY_KEEPALIVE) {
+            gp_reply_done(&r);
+            continue;
+        }
+        if (code == GP_REPLY_UNKNOWN_SESSION || code == GP_REPLY_PROTOCOL_ERROR) {
+            /* the daemon cannot run anything of this session: fail the wait */
+            gp_reply_done(&r);
+            return -2;
+        }
+        note_async_error(acode, afid);
+        int hit = -1;
+        for (int i = 0; i < G.ninflight; i++)
+            if (G.inflight[i].seq == seq)
+                hit = i;
+        if (hit >= 0) {
+            inflight_remove(hit);
+            gp_reply_done(&r);
+            continue;
+        }
+        if (sync_msg && seq == sync_msg->seq) {
+            *out = r;
+            out->code = code;
+            return 0;
+        }
+        gp_reply_done(&r);   /* an answer to a resend we no longer wait for */
+    }
+}
+
+static CUresult lost_daemon(int why)
+{
+    if (why == -2)
+        gp_log("proxyd at %s does not know this process's session (daemon restarted without a restore?)", G.endpoint);
+    else
+        gp_log("proxyd at %s stopped answering for %ld ms", G.endpoint, G.timeout_ms);
+    return CUDA_ERROR_DEVICE_UNAVAILABLE;
+}
+
+/* --------------------------------------------------------------- session */
+
+static void make_token(void)
+{
+    unsigned char rnd[8] = {0};
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, rnd, sizeof rnd) != (ssize_t)sizeof rnd)
+            memset(rnd, 0, sizeof rnd);
+        close(fd);
+    }
+    uint64_t t = now_us();
+    for (int i = 0; i < 8; i++)
+        rnd[i] ^= (unsigned char)(t >> (8 * i));
+    snprintf(G.token, sizeof G.token, "%02x%02x%02x%02x%02x%02x%02x%02x-%d",
+             rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7], (int)getpid());
+}
+
+static int open_socket(void)
+{
+    G.zctx = zmq_ctx_new();
+    if (!G.zctx)
+        return -1;
+    zmq_ctx_set(G.zctx, ZMQ_IO_THREADS, 1);
+    zmq_ctx_set(G.zctx, ZMQ_BLOCKY, 0);
+    G.sock = zmq_socket(G.zctx, ZMQ_DEALER);
+    if (!G.sock)
+        return -1;
+    char rid[64];
+    int n = snprintf(rid, sizeof rid, "c:%s", G.token);
+    zmq_setsockopt(G.sock, ZMQ_ROUTING_ID, rid, (size_t)n);
+    int linger = 0, ivl = 50, ivlmax = 500, hwm = 0;
+    zmq_setsockopt(G.sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(G.sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(G.sock, ZMQ_RECONNECT_IVL_MAX, &ivlmax, sizeof ivlmax);
+    zmq_setsockopt(G.sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(G.sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    if (zmq_connect(G.sock, G.endpoint) < 0) {
+        gp_log("cannot use endpoint %s: %s", G.endpoint, zmq_strerror(zmq_errno()));
+        return -1;
+    }
+    return 0;
+}
+
+extern void gp_hello_info(gp_buf *b);   /* hostmem.c: what the daemon needs to know */
+extern void gp_hello_reply(gp_rd *rd);  /* hostmem.c: what the daemon told us */
+
+static void bye_at_exit(void)
+{
+    if (G.state != 1 || G.pid != getpid())
+        return;
+    gp_lock();
+    /* Let queued async work reach the daemon, then end the session. */
+    gp_flush();
+    gp_msg m;
+    memset(&m, 0, sizeof m);
+    msg_reset(&m);
+    msg_seal(&m, GP_MSG_BYE, 0);
+    msg_send(&m);
+    gp_reply r;
+    if (pump(&m, &r, 0, 500, 1) == 0)
+        gp_reply_done(&r);
+    msg_free(&m);
+    G.state = 3;
+    gp_unlock();
+}
+
+CUresult gp_session(void)
+{
+    if (G.state == 1 && G.pid == getpid())
+        return CUDA_SUCCESS;
+    if (G.state == 3)
+        return CUDA_ERROR_DEINITIALIZED;
+    if (G.state == 0 || G.pid != getpid()) {
+        const char *ep = getenv("GPUPROXY_ENDPOINT");
+        snprintf(G.endpoint, sizeof G.endpoint, "%s", (ep && *ep) ? ep : GP_DEFAULT_ENDPOINT);
+        G.debug = getenv("GPUPROXY_DEBUG") != NULL;
+        G.spin_us = env_long("GPUPROXY_SPIN_US", 100);
+        G.timeout_ms = env_long("GPUPROXY_TIMEOUT_MS", 300000);
+        G.connect_ms = env_long("GPUPROXY_CONNECT_TIMEOUT_MS", 1500);
+        G.batching = env_long("GPUPROXY_BATCH", 1) != 0;
+        G.pid = getpid();
+        G.seq = 0;
+        G.async_err = CUDA_SUCCESS;
+        make_token();
+        msg_reset(&G.cur);
+        if (open_socket() < 0) {
+            G.state = 2;
+            return CUDA_ERROR_DEVICE_UNAVAILABLE;
+        }
+    }
+    if (!G.sock)
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    /* HELLO: [0, seq, [info]] */
+    gp_msg m;
+    memset(&m, 0, sizeof m);
+    msg_reset(&m);
+    gp_hello_info(&m.head);
+    msg_seal(&m, GP_MSG_HELLO, 1);
+    long limit = G.state == 2 ? 200 : G.connect_ms;   /* after one failure, fail fast */
+    if (msg_send(&m) < 0) {
+        msg_free(&m);
+        G.state = 2;
+        gp_log("cannot send to proxyd at %s: %s", G.endpoint, zmq_strerror(zmq_errno()));
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    }
+    gp_reply r;
+    int rc = pump(&m, &r, 0, limit, 1);
+    msg_free(&m);
+    if (rc != 0 || r.code != 0) {
+        if (rc == 0)
+            gp_reply_done(&r);
+        if (!G.warned_unreachable || G.state != 2)
+            gp_log("cannot reach proxyd at %s (no answer within %ld ms); start it with `proxyd` or set GPUPROXY_ENDPOINT",
+                   G.endpoint, limit);
+        G.warned_unreachable = 1;
+        G.state = 2;
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    }
+    if (r.have_outs && r.nouts >= 1)
+        gp_hello_reply(&r.rd);
+    gp_reply_done(&r);
+    G.state = 1;
+    static int atexit_done;
+    if (!atexit_done) {
+        atexit(bye_at_exit);
+        atexit_done = 1;
+    }
+    if (G.debug)
+        gp_log("session %s connected to %s", G.token, G.endpoint);
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- ops */
+
+gp_buf *gp_op_begin(uint32_t fid, uint32_t nargs)
+{
+    gp_buf *b = &G.cur.head;
+    if (b->len < GP_HDR_RESERVE) {
+        gp_buf_reserve(b, GP_HDR_RESERVE);
+        b->len = GP_HDR_RESERVE;
+    }
+    mp_array(b, nargs + 2);
+    mp_uint(b, fid);
+    mp_uint(b, (uint64_t)(uintptr_t)gp_ctx_current());
+    G.cur_ops++;
+    G.cur_has_ops = 1;
+    return b;
+}
+
+void gp_put_data(gp_buf *b, const void *p, size_t n, int copy)
+{
+    if (!p && n == 0) {
+        mp_nil(b);
+        return;
+    }
+    if (n < GP_INLINE_MAX || G.cur.nframes == GP_MAX_FRAMES) {
+        if (n >= GP_INLINE_MAX)
+            gp_log("too many data frames in one message; sending %zu bytes inline", n);
+        mp_bin(b, p, n);
+        return;
+    }
+    gp_frame *f = &G.cur.frames[G.cur.nframes++];
+    if (copy) {
+        void *c = malloc(n);
+        if (!c) {
+            gp_log("out of host memory copying %zu bytes", n);
+            abort();
+        }
+        memcpy(c, p, n);
+        f->p = c;
+        f->owned = 1;
+    } else {
+        f->p = p;
+        f->owned = 0;
+    }
+    f->n = n;
+    G.cur.bytes += n;
+    uint8_t idx[4] = { 0, 0, (uint8_t)(G.cur.nframes >> 8), (uint8_t)G.cur.nframes };
+    mp_ext(b, GP_EXT_FRAME, idx, 4);
+}
+
+static CUresult take_async_error(void)
+{
+    CUresult e = G.async_err;
+    G.async_err = CUDA_SUCCESS;
+    return e;
+}
+
+/* Sends the current batch as an async message (no reply awaited now). */
+static int send_async_batch(void)
+{
+    if (!G.cur_has_ops)
+        return 0;
+    /* Keep the window bounded: wait for answers until there is room. */
+    if (G.ninflight >= GP_WINDOW_MSGS || G.inflight_bytes > GP_WINDOW_BYTES) {
+        int rc = pump(NULL, NULL, G.ninflight - 1, G.timeout_ms, 1);
+        if (rc < 0) {
+            lost_daemon(rc);
+            return -1;
+        }
+    }
+    gp_msg *m = &G.inflight[G.ninflight];
+    *m = G.cur;
+    msg_seal(m, GP_MSG_CALL, G.cur_ops);
+    m->sync = 0;
+    G.ninflight++;
+    G.inflight_bytes += m->bytes;
+    memset(&G.cur, 0, sizeof G.cur);
+    msg_reset(&G.cur);
+    G.cur_ops = 0;
+    G.cur_has_ops = 0;
+    return msg_send(m);
+}
+
+CUresult gp_op_async(void)
+{
+    /* Nagle-style: if nothing is in flight, send right away so the GPU starts
+     * working; otherwise keep batching while the daemon is busy, until the
+     * batch is large or an answer frees the window. */
+    if (!G.batching || G.ninflight == 0) {
+        if (send_async_batch() < 0)
+            return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    } else if (G.cur_ops >= GP_BATCH_MAX_OPS || G.cur.bytes + G.cur.head.len >= GP_BATCH_MAX_BYTES) {
+        if (send_async_batch() < 0)
+            return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    } else {
+        pump(NULL, NULL, 0, 0, 0);        /* collect answers that already arrived */
+        if (G.ninflight == 0 && send_async_batch() < 0)
+            return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult gp_op_sync(gp_reply *r)
+{
+    reply_init(r);
+    gp_msg m = G.cur;
+    memset(&G.cur, 0, sizeof G.cur);
+    msg_reset(&G.cur);
+    msg_seal(&m, GP_MSG_CALL, G.cur_ops);
+    m.sync = 1;
+    G.cur_ops = 0;
+    G.cur_has_ops = 0;
+    int rc = -1;
+    if (msg_send(&m) == 0)
+        rc = pump(&m, r, 0, G.timeout_ms, 1);
+    msg_free(&m);
+    if (rc != 0) {
+        reply_init(r);
+        r->code = lost_daemon(rc);
+        return (CUresult)r->code;
+    }
+    /* An earlier async op's failure surfaces here, as CUDA reports errors of
+     * asynchronous work at the next synchronising call. */
+    CUresult ae = take_async_error();
+    if (r->code == CUDA_SUCCESS && ae != CUDA_SUCCESS)
+        r->code = ae;
+    return (CUresult)r->code;
+}
+
+CUresult gp_flush(void)
+{
+    if (G.state != 1)
+        return CUDA_SUCCESS;
+    if (G.cur_has_ops && send_async_batch() < 0)
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    int rc = pump(NULL, NULL, 0, G.timeout_ms, 1);
+    if (rc < 0)
+        return lost_daemon(rc);
+    return take_async_error();
+}
+
+/* --------------------------------------------------------------- outs */
+
+static const uint8_t *frame_ref(gp_reply *r, const mp_obj *o, size_t *n)
+{
+    if (o->len != 4) {
+        r->rd.err = 1;
+        return NULL;
+    }
+    uint32_t idx = ((uint32_t)o->data[0] << 24) | ((uint32_t)o->data[1] << 16) |
+                   ((uint32_t)o->data[2] << 8) | o->data[3];
+    if ((int)idx >= r->nframes || idx == 0) {
+        r->rd.err = 1;
+        return NULL;
+    }
+    *n = zmq_msg_size(&r->frames[idx]);
+    return zmq_msg_data(&r->frames[idx]);
+}
+
+const uint8_t *gp_out_bytes(gp_reply *r, size_t *n)
+{
+    mp_obj o;
+    *n = 0;
+    if (mp_next(&r->rd, &o) < 0)
+        return NULL;
+    if (o.type == MP_BIN || o.type == MP_STR) {
+        *n = o.len;
+        return o.data;
+    }
+    if (o.type == MP_EXT && o.ext_type == GP_EXT_FRAME)
+        return frame_ref(r, &o, n);
+    if (o.type != MP_NIL)
+        r->rd.err = 1;
+    return NULL;
+}
+
+void gp_out_value(gp_reply *r, void *p, size_t n)
+{
+    gp_rd peek = r->rd;
+    mp_obj o;
+    if (mp_next(&peek, &o) < 0)
+        return;
+    if (o.type == MP_INT || o.type == MP_UINT || o.type == MP_BOOL) {
+        int64_t v = mp_get_int(&r->rd);
+        if (p) {
+            /* little-endian: the low n bytes of the 64-bit value */
+            memcpy(p, &v, n < 8 ? n : 8);
+        }
+        return;
+    }
+    if (o.type == MP_F64) {
+        double d = mp_get_f64(&r->rd);
+        if (p) {
+            if (n == sizeof(float)) { float f = (float)d; memcpy(p, &f, n); }
+            else memcpy(p, &d, n < 8 ? n : 8);
+        }
+        return;
+    }
+    size_t len;
+    const uint8_t *d = gp_out_bytes(r, &len);
+    if (p && d)
+        memcpy(p, d, len < n ? len : n);
+}
+
+void gp_out_handle(gp_reply *r, void **p)
+{
+    uint64_t v = mp_get_uint(&r->rd);
+    if (p)
+        *p = (void *)(uintptr_t)v;
+}
+
+void gp_out_buffer(gp_reply *r, void *p, size_t cap)
+{
+    size_t len;
+    const uint8_t *d = gp_out_bytes(r, &len);
+    if (p && d)
+        memcpy(p, d, len < cap ? len : cap);
+}
+
+int64_t gp_out_int(gp_reply *r) { return mp_get_int(&r->rd); }
+
+void gp_out_skip(gp_reply *r) { mp_skip(&r->rd); }
+
+const char *gp_session_token(void) { return G.token; }
+int gp_session_pid(void) { return (int)G.pid; }
+
+/* Sends the pending batch now as an async message and returns its sequence
+ * number (0 on failure). Used by chunked copies through the staging segment,
+ * which must know when proxyd is done with a chunk. */
+uint64_t gp_send_now(void)
+{
+    if (!G.cur_has_ops)
+        return G.seq;
+    if (send_async_batch() < 0)
+        return 0;
+    return G.seq;
+}
+
+/* Waits until proxyd has answered every message up to and including seq. */
+CUresult gp_wait_acked(uint64_t seq)
+{
+    for (;;) {
+        int pending = 0;
+        for (int i = 0; i < G.ninflight; i++)
+            if (G.inflight[i].seq <= seq)
+                pending = 1;
+        if (!pending)
+            return CUDA_SUCCESS;
+        int rc = pump(NULL, NULL, G.ninflight - 1, G.timeout_ms, 1);
+        if (rc < 0)
+            return lost_daemon(rc);
+    }
+}
+
+/* The sticky error of async work, reported once (cudaGetLastError semantics
+ * are layered on top in the runtime). */
+CUresult gp_take_async_error(void) { return take_async_error(); }
+
+void gp_put_shm(gp_buf *b, uint32_t seg, uint64_t off, uint64_t len)
+{
+    uint8_t p[20];
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(seg >> (24 - 8 * i));
+    for (int i = 0; i < 8; i++) p[4 + i] = (uint8_t)(off >> (56 - 8 * i));
+    for (int i = 0; i < 8; i++) p[12 + i] = (uint8_t)(len >> (56 - 8 * i));
+    mp_ext(b, GP_EXT_SHM, p, sizeof p);
+}

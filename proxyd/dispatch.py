@@ -1,0 +1,189 @@
+"""Executes the ops of a client message (docs/protocol.md).
+
+An op is [fid, ctx, arg...] with one argument per parameter of the spec'd
+driver function. Functions with a `handler` in their spec go to the
+hand-written handler of that name (handlers.py); all others take the generic
+path: decode each argument by its role, translate handles to the backend's
+objects, call the backend's function of the same name, then register created
+objects, drop destroyed ones and encode the out-values.
+
+Locking: runs on the daemon's main loop.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from . import protocol as P
+from ._generated import FUNCTIONS, NAMES
+from .session import CudaError, Session
+from .shm import ShmError
+
+log = logging.getLogger("proxyd")
+
+CUDA_SUCCESS = 0
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_NOT_SUPPORTED = 801
+CUDA_ERROR_UNKNOWN = 999
+
+HANDLERS: dict[str, Callable] = {}
+
+
+def handler(name: str):
+    def deco(fn):
+        HANDLERS[name] = fn
+        return fn
+    return deco
+
+
+def norm_scalar(v, cls: str | None, size: int | None):
+    """Brings a msgpack scalar into the C type's range (the shim sends signed
+    64-bit values for all integers)."""
+    if v is None:
+        return 0
+    if cls == "float":
+        return float(v)
+    if cls in ("int", "uint") and size:
+        bits = 8 * size
+        v = int(v) & ((1 << bits) - 1)
+        if cls == "int" and v >= 1 << (bits - 1):
+            v -= 1 << bits
+        return v
+    return v
+
+
+class Dispatcher:
+    def __init__(self, backend):
+        self.backend = backend
+        # imported for their @handler registrations
+        from . import handlers  # noqa: F401
+
+    # ------------------------------------------------------------- helpers
+    def resolve_handle(self, sess: Session, kind_name: str | None, value):
+        if value is None:
+            return None
+        value = int(value)
+        if kind_name == "stream" and value in (0, P.STREAM_LEGACY, P.STREAM_PER_THREAD):
+            return self.backend.stream(value)
+        if kind_name == "context":
+            return sess.context(value).real if value else None
+        if value == 0:
+            return None
+        kind = P.KIND_CODES.get(kind_name)
+        if kind is None:
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"objects of kind {kind_name} are not supported")
+        return sess.get(kind, value).real
+
+    def data(self, sess: Session, v):
+        """An in-buffer argument: bytes (inline or frame) or a shared-memory reference."""
+        if isinstance(v, P.ShmRef):
+            try:
+                return sess.shm.view(v.seg, v.offset, v.length)
+            except ShmError as e:
+                raise CudaError(CUDA_ERROR_INVALID_VALUE, str(e)) from e
+        return v
+
+    # --------------------------------------------------------------- ops
+    def run_op(self, sess: Session, op: list) -> tuple[int, list | None, str]:
+        if not isinstance(op, list) or len(op) < 2:
+            return CUDA_ERROR_INVALID_VALUE, None, "malformed op"
+        fid, ctxh, args = op[0], op[1], op[2:]
+        fn = FUNCTIONS.get(fid)
+        if fn is None:
+            name = NAMES.get(fid, f"function id {fid}")
+            return CUDA_ERROR_NOT_SUPPORTED, None, f"{name} is not supported by proxyd"
+        if len(args) != len(fn.params):
+            return CUDA_ERROR_INVALID_VALUE, None, f"{fn.name}: {len(args)} arguments for {len(fn.params)} parameters"
+        try:
+            ctx = sess.context(ctxh) if ctxh else None
+            if ctx is not None:
+                self.backend.make_current(ctx.real)
+            if fn.handler:
+                h = HANDLERS.get(fn.handler)
+                if h is None:
+                    return CUDA_ERROR_NOT_SUPPORTED, None, f"{fn.name}: handler {fn.handler} missing in proxyd"
+                code, outs = h(self, sess, fn, ctx, args, fid=fid, ctxh=ctxh)
+            else:
+                code, outs = self.generic(sess, fn, ctx, args, fid, ctxh)
+            return code, outs, ""
+        except CudaError as e:
+            return e.code, None, e.message
+        except Exception as e:  # a bug in proxyd must not take the daemon down
+            log.exception("%s failed inside proxyd", fn.name)
+            return CUDA_ERROR_UNKNOWN, None, f"{fn.name}: internal error in proxyd: {e}"
+
+    def generic(self, sess: Session, fn, ctx, args: list, fid: int, ctxh: int, force_ids: dict | None = None):
+        cargs = []
+        out_params = []
+        for (name, role, kind, ctype, cls, size, _sz), a in zip(fn.params, args):
+            if role == "scalar":
+                cargs.append(bytes(a) if cls == "struct" else norm_scalar(a, cls, size))
+            elif role == "device_ptr":
+                cargs.append(int(a or 0))
+            elif role == "handle":
+                if kind in ("memory", "device"):
+                    cargs.append(norm_scalar(a, cls, size))
+                else:
+                    cargs.append(self.resolve_handle(sess, kind, a))
+            elif role == "in_buffer":
+                cargs.append(self.data(sess, a))
+            elif role in ("out_buffer", "out_value"):
+                cargs.append(a if a else None)
+                out_params.append((name, role, kind, cls, size))
+            else:
+                raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: parameter {name} ({role}) cannot be remoted")
+        code, outs = self.backend.call(fn, cargs)
+        if code != CUDA_SUCCESS:
+            return code, None
+        enc = []
+        creates = [k for k, e in fn.objects if e == "create"]
+        for (name, role, kind, cls, size), v in zip(out_params, outs):
+            if v is None:
+                enc.append(None)
+            elif role == "out_value" and kind and kind not in ("memory", "device"):
+                kc = P.KIND_CODES.get(kind)
+                if kc is None:
+                    raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"objects of kind {kind} are not supported")
+                if kind in creates:
+                    ident = (force_ids or {}).get(kind)
+                    o = sess.add(kc, v, ctx.id if ctx else 0, create=(fid, ctxh, list(args)), ident=ident)
+                    enc.append(o.handle)
+                else:
+                    enc.append(self._handle_of(sess, kc, v))
+            else:
+                enc.append(v)
+        for (name, role, kind, ctype, cls, size, _sz), a in zip(fn.params, args):
+            if role == "handle" and (kind, "destroy") in fn.objects and a:
+                o = sess.remove(P.KIND_CODES[kind], int(a))
+                self.backend_destroyed(o)
+        return code, enc
+
+    def _handle_of(self, sess, kc, real):
+        for (k, _), o in sess.objects.items():
+            if k == kc and o.real == real:
+                return o.handle
+        raise CudaError(CUDA_ERROR_UNKNOWN, "driver returned an object proxyd does not know")
+
+    def backend_destroyed(self, o):
+        """Hook for objects destroyed through the generic path."""
+
+    # ------------------------------------------------------------ messages
+    def run_ops(self, sess: Session, ops: list) -> tuple[int, list | None, str]:
+        """Runs all ops of one message; returns the result of the last op if
+        it is synchronous (its reply), else (0, None). Failures of async ops
+        are recorded on the session and reported with the next reply."""
+        code, outs, msg = CUDA_SUCCESS, None, ""
+        for i, op in enumerate(ops):
+            c, o, m = self.run_op(sess, op)
+            sess.calls += 1
+            fn = FUNCTIONS.get(op[0]) if isinstance(op, list) and op else None
+            last = i == len(ops) - 1
+            if last and fn is not None and fn.sync:
+                code, outs, msg = c, o, m
+            elif c != CUDA_SUCCESS:
+                fid = op[0] if isinstance(op, list) and op else 0
+                name = fn.name if fn else NAMES.get(fid, str(fid))
+                sess.note_async_error(c, fid, m or f"{name} failed with error {c}")
+                if m:
+                    log.warning("session %s: %s", sess.token, m)
+        return code, outs, msg

@@ -1,0 +1,28 @@
+"""The emulated GPU backend of proxyd, and the API for writing emulated kernels.
+
+Emulated kernels are Python functions registered by the kernel's mangled name;
+one call computes what the whole grid computes, with numpy, on views of the
+emulated device memory:
+
+    from gpuproxy.emu import kernel
+
+    @kernel("_Z9vectorAddPKfS0_Pfi")
+    def vector_add(k):                      # k: one launch
+        n = k.param(3, "i")                 # struct-module format of parameter 3
+        a, b, c = (k.array(k.param(i, "P"), n, "f4") for i in range(3))  # writable numpy views
+        c[:] = a + b
+
+    @kernel("_Z9incrementv")
+    def increment(k):
+        k.global_array("counter", 1, "i4")[0] += 1   # a __device__ variable of the kernel's module
+
+`k.grid` and `k.block` are 3-tuples; `k.shared_bytes` is the launch's dynamic
+shared memory size. Load kernel files with `proxyd --backend emu --emu-kernels FILE ...`
+(or GPUPROXY_EMU_KERNELS=FILE:FILE...). This API is kept stable: tests outside
+the project use it.
+"""
+from __future__ import annotations
+
+from .kernels import KERNELS, KernelLaunch, kernel, load_kernel_file
+
+__all__ = ["kernel", "KernelLaunch", "KERNELS", "load_kernel_file"]

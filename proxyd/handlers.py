@@ -1,0 +1,383 @@
+"""Hand-written handlers for the calls that translate pointers or handles, or
+manage objects whose state a checkpoint must capture (spec: `handler:`).
+
+Every handler takes (dispatcher, session, fn, ctx, args) with one argument per
+spec'd parameter and returns (CUresult, outs), outs being one value per
+out_value/out_buffer parameter (None where the client passed NULL).
+
+Locking: called on the daemon's main loop.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+
+from . import protocol as P
+from .arena import ArenaError
+from .dispatch import CUDA_SUCCESS, handler
+from .session import CudaError
+
+log = logging.getLogger("proxyd")
+
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_INVALID_DEVICE = 101
+CUDA_ERROR_INVALID_IMAGE = 200
+CUDA_ERROR_INVALID_CONTEXT = 201
+CUDA_ERROR_NOT_FOUND = 500
+CUDA_ERROR_NOT_SUPPORTED = 801
+
+_image_cache: dict[bytes, object] = {}
+
+
+def parse_image_cached(image) -> object:
+    """Parses a module image once per distinct content (several sessions of
+    the same program load the same fatbinary)."""
+    from .fatbin import FatbinError, parse_image
+    key = hashlib.blake2b(image, digest_size=20).digest()
+    parsed = _image_cache.get(key)
+    if parsed is None:
+        try:
+            parsed = parse_image(bytes(image))
+        except FatbinError as e:
+            raise CudaError(CUDA_ERROR_INVALID_IMAGE, f"module image rejected: {e}") from e
+        if len(_image_cache) > 256:
+            _image_cache.clear()
+        _image_cache[key] = parsed
+    return parsed
+
+
+def need_ctx(ctx, fn):
+    if ctx is None:
+        raise CudaError(CUDA_ERROR_INVALID_CONTEXT, f"{fn.name}: no current context on the calling thread")
+    return ctx
+
+
+def stream_of(d, sess, v):
+    return d.resolve_handle(sess, "stream", v)
+
+
+# ------------------------------------------------------------------ init / contexts
+
+@handler("init")
+def h_init(d, sess, fn, ctx, args, **kw):
+    d.backend.init()
+    return CUDA_SUCCESS, []
+
+
+def _check_device(d, dev):
+    if not 0 <= dev < d.backend.device_count():
+        raise CudaError(CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
+
+
+@handler("primary_ctx_retain")
+def h_primary_retain(d, sess, fn, ctx, args, **kw):
+    dev = int(args[1])
+    _check_device(d, dev)
+    cid = sess.primary.get(dev)
+    if cid is None:
+        c = sess.add_context(dev, d.backend.ctx_create(dev, 0), primary=True)
+    else:
+        c = sess.contexts[cid]
+        c.refcount += 1
+    return CUDA_SUCCESS, [c.handle]
+
+
+@handler("primary_ctx_release")
+def h_primary_release(d, sess, fn, ctx, args, **kw):
+    dev = int(args[0])
+    _check_device(d, dev)
+    cid = sess.primary.get(dev)
+    if cid is not None and sess.contexts[cid].refcount > 0:
+        # The context stays alive at refcount 0 so that handles derived from it
+        # keep working; it goes with cuDevicePrimaryCtxReset or the session.
+        sess.contexts[cid].refcount -= 1
+    return CUDA_SUCCESS, []
+
+
+def destroy_context(d, sess, c):
+    """Frees everything the session created in context c, then c itself."""
+    d.backend.ctx_sync(c.real)
+    for o in list(sess.objects.values()):
+        if o.ctx == c.id:
+            release_object(d, sess, o)
+    for a in [a for a in sess.arena.allocs.values() if a.chunk.device == c.device and c.primary]:
+        sess.arena.free(a.addr)
+    d.backend.ctx_destroy(c.real)
+    del sess.contexts[c.id]
+    if c.primary and sess.primary.get(c.device) == c.id:
+        del sess.primary[c.device]
+
+
+def release_object(d, sess, o):
+    b = d.backend
+    if o.kind == P.K_MODULE:
+        b.module_unload(o.real)
+    elif o.kind == P.K_STREAM:
+        b.call_named("cuStreamDestroy_v2", [o.real])
+    elif o.kind == P.K_EVENT:
+        b.call_named("cuEventDestroy_v2", [o.real])
+    sess.objects.pop((o.kind, o.id), None)
+
+
+@handler("primary_ctx_reset")
+def h_primary_reset(d, sess, fn, ctx, args, **kw):
+    dev = int(args[0])
+    _check_device(d, dev)
+    cid = sess.primary.get(dev)
+    if cid is not None:
+        destroy_context(d, sess, sess.contexts[cid])
+    return CUDA_SUCCESS, []
+
+
+@handler("ctx_create")
+def h_ctx_create(d, sess, fn, ctx, args, **kw):
+    flags, dev = int(args[2] or 0), int(args[3])
+    _check_device(d, dev)
+    c = sess.add_context(dev, d.backend.ctx_create(dev, flags), primary=False, flags=flags)
+    return CUDA_SUCCESS, [c.handle]
+
+
+@handler("ctx_destroy")
+def h_ctx_destroy(d, sess, fn, ctx, args, **kw):
+    c = sess.context(int(args[0]))
+    destroy_context(d, sess, c)
+    return CUDA_SUCCESS, []
+
+
+@handler("ctx_sync")
+def h_ctx_sync(d, sess, fn, ctx, args, **kw):
+    d.backend.ctx_sync(need_ctx(ctx, fn).real)
+    return CUDA_SUCCESS, []
+
+
+# ------------------------------------------------------------------------ memory
+
+@handler("mem_alloc")
+def h_mem_alloc(d, sess, fn, ctx, args, **kw):
+    ctx = need_ctx(ctx, fn)
+    size = int(args[1])
+    try:
+        addr = sess.arena.alloc(size, ctx.device)
+    except ArenaError as e:
+        raise CudaError(e.code, f"cuMemAlloc of {size} bytes: {e}") from e
+    return CUDA_SUCCESS, [addr if args[0] else None]
+
+
+@handler("mem_free")
+def h_mem_free(d, sess, fn, ctx, args, **kw):
+    addr = int(args[0])
+    if addr == 0:
+        return CUDA_SUCCESS, []
+    # cuMemFree waits for work that may still use the memory before the
+    # range can be handed out again.
+    if ctx is not None:
+        d.backend.ctx_sync(ctx.real)
+    try:
+        sess.arena.free(addr)
+    except ArenaError as e:
+        raise CudaError(e.code, f"cuMemFree: {e}") from e
+    return CUDA_SUCCESS, []
+
+
+@handler("mem_get_address_range")
+def h_mem_range(d, sess, fn, ctx, args, **kw):
+    addr = int(args[2])
+    hit = sess.arena.find(addr)
+    if hit is None:
+        for o in sess.of_kind(P.K_MODULE):
+            for base, size in o.info.get("globals", {}).values():
+                if base <= addr < base + size:
+                    return CUDA_SUCCESS, [base if args[0] else None, size if args[1] else None]
+        raise CudaError(CUDA_ERROR_NOT_FOUND, f"{addr:#x} is not inside a device allocation")
+    a, _off = hit
+    return CUDA_SUCCESS, [a.addr if args[0] else None, a.size if args[1] else None]
+
+
+def _is_async(fn) -> bool:
+    return "Async" in fn.name
+
+
+def _pinned(sess, ref) -> bool:
+    return isinstance(ref, P.ShmRef) and ref.seg != sess.staging_seg
+
+
+@handler("memcpy_htod")
+def h_memcpy_htod(d, sess, fn, ctx, args, **kw):
+    dst, src, n = int(args[0]), args[1], int(args[2])
+    stream = stream_of(d, sess, args[3]) if len(args) > 3 else d.backend.stream(0)
+    data = d.data(sess, src)
+    if data is None or len(data) < n:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {n} bytes announced, {0 if data is None else len(data)} sent")
+    # Only a copy from pinned client memory may stay in flight after the
+    # answer; staging and inline data are consumed before proxyd answers.
+    sync = not (_is_async(fn) and _pinned(sess, src))
+    d.backend.htod(dst, data, n, stream, sync)
+    return CUDA_SUCCESS, []
+
+
+@handler("memcpy_dtoh")
+def h_memcpy_dtoh(d, sess, fn, ctx, args, **kw):
+    dst, src, n = args[0], int(args[1]), int(args[2])
+    stream = stream_of(d, sess, args[3]) if len(args) > 3 else d.backend.stream(0)
+    if dst is None:
+        buf = bytearray(n)
+        d.backend.dtoh(buf, src, n, stream, True)
+        return CUDA_SUCCESS, [bytes(buf)]
+    view = d.data(sess, dst)
+    sync = not (_is_async(fn) and _pinned(sess, dst))
+    d.backend.dtoh(view, src, n, stream, sync)
+    return CUDA_SUCCESS, [None]
+
+
+@handler("memcpy_dtod")
+def h_memcpy_dtod(d, sess, fn, ctx, args, **kw):
+    dst, src, n = int(args[0]), int(args[1]), int(args[2])
+    stream = stream_of(d, sess, args[3]) if len(args) > 3 else d.backend.stream(0)
+    d.backend.dtod(dst, src, n, stream, not _is_async(fn))
+    return CUDA_SUCCESS, []
+
+
+@handler("memset")
+def h_memset(d, sess, fn, ctx, args, **kw):
+    dst, value, count = int(args[0]), int(args[1]), int(args[2])
+    elem = 1 if "D8" in fn.name else 2 if "D16" in fn.name else 4
+    stream = stream_of(d, sess, args[3]) if len(args) > 3 else d.backend.stream(0)
+    d.backend.memset(dst, value, elem, count, stream, False)
+    return CUDA_SUCCESS, []
+
+
+@handler("host_alloc")
+def h_host_alloc(d, sess, fn, ctx, args, **kw):
+    ref = args[0]
+    if not isinstance(ref, P.ShmRef):
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: expected a shared segment")
+    view = sess.shm.view(ref.seg, 0, ref.length)
+    sess.shm.registered[ref.seg] = d.backend.host_register(view)
+    return CUDA_SUCCESS, [None]
+
+
+@handler("host_free")
+def h_host_free(d, sess, fn, ctx, args, **kw):
+    ref = args[0]
+    if not isinstance(ref, P.ShmRef):
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: expected a shared segment")
+    if ctx is not None:
+        d.backend.ctx_sync(ctx.real)
+    tok = sess.shm.registered.pop(ref.seg, None)
+    if tok is not None:
+        d.backend.host_unregister(tok)
+    sess.shm.close(ref.seg)
+    return CUDA_SUCCESS, []
+
+
+# ----------------------------------------------------------------------- modules
+
+def load_module(d, sess, ctx, image, create, ident=None):
+    parsed = parse_image_cached(image)
+    real = d.backend.module_load(ctx.real, bytes(image), parsed)
+    return sess.add(P.K_MODULE, real, ctx.id, {"image": bytes(image), "parsed": parsed, "globals": {}},
+                    create=create, ident=ident)
+
+
+@handler("module_load")
+def h_module_load(d, sess, fn, ctx, args, fid=0, ctxh=0, **kw):
+    ctx = need_ctx(ctx, fn)
+    image = args[1]
+    if not image:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: empty image")
+    o = load_module(d, sess, ctx, image, create=(fid, ctxh, []))
+    return CUDA_SUCCESS, [o.handle]
+
+
+@handler("module_unload")
+def h_module_unload(d, sess, fn, ctx, args, **kw):
+    o = sess.get(P.K_MODULE, int(args[0]))
+    for f in sess.of_kind(P.K_FUNCTION):
+        if f.info.get("module") == o.id:
+            sess.objects.pop((f.kind, f.id), None)
+    release_object(d, sess, o)
+    return CUDA_SUCCESS, []
+
+
+def function_layout(d, mod, name: str, real) -> list[list[int]]:
+    """Parameter layout of kernel `name`: parsed from the module image, and
+    checked against the driver's own answer where the backend has one."""
+    parsed = mod.info["parsed"]
+    k = parsed.kernels.get(name)
+    layout = [[p.offset, p.size] for p in k.params] if k is not None else None
+    driver = d.backend.param_info(real)
+    if layout is None:
+        if driver is None:
+            raise CudaError(CUDA_ERROR_INVALID_IMAGE, f"no parameter layout for kernel {name} in its module image")
+        return [list(x) for x in driver]
+    if driver is not None and [tuple(x) for x in layout] != [tuple(x) for x in driver]:
+        msg = (f"parameter layout of {name} parsed from the image {layout} disagrees with "
+               f"cuFuncGetParamInfo {[list(x) for x in driver]}")
+        log.error(msg)
+        raise CudaError(CUDA_ERROR_INVALID_IMAGE, msg)
+    return layout
+
+
+@handler("module_get_function")
+def h_module_get_function(d, sess, fn, ctx, args, fid=0, ctxh=0, **kw):
+    mod = sess.get(P.K_MODULE, int(args[1]))
+    name = bytes(args[2]).rstrip(b"\0").decode()
+    for f in sess.of_kind(P.K_FUNCTION):   # the same handle for the same kernel, as the driver does
+        if f.info.get("module") == mod.id and f.info.get("name") == name:
+            return CUDA_SUCCESS, [f.handle, f.info["layout"]]
+    real = d.backend.module_function(mod.real, name)
+    layout = function_layout(d, mod, name, real)
+    o = sess.add(P.K_FUNCTION, real, mod.ctx, {"module": mod.id, "name": name, "layout": layout},
+                 create=(fid, ctxh, list(args)))
+    return CUDA_SUCCESS, [o.handle, layout]
+
+
+@handler("module_get_global")
+def h_module_get_global(d, sess, fn, ctx, args, **kw):
+    mod = sess.get(P.K_MODULE, int(args[2]))
+    name = bytes(args[3]).rstrip(b"\0").decode()
+    addr, size = d.backend.module_global(mod.real, name)
+    mod.info["globals"][name] = (addr, size)
+    return CUDA_SUCCESS, [addr if args[0] else None, size if args[1] else None]
+
+
+@handler("func_get_param_info")
+def h_func_param_info(d, sess, fn, ctx, args, **kw):
+    f = sess.get(P.K_FUNCTION, int(args[0]))
+    i = int(args[1])
+    layout = f.info["layout"]
+    if not 0 <= i < len(layout):
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"parameter index {i} out of range")
+    return CUDA_SUCCESS, [layout[i][0] if args[2] else None, layout[i][1] if args[3] else None]
+
+
+@handler("func_get_name")
+def h_func_name(d, sess, fn, ctx, args, **kw):
+    f = sess.get(P.K_FUNCTION, int(args[1]))
+    return CUDA_SUCCESS, [f.info["name"].encode() + b"\0"]
+
+
+@handler("launch_kernel")
+def h_launch(d, sess, fn, ctx, args, **kw):
+    f = sess.get(P.K_FUNCTION, int(args[0]))
+    grid = tuple(int(x) for x in args[1:4])
+    block = tuple(int(x) for x in args[4:7])
+    shmem = int(args[7])
+    stream = stream_of(d, sess, args[8])
+    params = args[9] if args[9] is not None else b""
+    d.backend.launch(f.real, grid, block, shmem, stream, bytes(params), f.info)
+    return CUDA_SUCCESS, []
+
+
+# ------------------------------------------------------------------- synchronise
+
+@handler("stream_sync")
+def h_stream_sync(d, sess, fn, ctx, args, **kw):
+    d.backend.stream_sync(stream_of(d, sess, args[0]))
+    return CUDA_SUCCESS, []
+
+
+@handler("event_sync")
+def h_event_sync(d, sess, fn, ctx, args, **kw):
+    d.backend.event_sync(sess.get(P.K_EVENT, int(args[0])).real)
+    return CUDA_SUCCESS, []

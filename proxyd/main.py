@@ -1,0 +1,136 @@
+"""proxyd: the gpuproxy daemon.
+
+    proxyd [--backend cuda|emu] [--endpoint E] [--emu-kernels FILE ...]
+
+--backend defaults to cuda when a GPU is found and emu otherwise. The
+endpoint defaults to $GPUPROXY_ENDPOINT, else ipc:///tmp/gpuproxy.sock.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+from . import __version__
+from . import protocol as P
+
+log = logging.getLogger("proxyd")
+
+SHIM_NAMES = ("libcuda.so.1", "libcudart.so.13")
+
+
+def _shim_dir() -> str:
+    from gpuproxy.interceptor import lib_dir
+    return os.path.realpath(lib_dir())
+
+
+def _loaded_shim() -> bool:
+    """True if our own shim is mapped into this process (inherited LD_PRELOAD)."""
+    d = _shim_dir()
+    try:
+        with open("/proc/self/maps") as f:
+            return any(line.rstrip().endswith(SHIM_NAMES) and d in line for line in f)
+    except OSError:
+        return False
+
+
+def _clean_env(env: dict) -> dict:
+    """The environment without the shim: proxyd must reach the real driver."""
+    d = _shim_dir()
+    env = dict(env)
+    for var in ("LD_PRELOAD", "LD_LIBRARY_PATH"):
+        v = env.get(var)
+        if not v:
+            continue
+        parts = [p for p in v.replace(" ", ":").split(":")
+                 if p and not os.path.realpath(p).startswith(d)]
+        if parts:
+            env[var] = ":".join(parts)
+        else:
+            env.pop(var)
+    return env
+
+
+def ensure_no_shim(argv: list[str]):
+    """Re-executes proxyd without the shim if it was preloaded into us."""
+    clean = _clean_env(os.environ)
+    if _loaded_shim() or clean.get("LD_PRELOAD") != os.environ.get("LD_PRELOAD") \
+            or clean.get("LD_LIBRARY_PATH") != os.environ.get("LD_LIBRARY_PATH"):
+        if os.environ.get("GPUPROXY_REEXECED"):
+            sys.exit("proxyd: the gpuproxy shim is still loaded after re-exec; unset LD_PRELOAD")
+        clean["GPUPROXY_REEXECED"] = "1"
+        os.execve(sys.executable, [sys.executable, "-m", "gpuproxy.proxyd", *argv], clean)
+
+
+def pick_backend(name: str | None, emu_devices: int):
+    if name in (None, "auto"):
+        try:
+            from .cuda_backend import CudaBackend, CudaUnavailable
+            try:
+                b = CudaBackend()
+                if b.device_count() > 0:
+                    return b
+            except CudaUnavailable as e:
+                log.info("no usable GPU (%s): using the emulated backend", e)
+        except ImportError as e:
+            log.info("cuda backend unavailable (%s): using the emulated backend", e)
+        name = "emu"
+    if name == "cuda":
+        from .cuda_backend import CudaBackend, CudaUnavailable
+        try:
+            return CudaBackend()
+        except CudaUnavailable as e:
+            sys.exit(f"proxyd: --backend cuda: {e}")
+    if name == "emu":
+        from gpuproxy.emu.backend import EmuBackend
+        return EmuBackend(devices=emu_devices)
+    sys.exit(f"proxyd: unknown backend {name!r} (cuda or emu)")
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ensure_no_shim(argv)
+    ap = argparse.ArgumentParser(prog="proxyd", description="gpuproxy daemon: owns the GPU and runs the CUDA calls of proxied programs")
+    ap.add_argument("--backend", choices=["cuda", "emu", "auto"], default=os.environ.get("GPUPROXY_BACKEND", "auto"),
+                    help="cuda (real GPU), emu (emulated GPU) or auto (cuda when a GPU is found)")
+    ap.add_argument("--endpoint", default=P.endpoint_from_env(),
+                    help=f"ZeroMQ endpoint to bind (ipc:// or tcp://; default $GPUPROXY_ENDPOINT or {P.DEFAULT_ENDPOINT})")
+    ap.add_argument("--emu-kernels", nargs="*", default=[], metavar="FILE",
+                    help="Python files with emulated kernels (gpuproxy.emu.kernel)")
+    ap.add_argument("--emu-devices", type=int, default=1, help="number of emulated GPUs")
+    ap.add_argument("--spin-us", type=int, default=int(os.environ.get("GPUPROXY_DAEMON_SPIN_US", "200")),
+                    help="microseconds to poll for the next message before sleeping")
+    ap.add_argument("--log-level", default=os.environ.get("GPUPROXY_LOG", "INFO"))
+    ap.add_argument("--version", action="version", version=f"proxyd {__version__}")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=a.log_level.upper(), format="proxyd: %(message)s", stream=sys.stderr)
+    backend = pick_backend(a.backend, a.emu_devices)
+    files = list(a.emu_kernels) + [p for p in os.environ.get("GPUPROXY_EMU_KERNELS", "").split(":") if p]
+    if files:
+        from gpuproxy.emu import load_kernel_file
+        for f in files:
+            try:
+                load_kernel_file(f)
+            except Exception as e:
+                sys.exit(f"proxyd: cannot load emulated kernels from {f}: {e}")
+    from .server import EndpointInUse, Server
+    try:
+        server = Server(backend, a.endpoint, spin_us=a.spin_us)
+    except EndpointInUse as e:
+        sys.exit(f"proxyd: {e}")
+
+    def stop(signum, frame):
+        server.stopping = True
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        server.serve_forever()
+    finally:
+        server.close()
+        log.info("proxyd stopped")
+
+
+if __name__ == "__main__":
+    main()

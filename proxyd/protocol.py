@@ -1,0 +1,123 @@
+"""Wire protocol between the shim, proxy-cli and proxyd (docs/protocol.md).
+
+ZeroMQ: the daemon binds a ROUTER socket; every client process connects one
+DEALER socket whose routing id is "c:<session token>"; proxy-cli uses
+"ctl:<random>". A message is one msgpack frame, optionally followed by raw
+data frames that the msgpack frame refers to with ext type FRAME.
+"""
+from __future__ import annotations
+
+import os
+import struct
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+
+# endpoint used when GPUPROXY_ENDPOINT is not set (the shim has the same default)
+DEFAULT_ENDPOINT = "ipc:///tmp/gpuproxy.sock"
+
+
+def endpoint_from_env() -> str:
+    return os.environ.get("GPUPROXY_ENDPOINT") or DEFAULT_ENDPOINT
+
+
+# client -> daemon message types: [type, seq, payload]
+MSG_HELLO = 0
+MSG_CALL = 1
+MSG_BYE = 2
+MSG_CTL = 10     # proxy-cli: [10, seq, command, args]
+
+# reply codes below zero are protocol-level (the shim's GP_REPLY_*)
+REPLY_KEEPALIVE = -1
+REPLY_PROTOCOL_ERROR = -2
+REPLY_UNKNOWN_SESSION = -3
+
+EXT_FRAME = 1    # payload: u32 index of a later frame of the same message
+EXT_SHM = 2      # payload: u32 segment, u64 offset, u64 length
+
+# handle kinds (interceptor/gp_shim.h); a handle value is (kind << 32) | id
+K_CONTEXT = 1
+K_MODULE = 2
+K_FUNCTION = 3
+K_STREAM = 4
+K_EVENT = 5
+
+KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
+              "stream": K_STREAM, "event": K_EVENT}
+KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
+
+# special stream handle values (cuda.h)
+STREAM_LEGACY = 0x1
+STREAM_PER_THREAD = 0x2
+
+
+def make_handle(kind: int, ident: int) -> int:
+    return (kind << 32) | ident
+
+
+def split_handle(h: int) -> tuple[int, int]:
+    return h >> 32, h & 0xFFFFFFFF
+
+
+class ShmRef:
+    __slots__ = ("seg", "offset", "length")
+
+    def __init__(self, seg: int, offset: int, length: int):
+        self.seg, self.offset, self.length = seg, offset, length
+
+    def __repr__(self):
+        return f"ShmRef(seg={self.seg}, off={self.offset}, len={self.length})"
+
+
+class FrameRef:
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def _ext_hook(code: int, data: bytes):
+    if code == EXT_FRAME:
+        return FrameRef(struct.unpack(">I", data)[0])
+    if code == EXT_SHM:
+        return ShmRef(*struct.unpack(">IQQ", data))
+    return msgpack.ExtType(code, data)
+
+
+def decode(frames: list) -> list:
+    """Decodes frame 0 and replaces frame references by the frames' bytes."""
+    msg = msgpack.unpackb(frames[0], ext_hook=_ext_hook, raw=False, strict_map_key=False)
+    if len(frames) > 1:
+        msg = _resolve(msg, frames)
+    return msg
+
+
+def _resolve(x, frames):
+    if isinstance(x, FrameRef):
+        if not 0 < x.index < len(frames):
+            raise ValueError(f"frame reference {x.index} out of range")
+        return frames[x.index]
+    if isinstance(x, list):
+        return [_resolve(v, frames) for v in x]
+    return x
+
+
+class Packer:
+    """Encodes replies; large byte strings go as separate frames."""
+
+    INLINE_MAX = 16 * 1024
+
+    def pack(self, obj) -> list:
+        frames: list = [None]
+
+        def enc(x):
+            if isinstance(x, (bytes, bytearray, memoryview)) and len(x) >= self.INLINE_MAX:
+                frames.append(x)
+                return msgpack.ExtType(EXT_FRAME, struct.pack(">I", len(frames) - 1))
+            if isinstance(x, (list, tuple)):
+                return [enc(v) for v in x]
+            return x
+
+        frames[0] = msgpack.packb(enc(obj), use_bin_type=True)
+        return frames

@@ -1,0 +1,349 @@
+"""proxyd's message loop: one ZeroMQ ROUTER socket, all sessions.
+
+Every client message is handled to completion, in arrival order, on this
+thread (docs/protocol.md): HELLO opens a session, CALL runs ops, BYE closes
+the session, CTL is a proxy-cli command. Long control work (checkpoints)
+runs on worker threads that post their answers back through `post`.
+
+Reliability: the shim resends what is not answered; each session executes a
+sequence number at most once (Session.last_seq) and answers a duplicate from
+its record, or with KEEPALIVE while frozen for a checkpoint.
+
+Locking: sessions and the socket belong to this thread. Worker threads touch
+a session only while it is frozen, and hand results back through the
+thread-safe outbox.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+import uuid
+
+import zmq
+
+from . import __version__
+from . import protocol as P
+from .arena import Arena
+from .dispatch import Dispatcher
+from .session import Session
+from .shm import ShmError, ShmMap
+
+log = logging.getLogger("proxyd")
+
+# Each session's device addresses live in their own slice of virtual address
+# space at a fixed, documented place (docs/protocol.md, "Device addresses"):
+# slice n is [ARENA_BASE + n * SLOT_SIZE, ARENA_BASE + (n + 1) * SLOT_SIZE).
+ARENA_BASE = 0x2000_0000_0000
+SLOT_SIZE = 0x100_0000_0000       # 1 TiB
+MAX_SLOTS = 64
+
+ORPHAN_GRACE_S = float(os.environ.get("GPUPROXY_ORPHAN_GRACE_S", "60"))
+REAP_INTERVAL_S = 2.0
+
+
+class EndpointInUse(RuntimeError):
+    pass
+
+
+class Server:
+    def __init__(self, backend, endpoint: str, spin_us: int = 200):
+        self.backend = backend
+        self.endpoint = endpoint
+        self.spin_s = spin_us / 1e6
+        self.dispatcher = Dispatcher(backend)
+        self.sessions: dict[str, Session] = {}
+        self.reservations: dict[int, object] = {}
+        self.orphans: dict[str, float] = {}
+        self.started = time.time()
+        self.outbox: queue.Queue = queue.Queue()
+        self.stopping = False
+        self.packer = P.Packer()
+        self.ctl_handlers = {}
+        self.zctx = zmq.Context(io_threads=1)
+        self.sock = self.zctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        self.sock.setsockopt(zmq.RCVHWM, 0)
+        self._bind()
+        # workers wake the loop through this pair after posting to the outbox
+        self.wake_addr = f"inproc://wake-{uuid.uuid4().hex}"
+        self.wake_r = self.zctx.socket(zmq.PAIR)
+        self.wake_r.bind(self.wake_addr)
+        self._wake_w = threading.local()
+        from . import control
+        control.register(self)
+
+    # ------------------------------------------------------------- socket
+    def _bind(self):
+        ep = self.endpoint
+        if ep.startswith("ipc://"):
+            path = ep[len("ipc://"):]
+            if os.path.exists(path):
+                if _endpoint_alive(self.zctx, ep):
+                    raise EndpointInUse(f"another proxyd already serves {ep}")
+                os.unlink(path)   # left behind by a daemon that died
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        try:
+            self.sock.bind(ep)
+        except zmq.ZMQError as e:
+            raise EndpointInUse(f"cannot bind {ep}: {e}") from e
+
+    def close(self):
+        for s in list(self.sessions.values()):
+            self.close_session(s)
+        self.sock.close(0)
+        self.wake_r.close(0)
+        if self.endpoint.startswith("ipc://"):
+            try:
+                os.unlink(self.endpoint[len("ipc://"):])
+            except OSError:
+                pass
+        self.zctx.term()
+
+    def post(self, rid: bytes, frames: list):
+        """Thread-safe: queue a message to a peer and wake the loop."""
+        self.outbox.put((rid, frames))
+        w = getattr(self._wake_w, "s", None)
+        if w is None:
+            w = self.zctx.socket(zmq.PAIR)
+            w.connect(self.wake_addr)
+            self._wake_w.s = w
+        try:
+            w.send(b"", zmq.NOBLOCK)
+        except zmq.Again:
+            pass
+
+    def send(self, rid: bytes, obj) -> list:
+        frames = self.packer.pack(obj)
+        self.sock.send_multipart([rid] + frames, copy=False)
+        return frames
+
+    # ---------------------------------------------------------------- loop
+    def serve_forever(self):
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.wake_r, zmq.POLLIN)
+        spin_until = 0.0
+        next_reap = time.monotonic() + REAP_INTERVAL_S
+        log.info("proxyd %s serving %s with the %s backend", __version__, self.endpoint, self.backend.name)
+        while not self.stopping:
+            now = time.monotonic()
+            # Spin briefly after activity: a reply to the next call then goes
+            # out without the cost of waking a sleeping thread.
+            timeout = 0 if now < spin_until else 500
+            events = dict(poller.poll(timeout))
+            if self.sock in events:
+                while True:
+                    try:
+                        frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self.handle(frames[0].bytes, [f.buffer for f in frames[1:]])
+                spin_until = time.monotonic() + self.spin_s
+            if self.wake_r in events:
+                while True:
+                    try:
+                        self.wake_r.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+            while True:
+                try:
+                    rid, frames = self.outbox.get_nowait()
+                except queue.Empty:
+                    break
+                self.sock.send_multipart([rid] + frames, copy=False)
+            if now >= next_reap:
+                self.reap()
+                next_reap = now + REAP_INTERVAL_S
+
+    # ------------------------------------------------------------ messages
+    def handle(self, rid: bytes, frames: list):
+        try:
+            msg = P.decode(frames)
+            mtype, seq = int(msg[0]), int(msg[1])
+        except Exception as e:
+            log.warning("malformed message from %r: %s", rid, e)
+            return
+        try:
+            if mtype == P.MSG_CALL:
+                self.on_call(rid, seq, msg[2])
+            elif mtype == P.MSG_HELLO:
+                self.on_hello(rid, seq, msg[2][0] if msg[2] else {})
+            elif mtype == P.MSG_BYE:
+                self.on_bye(rid, seq)
+            elif mtype == P.MSG_CTL:
+                self.on_ctl(rid, seq, msg[2], msg[3] if len(msg) > 3 else {})
+            else:
+                self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, f"unknown message type {mtype}"])
+        except Exception as e:   # never let one bad message stop the daemon
+            log.exception("error handling message type %s from %r", mtype, rid)
+            self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, f"proxyd internal error: {e}"])
+
+    def token_of(self, rid: bytes) -> str | None:
+        return rid[2:].decode(errors="replace") if rid.startswith(b"c:") else None
+
+    def free_slot(self) -> int:
+        used = {s.slot for s in self.sessions.values()}
+        for i in range(MAX_SLOTS):
+            if i not in used:
+                return i
+        raise RuntimeError(f"all {MAX_SLOTS} session address slots are in use")
+
+    def new_session(self, token: str, pid: int, exe: str, slot: int | None = None) -> Session:
+        if slot is None:
+            slot = self.free_slot()
+        elif any(s.slot == slot for s in self.sessions.values()):
+            raise RuntimeError(f"address slot {slot} is already used by another session")
+        base = ARENA_BASE + slot * SLOT_SIZE
+        self.reservations[slot] = self.backend.reserve(base, SLOT_SIZE)
+        arena = Arena(base, SLOT_SIZE, self.backend.map_chunk, self.backend.unmap_chunk)
+        s = Session(token, pid, exe, slot, arena)
+        s.shm = ShmMap(token)
+        self.sessions[token] = s
+        self.orphans.pop(token, None)
+        return s
+
+    def hello_info(self, s: Session, shm_ok: bool) -> dict:
+        return {"arena": [s.arena.base, s.arena.size], "shm": bool(shm_ok), "session": s.token,
+                "slot": s.slot, "driver_version": self.backend.driver_version(), "version": __version__}
+
+    def on_hello(self, rid: bytes, seq: int, info: dict):
+        token = str(info.get("token") or self.token_of(rid) or "")
+        if not token or self.token_of(rid) != token:
+            self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, "HELLO token does not match the routing id"])
+            return
+        s = self.sessions.get(token)
+        if s is None:
+            try:
+                s = self.new_session(token, int(info.get("pid", 0)), str(info.get("exe", "")))
+            except Exception as e:
+                log.error("cannot open a session for pid %s: %s", info.get("pid"), e)
+                self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, f"cannot open a session: {e}"])
+                return
+            log.info("session %s: pid %s %s (slot %d)", token, s.pid, s.exe, s.slot)
+        # HELLO takes a sequence number of the session like any message
+        s.last_seq = max(s.last_seq, seq)
+        shm_ok = False
+        st = info.get("staging")
+        if st:
+            try:
+                s.shm.open(int(st[0]), int(st[2]))
+                s.staging_seg = int(st[0])
+                shm_ok = True
+            except (ShmError, ValueError, IndexError) as e:
+                log.info("session %s: no shared memory with the client (%s); data goes inline", token, e)
+        s.shm_ok = shm_ok
+        self.send(rid, [seq, 0, [self.hello_info(s, shm_ok)], 0, 0, ""])
+
+    def on_call(self, rid: bytes, seq: int, ops: list):
+        token = self.token_of(rid)
+        s = self.sessions.get(token) if token else None
+        if s is None:
+            # A restore may be about to bring this session back (a client
+            # that waited through a daemon restart): keep it waiting a while.
+            first = self.orphans.setdefault(token or "?", time.monotonic())
+            if time.monotonic() - first < ORPHAN_GRACE_S:
+                self.send(rid, [seq, P.REPLY_KEEPALIVE])
+            else:
+                self.send(rid, [seq, P.REPLY_UNKNOWN_SESSION, f"unknown session {token}"])
+            return
+        s.last_active = time.time()
+        if seq <= s.last_seq:
+            if seq == s.last_seq and s.last_reply is not None:
+                self.sock.send_multipart([rid] + s.last_reply, copy=False)
+            else:
+                self.send(rid, [seq, 0, None, 0, 0, ""])
+            return
+        if s.frozen:
+            if all(q[1] != seq for q in s.queued):
+                s.queued.append((rid, seq, ops))
+            self.send(rid, [seq, P.REPLY_KEEPALIVE])
+            return
+        if seq > s.last_seq + 1:
+            s.reorder[seq] = ops
+            return
+        self.execute(s, rid, seq, ops)
+        while s.last_seq + 1 in s.reorder and not s.frozen:
+            nxt = s.last_seq + 1
+            self.execute(s, rid, nxt, s.reorder.pop(nxt))
+
+    def execute(self, s: Session, rid: bytes, seq: int, ops: list):
+        code, outs, msg = self.dispatcher.run_ops(s, ops)
+        s.last_seq = seq
+        ac, afid, amsg = s.take_async_error()
+        s.last_reply = self.send(rid, [seq, code, outs, ac, afid, msg or amsg])
+
+    def resume(self, s: Session):
+        """Runs the calls that arrived while s was frozen (main loop only)."""
+        s.frozen = False
+        queued, s.queued = sorted(s.queued, key=lambda q: q[1]), []
+        for rid, seq, ops in queued:
+            self.on_call(rid, seq, ops)
+
+    def on_bye(self, rid: bytes, seq: int):
+        token = self.token_of(rid)
+        s = self.sessions.get(token) if token else None
+        if s is not None:
+            log.info("session %s (pid %s) ended", token, s.pid)
+            self.close_session(s)
+        self.send(rid, [seq, 0, None, 0, 0, ""])
+
+    def close_session(self, s: Session):
+        from .handlers import destroy_context
+        self.sessions.pop(s.token, None)
+        try:
+            for c in list(s.contexts.values()):
+                destroy_context(self.dispatcher, s, c)
+            s.arena.release_all()
+            for tok in s.shm.registered.values():
+                self.backend.host_unregister(tok)
+            s.shm.registered.clear()
+            s.shm.close_all()
+        except Exception:
+            log.exception("error releasing session %s", s.token)
+        res = self.reservations.pop(s.slot, None)
+        if res is not None:
+            self.backend.unreserve(res)
+
+    def reap(self):
+        """Ends sessions whose process is gone (same host only)."""
+        for s in list(self.sessions.values()):
+            if getattr(s, "shm_ok", False) and s.pid and not s.frozen and not os.path.exists(f"/proc/{s.pid}"):
+                log.info("session %s: pid %s exited without saying goodbye; releasing it", s.token, s.pid)
+                self.close_session(s)
+        now = time.monotonic()
+        for t, first in list(self.orphans.items()):
+            if now - first > 10 * ORPHAN_GRACE_S:
+                del self.orphans[t]
+
+    # ------------------------------------------------------------- control
+    def on_ctl(self, rid: bytes, seq: int, cmd: str, args: dict):
+        h = self.ctl_handlers.get(cmd)
+        if h is None:
+            self.send(rid, [seq, 1, f"unknown command {cmd!r}"])
+            return
+        h(rid, seq, args or {})
+
+    def ctl_reply(self, rid: bytes, seq: int, result=None, error: str | None = None, threaded=False):
+        obj = [seq, 0, result] if error is None else [seq, 1, error]
+        if threaded:
+            self.post(rid, self.packer.pack(obj))
+        else:
+            self.send(rid, obj)
+
+
+def _endpoint_alive(zctx, ep: str, timeout_ms: int = 300) -> bool:
+    s = zctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.ROUTING_ID, b"ctl:probe-" + uuid.uuid4().hex[:8].encode())
+    try:
+        s.connect(ep)
+        s.send(P.Packer().pack([P.MSG_CTL, 1, "ping", {}])[0])
+        return bool(s.poll(timeout_ms))
+    except zmq.ZMQError:
+        return False
+    finally:
+        s.close(0)

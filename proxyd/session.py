@@ -1,0 +1,155 @@
+"""Per-client state kept by proxyd.
+
+A Session is one client process. Everything the client can name is an
+object in the session's tables: contexts, modules, functions, streams and
+events, each with a per-session id that the client sees as a handle
+(kind << 32 | id). Ids are never reused within a session, and a restore puts
+every object back under the same id, so the handles a client holds stay
+valid across dump and restore. Device memory lives in the session's Arena at
+addresses that a restore reproduces.
+
+Locking: sessions are touched by the daemon's main loop only, except that
+checkpoint code reads a session while it is frozen (Session.frozen), when the
+main loop does not execute its calls.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import protocol as P
+from .arena import Arena
+
+CUDA_ERROR_INVALID_HANDLE = 400
+CUDA_ERROR_INVALID_CONTEXT = 201
+
+
+class CudaError(Exception):
+    """A call failed with a CUresult; message (optional) is shown to the client."""
+
+    def __init__(self, code: int, message: str = ""):
+        super().__init__(message or f"CUDA error {code}")
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class Obj:
+    kind: int
+    id: int
+    real: Any                      # the backend's object
+    ctx: int = 0                   # id of the context it belongs to (0: none)
+    info: dict = field(default_factory=dict)
+    create: tuple | None = None    # (fid, ctx handle, args) of the creating call, for restore
+
+    @property
+    def handle(self) -> int:
+        return P.make_handle(self.kind, self.id)
+
+
+@dataclass
+class Context:
+    id: int
+    device: int
+    real: Any
+    primary: bool
+    flags: int = 0
+    refcount: int = 1
+
+    @property
+    def handle(self) -> int:
+        return P.make_handle(P.K_CONTEXT, self.id)
+
+
+class Session:
+    def __init__(self, token: str, pid: int, exe: str, slot: int, arena: Arena):
+        self.token = token
+        self.pid = pid
+        self.exe = exe
+        self.slot = slot
+        self.arena = arena
+        self.created = time.time()
+        self.last_active = self.created
+        self.objects: dict[tuple[int, int], Obj] = {}
+        self.contexts: dict[int, Context] = {}
+        self.primary: dict[int, int] = {}          # device -> context id
+        self.next_id = {k: 1 for k in P.KIND_NAMES}
+        # reliability (docs/protocol.md): calls up to last_seq are executed
+        self.last_seq = 0
+        self.last_reply: list | None = None
+        self.reorder: dict[int, list] = {}
+        self.async_error: tuple[int, int, str] | None = None   # (code, fid, message)
+        self.frozen = False
+        self.queued: list = []          # messages that arrived while frozen
+        self.staging_seg: int | None = None
+        self.shm = None                 # ShmMap, set by the server
+        self.calls = 0
+
+    # ------------------------------------------------------------- objects
+    def new_id(self, kind: int) -> int:
+        i = self.next_id[kind]
+        self.next_id[kind] = i + 1
+        return i
+
+    def add(self, kind: int, real: Any, ctx: int = 0, info: dict | None = None, create=None,
+            ident: int | None = None) -> Obj:
+        if ident is None:
+            ident = self.new_id(kind)
+        else:
+            self.next_id[kind] = max(self.next_id[kind], ident + 1)
+        o = Obj(kind, ident, real, ctx, info or {}, create)
+        self.objects[(kind, ident)] = o
+        return o
+
+    def get(self, kind: int, handle: int) -> Obj:
+        k, i = P.split_handle(handle)
+        o = self.objects.get((k, i)) if k == kind else None
+        if o is None:
+            raise CudaError(CUDA_ERROR_INVALID_HANDLE,
+                            f"invalid {P.KIND_NAMES.get(kind, kind)} handle {handle:#x}")
+        return o
+
+    def remove(self, kind: int, handle: int) -> Obj:
+        o = self.get(kind, handle)
+        del self.objects[(kind, o.id)]
+        return o
+
+    def of_kind(self, kind: int) -> list[Obj]:
+        return [o for (k, _), o in sorted(self.objects.items()) if k == kind]
+
+    # ------------------------------------------------------------ contexts
+    def add_context(self, device: int, real: Any, primary: bool, flags: int = 0, ident: int | None = None) -> Context:
+        if ident is None:
+            ident = self.new_id(P.K_CONTEXT)
+        else:
+            self.next_id[P.K_CONTEXT] = max(self.next_id[P.K_CONTEXT], ident + 1)
+        c = Context(ident, device, real, primary, flags)
+        self.contexts[ident] = c
+        if primary:
+            self.primary[device] = ident
+        return c
+
+    def context(self, handle: int) -> Context:
+        k, i = P.split_handle(handle)
+        c = self.contexts.get(i) if k == P.K_CONTEXT else None
+        if c is None:
+            raise CudaError(CUDA_ERROR_INVALID_CONTEXT, f"invalid context handle {handle:#x}")
+        return c
+
+    def counts(self) -> dict[str, int]:
+        out = {name: 0 for name in P.KIND_CODES}
+        out["context"] = len(self.contexts)
+        for (k, _), _o in self.objects.items():
+            out[P.KIND_NAMES[k]] += 1
+        out["allocation"] = len(self.arena.allocs)
+        return out
+
+    def note_async_error(self, code: int, fid: int, message: str = ""):
+        if self.async_error is None:
+            self.async_error = (code, fid, message)
+
+    def take_async_error(self) -> tuple[int, int, str]:
+        e = self.async_error or (0, 0, "")
+        self.async_error = None
+        return e
