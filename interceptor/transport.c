@@ -304,6 +304,14 @@ static int reply_parse(gp_reply *r, uint64_t *seq, int *code, CUresult *async_co
         mp_skip(&r->rd);
         *async_code = (CUresult)mp_get_int(&r->rd);
         *async_fid = (uint32_t)mp_get_uint(&r->rd);
+        if (n >= 6) {
+            /* proxyd's explanation of a failure, shown once, as the driver
+             * would have no way to say it */
+            size_t len;
+            const uint8_t *m = mp_get_bytes(&r->rd, &len);
+            if (m && len)
+                gp_log("proxyd: %.*s", (int)len, (const char *)m);
+        }
         r->rd = outs;
         mp_obj o;
         gp_rd peek = r->rd;

@@ -230,8 +230,17 @@ class Server:
         st = info.get("staging")
         if st:
             try:
-                s.shm.open(int(st[0]), int(st[2]))
-                s.staging_seg = int(st[0])
+                seg = int(st[0])
+                m = s.shm.open(seg, int(st[2]))
+                s.staging_seg = seg
+                if seg not in s.shm.registered:
+                    # page-locked, so staged copies are DMA from this buffer
+                    try:
+                        s.shm.registered[seg] = self.backend.host_register(memoryview(m))
+                    except Exception as e:
+                        log.warning("session %s: cannot page-lock the staging segment (%s); copies will be slower",
+                                    token, e)
+                        s.shm.registered[seg] = None
                 shm_ok = True
             except (ShmError, ValueError, IndexError) as e:
                 log.info("session %s: no shared memory with the client (%s); data goes inline", token, e)
@@ -299,7 +308,8 @@ class Server:
                 destroy_context(self.dispatcher, s, c)
             s.arena.release_all()
             for tok in s.shm.registered.values():
-                self.backend.host_unregister(tok)
+                if tok is not None:
+                    self.backend.host_unregister(tok)
             s.shm.registered.clear()
             s.shm.close_all()
         except Exception:

@@ -1,0 +1,144 @@
+"""Runs gpuproxy's benchmarks natively and under the proxy, in the same run.
+
+    python bench/run_bench.py [--backend cuda|emu] [--out DIR] [--suite micro,checkpoint]
+
+Writes DIR/bench.json (all numbers, device, driver, date) and DIR/bench.md
+(a markdown table for docs/benchmarks.md). Timing is never pass/fail.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from proxy import Daemon  # noqa: E402
+
+
+def device_info() -> dict:
+    info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=30)
+        if q.returncode == 0 and q.stdout.strip():
+            name, drv, mem = [x.strip() for x in q.stdout.strip().splitlines()[0].split(",")]
+            info.update(device=name, driver=drv, memory=mem)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    info.setdefault("device", "none (emulated backend)")
+    info.setdefault("driver", "n/a")
+    try:
+        info["cpu_cores"] = os.cpu_count()
+        info["kernel"] = os.uname().release
+    except Exception:
+        pass
+    return info
+
+
+def build(src: Path, out: Path) -> Path:
+    arch = os.environ.get("GPUPROXY_NVCC_ARCH", "sm_90")
+    exe = out / src.stem
+    subprocess.run(["nvcc", "-cudart", "shared", f"-arch={arch}", "-O2", "-o", str(exe), str(src)], check=True)
+    return exe
+
+
+def parse(out: str) -> dict:
+    res = {}
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            d = json.loads(line)
+            res[d["bench"]] = d
+    return res
+
+
+def run(argv, env=None, timeout=900) -> dict:
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"{argv[0]} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+    return parse(r.stdout)
+
+
+MICRO_ROWS = [
+    ("null_call", "one sync API call, no GPU work (median)", "us", "lower"),
+    ("sync_roundtrip", "launch + sync 4-byte D2H copy (median)", "us", "lower"),
+    ("async_launch", "async empty-kernel launch", "us/launch", "lower"),
+    ("h2d_pageable", "1 GiB H2D, pageable", "GB/s", "higher"),
+    ("d2h_pageable", "1 GiB D2H, pageable", "GB/s", "higher"),
+    ("h2d_pinned", "1 GiB H2D, cudaMallocHost", "GB/s", "higher"),
+    ("d2h_pinned", "1 GiB D2H, cudaMallocHost", "GB/s", "higher"),
+    ("malloc_free_256", "cudaMalloc+cudaFree, 256 B", "us/op", "lower"),
+    ("malloc_free_1048576", "cudaMalloc+cudaFree, 1 MiB", "us/op", "lower"),
+    ("malloc_free_67108864", "cudaMalloc+cudaFree, 64 MiB", "us/op", "lower"),
+]
+
+
+def micro(backend: str, work: Path, repeat: int) -> dict:
+    exe = build(HERE / "cuda_bench.cu", work)
+    env = dict(os.environ)
+    if backend == "emu":
+        env.setdefault("BENCH_COPY_MB", "256")
+    native = None
+    if backend == "cuda":
+        native = run([str(exe)], env=env)
+    proxied_runs = []
+    with Daemon(backend=backend, env=env, emu_kernels=[HERE / "cuda_bench_emu.py"] if backend == "emu" else []) as d:
+        for _ in range(repeat):
+            proxied_runs.append(run([str(exe)], env=d.env_for_client(env)))
+    # the best of the repeated proxied runs per metric is reported, and all are kept
+    proxied = {}
+    for k, _label, _u, better in MICRO_ROWS:
+        vals = [r[k]["value"] for r in proxied_runs if k in r]
+        if vals:
+            proxied[k] = dict(proxied_runs[0][k], value=(min(vals) if better == "lower" else max(vals)), runs=vals)
+    return {"native": native, "proxied": proxied}
+
+
+def micro_table(res: dict) -> str:
+    lines = ["| what | native | proxied | proxied / native |", "| --- | --- | --- | --- |"]
+    for k, label, unit, better in MICRO_ROWS:
+        n = (res["native"] or {}).get(k, {}).get("value")
+        p = res["proxied"].get(k, {}).get("value")
+        ratio = f"{p / n:.2f}x" if n and p else "n/a"
+        lines.append(f"| {label} | {n if n is not None else 'n/a'} {unit if n is not None else ''} | "
+                     f"{p if p is not None else 'n/a'} {unit} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--backend", default="cuda", choices=["cuda", "emu"])
+    ap.add_argument("--out", default=os.environ.get("OUT") or "bench-out")
+    ap.add_argument("--suite", default="micro")
+    ap.add_argument("--repeat", type=int, default=2)
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    info = device_info()
+    results = {"info": info}
+    md = [f"Device: {info['device']}, driver {info['driver']}, {info.get('cpu_cores')} CPU cores, "
+          f"kernel {info.get('kernel')}; measured {info['date']}.", ""]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if "micro" in a.suite:
+            results["micro"] = micro(a.backend, work, a.repeat)
+            md += ["### Call path and copies", "", micro_table(results["micro"]), ""]
+        if "checkpoint" in a.suite:
+            from checkpoint_bench import checkpoint_suite, checkpoint_table
+            results["checkpoint"] = checkpoint_suite(a.backend, work)
+            md += ["### Checkpoint and restore", "", checkpoint_table(results["checkpoint"]), ""]
+    (out / "bench.json").write_text(json.dumps(results, indent=2))
+    (out / "bench.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    main()

@@ -1,0 +1,470 @@
+"""The real GPU backend: proxyd calls libcuda.so.1 through cffi (ABI mode).
+
+Declarations come from two places: the generic path's functions are declared
+from the specs by autogen (_generated.CDEF, one source of truth with the
+shim), and the functions the hand-written handlers need (virtual memory
+management, copies, modules, launch) are declared below with the structs
+they take, as cuda.h (CUDA 13) defines them; tests/test_cuda_backend_decls.py
+checks their sizes against the C compiler's.
+
+Device memory: each session's slice of addresses is reserved with
+cuMemAddressReserve at its fixed base (CUDA Driver API, "Virtual Memory
+Management"); chunks are backed by cuMemCreate + cuMemMap + cuMemSetAccess,
+so addresses are chosen by gpuproxy, not by the driver, and a restore can map
+memory again at the same addresses.
+
+Every backend object (context, module, function, stream, event) is kept as
+an integer (its pointer value), so objects from any cffi call site mix freely.
+
+Locking: used by the daemon's main loop; checkpoint workers call the copy and
+hash functions concurrently, which the driver API allows (it is thread-safe;
+each thread sets its own current context).
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import re
+import threading
+
+from cffi import FFI
+
+from .backend import Backend
+from .session import CudaError
+
+log = logging.getLogger("proxyd")
+
+CUDA_SUCCESS = 0
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_NOT_READY = 600
+
+HAND_CDEF = """
+typedef unsigned long long CUdeviceptr;
+typedef struct { int type; int id; } CUmemLocation;
+typedef struct {
+    int type;
+    int requestedHandleTypes;
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+typedef struct { CUmemLocation location; int flags; } CUmemAccessDesc;
+
+int cuInit(unsigned int flags);
+int cuDriverGetVersion(int *v);
+int cuDeviceGetCount(int *n);
+int cuDeviceGet(int *dev, int ordinal);
+int cuDeviceGetName(char *name, int len, int dev);
+int cuDeviceTotalMem_v2(size_t *bytes, int dev);
+int cuGetErrorName(int error, const char **str);
+int cuDevicePrimaryCtxRetain(void **pctx, int dev);
+int cuCtxCreate_v4(void **pctx, void *params, unsigned int flags, int dev);
+int cuCtxDestroy_v2(void *ctx);
+int cuCtxSetCurrent(void *ctx);
+int cuCtxPopCurrent_v2(void **pctx);
+int cuCtxSynchronize(void);
+int cuMemGetInfo_v2(size_t *free, size_t *total);
+int cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags);
+int cuMemAddressFree(CUdeviceptr ptr, size_t size);
+int cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int option);
+int cuMemCreate(unsigned long long *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
+int cuMemRelease(unsigned long long handle);
+int cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long long handle, unsigned long long flags);
+int cuMemUnmap(CUdeviceptr ptr, size_t size);
+int cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
+int cuMemFree_v2(CUdeviceptr p);
+int cuMemHostRegister_v2(void *p, size_t n, unsigned int flags);
+int cuMemHostUnregister(void *p);
+int cuMemHostAlloc(void **pp, size_t n, unsigned int flags);
+int cuMemFreeHost(void *p);
+int cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
+int cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream);
+int cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
+int cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *stream);
+int cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n);
+int cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *stream);
+int cuMemcpyPeerAsync(CUdeviceptr dst, void *dstCtx, CUdeviceptr src, void *srcCtx, size_t n, void *stream);
+int cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *stream);
+int cuMemsetD16Async(CUdeviceptr dst, unsigned short v, size_t n, void *stream);
+int cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, void *stream);
+int cuModuleLoadData(void **mod, const void *image);
+int cuModuleUnload(void *mod);
+int cuModuleGetFunction(void **fn, void *mod, const char *name);
+int cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *size, void *mod, const char *name);
+int cuFuncGetParamInfo(void *fn, size_t index, size_t *offset, size_t *size);
+int cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
+                   unsigned int bz, unsigned int shmem, void *stream, void **params, void **extra);
+int cuStreamCreate(void **s, unsigned int flags);
+int cuStreamDestroy_v2(void *s);
+int cuStreamSynchronize(void *s);
+int cuStreamQuery(void *s);
+int cuStreamWaitEvent(void *s, void *e, unsigned int flags);
+int cuEventCreate(void **e, unsigned int flags);
+int cuEventRecord(void *e, void *s);
+int cuEventSynchronize(void *e);
+int cuEventQuery(void *e);
+int cuEventDestroy_v2(void *e);
+"""
+
+# constants from cuda.h
+CU_MEM_ALLOCATION_TYPE_PINNED = 1
+CU_MEM_LOCATION_TYPE_DEVICE = 1
+CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0
+CU_MEMHOSTREGISTER_PORTABLE = 1
+CU_LAUNCH_PARAM_BUFFER_POINTER = 1
+CU_LAUNCH_PARAM_BUFFER_SIZE = 2
+CU_EVENT_DISABLE_TIMING = 2
+CU_STREAM_NON_BLOCKING = 1
+
+
+class CudaUnavailable(RuntimeError):
+    pass
+
+
+def _real_libcuda() -> str:
+    """The system's libcuda.so.1, never the shim."""
+    name = os.environ.get("GPUPROXY_LIBCUDA", "libcuda.so.1")
+    try:
+        lib = ctypes.CDLL(name)
+    except OSError as e:
+        raise CudaUnavailable(f"cannot load {name}: {e}") from e
+    if hasattr(lib, "gp_session"):
+        raise CudaUnavailable(f"{name} resolves to the gpuproxy shim, not the NVIDIA driver; unset LD_PRELOAD")
+    return name
+
+
+def _generic_cdef(known: set[str]) -> str:
+    from ._generated import CDEF
+    lines = []
+    for line in CDEF.splitlines():
+        m = re.match(r"int (\w+)\(", line)
+        if m and m.group(1) not in known:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+
+    def __init__(self):
+        path = _real_libcuda()
+        self.ffi = FFI()
+        self.ffi.cdef(HAND_CDEF)
+        known = set(re.findall(r"int (\w+)\(", HAND_CDEF))
+        self.ffi.cdef(_generic_cdef(known))
+        self.lib = self.ffi.dlopen(path)
+        r = self.lib.cuInit(0)
+        if r != CUDA_SUCCESS:
+            raise CudaUnavailable(f"cuInit failed: {self.err_name(r)}")
+        n = self.ffi.new("int *")
+        self.check(self.lib.cuDeviceGetCount(n), "cuDeviceGetCount")
+        self.ndev = n[0]
+        if self.ndev == 0:
+            raise CudaUnavailable("the driver reports no GPU")
+        # one primary context per device for proxyd's own work (arena mapping,
+        # checkpoint copies); sessions get contexts of their own
+        self.mgmt = []
+        for d in range(self.ndev):
+            p = self.ffi.new("void **")
+            self.check(self.lib.cuDevicePrimaryCtxRetain(p, d), "cuDevicePrimaryCtxRetain")
+            self.mgmt.append(self.ptr(p[0]))
+        self._tls = threading.local()
+        self._names = {}
+        g = self.ffi.new("size_t *")
+        prop = self._prop(0)
+        self.check(self.lib.cuMemGetAllocationGranularity(g, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "granularity")
+        self.granularity = g[0]
+        from .arena import GRANULARITY
+        if GRANULARITY % self.granularity:
+            raise CudaUnavailable(f"VMM granularity {self.granularity} does not divide the arena's {GRANULARITY}")
+
+    # ------------------------------------------------------------- helpers
+    def ptr(self, cdata) -> int:
+        return int(self.ffi.cast("uintptr_t", cdata))
+
+    def vp(self, v):
+        return self.ffi.cast("void *", v or 0)
+
+    def err_name(self, code: int) -> str:
+        s = self.ffi.new("const char **")
+        if self.lib.cuGetErrorName(code, s) == 0 and s[0] != self.ffi.NULL:
+            return self.ffi.string(s[0]).decode()
+        return f"error {code}"
+
+    def check(self, r: int, what: str):
+        if r != CUDA_SUCCESS:
+            raise CudaError(r, f"{what}: {self.err_name(r)}")
+
+    def _set(self, ctx: int):
+        if getattr(self._tls, "cur", None) != ctx:
+            self.check(self.lib.cuCtxSetCurrent(self.vp(ctx)), "cuCtxSetCurrent")
+            self._tls.cur = ctx
+
+    def _prop(self, dev: int):
+        prop = self.ffi.new("CUmemAllocationProp *")
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE
+        prop.location.id = dev
+        return prop
+
+    # ------------------------------------------------------------- devices
+    def init(self):
+        pass
+
+    def device_count(self) -> int:
+        return self.ndev
+
+    def device_name(self, dev: int) -> str:
+        if dev not in self._names:
+            buf = self.ffi.new("char[256]")
+            self.check(self.lib.cuDeviceGetName(buf, 256, dev), "cuDeviceGetName")
+            self._names[dev] = self.ffi.string(buf).decode()
+        return self._names[dev]
+
+    def device_total_mem(self, dev: int) -> int:
+        n = self.ffi.new("size_t *")
+        self.check(self.lib.cuDeviceTotalMem_v2(n, dev), "cuDeviceTotalMem")
+        return n[0]
+
+    def driver_version(self) -> int:
+        v = self.ffi.new("int *")
+        self.lib.cuDriverGetVersion(v)
+        return v[0]
+
+    # ------------------------------------------------------------ contexts
+    def ctx_create(self, dev: int, flags: int) -> int:
+        p = self.ffi.new("void **")
+        self.check(self.lib.cuCtxCreate_v4(p, self.ffi.NULL, flags, dev), "cuCtxCreate")
+        ctx = self.ptr(p[0])
+        # cuCtxCreate pushes the new context; proxyd sets contexts per call
+        self.lib.cuCtxPopCurrent_v2(self.ffi.new("void **"))
+        self._tls.cur = None
+        return ctx
+
+    def ctx_destroy(self, ctx: int):
+        self.check(self.lib.cuCtxDestroy_v2(self.vp(ctx)), "cuCtxDestroy")
+        if getattr(self._tls, "cur", None) == ctx:
+            self._tls.cur = None
+
+    def make_current(self, ctx: int):
+        self._set(ctx)
+
+    def ctx_sync(self, ctx: int):
+        self._set(ctx)
+        self.check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def mgmt_ctx(self, dev: int = 0) -> int:
+        return self.mgmt[dev]
+
+    # -------------------------------------------------------------- memory
+    def reserve(self, base: int, size: int):
+        self._set(self.mgmt[0])
+        p = self.ffi.new("CUdeviceptr *")
+        self.check(self.lib.cuMemAddressReserve(p, size, 0, base, 0), "cuMemAddressReserve")
+        if p[0] != base:
+            self.lib.cuMemAddressFree(p[0], size)
+            raise CudaError(2, f"device addresses {base:#x}..{base + size:#x} are taken in this process "
+                               f"(the driver offered {p[0]:#x}); cannot place session memory at its fixed address")
+        return (base, size)
+
+    def unreserve(self, token):
+        base, size = token
+        self.lib.cuMemAddressFree(base, size)
+
+    def map_chunk(self, dev: int, addr: int, size: int):
+        self._set(self.mgmt[dev])
+        h = self.ffi.new("unsigned long long *")
+        self.check(self.lib.cuMemCreate(h, size, self._prop(dev), 0), f"cuMemCreate({size} bytes)")
+        r = self.lib.cuMemMap(addr, size, 0, h[0], 0)
+        if r != CUDA_SUCCESS:
+            self.lib.cuMemRelease(h[0])
+            self.check(r, f"cuMemMap at {addr:#x}")
+        desc = self.ffi.new("CUmemAccessDesc *")
+        desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE
+        desc.location.id = dev
+        desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        r = self.lib.cuMemSetAccess(addr, size, desc, 1)
+        if r != CUDA_SUCCESS:
+            self.lib.cuMemUnmap(addr, size)
+            self.lib.cuMemRelease(h[0])
+            self.check(r, f"cuMemSetAccess at {addr:#x}")
+        return (addr, size, h[0], dev)
+
+    def unmap_chunk(self, backing):
+        addr, size, h, dev = backing
+        self._set(self.mgmt[dev])
+        self.check(self.lib.cuMemUnmap(addr, size), "cuMemUnmap")
+        self.check(self.lib.cuMemRelease(h), "cuMemRelease")
+
+    def host_register(self, buf):
+        b = self.ffi.from_buffer(buf, require_writable=True)
+        self._set(self.mgmt[0])
+        self.check(self.lib.cuMemHostRegister_v2(b, len(buf), CU_MEMHOSTREGISTER_PORTABLE), "cuMemHostRegister")
+        return b
+
+    def host_unregister(self, token):
+        self._set(self.mgmt[0])
+        self.lib.cuMemHostUnregister(token)
+
+    def _buf(self, data, writable=False):
+        if data is None:
+            return self.ffi.NULL
+        return self.ffi.from_buffer(data, require_writable=writable)
+
+    def htod(self, dst, src, n, stream, sync):
+        p = self._buf(src)
+        if stream in (None, 0) and sync:
+            self.check(self.lib.cuMemcpyHtoD_v2(dst, p, n), "cuMemcpyHtoD")
+            return
+        self.check(self.lib.cuMemcpyHtoDAsync_v2(dst, p, n, self.vp(stream)), "cuMemcpyHtoDAsync")
+        if sync:
+            self.check(self.lib.cuStreamSynchronize(self.vp(stream)), "cuStreamSynchronize")
+
+    def dtoh(self, dst, src, n, stream, sync):
+        p = self._buf(dst, writable=True)
+        if stream in (None, 0) and sync:
+            self.check(self.lib.cuMemcpyDtoH_v2(p, src, n), "cuMemcpyDtoH")
+            return
+        self.check(self.lib.cuMemcpyDtoHAsync_v2(p, src, n, self.vp(stream)), "cuMemcpyDtoHAsync")
+        if sync:
+            self.check(self.lib.cuStreamSynchronize(self.vp(stream)), "cuStreamSynchronize")
+
+    def dtod(self, dst, src, n, stream, sync):
+        if stream in (None, 0) and sync:
+            self.check(self.lib.cuMemcpyDtoD_v2(dst, src, n), "cuMemcpyDtoD")
+        else:
+            self.check(self.lib.cuMemcpyDtoDAsync_v2(dst, src, n, self.vp(stream)), "cuMemcpyDtoDAsync")
+
+    def memset(self, dst, value, elem, count, stream, sync):
+        s = self.vp(stream)
+        if elem == 1:
+            r = self.lib.cuMemsetD8Async(dst, value & 0xFF, count, s)
+        elif elem == 2:
+            r = self.lib.cuMemsetD16Async(dst, value & 0xFFFF, count, s)
+        else:
+            r = self.lib.cuMemsetD32Async(dst, value & 0xFFFFFFFF, count, s)
+        self.check(r, "cuMemset")
+
+    # ------------------------------------------------------------- modules
+    def module_load(self, ctx, image, parsed):
+        p = self.ffi.new("void **")
+        self.check(self.lib.cuModuleLoadData(p, image), "cuModuleLoadData")
+        return self.ptr(p[0])
+
+    def module_unload(self, mod):
+        self.check(self.lib.cuModuleUnload(self.vp(mod)), "cuModuleUnload")
+
+    def module_function(self, mod, name):
+        p = self.ffi.new("void **")
+        self.check(self.lib.cuModuleGetFunction(p, self.vp(mod), name.encode()), f"cuModuleGetFunction({name})")
+        return self.ptr(p[0])
+
+    def module_global(self, mod, name):
+        p = self.ffi.new("CUdeviceptr *")
+        s = self.ffi.new("size_t *")
+        self.check(self.lib.cuModuleGetGlobal_v2(p, s, self.vp(mod), name.encode()), f"cuModuleGetGlobal({name})")
+        return int(p[0]), int(s[0])
+
+    def param_info(self, fn):
+        off = self.ffi.new("size_t *")
+        size = self.ffi.new("size_t *")
+        out = []
+        while True:
+            r = self.lib.cuFuncGetParamInfo(self.vp(fn), len(out), off, size)
+            if r == CUDA_ERROR_INVALID_VALUE:
+                return out
+            self.check(r, "cuFuncGetParamInfo")
+            out.append((int(off[0]), int(size[0])))
+
+    def launch(self, fn, grid, block, shmem, stream, params, info):
+        if params:
+            buf = self.ffi.from_buffer(params)
+            size = self.ffi.new("size_t *", len(params))
+            extra = self.ffi.new("void *[5]", [self.vp(CU_LAUNCH_PARAM_BUFFER_POINTER), buf,
+                                               self.vp(CU_LAUNCH_PARAM_BUFFER_SIZE), size, self.ffi.NULL])
+        else:
+            extra = self.ffi.NULL
+        self.check(self.lib.cuLaunchKernel(self.vp(fn), grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                           shmem, self.vp(stream), self.ffi.NULL, extra),
+                   f"cuLaunchKernel({info.get('name', '?')})")
+
+    # ------------------------------------------------------------- streams
+    def stream(self, special: int):
+        return special      # NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD are their own values
+
+    def stream_sync(self, stream):
+        self.check(self.lib.cuStreamSynchronize(self.vp(stream)), "cuStreamSynchronize")
+
+    def event_sync(self, event):
+        self.check(self.lib.cuEventSynchronize(self.vp(event)), "cuEventSynchronize")
+
+    # ---------------------------------------------------------- generic path
+    def call(self, fn, args):
+        f = getattr(self.lib, fn.name, None)
+        if f is None:
+            raise CudaError(801, f"{fn.name} has no declaration for the generic path")
+        ffi = self.ffi
+        cargs, outs = [], []
+        for (name, role, kind, ctype, cls, size, _sz), a in zip(fn.params, args):
+            if role == "handle" and kind not in ("memory", "device"):
+                cargs.append(self.vp(a))
+            elif role in ("scalar", "device_ptr", "handle"):
+                cargs.append(a)
+            elif role == "in_buffer":
+                cargs.append(self._buf(a) if a is not None else ffi.NULL)
+            elif role == "out_buffer":
+                if a is None:
+                    cargs.append(ffi.NULL)
+                    outs.append(None)
+                else:
+                    b = ffi.new("char[]", int(a))
+                    cargs.append(b)
+                    outs.append(("buf", b))
+            elif role == "out_value":
+                if a is None:
+                    cargs.append(ffi.NULL)
+                    outs.append(None)
+                    continue
+                if cls == "handle":
+                    b = ffi.new("void *[1]")
+                elif cls == "float":
+                    b = ffi.new("float[1]" if size == 4 else "double[1]")
+                elif cls in ("int", "uint"):
+                    b = ffi.new(f"{'' if cls == 'int' else 'u'}int{8 * size}_t[1]")
+                else:
+                    b = ffi.new("char[]", size)
+                cargs.append(b)
+                outs.append((cls, b))
+            else:
+                raise CudaError(801, f"{fn.name}: parameter {name} cannot be passed")
+        r = f(*cargs)
+        if r != CUDA_SUCCESS:
+            return r, None
+        res = []
+        for o in outs:
+            if o is None:
+                res.append(None)
+            elif o[0] == "buf":
+                res.append(bytes(ffi.buffer(o[1])))
+            elif o[0] == "handle":
+                res.append(self.ptr(o[1][0]))
+            elif o[0] in ("int", "uint", "float"):
+                res.append(o[1][0])
+            else:
+                res.append(bytes(ffi.buffer(o[1])))
+        return CUDA_SUCCESS, res
+
+    def call_named(self, name, args):
+        from ._generated import FUNCTIONS
+        for fn in FUNCTIONS.values():
+            if fn.name == name:
+                return self.call(fn, args)
+        raise CudaError(801, f"{name} unknown")

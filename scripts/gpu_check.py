@@ -1,0 +1,140 @@
+"""Every check that needs the GPU, in one run (scripts/gpu-check calls this).
+
+1. the whole tests/programs corpus natively, then under the proxy (cuda
+   backend), comparing outputs byte for byte;
+2. the GPU-marked pytest tests;
+3. the benchmarks (bench/run_bench.py), native and proxied in the same run.
+Prints a summary and writes logs under --out ($OUT when set).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import corpus  # noqa: E402
+from proxy import Daemon  # noqa: E402
+
+
+class Log:
+    def __init__(self, path: Path):
+        self.f = open(path, "w")
+
+    def __call__(self, *a):
+        s = " ".join(str(x) for x in a)
+        print(s, flush=True)
+        self.f.write(s + "\n")
+        self.f.flush()
+
+
+def run_program(b, env=None, timeout=180):
+    p = b.program
+    if p.driver == "udp_counter":
+        out = "".join(corpus.run_udp_counter(b.argv(), env=env, timeout=30))
+        return out, "", 0
+    r = subprocess.run(b.argv(), capture_output=True, text=True, env=env, timeout=timeout)
+    return r.stdout, r.stderr, r.returncode
+
+
+def corpus_check(log, out: Path, daemon_args=()) -> list[tuple[str, str]]:
+    results = []
+    t = time.time()
+    built = {b.program.name: b for b in corpus.build_all()}
+    log(f"corpus built in {time.time() - t:.1f} s ({len(built)} programs)")
+    native = {}
+    for name, b in built.items():
+        if b.program.proxy_only:
+            continue
+        o, e, rc = run_program(b)
+        native[name] = o
+        ok = rc == 0 and o == b.program.expected_output
+        results.append((f"native {name}", "PASS" if ok else "FAIL"))
+        if not ok:
+            log(f"native {name}: rc={rc}\n{o[-1500:]}\n{e[-1500:]}")
+    d = Daemon(backend="cuda", extra_args=list(daemon_args), log_path=str(out / "proxyd-corpus.log"))
+    d.start()
+    try:
+        for name, b in built.items():
+            t = time.time()
+            o, e, rc = run_program(b, env=d.env_for_client())
+            want = b.program.expected_output if b.program.proxy_only else native.get(name)
+            ok = rc == 0 and o == want and o == b.program.expected_output
+            results.append((f"proxied {name}", "PASS" if ok else "FAIL"))
+            log(f"proxied {name}: {'PASS' if ok else 'FAIL'} ({time.time() - t:.2f} s)")
+            if not ok:
+                log(f"  rc={rc}\n--- stdout\n{o[-1500:]}\n--- stderr\n{e[-3000:]}")
+    finally:
+        d.stop()
+    return results
+
+
+def pytest_gpu(log, out: Path) -> list[tuple[str, str]]:
+    env = dict(os.environ, GPUPROXY_TEST_GPU="1")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                        str(ROOT / "tests")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=1500)
+    (out / "pytest-gpu.log").write_text(r.stdout + r.stderr)
+    tail = (r.stdout.strip().splitlines() or ["(no output)"])[-1]
+    log(f"pytest -m gpu: {tail}")
+    if r.returncode != 0:
+        log(r.stdout[-6000:])
+    return [("pytest -m gpu", "PASS" if r.returncode == 0 else f"FAIL ({tail})")]
+
+
+def bench(log, out: Path, suites: str) -> list[tuple[str, str]]:
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "run_bench.py"), "--backend", "cuda", "--out", str(out),
+                        "--suite", suites], capture_output=True, text=True, cwd=ROOT, timeout=2400)
+    (out / "bench.log").write_text(r.stdout + r.stderr)
+    log(r.stdout[-6000:])
+    if r.returncode != 0:
+        log(r.stderr[-4000:])
+    return [("benchmarks", "done" if r.returncode == 0 else "FAIL")]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "gpu-check-out"))
+    ap.add_argument("--skip", default="", help="comma list of: corpus,pytest,bench")
+    ap.add_argument("--bench-suites", default="micro,checkpoint")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = Log(out / "gpu-check.log")
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total", "--format=csv"],
+                         capture_output=True, text=True)
+    log(smi.stdout.strip() or smi.stderr.strip())
+    log("cuda-checkpoint:", shutil.which("cuda-checkpoint") or "not found", "| criu:", shutil.which("criu") or "not found")
+    skip = set(a.skip.split(","))
+    results: list[tuple[str, str]] = []
+    for name, fn in (("corpus", lambda: corpus_check(log, out)),
+                     ("pytest", lambda: pytest_gpu(log, out)),
+                     ("bench", lambda: bench(log, out, a.bench_suites))):
+        if name in skip:
+            continue
+        t = time.time()
+        try:
+            results += fn()
+        except Exception:
+            log(traceback.format_exc())
+            results.append((name, "ERROR"))
+        log(f"[{name} took {time.time() - t:.1f} s]")
+    log("\n==== summary ====")
+    for what, res in results:
+        log(f"{res:6s} {what}")
+    bad = [r for r in results if not r[1].startswith(("PASS", "done"))]
+    log(f"{len(results) - len(bad)} passed, {len(bad)} failed")
+    (out / "summary.json").write_text(json.dumps(results, indent=1))
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
