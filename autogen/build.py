@@ -35,7 +35,8 @@ except ImportError:  # run as a script with autogen/ on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 
-DRIVER_SOURCES = ["gp_msgpack.c", "transport.c", "hostmem.c", "context.c", "funcs.c", "memcpy.c", "driver.c"]
+DRIVER_SOURCES = ["gp_msgpack.c", "transport.c", "hostmem.c", "context.c", "funcs.c", "memcpy.c", "driver.c",
+                  "undocumented.c", "channel.c"]
 RUNTIME_SOURCES = ["rt_state.c", "rt_register.c", "rt_api.c"]
 
 
@@ -66,6 +67,13 @@ def find_libzmq() -> list[str]:
     return libs
 
 
+def undocumented_exports() -> list[str]:
+    """Driver symbols without a header declaration (interceptor/undocumented.c)."""
+    import re
+    text = (REPO / "interceptor" / "undocumented.c").read_text()
+    return re.findall(r"^GP_UNDOCUMENTED\((\w+)\)", text, flags=re.M)
+
+
 def _write(path: Path, text: str):
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and path.read_text() == text:
@@ -89,7 +97,7 @@ def generate(spec_dir: Path, gen_dir: Path, py_out: Path, include: str, cc: str 
     cu, rt = gen_c.gen_errors(Path(include, "cuda.h").read_text(), Path(include, "driver_types.h").read_text(), sources)
     _write(gen_dir / "gp_errors_cu.c", cu)
     _write(gen_dir / "gp_errors_rt.c", rt)
-    cmap, rmap = gen_c.gen_version_scripts(driver, runtime)
+    cmap, rmap = gen_c.gen_version_scripts(driver, runtime, undocumented_exports())
     _write(gen_dir / "libcuda.map", cmap)
     _write(gen_dir / "libcudart.map", rmap)
     _write(py_out, gen_py.gen_dispatch(driver, types, sources))

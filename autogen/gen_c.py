@@ -366,8 +366,8 @@ def gen_errors(cuda_h: str, driver_types_h: str, sources) -> tuple[str, str]:
             table("gp_rt_error_name", "cudaError_t", rt, "#include \"gp_rt.h\""))
 
 
-def gen_version_scripts(driver, runtime) -> tuple[str, str]:
-    d = "\n".join(f"    {g(f, 'name')};" for f in driver)
+def gen_version_scripts(driver, runtime, extra_driver=()) -> tuple[str, str]:
+    d = "\n".join([f"    {g(f, 'name')};" for f in driver] + [f"    {n};" for n in extra_driver])
     r = "\n".join(f"    {g(f, 'name')};" for f in runtime)
     # libcuda.so.1's symbols are unversioned, like the real library's; the
     # shim's internal gp_* functions are exported too, for libcudart.so.13.

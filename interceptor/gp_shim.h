@@ -35,7 +35,7 @@ enum gp_kind {
 };
 
 /* Message types, client -> daemon. */
-enum { GP_MSG_HELLO = 0, GP_MSG_CALL = 1, GP_MSG_BYE = 2 };
+enum { GP_MSG_HELLO = 0, GP_MSG_CALL = 1, GP_MSG_BYE = 2, GP_MSG_DOORBELL = 3 };
 
 /* Reply codes below zero are protocol-level, not CUresult. */
 #define GP_REPLY_KEEPALIVE (-1)

@@ -46,6 +46,9 @@ static int nranges;
 
 extern const char *gp_session_token(void);
 extern int gp_session_pid(void);
+extern const char *gp_chan_create(size_t *size);
+extern void gp_chan_enable(int ok);
+extern void gp_note_driver_version(int v);
 
 static void unlink_all(void)
 {
@@ -105,7 +108,9 @@ void gp_hello_info(gp_buf *b)
     char exe[512] = "";
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[n > 0 ? n : 0] = 0;
-    mp_map(b, 5);
+    size_t chan_size = 0;
+    const char *chan = use_shm ? gp_chan_create(&chan_size) : NULL;
+    mp_map(b, 6);
     mp_str(b, "pid");
     mp_int(b, gp_session_pid());
     mp_str(b, "token");
@@ -114,6 +119,14 @@ void gp_hello_info(gp_buf *b)
     mp_str(b, GP_VERSION);
     mp_str(b, "exe");
     mp_str(b, exe);
+    mp_str(b, "channel");
+    if (chan) {
+        mp_array(b, 2);
+        mp_str(b, chan);
+        mp_uint(b, chan_size);
+    } else {
+        mp_nil(b);
+    }
     mp_str(b, "staging");
     if (staging) {
         mp_array(b, 3);
@@ -128,6 +141,7 @@ void gp_hello_info(gp_buf *b)
 /* Called with the HELLO answer's first out: {"arena": [base, size], "shm": bool, ...}. */
 void gp_hello_reply(gp_rd *rd)
 {
+    int chan_ok = 0;
     uint32_t n = mp_get_map(rd);
     for (uint32_t i = 0; i < n && !rd->err; i++) {
         size_t klen;
@@ -140,10 +154,15 @@ void gp_hello_reply(gp_rd *rd)
                 mp_skip(rd);
         } else if (k && klen == 3 && !memcmp(k, "shm", 3)) {
             shm_ok = (int)mp_get_int(rd);
+        } else if (k && klen == 7 && !memcmp(k, "channel", 7)) {
+            chan_ok = (int)mp_get_int(rd);
+        } else if (k && klen == 14 && !memcmp(k, "driver_version", 14)) {
+            gp_note_driver_version((int)mp_get_int(rd));
         } else {
             mp_skip(rd);
         }
     }
+    gp_chan_enable(chan_ok);
     if (!shm_ok && staging) {
         /* proxyd cannot see our shared memory (other host or namespace):
          * everything goes through the socket. */

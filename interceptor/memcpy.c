@@ -21,6 +21,9 @@
 #include <string.h>
 
 #define GP_CHUNK_MAX (16u << 20)
+/* Copies up to this size travel inside the message (one round trip) rather
+ * than through the staging segment. */
+#define GP_SMALL_COPY (64u << 10)
 
 static uint64_t slot_seq[2];    /* last message that used each staging slot */
 static int next_slot;
@@ -63,7 +66,7 @@ CUresult gp_copy_htod(uint32_t fid, CUdeviceptr dst, const void *src, size_t n, 
         return rc;
     }
     size_t chunk = chunk_size();
-    if (chunk == 0) {
+    if (chunk == 0 || n <= GP_SMALL_COPY) {
         b = gp_op_begin(fid, nargs_for(has_stream));
         mp_uint(b, dst);
         gp_put_data(b, src, n, async);
@@ -129,7 +132,7 @@ CUresult gp_copy_dtoh(uint32_t fid, void *dst, CUdeviceptr src, size_t n, CUstre
         return rc;
     }
     size_t chunk = chunk_size();
-    if (chunk == 0) {
+    if (chunk == 0 || n <= GP_SMALL_COPY) {
         b = gp_op_begin(fid, nargs_for(has_stream));
         mp_nil(b);
         mp_uint(b, src);

@@ -32,6 +32,12 @@
 #define GP_WINDOW_BYTES (64u << 20)
 #define GP_HDR_RESERVE 16               /* room for the message header before the ops */
 
+int gp_chan_send(uint64_t seq, const void *p, size_t n, int *need_doorbell);
+int gp_chan_recv(zmq_msg_t *msg);
+int gp_chan_idle(int idle);
+int gp_chan_active(void);
+void gp_chan_forget(void);
+
 static pthread_mutex_t gp_mu;
 static pthread_once_t gp_once = PTHREAD_ONCE_INIT;
 
@@ -139,6 +145,7 @@ static void child_after_fork(void)
     G.cur_has_ops = 0;
     G.cur.nframes = 0;
     G.cur.bytes = 0;
+    gp_chan_forget();
 }
 
 static void init_once(void)
@@ -182,7 +189,31 @@ static void noop_free(void *data, void *hint) { (void)data; (void)hint; }
 
 /* Sends message m. Large frames go zero-copy: their memory stays valid until
  * the message is answered (owned copies, or the caller's buffer of a sync op). */
+static int zmq_send_msg(gp_msg *m);
+
+/* Sends m through the fast channel when it can go that way (one frame that
+ * fits, the slot free), else through ZeroMQ. Resends always use ZeroMQ. */
 static int msg_send(gp_msg *m)
+{
+    if (m->nframes == 0) {
+        int bell;
+        if (gp_chan_send(m->seq, m->head.p + m->head_off, m->head.len - m->head_off, &bell) == 0) {
+            if (bell) {
+                /* proxyd sleeps: wake it with a doorbell [3, seq] */
+                uint8_t d[16];
+                gp_buf b = { d, 0, sizeof d };
+                mp_array(&b, 2);
+                mp_uint(&b, GP_MSG_DOORBELL);
+                mp_uint(&b, m->seq);
+                zmq_send(G.sock, d, b.len, 0);
+            }
+            return 0;
+        }
+    }
+    return zmq_send_msg(m);
+}
+
+static int zmq_send_msg(gp_msg *m)
 {
     zmq_msg_t zm;
     int more = m->nframes ? ZMQ_SNDMORE : 0;
@@ -246,17 +277,49 @@ static int recv_message(gp_reply *r, long timeout_ms)
 {
     reply_init(r);
     zmq_msg_t *m = &r->frames[0];
+    int got = gp_chan_recv(m);
+    if (got == 0) {
+        r->nframes = 1;
+        return 0;
+    }
     zmq_msg_init(m);
-    int got = zmq_msg_recv(m, G.sock, ZMQ_DONTWAIT);
+    got = zmq_msg_recv(m, G.sock, ZMQ_DONTWAIT);
     if (got < 0 && timeout_ms > 0) {
         uint64_t spin_end = now_us() + (uint64_t)G.spin_us;
-        while (got < 0 && now_us() < spin_end)
-            got = zmq_msg_recv(m, G.sock, ZMQ_DONTWAIT);
+        unsigned k = 0;
+        while (got < 0 && now_us() < spin_end) {
+            zmq_msg_close(m);
+            if (gp_chan_recv(m) == 0) {
+                r->nframes = 1;
+                return 0;
+            }
+            zmq_msg_init(m);
+            /* the socket costs a system call: look at it less often than at the channel */
+            if ((++k & 15) == 0 || !gp_chan_active())
+                got = zmq_msg_recv(m, G.sock, ZMQ_DONTWAIT);
+        }
         if (got < 0) {
+            if (gp_chan_idle(1)) {
+                zmq_msg_close(m);
+                if (gp_chan_recv(m) == 0) {
+                    r->nframes = 1;
+                    return 0;
+                }
+                zmq_msg_init(m);
+            }
             zmq_pollitem_t it = { G.sock, 0, ZMQ_POLLIN, 0 };
             int pr = zmq_poll(&it, 1, timeout_ms);
+            gp_chan_idle(0);
             if (pr > 0)
                 got = zmq_msg_recv(m, G.sock, ZMQ_DONTWAIT);
+            if (got < 0) {
+                zmq_msg_close(m);
+                if (gp_chan_recv(m) == 0) {
+                    r->nframes = 1;
+                    return 0;
+                }
+                zmq_msg_init(m);
+            }
         }
     }
     if (got < 0) {
@@ -348,9 +411,9 @@ static void inflight_remove(int i)
 static void resend_all(gp_msg *sync_msg)
 {
     for (int i = 0; i < G.ninflight; i++)
-        msg_send(&G.inflight[i]);
+        zmq_send_msg(&G.inflight[i]);
     if (sync_msg)
-        msg_send(sync_msg);
+        zmq_send_msg(sync_msg);
 }
 
 /* Waits for answers. Returns 0 when the sync message (if given) has been
@@ -364,7 +427,7 @@ static int pump(gp_msg *sync_msg, gp_reply *out, int max_inflight, long silence_
     for (;;) {
         if (!sync_msg && G.ninflight <= max_inflight)
             return 0;
-        long slice = 200;
+        long slice = gp_chan_active() ? 20 : 200;   /* a missed channel wake-up costs at most this */
         gp_reply r;
         if (recv_message(&r, wait ? slice : 0) < 0) {
             if (!wait)
@@ -401,15 +464,12 @@ static int pump(gp_msg *sync_msg, gp_reply *out, int max_inflight, long silence_
             return -2;
         }
         note_async_error(acode, afid);
-        int hit = -1;
-        for (int i = 0; i < G.ninflight; i++)
-            if (G.inflight[i].seq == seq)
-                hit = i;
-        if (hit >= 0) {
-            inflight_remove(hit);
-            gp_reply_done(&r);
-            continue;
-        }
+        /* proxyd executes messages in order: an answer to seq also
+         * settles every earlier message (the fast channel keeps only the
+         * newest answer, so earlier ones may never be seen) */
+        for (int i = G.ninflight - 1; i >= 0; i--)
+            if (G.inflight[i].seq <= seq)
+                inflight_remove(i);
         if (sync_msg && seq == sync_msg->seq) {
             *out = r;
             out->code = code;
@@ -584,8 +644,10 @@ void gp_put_data(gp_buf *b, const void *p, size_t n, int copy)
         mp_nil(b);
         return;
     }
-    if (n < GP_INLINE_MAX || G.cur.nframes == GP_MAX_FRAMES) {
-        if (n >= GP_INLINE_MAX)
+    /* the fast channel takes single-frame messages: inline up to 64 KiB there */
+    size_t inline_max = gp_chan_active() ? (64u << 10) + 1 : GP_INLINE_MAX;
+    if (n < inline_max || G.cur.nframes == GP_MAX_FRAMES) {
+        if (n >= inline_max)
             gp_log("too many data frames in one message; sending %zu bytes inline", n);
         mp_bin(b, p, n);
         return;

@@ -177,6 +177,7 @@ class CudaBackend(Backend):
             self.check(self.lib.cuDevicePrimaryCtxRetain(p, d), "cuDevicePrimaryCtxRetain")
             self.mgmt.append(self.ptr(p[0]))
         self._tls = threading.local()
+        self._extra = None
         self._names = {}
         g = self.ffi.new("size_t *")
         prop = self._prop(0)
@@ -385,16 +386,25 @@ class CudaBackend(Backend):
             out.append((int(off[0]), int(size[0])))
 
     def launch(self, fn, grid, block, shmem, stream, params, info):
+        # The packed argument buffer goes in `extra` (cuLaunchKernel,
+        # CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE), so proxyd never needs to know
+        # the parameters' types. The extra array is reused: main loop only.
+        ffi = self.ffi
         if params:
-            buf = self.ffi.from_buffer(params)
-            size = self.ffi.new("size_t *", len(params))
-            extra = self.ffi.new("void *[5]", [self.vp(CU_LAUNCH_PARAM_BUFFER_POINTER), buf,
-                                               self.vp(CU_LAUNCH_PARAM_BUFFER_SIZE), size, self.ffi.NULL])
+            buf = ffi.from_buffer(params)
+            ex = self._extra
+            if ex is None:
+                self._lsize = ffi.new("size_t *")
+                ex = self._extra = ffi.new("void *[5]", [self.vp(CU_LAUNCH_PARAM_BUFFER_POINTER), ffi.NULL,
+                                                         self.vp(CU_LAUNCH_PARAM_BUFFER_SIZE), self._lsize, ffi.NULL])
+            ex[1] = buf
+            self._lsize[0] = len(params)
         else:
-            extra = self.ffi.NULL
-        self.check(self.lib.cuLaunchKernel(self.vp(fn), grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                                           shmem, self.vp(stream), self.ffi.NULL, extra),
-                   f"cuLaunchKernel({info.get('name', '?')})")
+            ex = ffi.NULL
+        r = self.lib.cuLaunchKernel(ffi.cast("void *", fn), grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                    shmem, ffi.cast("void *", stream), ffi.NULL, ex)
+        if r:
+            self.check(r, f"cuLaunchKernel({info.get('name', '?')})")
 
     # ------------------------------------------------------------- streams
     def stream(self, special: int):
@@ -426,7 +436,7 @@ class CudaBackend(Backend):
                     outs.append(None)
                 else:
                     b = ffi.new("char[]", int(a))
-                    cargs.append(b)
+                    cargs.append(ffi.cast("void *", b))
                     outs.append(("buf", b))
             elif role == "out_value":
                 if a is None:
@@ -441,7 +451,9 @@ class CudaBackend(Backend):
                     b = ffi.new(f"{'' if cls == 'int' else 'u'}int{8 * size}_t[1]")
                 else:
                     b = ffi.new("char[]", size)
-                cargs.append(b)
+                # declared pointee types differ between the generated and the
+                # hand-written declarations (int * vs int32_t *): pass void *
+                cargs.append(ffi.cast("void *", b))
                 outs.append((cls, b))
             else:
                 raise CudaError(801, f"{fn.name}: parameter {name} cannot be passed")

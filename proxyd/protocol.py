@@ -26,6 +26,7 @@ def endpoint_from_env() -> str:
 MSG_HELLO = 0
 MSG_CALL = 1
 MSG_BYE = 2
+MSG_DOORBELL = 3  # [3, seq]: the request is in the fast channel (docs/protocol.md)
 MSG_CTL = 10     # proxy-cli: [10, seq, command, args]
 
 # reply codes below zero are protocol-level (the shim's GP_REPLY_*)
@@ -106,7 +107,7 @@ def _resolve(x, frames):
 class Packer:
     """Encodes replies; large byte strings go as separate frames."""
 
-    INLINE_MAX = 16 * 1024
+    INLINE_MAX = 128 * 1024   # larger byte strings go as separate frames
 
     def pack(self, obj) -> list:
         frames: list = [None]

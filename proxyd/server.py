@@ -26,7 +26,9 @@ import zmq
 
 from . import __version__
 from . import protocol as P
+from ._generated import FUNCTIONS
 from .arena import Arena
+from .channel import Channel, ChannelError, fence
 from .dispatch import Dispatcher
 from .session import Session
 from .shm import ShmError, ShmMap
@@ -129,12 +131,25 @@ class Server:
         spin_until = 0.0
         next_reap = time.monotonic() + REAP_INTERVAL_S
         log.info("proxyd %s serving %s with the %s backend", __version__, self.endpoint, self.backend.name)
+        k = 0
         while not self.stopping:
+            busy = self.poll_channels()
             now = time.monotonic()
-            # Spin briefly after activity: a reply to the next call then goes
-            # out without the cost of waking a sleeping thread.
-            timeout = 0 if now < spin_until else 500
-            events = dict(poller.poll(timeout))
+            if busy:
+                spin_until = now + self.spin_s
+            # Spin briefly after activity: the next call is then picked up
+            # without the cost of waking a sleeping thread. The socket costs a
+            # system call per look, the channels a memory read.
+            if now < spin_until:
+                k += 1
+                if k % 8:
+                    continue
+                events = dict(poller.poll(0))
+            else:
+                events = dict(poller.poll(0))
+                if not events and not self.go_idle():
+                    events = dict(poller.poll(500))
+                    self.set_idle(False)
             if self.sock in events:
                 while True:
                     try:
@@ -159,8 +174,38 @@ class Server:
                 self.reap()
                 next_reap = now + REAP_INTERVAL_S
 
+    # --------------------------------------------------------- fast channel
+    def poll_channels(self) -> bool:
+        busy = False
+        for s in list(self.sessions.values()):
+            ch = s.chan
+            if ch is None:
+                continue
+            got = ch.poll()
+            if got is not None:
+                busy = True
+                self.handle(b"c:" + s.token.encode(), [got[1]], via_chan=True)
+        return busy
+
+    def set_idle(self, idle: bool):
+        for s in self.sessions.values():
+            if s.chan is not None:
+                s.chan.set_idle(idle)
+
+    def go_idle(self) -> bool:
+        """Marks every channel idle before sleeping; True if a request came in
+        meanwhile (then the loop does not sleep)."""
+        if not any(s.chan is not None for s in self.sessions.values()):
+            return False
+        self.set_idle(True)
+        fence()
+        if self.poll_channels():
+            self.set_idle(False)
+            return True
+        return False
+
     # ------------------------------------------------------------ messages
-    def handle(self, rid: bytes, frames: list):
+    def handle(self, rid: bytes, frames: list, via_chan: bool = False):
         try:
             msg = P.decode(frames)
             mtype, seq = int(msg[0]), int(msg[1])
@@ -169,7 +214,9 @@ class Server:
             return
         try:
             if mtype == P.MSG_CALL:
-                self.on_call(rid, seq, msg[2])
+                self.on_call(rid, seq, msg[2], via_chan)
+            elif mtype == P.MSG_DOORBELL:
+                pass   # only wakes the loop; the request is in the channel
             elif mtype == P.MSG_HELLO:
                 self.on_hello(rid, seq, msg[2][0] if msg[2] else {})
             elif mtype == P.MSG_BYE:
@@ -245,9 +292,17 @@ class Server:
             except (ShmError, ValueError, IndexError) as e:
                 log.info("session %s: no shared memory with the client (%s); data goes inline", token, e)
         s.shm_ok = shm_ok
-        self.send(rid, [seq, 0, [self.hello_info(s, shm_ok)], 0, 0, ""])
+        ch = info.get("channel")
+        if ch and shm_ok and s.chan is None and os.environ.get("GPUPROXY_CHANNEL", "1") != "0":
+            try:
+                s.chan = Channel(str(ch[0]), int(ch[1]))
+            except (ChannelError, ValueError, IndexError) as e:
+                log.info("session %s: no fast channel (%s)", token, e)
+        info_out = self.hello_info(s, shm_ok)
+        info_out["channel"] = s.chan is not None
+        self.send(rid, [seq, 0, [info_out], 0, 0, ""])
 
-    def on_call(self, rid: bytes, seq: int, ops: list):
+    def on_call(self, rid: bytes, seq: int, ops: list, via_chan: bool = False):
         token = self.token_of(rid)
         s = self.sessions.get(token) if token else None
         if s is None:
@@ -272,18 +327,29 @@ class Server:
             self.send(rid, [seq, P.REPLY_KEEPALIVE])
             return
         if seq > s.last_seq + 1:
-            s.reorder[seq] = ops
+            s.reorder[seq] = (ops, via_chan)
             return
-        self.execute(s, rid, seq, ops)
+        self.execute(s, rid, seq, ops, via_chan)
         while s.last_seq + 1 in s.reorder and not s.frozen:
             nxt = s.last_seq + 1
-            self.execute(s, rid, nxt, s.reorder.pop(nxt))
+            ops2, vc = s.reorder.pop(nxt)
+            self.execute(s, rid, nxt, ops2, vc)
 
-    def execute(self, s: Session, rid: bytes, seq: int, ops: list):
+    def execute(self, s: Session, rid: bytes, seq: int, ops: list, via_chan: bool = False):
         code, outs, msg = self.dispatcher.run_ops(s, ops)
         s.last_seq = seq
-        ac, afid, amsg = s.take_async_error()
-        s.last_reply = self.send(rid, [seq, code, outs, ac, afid, msg or amsg])
+        last = FUNCTIONS.get(ops[-1][0]) if ops and isinstance(ops[-1], list) and ops[-1] else None
+        if via_chan and not (last is not None and last.sync):
+            # The channel keeps only the newest answer, which may replace
+            # this one unread: async failures wait for the next sync answer.
+            ac, afid, amsg = 0, 0, ""
+        else:
+            ac, afid, amsg = s.take_async_error()
+        frames = self.packer.pack([seq, code, outs, ac, afid, msg or amsg])
+        s.last_reply = frames
+        if via_chan and s.chan is not None and len(frames) == 1 and s.chan.reply(seq, frames[0]):
+            return
+        self.sock.send_multipart([rid] + frames, copy=False)
 
     def resume(self, s: Session):
         """Runs the calls that arrived while s was frozen (main loop only)."""
@@ -312,6 +378,9 @@ class Server:
                     self.backend.host_unregister(tok)
             s.shm.registered.clear()
             s.shm.close_all()
+            if s.chan is not None:
+                s.chan.close()
+                s.chan = None
         except Exception:
             log.exception("error releasing session %s", s.token)
         res = self.reservations.pop(s.slot, None)

@@ -84,6 +84,7 @@ class Session:
         self.queued: list = []          # messages that arrived while frozen
         self.staging_seg: int | None = None
         self.shm = None                 # ShmMap, set by the server
+        self.chan = None                # fast channel (channel.py), same host only
         self.calls = 0
 
     # ------------------------------------------------------------- objects
