@@ -152,12 +152,25 @@ def compile_libs(gen_dir: Path, lib_dir: Path, include: str, version: str, cc: s
          "-Wl,-rpath,$ORIGIN", "-Wl,--no-undefined", "-pthread"])
 
 
+def compile_daemon_helper(out: Path, include: str, cc: str = "cc") -> None:
+    """proxyd's native helper (proxyd/native/gpxd.c): the C launch path and
+    the gp64 checkpoint hash. Loaded with cffi in ABI mode; no libpython."""
+    srcs = [REPO / "proxyd" / "native" / "gpxd.c", REPO / "interceptor" / "gp_msgpack.c"]
+    gp64 = REPO / "proxyd" / "checkpoint" / "gp64.c"
+    if gp64.exists():
+        srcs.append(gp64)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _cc([cc, "-O3", "-g", "-fPIC", "-shared", "-std=gnu11", "-Wall", "-pthread", f"-I{REPO / 'interceptor'}",
+         f"-I{include}", *map(str, srcs), "-o", str(out), "-ldl"])
+
+
 def build_all(pkg_root: Path, temp: Path, version: str) -> None:
     """pkg_root: the folder that holds the installed `gpuproxy` package."""
     include = cuda_include()
     gen_dir = temp / "gen"
     generate(REPO / "specs", gen_dir, pkg_root / "gpuproxy" / "proxyd" / "_generated.py", include)
     compile_libs(gen_dir, pkg_root / "gpuproxy" / "interceptor" / "lib", include, version)
+    compile_daemon_helper(pkg_root / "gpuproxy" / "proxyd" / "libgpxd.so", include)
 
 
 def main(argv=None):

@@ -178,6 +178,11 @@ class CudaBackend(Backend):
             self.mgmt.append(self.ptr(p[0]))
         self._tls = threading.local()
         self._extra = None
+        from . import native
+        from ._generated import FUNCTIONS
+        self.native = native.load(path, [fid for fid, f in FUNCTIONS.items() if f.handler == "launch_kernel"])
+        if self.native is None:
+            log.info("native launch path unavailable; launches go through Python")
         self._names = {}
         g = self.ffi.new("size_t *")
         prop = self._prop(0)
@@ -405,6 +410,15 @@ class CudaBackend(Backend):
                                     shmem, ffi.cast("void *", stream), ffi.NULL, ex)
         if r:
             self.check(r, f"cuLaunchKernel({info.get('name', '?')})")
+
+    def native_launches(self, slot, raw, off, max_ops):
+        """Runs launch ops in C (native.py); keeps the current-context cache
+        shared with the C side coherent."""
+        lib = self.native.lib
+        lib.gpx_note_current(getattr(self._tls, "cur", None) or 0)
+        r = self.native.run_launches(slot, raw, off, max_ops)
+        self._tls.cur = int(lib.gpx_current()) or None
+        return r
 
     # ------------------------------------------------------------- streams
     def stream(self, special: int):

@@ -184,37 +184,61 @@ class Dispatcher:
         """Hook for objects destroyed through the generic path."""
 
     # ------------------------------------------------------------ messages
-    def run_ops(self, sess: Session, ops: list) -> tuple[int, list | None, str]:
+    def run_ops(self, sess: Session, ops: list, raw=None) -> tuple[int, list | None, str]:
         """Runs all ops of one message; returns the result of the last op if
         it is synchronous (its reply), else (0, None). Failures of async ops
-        are recorded on the session and reported with the next reply."""
+        are recorded on the session and reported with the next reply.
+        raw: the message's msgpack frame, for the native launch path."""
         code, outs, msg = CUDA_SUCCESS, None, ""
         fast = self.fast
-        for i, op in enumerate(ops):
+        nat = getattr(self.backend, "native", None) if raw is not None else None
+        off = -1
+        if nat is not None:
+            off, n = nat.ops_start(raw)
+            if off < 0 or n != len(ops):
+                nat = None
+        i, nops = 0, len(ops)
+        while i < nops:
+            op = ops[i]
             h = fast.get(op[0]) if isinstance(op, list) and op else None
+            if h is not None and nat is not None:
+                done, off2, err, erri = self.backend.native_launches(sess.slot, raw, off, nops - i)
+                if done:
+                    sess.calls += done
+                    if err:
+                        f = ops[i + erri]
+                        sess.note_async_error(err, f[0], f"cuLaunchKernel failed: {self.backend.err_name(err)}")
+                    i += done
+                    off = off2
+                    continue
             if h is not None:
                 sess.calls += 1
                 try:
                     h(sess, op)
-                    continue
+                    c = CUDA_SUCCESS
                 except CudaError as e:
-                    c, o, m = e.code, None, e.message
+                    c, m = e.code, e.message
                 except Exception as e:
                     log.exception("launch failed inside proxyd")
-                    c, o, m = CUDA_ERROR_UNKNOWN, None, f"cuLaunchKernel: internal error in proxyd: {e}"
-                # launches are async: their failure is reported with a later answer
-                sess.note_async_error(c, op[0], m or f"cuLaunchKernel failed with error {c}")
-                continue
-            c, o, m = self.run_op(sess, op)
-            sess.calls += 1
-            fn = FUNCTIONS.get(op[0]) if isinstance(op, list) and op else None
-            last = i == len(ops) - 1
-            if last and fn is not None and fn.sync:
-                code, outs, msg = c, o, m
-            elif c != CUDA_SUCCESS:
-                fid = op[0] if isinstance(op, list) and op else 0
-                name = fn.name if fn else NAMES.get(fid, str(fid))
-                sess.note_async_error(c, fid, m or f"{name} failed with error {c}")
-                if m:
-                    log.warning("session %s: %s", sess.token, m)
+                    c, m = CUDA_ERROR_UNKNOWN, f"cuLaunchKernel: internal error in proxyd: {e}"
+                if c != CUDA_SUCCESS:
+                    # launches are async: their failure is reported with a later answer
+                    sess.note_async_error(c, op[0], m or f"cuLaunchKernel failed with error {c}")
+            else:
+                c, o, m = self.run_op(sess, op)
+                sess.calls += 1
+                fn = FUNCTIONS.get(op[0]) if isinstance(op, list) and op else None
+                if i == nops - 1 and fn is not None and fn.sync:
+                    code, outs, msg = c, o, m
+                elif c != CUDA_SUCCESS:
+                    fid = op[0] if isinstance(op, list) and op else 0
+                    name = fn.name if fn else NAMES.get(fid, str(fid))
+                    sess.note_async_error(c, fid, m or f"{name} failed with error {c}")
+                    if m:
+                        log.warning("session %s: %s", sess.token, m)
+            if nat is not None:
+                off = nat.skip(raw, off)
+                if off < 0:
+                    nat = None
+            i += 1
         return code, outs, msg

@@ -103,9 +103,7 @@ def destroy_context(d, sess, c):
     for a in [a for a in sess.arena.allocs.values() if a.chunk.device == c.device and c.primary]:
         sess.arena.free(a.addr)
     d.backend.ctx_destroy(c.real)
-    del sess.contexts[c.id]
-    if c.primary and sess.primary.get(c.device) == c.id:
-        del sess.primary[c.device]
+    sess.drop_context(c)
 
 
 def release_object(d, sess, o):
@@ -116,7 +114,7 @@ def release_object(d, sess, o):
         b.call_named("cuStreamDestroy_v2", [o.real])
     elif o.kind == P.K_EVENT:
         b.call_named("cuEventDestroy_v2", [o.real])
-    sess.objects.pop((o.kind, o.id), None)
+    sess.drop(o)
 
 
 @handler("primary_ctx_reset")
@@ -294,7 +292,7 @@ def h_module_unload(d, sess, fn, ctx, args, **kw):
     o = sess.get(P.K_MODULE, int(args[0]))
     for f in sess.of_kind(P.K_FUNCTION):
         if f.info.get("module") == o.id:
-            sess.objects.pop((f.kind, f.id), None)
+            sess.drop(f)
     release_object(d, sess, o)
     return CUDA_SUCCESS, []
 

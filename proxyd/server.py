@@ -214,7 +214,7 @@ class Server:
             return
         try:
             if mtype == P.MSG_CALL:
-                self.on_call(rid, seq, msg[2], via_chan)
+                self.on_call(rid, seq, msg[2], via_chan, frames[0])
             elif mtype == P.MSG_DOORBELL:
                 pass   # only wakes the loop; the request is in the channel
             elif mtype == P.MSG_HELLO:
@@ -249,6 +249,10 @@ class Server:
         arena = Arena(base, SLOT_SIZE, self.backend.map_chunk, self.backend.unmap_chunk)
         s = Session(token, pid, exe, slot, arena)
         s.shm = ShmMap(token)
+        nat = getattr(self.backend, "native", None)
+        if nat is not None:
+            nat.clear(slot)
+            s.observer = nat.observer(slot)
         self.sessions[token] = s
         self.orphans.pop(token, None)
         return s
@@ -302,7 +306,7 @@ class Server:
         info_out["channel"] = s.chan is not None
         self.send(rid, [seq, 0, [info_out], 0, 0, ""])
 
-    def on_call(self, rid: bytes, seq: int, ops: list, via_chan: bool = False):
+    def on_call(self, rid: bytes, seq: int, ops: list, via_chan: bool = False, raw=None):
         token = self.token_of(rid)
         s = self.sessions.get(token) if token else None
         if s is None:
@@ -323,20 +327,20 @@ class Server:
             return
         if s.frozen:
             if all(q[1] != seq for q in s.queued):
-                s.queued.append((rid, seq, ops))
+                s.queued.append((rid, seq, ops, via_chan, bytes(raw) if raw is not None else None))
             self.send(rid, [seq, P.REPLY_KEEPALIVE])
             return
         if seq > s.last_seq + 1:
-            s.reorder[seq] = (ops, via_chan)
+            s.reorder[seq] = (ops, via_chan, bytes(raw) if raw is not None else None)
             return
-        self.execute(s, rid, seq, ops, via_chan)
+        self.execute(s, rid, seq, ops, via_chan, raw)
         while s.last_seq + 1 in s.reorder and not s.frozen:
             nxt = s.last_seq + 1
-            ops2, vc = s.reorder.pop(nxt)
-            self.execute(s, rid, nxt, ops2, vc)
+            ops2, vc, raw2 = s.reorder.pop(nxt)
+            self.execute(s, rid, nxt, ops2, vc, raw2)
 
-    def execute(self, s: Session, rid: bytes, seq: int, ops: list, via_chan: bool = False):
-        code, outs, msg = self.dispatcher.run_ops(s, ops)
+    def execute(self, s: Session, rid: bytes, seq: int, ops: list, via_chan: bool = False, raw=None):
+        code, outs, msg = self.dispatcher.run_ops(s, ops, raw)
         s.last_seq = seq
         last = FUNCTIONS.get(ops[-1][0]) if ops and isinstance(ops[-1], list) and ops[-1] else None
         if via_chan and not (last is not None and last.sync):
@@ -355,8 +359,8 @@ class Server:
         """Runs the calls that arrived while s was frozen (main loop only)."""
         s.frozen = False
         queued, s.queued = sorted(s.queued, key=lambda q: q[1]), []
-        for rid, seq, ops in queued:
-            self.on_call(rid, seq, ops)
+        for rid, seq, ops, vc, raw in queued:
+            self.on_call(rid, seq, ops, vc, raw)
 
     def on_bye(self, rid: bytes, seq: int):
         token = self.token_of(rid)
@@ -383,6 +387,9 @@ class Server:
                 s.chan = None
         except Exception:
             log.exception("error releasing session %s", s.token)
+        nat = getattr(self.backend, "native", None)
+        if nat is not None:
+            nat.clear(s.slot)
         res = self.reservations.pop(s.slot, None)
         if res is not None:
             self.backend.unreserve(res)

@@ -84,6 +84,9 @@ class Session:
         self.queued: list = []          # messages that arrived while frozen
         self.staging_seg: int | None = None
         self.shm = None                 # ShmMap, set by the server
+        # called as observer(kind, id, real) when an object appears (real) or
+        # goes (None): proxyd's native launch path mirrors the tables
+        self.observer = None
         self.chan = None                # fast channel (channel.py), same host only
         self.calls = 0
 
@@ -101,6 +104,8 @@ class Session:
             self.next_id[kind] = max(self.next_id[kind], ident + 1)
         o = Obj(kind, ident, real, ctx, info or {}, create)
         self.objects[(kind, ident)] = o
+        if self.observer:
+            self.observer(kind, ident, real)
         return o
 
     def get(self, kind: int, handle: int) -> Obj:
@@ -113,8 +118,19 @@ class Session:
 
     def remove(self, kind: int, handle: int) -> Obj:
         o = self.get(kind, handle)
-        del self.objects[(kind, o.id)]
+        self.drop(o)
         return o
+
+    def drop(self, o: Obj):
+        if self.objects.pop((o.kind, o.id), None) is not None and self.observer:
+            self.observer(o.kind, o.id, None)
+
+    def drop_context(self, c: "Context"):
+        self.contexts.pop(c.id, None)
+        if c.primary and self.primary.get(c.device) == c.id:
+            del self.primary[c.device]
+        if self.observer:
+            self.observer(P.K_CONTEXT, c.id, None)
 
     def of_kind(self, kind: int) -> list[Obj]:
         return [o for (k, _), o in sorted(self.objects.items()) if k == kind]
@@ -129,6 +145,8 @@ class Session:
         self.contexts[ident] = c
         if primary:
             self.primary[device] = ident
+        if self.observer:
+            self.observer(P.K_CONTEXT, ident, real)
         return c
 
     def context(self, handle: int) -> Context:
