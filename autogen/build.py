@@ -171,6 +171,17 @@ def build_all(pkg_root: Path, temp: Path, version: str) -> None:
     generate(REPO / "specs", gen_dir, pkg_root / "gpuproxy" / "proxyd" / "_generated.py", include)
     compile_libs(gen_dir, pkg_root / "gpuproxy" / "interceptor" / "lib", include, version)
     compile_daemon_helper(pkg_root / "gpuproxy" / "proxyd" / "libgpxd.so", include)
+    compile_hash_kernel(pkg_root / "gpuproxy" / "proxyd" / "gp64.ptx")
+
+
+def compile_hash_kernel(out: Path) -> None:
+    """The GPU version of the checkpoint hash, as PTX (the driver compiles it
+    for whatever GPU proxyd runs on). Without nvcc, checkpoints hash on the CPU."""
+    nvcc = shutil.which("nvcc") or os.path.join(os.path.dirname(cuda_include()), "bin", "nvcc")
+    if not os.path.exists(nvcc):
+        sys.stderr.write("gpuproxy: nvcc not found; checkpoint hashing will run on the CPU\n")
+        return
+    _cc([nvcc, "-ptx", "-arch=compute_75", "-O3", str(REPO / "proxyd" / "native" / "gp64.cu"), "-o", str(out)])
 
 
 def main(argv=None):

@@ -15,9 +15,45 @@ from __future__ import annotations
 
 from typing import Any
 
+# Slot of the address space that proxyd keeps for its own checkpoint
+# snapshots (session slots are 0..SCRATCH_SLOT-1; server.py).
+SCRATCH_SLOT = 63
+
 
 class Backend:
     name = "abstract"
+    _scratch = None
+
+    # ---- checkpoint support, shared by both backends
+    def scratch_alloc(self, dev: int, size: int) -> int | None:
+        """Device memory for a snapshot copy, from proxyd's own address slot
+        (so it never takes addresses a session may need); None if the device
+        has no room, and the caller copies to host memory instead."""
+        from .arena import Arena, ArenaError
+        from .server import ARENA_BASE, SLOT_SIZE
+        from .session import CudaError
+        if self._scratch is None:
+            base = ARENA_BASE + SCRATCH_SLOT * SLOT_SIZE
+            self._scratch_res = self.reserve(base, SLOT_SIZE)
+            self._scratch = Arena(base, SLOT_SIZE, self.map_chunk, self.unmap_chunk)
+        try:
+            return self._scratch.alloc(size, dev)
+        except (ArenaError, CudaError):
+            return None
+
+    def scratch_free(self, addr: int) -> None:
+        self._scratch.free(addr)
+
+    def copy_dtod(self, dev: int, dst: int, src: int, n: int) -> None: raise NotImplementedError
+    def read_device(self, dev: int, addr: int, n: int, out) -> None: raise NotImplementedError
+    def write_device(self, dev: int, addr: int, data) -> None: raise NotImplementedError
+    def hash_device(self, dev: int, addr: int, n: int, chunk: int) -> list[int] | None:
+        """gp64 of each chunk of [addr, addr+n), computed on the device; None
+        where the backend cannot (the caller hashes on the CPU)."""
+        return None
+    def host_buffer(self, n: int):
+        """A host buffer of at least n bytes for draining snapshots (page-locked on a GPU)."""
+        return memoryview(bytearray(n))
 
     # ---- devices and generic calls
     def init(self) -> None: ...

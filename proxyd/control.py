@@ -36,6 +36,8 @@ def register(server):
                 "objects": s.counts(),
                 "calls": s.calls,
                 "frozen": s.frozen,
+                "released": s.released,
+                "checkpoint": s.ckpt_phase,
                 "age_s": round(time.time() - s.created, 1),
                 "shared_memory": bool(getattr(s, "shm_ok", False)),
             })

@@ -420,6 +420,91 @@ class CudaBackend(Backend):
         self._tls.cur = int(lib.gpx_current()) or None
         return r
 
+    # ---------------------------------------------------------- checkpoints
+    def _ckpt_stream(self, dev: int) -> int:
+        """A stream of proxyd's own per device for snapshot copies (calling thread's)."""
+        st = getattr(self._tls, "streams", None)
+        if st is None:
+            st = self._tls.streams = {}
+        if dev not in st:
+            self._set(self.mgmt[dev])
+            p = self.ffi.new("void **")
+            self.check(self.lib.cuStreamCreate(p, CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+            st[dev] = self.ptr(p[0])
+        return st[dev]
+
+    def copy_dtod(self, dev, dst, src, n):
+        s = self._ckpt_stream(dev)
+        self.check(self.lib.cuMemcpyDtoDAsync_v2(dst, src, n, self.vp(s)), "cuMemcpyDtoDAsync")
+
+    def sync_copies(self, dev):
+        self._set(self.mgmt[dev])
+        self.check(self.lib.cuStreamSynchronize(self.vp(self._ckpt_stream(dev))), "cuStreamSynchronize")
+
+    def read_device(self, dev, addr, n, out):
+        self._set(self.mgmt[dev])
+        self.check(self.lib.cuMemcpyDtoH_v2(self.ffi.from_buffer(out, require_writable=True), addr, n), "cuMemcpyDtoH")
+
+    def write_device(self, dev, addr, data):
+        self._set(self.mgmt[dev])
+        self.check(self.lib.cuMemcpyHtoD_v2(addr, self.ffi.from_buffer(data), len(data)), "cuMemcpyHtoD")
+
+    def _hash_fn(self, dev):
+        fns = getattr(self, "_hash_fns", None)
+        if fns is None:
+            fns = self._hash_fns = {}
+        if dev not in fns:
+            ptx = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gp64.ptx")
+            if not os.path.exists(ptx):
+                fns[dev] = None
+            else:
+                self._set(self.mgmt[dev])
+                data = open(ptx, "rb").read() + b"\0"
+                m = self.ffi.new("void **")
+                self.check(self.lib.cuModuleLoadData(m, data), "cuModuleLoadData(gp64)")
+                f = self.ffi.new("void **")
+                self.check(self.lib.cuModuleGetFunction(f, m[0], b"gp64_chunks"), "gp64_chunks")
+                fns[dev] = self.ptr(f[0])
+        return fns[dev]
+
+    def hash_device(self, dev, addr, n, chunk):
+        fn = self._hash_fn(dev)
+        if fn is None:
+            return None
+        ffi = self.ffi
+        nch = (n + chunk - 1) // chunk
+        self._set(self.mgmt[dev])
+        outp = ffi.new("CUdeviceptr *")
+        self.check(self.lib.cuMemAlloc_v2(outp, 8 * nch), "cuMemAlloc")
+        try:
+            a = ffi.new("unsigned long long[4]", [addr, n, chunk, outp[0]])
+            args = ffi.new("void *[4]", [a + 0, a + 1, a + 2, a + 3])
+            s = self.vp(self._ckpt_stream(dev))
+            self.check(self.lib.cuLaunchKernel(self.vp(fn), nch, 1, 1, 512, 1, 1, 0, s, args, ffi.NULL), "gp64_chunks")
+            host = ffi.new("unsigned long long[]", nch)
+            self.check(self.lib.cuStreamSynchronize(s), "cuStreamSynchronize")
+            self.check(self.lib.cuMemcpyDtoH_v2(host, outp[0], 8 * nch), "cuMemcpyDtoH")
+            return list(host)
+        finally:
+            self.lib.cuMemFree_v2(outp[0])
+
+    def host_buffer(self, n):
+        """Page-locked host memory, kept and grown across checkpoints: the
+        first checkpoint pays for pinning it, later ones reuse it."""
+        have = getattr(self, "_pool", None)
+        if have is None or len(have) < n:
+            if have is not None:
+                self.lib.cuMemFreeHost(self._pool_ptr)
+                self._pool = None
+            size = max(n, 1 << 20)
+            size = (size + (1 << 30) - 1) // (1 << 30) * (1 << 30) if size > (1 << 30) else size
+            self._set(self.mgmt[0])
+            p = self.ffi.new("void **")
+            self.check(self.lib.cuMemHostAlloc(p, size, 1), f"cuMemHostAlloc({size})")   # PORTABLE
+            self._pool_ptr = p[0]
+            self._pool = memoryview(self.ffi.buffer(p[0], size))
+        return self._pool
+
     # ------------------------------------------------------------- streams
     def stream(self, special: int):
         return special      # NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD are their own values

@@ -135,7 +135,7 @@ class Dispatcher:
             if role == "scalar":
                 cargs.append(bytes(a) if cls == "struct" else norm_scalar(a, cls, size))
             elif role == "device_ptr":
-                cargs.append(int(a or 0))
+                cargs.append(sess.translate(int(a or 0)) if sess.addr_map else int(a or 0))
             elif role == "handle":
                 if kind in ("memory", "device"):
                     cargs.append(norm_scalar(a, cls, size))

@@ -179,7 +179,7 @@ def h_mem_free(d, sess, fn, ctx, args, **kw):
 
 @handler("mem_get_address_range")
 def h_mem_range(d, sess, fn, ctx, args, **kw):
-    addr = int(args[2])
+    addr = sess.translate(int(args[2]))
     hit = sess.arena.find(addr)
     if hit is None:
         for o in sess.of_kind(P.K_MODULE):
@@ -201,7 +201,7 @@ def _pinned(sess, ref) -> bool:
 
 @handler("memcpy_htod")
 def h_memcpy_htod(d, sess, fn, ctx, args, **kw):
-    dst, src, n = int(args[0]), args[1], int(args[2])
+    dst, src, n = sess.translate(int(args[0])), args[1], int(args[2])
     stream = stream_of(d, sess, args[3]) if len(args) > 3 else d.backend.stream(0)
     data = d.data(sess, src)
     if data is None or len(data) < n:
@@ -215,7 +215,7 @@ def h_memcpy_htod(d, sess, fn, ctx, args, **kw):
 
 @handler("memcpy_dtoh")
 def h_memcpy_dtoh(d, sess, fn, ctx, args, **kw):
-    dst, src, n = args[0], int(args[1]), int(args[2])
+    dst, src, n = args[0], sess.translate(int(args[1])), int(args[2])
     stream = stream_of(d, sess, args[3]) if len(args) > 3 else d.backend.stream(0)
     if dst is None:
         buf = bytearray(n)
@@ -229,7 +229,7 @@ def h_memcpy_dtoh(d, sess, fn, ctx, args, **kw):
 
 @handler("memcpy_dtod")
 def h_memcpy_dtod(d, sess, fn, ctx, args, **kw):
-    dst, src, n = int(args[0]), int(args[1]), int(args[2])
+    dst, src, n = sess.translate(int(args[0])), sess.translate(int(args[1])), int(args[2])
     stream = stream_of(d, sess, args[3]) if len(args) > 3 else d.backend.stream(0)
     d.backend.dtod(dst, src, n, stream, not _is_async(fn))
     return CUDA_SUCCESS, []
@@ -237,7 +237,7 @@ def h_memcpy_dtod(d, sess, fn, ctx, args, **kw):
 
 @handler("memset")
 def h_memset(d, sess, fn, ctx, args, **kw):
-    dst, value, count = int(args[0]), int(args[1]), int(args[2])
+    dst, value, count = sess.translate(int(args[0])), int(args[1]), int(args[2])
     elem = 1 if "D8" in fn.name else 2 if "D16" in fn.name else 4
     stream = stream_of(d, sess, args[3]) if len(args) > 3 else d.backend.stream(0)
     d.backend.memset(dst, value, elem, count, stream, False)

@@ -15,6 +15,7 @@ thread-safe outbox.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import queue
@@ -40,7 +41,7 @@ log = logging.getLogger("proxyd")
 # slice n is [ARENA_BASE + n * SLOT_SIZE, ARENA_BASE + (n + 1) * SLOT_SIZE).
 ARENA_BASE = 0x2000_0000_0000
 SLOT_SIZE = 0x100_0000_0000       # 1 TiB
-MAX_SLOTS = 64
+MAX_SLOTS = 63                    # slot 63 is proxyd's own (backend.SCRATCH_SLOT)
 
 ORPHAN_GRACE_S = float(os.environ.get("GPUPROXY_ORPHAN_GRACE_S", "60"))
 REAP_INTERVAL_S = 2.0
@@ -107,7 +108,17 @@ class Server:
 
     def post(self, rid: bytes, frames: list):
         """Thread-safe: queue a message to a peer and wake the loop."""
-        self.outbox.put((rid, frames))
+        self.outbox.put(("send", rid, frames))
+        self._wake()
+
+    def call_in_loop(self, fn) -> concurrent.futures.Future:
+        """Thread-safe: run fn on the main loop; the future gets its result."""
+        fut = concurrent.futures.Future()
+        self.outbox.put(("call", fn, fut))
+        self._wake()
+        return fut
+
+    def _wake(self):
         w = getattr(self._wake_w, "s", None)
         if w is None:
             w = self.zctx.socket(zmq.PAIR)
@@ -166,10 +177,18 @@ class Server:
                         break
             while True:
                 try:
-                    rid, frames = self.outbox.get_nowait()
+                    item = self.outbox.get_nowait()
                 except queue.Empty:
                     break
-                self.sock.send_multipart([rid] + frames, copy=False)
+                if item[0] == "call":
+                    _, fn, fut = item
+                    try:
+                        fut.set_result(fn())
+                    except BaseException as e:   # handed to the waiting worker
+                        fut.set_exception(e)
+                else:
+                    _, rid, frames = item
+                    self.sock.send_multipart([rid] + frames, copy=False)
             if now >= next_reap:
                 self.reap()
                 next_reap = now + REAP_INTERVAL_S
@@ -256,6 +275,71 @@ class Server:
         self.sessions[token] = s
         self.orphans.pop(token, None)
         return s
+
+    def make_session(self, token: str, pid: int, exe: str, slot: int, reuse: Session | None = None) -> Session:
+        """A session that is not served yet (restore builds it on a worker
+        thread). reuse: the released session it replaces, whose address
+        reservation it takes over."""
+        if reuse is None:
+            fut = self.call_in_loop(lambda: self._reserve_slot(slot))
+            fut.result()
+        base = ARENA_BASE + slot * SLOT_SIZE
+        arena = Arena(base, SLOT_SIZE, self.backend.map_chunk, self.backend.unmap_chunk)
+        s = Session(token, pid, exe, slot, arena)
+        s.shm = ShmMap(token)
+        nat = getattr(self.backend, "native", None)
+        if nat is not None:
+            nat.clear(slot)
+            s.observer = nat.observer(slot)
+        return s
+
+    def _reserve_slot(self, slot: int):
+        if slot in self.reservations or any(x.slot == slot for x in self.sessions.values()):
+            raise RuntimeError(f"address slot {slot} is in use by another session of this proxyd")
+        if not 0 <= slot < MAX_SLOTS:
+            raise RuntimeError(f"address slot {slot} out of range")
+        self.reservations[slot] = self.backend.reserve(ARENA_BASE + slot * SLOT_SIZE, SLOT_SIZE)
+
+    def discard_session(self, s: Session, keep: Session | None = None):
+        """Tears down a session that was never installed (failed restore)."""
+        from .handlers import destroy_context
+        try:
+            for c in list(s.contexts.values()):
+                destroy_context(self.dispatcher, s, c)
+            s.arena.release_all()
+            for tok in s.shm.registered.values():
+                if tok is not None:
+                    self.backend.host_unregister(tok)
+            s.shm.close_all()
+            if s.chan is not None:
+                s.chan.close()
+        except Exception:
+            log.exception("error discarding restored session %s", s.token)
+        nat = getattr(self.backend, "native", None)
+        if nat is not None:
+            nat.clear(s.slot)
+            if keep is not None:
+                keep.observer = None
+        if keep is None:
+            res = self.reservations.pop(s.slot, None)
+            if res is not None:
+                self.backend.unreserve(res)
+
+    def install_session(self, s: Session, old: Session | None):
+        """Starts serving a restored session (main loop). Calls that waited on
+        the session it replaces run now, in order."""
+        if old is not None:
+            s.queued, s.reorder = old.queued, old.reorder
+            old.queued, old.reorder = [], {}
+            if old.shm is not None:
+                old.shm.close_all()
+            if old.chan is not None:
+                old.chan.close()
+        self.sessions[s.token] = s
+        self.orphans.pop(s.token, None)
+        log.info("session %s (pid %s) restored in slot %d", s.token, s.pid, s.slot)
+        s.frozen = True
+        self.resume(s)
 
     def hello_info(self, s: Session, shm_ok: bool) -> dict:
         return {"arena": [s.arena.base, s.arena.size], "shm": bool(shm_ok), "session": s.token,
@@ -365,6 +449,9 @@ class Server:
     def on_bye(self, rid: bytes, seq: int):
         token = self.token_of(rid)
         s = self.sessions.get(token) if token else None
+        if s is not None and s.frozen:
+            self.send(rid, [seq, P.REPLY_KEEPALIVE])   # a checkpoint holds it; ends after
+            return
         if s is not None:
             log.info("session %s (pid %s) ended", token, s.pid)
             self.close_session(s)

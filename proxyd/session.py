@@ -87,6 +87,11 @@ class Session:
         # called as observer(kind, id, real) when an object appears (real) or
         # goes (None): proxyd's native launch path mirrors the tables
         self.observer = None
+        self.released = False
+        self.ckpt_phase = None           # what a running checkpoint is doing (status)           # GPU state dumped and freed; calls wait for a restore
+        # (old base, size, new base) of module globals that moved in a restore:
+        # device pointers the client still holds are translated (translate())
+        self.addr_map: list[tuple[int, int, int]] = []
         self.chan = None                # fast channel (channel.py), same host only
         self.calls = 0
 
@@ -163,6 +168,12 @@ class Session:
             out[P.KIND_NAMES[k]] += 1
         out["allocation"] = len(self.arena.allocs)
         return out
+
+    def translate(self, addr: int) -> int:
+        for old, size, new in self.addr_map:
+            if old <= addr < old + size:
+                return new + (addr - old)
+        return addr
 
     def note_async_error(self, code: int, fid: int, message: str = ""):
         if self.async_error is None:

@@ -127,6 +127,15 @@ class EmuBackend(Backend):
     def chunk_array(self, backing) -> np.ndarray:
         return self._regions[backing]
 
+    def copy_dtod(self, dev, dst, src, n):
+        self.dtod(dst, src, n, None, True)
+
+    def read_device(self, dev, addr, n, out):
+        np.frombuffer(out, np.uint8, n)[:] = self.resolve(addr, n)
+
+    def write_device(self, dev, addr, data):
+        self.resolve(addr, len(data))[:] = np.frombuffer(data, np.uint8)
+
     def htod(self, dst, src, n, stream, sync):
         self.resolve(dst, n)[:] = np.frombuffer(src, np.uint8, n)
 

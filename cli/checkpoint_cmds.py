@@ -1,0 +1,352 @@
+"""proxy-cli's checkpoint-image commands.
+
+    proxy-cli inspect DIR [--json] [--no-verify]
+
+prints an image (header, parent chain, the session's object graph, memory)
+and verifies it: structure always, every chunk's gp64 and every module's
+sha256 unless --no-verify. Exit status 0 when the image is sound, 1 when it
+cannot be read or has any problem. The format is docs/image-format.md.
+
+cli/main.py calls add_parsers(sub) with its argparse subparsers.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from gpuproxy.proxyd.checkpoint.image import FLAG_GLOBAL, Image, ImageError
+
+
+def add_parsers(sub) -> None:
+    i = sub.add_parser("inspect", help="print and verify a checkpoint image",
+                       description="Print a checkpoint image (header, parent chain, object graph, memory) and "
+                                   "verify it. Exit status 1 if it cannot be read or has any problem.")
+    i.add_argument("dir", help="image directory")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.add_argument("--no-verify", action="store_true",
+                   help="structural checks only: do not re-hash chunk data and modules")
+    i.set_defaults(fn=cmd_inspect)
+    add_checkpoint_parsers(sub)
+
+
+def add_checkpoint_parsers(sub) -> None:
+    """pre-dump, dump, restore and migrate: proxyd does the work; these send
+    the command and print what it reports. cli/main.py turns the pos_cli-style
+    flags (--dump, --pre-dump, --restore) into these subcommand names."""
+    for name, what in (("pre-dump", "copy a session's GPU memory while it runs (the start of an incremental chain)"),
+                       ("dump", "checkpoint a session's GPU state into an image directory")):
+        p = sub.add_parser(name, help=what)
+        p.add_argument("--pid", type=int, required=True, help="process whose session to checkpoint")
+        p.add_argument("--dir", required=True,
+                       help="image directory; one that holds an image already continues its chain")
+        p.add_argument("--parent", help="parent image elsewhere (incremental)")
+        if name == "dump":
+            p.add_argument("--leave-running", action="store_true",
+                           help="the app continues afterwards (default: its GPU state is released and its "
+                                "CUDA calls wait for a restore)")
+            p.add_argument("--concurrent", action="store_true",
+                           help="stop the app only for a device-to-device copy, then write in the background "
+                                "(implies --leave-running)")
+        p.add_argument("--json", action="store_true", help="print proxyd's report as JSON")
+        p.set_defaults(fn=cmd_dump, kind=name)
+    r = sub.add_parser("restore", help="restore a session's GPU state from an image")
+    r.add_argument("--dir", required=True, help="image directory")
+    r.add_argument("--device-map", default="",
+                   help="restore onto other GPUs: OLD=NEW[,OLD=NEW] (same model)")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(fn=cmd_restore)
+    m = sub.add_parser("migrate", help="move a session to another GPU")
+    m.add_argument("--pid", type=int, required=True)
+    m.add_argument("--to-device", type=int, required=True)
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(fn=cmd_migrate)
+
+
+def _client(a):
+    from gpuproxy.proxyd import protocol as P
+
+    from .client import ControlClient
+    # checkpoints of large sessions take a while; proxyd answers when done
+    return ControlClient(a.endpoint or P.endpoint_from_env(), timeout_s=max(a.timeout, 3600))
+
+
+def _report(a, res: dict, lines: list[str]) -> int:
+    if getattr(a, "json", False):
+        print(json.dumps(res, indent=2))
+    else:
+        print("\n".join(lines))
+    return 0
+
+
+def cmd_dump(a) -> int:
+    args = {"pid": a.pid, "dir": os.path.abspath(a.dir)}
+    if a.parent:
+        args["parent"] = os.path.abspath(a.parent)
+    if a.kind == "dump":
+        args["leave_running"] = bool(a.leave_running or a.concurrent)
+        args["concurrent"] = bool(a.concurrent)
+    res = _client(a).call(a.kind, args)
+    state = ("released; its CUDA calls wait for a restore" if res.get("released")
+             else "running")
+    lines = [f"{a.kind} of pid {a.pid} -> {res['path']}",
+             f"  {fmt_bytes(res['bytes'])} in {res['chunks']} chunks, {fmt_bytes(res.get('changed_bytes', res['bytes']))} "
+             f"written (the rest from parent images)",
+             f"  app stopped {res.get('stop_ms', 0):.1f} ms; data in host memory after {res.get('host_ms', 0):.1f} ms; "
+             f"image written in {res.get('write_ms', 0):.1f} ms; total {res['total_ms']:.1f} ms",
+             f"  session {state}"]
+    return _report(a, res, lines)
+
+
+def cmd_restore(a) -> int:
+    dmap = {}
+    for part in filter(None, a.device_map.split(",")):
+        old, _, new = part.partition("=")
+        dmap[str(int(old))] = int(new)
+    res = _client(a).call("restore", {"dir": os.path.abspath(a.dir), "device_map": dmap})
+    return _report(a, res, [f"restored pid {res['pid']} from {a.dir}: {fmt_bytes(res['bytes'])} in "
+                            f"{res['total_ms']:.1f} ms (checks {res['check_ms']:.1f} ms)"])
+
+
+def cmd_migrate(a) -> int:
+    res = _client(a).call("migrate", {"pid": a.pid, "to_device": a.to_device})
+    return _report(a, res, [f"pid {a.pid} moved to device {a.to_device}; app stopped {res['stop_ms']:.1f} ms"])
+
+
+# ------------------------------------------------------------------ format
+
+def fmt_bytes(n) -> str:
+    n = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+_ADDR_KEYS = {"addr", "address", "base", "start", "ptr", "dptr", "va"}
+_WIDTH = 48
+
+
+def _clip(s: str, width: int = _WIDTH) -> str:
+    return s if len(s) <= width else s[:width - 3] + "..."
+
+
+def cell(key, v) -> str:
+    """One value of the session dict, short and readable."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return hex(v) if (str(key).lower() in _ADDR_KEYS or v >= 1 << 32) and v >= 0 else str(v)
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, str):
+        if len(v) == 64 and all(c in "0123456789abcdef" for c in v):
+            return v[:12]            # a sha256 (module image key)
+        return _clip(v)
+    if isinstance(v, list):
+        if all(not isinstance(x, (list, dict)) for x in v):
+            return _clip(", ".join(cell(key, x) for x in v)) if v else "-"
+        return _clip(json.dumps(v, separators=(",", ":")))
+    if isinstance(v, dict):
+        if not v:
+            return "-"
+        if all(not isinstance(x, (list, dict)) for x in v.values()):
+            return _clip(", ".join(f"{k}={cell(k, x)}" for k, x in v.items()))
+        return _clip(", ".join(str(k) for k in v))
+    return _clip(repr(v))
+
+
+def table(rows: list[list[str]], head: list[str], indent: str = "  ") -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    out = [indent + "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
+    for r in rows:
+        out.append(indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return out
+
+
+# column names of the lists the engine's session dict is known to hold
+_COLUMNS = {
+    "allocations": ["addr", "size", "extent"],
+    "chunks": ["start", "size", "device", "small"],
+}
+
+
+_FIRST_COLS = ["id", "ctx", "device", "module", "name", "size"]
+# order of the session's sections (others follow alphabetically)
+_SECTIONS = ["contexts", "modules", "functions", "streams", "events", "arena"]
+
+
+def list_table(name: str, items: list, indent: str = "  ") -> list[str]:
+    """A list from the session dict as a table: dicts by key, lists by position."""
+    if not items:
+        return []
+    if all(isinstance(x, dict) for x in items):
+        keys: list[str] = []
+        for x in items:
+            keys += [k for k in x if k not in keys]
+        keys.sort(key=lambda k: (_FIRST_COLS.index(k) if k in _FIRST_COLS else len(_FIRST_COLS)))
+        return table([[cell(k, x.get(k)) for k in keys] for x in items], keys, indent)
+    if all(isinstance(x, (list, tuple)) for x in items):
+        width = max(len(x) for x in items)
+        head = list(_COLUMNS.get(name, []))[:width]
+        head += [f"#{i}" for i in range(len(head), width)]
+        return table([[cell(head[i], x[i]) if i < len(x) else "" for i in range(width)] for x in items], head, indent)
+    return [indent + cell(name, items)]
+
+
+def session_lines(sess: dict) -> list[str]:
+    out = []
+    scalars = [(k, v) for k, v in sess.items() if not isinstance(v, (list, dict))]
+    if scalars:
+        out.append("  " + "  ".join(f"{k}: {cell(k, v)}" for k, v in scalars))
+    order = sorted(sess, key=lambda k: (_SECTIONS.index(k) if k in _SECTIONS else len(_SECTIONS), k))
+    for k in order:
+        v = sess[k]
+        if isinstance(v, list):
+            out.append(f"{k} ({len(v)})")
+            out += list_table(k, v)
+        elif isinstance(v, dict):
+            inner_scalars = [(ik, iv) for ik, iv in v.items() if not isinstance(iv, list)]
+            inner_lists = [(ik, iv) for ik, iv in v.items() if isinstance(iv, list)]
+            line = "  ".join(f"{ik}: {cell(ik, iv)}" for ik, iv in inner_scalars)
+            out.append(f"{k}" + (f"  {line}" if line else ""))
+            for ik, iv in inner_lists:
+                if iv and all(isinstance(x, (list, dict)) for x in iv):
+                    out.append(f"  {ik} ({len(iv)})")
+                    out += list_table(ik, iv, "    ")
+                else:
+                    out.append(f"  {ik}: {cell(ik, iv)}")
+    return out
+
+
+def header_lines(img: Image) -> list[str]:
+    m = img.manifest
+    out = [f"image      {img.path}",
+           f"format     {m['format_version']}, chunk hash {m.get('hash')}, chunk size {fmt_bytes(m.get('chunk_size'))}",
+           f"kind       {m['kind']}, created {m.get('created')}",
+           f"gpuproxy   {m.get('gpuproxy_version')}",
+           f"backend    {cell('backend', m.get('backend'))}, driver {cell('driver', m.get('driver_version'))}"]
+    devs = m.get("devices") or []
+    for i, d in enumerate(devs):
+        extra = [fmt_bytes(d["total_memory"])] if d.get("total_memory") else []
+        extra += [d["uuid"]] if d.get("uuid") else []
+        out.append(f"{'devices' if i == 0 else '':<10} {d.get('index')}: {d.get('name')}"
+                   + (f" ({', '.join(extra)})" if extra else ""))
+    if not devs:
+        out.append("devices    none recorded")
+    if img.parent is None:
+        out.append("parent     none (full image)")
+    else:
+        out.append(f"parent     {m['parent']['path']} (manifest sha256 {m['parent']['manifest_sha256'][:16]}...)")
+        for k, a in enumerate(img.chain[1:], 1):
+            mem = a.manifest.get("memory") or {}
+            out.append(f"  ancestor {k}: {a.path}  {a.kind}, created {a.manifest.get('created')}, stores "
+                       f"{mem.get('stored_chunks')} chunks ({fmt_bytes(mem.get('stored_bytes'))})")
+    return out
+
+
+def memory_lines(img: Image) -> list[str]:
+    mem = img.manifest.get("memory") or {}
+    out = [f"memory     {mem.get('chunks')} chunks, {fmt_bytes(mem.get('bytes'))}: "
+           f"{mem.get('stored_chunks')} stored here ({fmt_bytes(mem.get('stored_bytes'))}), "
+           f"{mem.get('referenced_chunks')} in ancestors ({fmt_bytes(mem.get('referenced_bytes'))}); "
+           f"{mem.get('global_chunks')} of them __device__ variables ({fmt_bytes(mem.get('global_bytes'))})"]
+    try:
+        refs = img.chunks()
+    except ImageError:
+        return out
+    per: dict[int, list[int]] = {}
+    for r in refs:
+        c = per.setdefault(r.image, [0, 0])
+        c[0] += 1
+        c[1] += r.length
+    for k in sorted(per):
+        if k:
+            out.append(f"  from ancestor {k}: {per[k][0]} chunks ({fmt_bytes(per[k][1])})")
+    mods = img.modules()
+    if mods:
+        out.append(f"module files ({len(mods)})")
+        rows = [[sha[:12], str(e["size"]), "here" if e["image"] == 0 else f"ancestor {e['image']}"]
+                for sha, e in sorted(mods.items())]
+        out += table(rows, ["sha256", "size", "stored"])
+    stats = img.manifest.get("stats") or {}
+    if stats:
+        out.append("stats      " + "  ".join(f"{k}={cell(k, v)}" for k, v in stats.items()))
+    return out
+
+
+# ----------------------------------------------------------------- inspect
+
+def _progress_printer():
+    if not sys.stderr.isatty():
+        return None
+    last = [0.0]
+
+    def progress(done, total):
+        now = time.monotonic()
+        if now - last[0] > 0.2 or done == total:
+            last[0] = now
+            sys.stderr.write(f"\rverifying {fmt_bytes(done)} of {fmt_bytes(total)}   ")
+            if done == total:
+                sys.stderr.write("\r" + " " * 50 + "\r")
+            sys.stderr.flush()
+    return progress
+
+
+def _json_dump(img: Image, problems: list[str], verified: bool) -> dict:
+    try:
+        refs = img.chunks()
+    except ImageError:
+        refs = []
+    return {
+        "path": img.path,
+        "ok": not problems,
+        "verified": verified,
+        "problems": problems,
+        "manifest_sha256": img.digest,
+        "manifest": img.manifest,
+        "chain": [{"path": a.path, "kind": a.kind, "created": a.manifest.get("created"),
+                   "manifest_sha256": a.digest} for a in img.chain],
+        "modules": img.modules(),
+        "chunks": [{"addr": r.addr, "length": r.length, "flags": r.flags, "global": bool(r.flags & FLAG_GLOBAL),
+                    "hash": f"{r.hash:016x}", "image": r.image, "offset": r.offset} for r in refs],
+    }
+
+
+def cmd_inspect(a) -> int:
+    try:
+        img = Image.open(a.dir)
+    except ImageError as e:
+        if a.json:
+            print(json.dumps({"path": a.dir, "ok": False, "problems": [str(e)]}, indent=2))
+        else:
+            print(f"proxy-cli inspect: {e}", file=sys.stderr)
+        return 1
+    try:
+        progress = None if a.json else _progress_printer()
+        problems = img.verify(deep=not a.no_verify, progress=progress)
+        if a.json:
+            print(json.dumps(_json_dump(img, problems, not a.no_verify), indent=2))
+            return 1 if problems else 0
+        lines = header_lines(img)
+        lines.append("session")
+        lines += session_lines(img.session)
+        lines += memory_lines(img)
+        print("\n".join(lines))
+        mem = img.manifest.get("memory") or {}
+        if problems:
+            for p in problems:
+                print(f"PROBLEM: {p}")
+            print(f"checksums: {len(problems)} problem{'s' if len(problems) > 1 else ''}")
+            return 1
+        if a.no_verify:
+            print(f"checksums: not verified (--no-verify); structure OK ({mem.get('chunks')} chunks)")
+        else:
+            print(f"checksums: OK ({mem.get('chunks')} chunks, {(mem.get('bytes') or 0) / 2**20:.1f} MiB)")
+        return 0
+    finally:
+        img.close()

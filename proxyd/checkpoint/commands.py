@@ -1,0 +1,94 @@
+"""proxy-cli's checkpoint commands, served by proxyd (message type CTL):
+pre-dump, dump, restore, migrate. Each runs on a worker thread and answers
+when it is done; the main loop keeps serving every other session meanwhile.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import traceback
+
+from .engine import CheckpointError, Engine
+
+log = logging.getLogger("proxyd")
+
+
+def register(server, ctl):
+    engine = Engine(server)
+    server.checkpoint_engine = engine
+
+    def find(pid: int):
+        for s in server.sessions.values():
+            if s.pid == pid:
+                return s
+        raise CheckpointError(f"no session of pid {pid} in this proxyd (see proxy-cli status)")
+
+    def worker(rid, seq, name, fn):
+        def run():
+            try:
+                result = fn()
+                server.ctl_reply(rid, seq, result, threaded=True)
+            except CheckpointError as e:
+                log.warning("%s: %s", name, e)
+                server.ctl_reply(rid, seq, error=str(e), threaded=True)
+            except Exception as e:
+                log.error("%s failed:\n%s", name, traceback.format_exc())
+                server.ctl_reply(rid, seq, error=f"{name} failed: {e}", threaded=True)
+        threading.Thread(target=run, name=f"gpuproxy-{name}", daemon=True).start()
+
+    def freeze(pid):
+        s = find(int(pid))
+        if s.frozen:
+            raise CheckpointError(f"session of pid {pid} is already frozen (a checkpoint is running, or it "
+                                  f"was dumped and waits for a restore)")
+        s.frozen = True
+        return s
+
+    def dump_cmd(kind):
+        def handler(rid, seq, args):
+            try:
+                s = freeze(args["pid"])
+            except (CheckpointError, KeyError) as e:
+                server.ctl_reply(rid, seq, error=str(e))
+                return
+            worker(rid, seq, kind, lambda: engine.dump(
+                s, args["dir"], kind=kind, leave_running=bool(args.get("leave_running")),
+                concurrent=bool(args.get("concurrent")), parent=args.get("parent")))
+        return handler
+
+    ctl("pre-dump")(dump_cmd("pre-dump"))
+    ctl("dump")(dump_cmd("dump"))
+
+    @ctl("restore")
+    def restore(rid, seq, args):
+        def run():
+            sess, stats = engine.restore(args["dir"], args.get("device_map"))
+            return stats
+        worker(rid, seq, "restore", run)
+
+    @ctl("migrate")
+    def migrate(rid, seq, args):
+        try:
+            s = freeze(args["pid"])
+            to = int(args["to_device"])
+            if not 0 <= to < server.backend.device_count():
+                s.frozen = False
+                raise CheckpointError(f"no device {to} (this proxyd has {server.backend.device_count()})")
+        except (CheckpointError, KeyError) as e:
+            server.ctl_reply(rid, seq, error=str(e))
+            return
+
+        def run():
+            # a dump to host memory, then a restore onto the other device
+            tmp = tempfile.mkdtemp(prefix="gpuproxy-migrate-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+            try:
+                d = engine.dump(s, tmp, kind="dump", leave_running=False)
+                _, r = engine.restore(tmp, {str(dv): to for dv in range(server.backend.device_count())})
+                return {"dump": d, "restore": r, "to_device": to,
+                        "stop_ms": round(d["total_ms"] + r["total_ms"], 3)}
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        worker(rid, seq, "migrate", run)

@@ -1,0 +1,531 @@
+"""The checkpoint engine: pre-dump, dump (stop-the-world or concurrent) and
+restore of a session's GPU state. The on-disk format is image.py's.
+
+Dump, in order:
+ 1. freeze: the session's calls are held (Session.frozen; the main loop
+    queues them and answers KEEPALIVE), then its contexts are synchronised,
+    so queued work has finished and nothing new starts;
+ 2. describe: the live object graph (contexts, modules, functions, streams,
+    events, the arena's chunks and allocations, module globals) as a dict;
+ 3. hash: every 2 MiB chunk of device memory, on the device when the backend
+    can (a gp64 kernel), so an incremental dump knows what changed;
+ 4. copy: changed chunks. Concurrent mode copies them device-to-device into
+    spare memory in proxyd's own address slot and lets the app run again at
+    once; what does not fit is copied to host memory while still frozen.
+    Stop-the-world mode copies to host memory while frozen;
+ 5. drain: snapshot copies go to page-locked host memory, then to the image
+    files, while the app runs (concurrent) or waits (stop-the-world);
+ 6. without --leave-running, the session's GPU resources are released and its
+    calls keep waiting for a restore.
+Pre-dump copies memory while the app keeps running (after a freeze only long
+enough to describe the graph); the hash recorded for a chunk is the hash of
+the bytes stored, so the next dump in the chain rewrites whatever changed,
+including memory written through pointers kept in device memory.
+
+Restore builds a detached session from the image, checks every chunk's hash
+after upload, and only then installs it in the daemon; any failure tears it
+down, so a restore either completes or changes nothing.
+
+Locking: dump and restore run on a worker thread. The session being dumped is
+frozen, so the main loop does not touch it; everything that must happen on
+the main loop (resuming, installing a restored session) is posted with
+Server.call_in_loop.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shutil
+import time
+
+import numpy as np
+
+from .. import __version__
+from .. import protocol as P
+from ..arena import Arena
+from ..session import CudaError, Session
+from . import hashing
+from .image import Image, ImageError, ImageWriter
+
+log = logging.getLogger("proxyd")
+
+CHUNK = 2 << 20
+# for tests only: pause between resuming the app and draining a concurrent snapshot
+TEST_DRAIN_DELAY_S = float(os.environ.get("GPUPROXY_TEST_DRAIN_DELAY_S", "0"))
+FLAG_GLOBAL = 1          # chunk holds a __device__ variable (image.py flags)
+
+
+class CheckpointError(Exception):
+    pass
+
+
+def _ms(t0: float, t1: float) -> float:
+    return round((t1 - t0) * 1000.0, 3)
+
+
+# ---------------------------------------------------------------- describing
+
+def describe(sess: Session) -> dict:
+    """The session's live objects as a JSON-ready dict (manifest 'session')."""
+    out = {
+        "token": sess.token,
+        "pid": sess.pid,
+        "exe": sess.exe,
+        "slot": sess.slot,
+        "last_seq": sess.last_seq,
+        "last_reply": [base64.b64encode(bytes(f)).decode() for f in sess.last_reply] if sess.last_reply else None,
+        "next_id": {str(k): v for k, v in sess.next_id.items()},
+        "async_error": list(sess.async_error) if sess.async_error else None,
+        "contexts": [{"id": c.id, "device": c.device, "primary": c.primary, "flags": c.flags,
+                      "refcount": c.refcount} for c in sorted(sess.contexts.values(), key=lambda c: c.id)],
+        "modules": [],
+        "functions": [],
+        "streams": [],
+        "events": [],
+        "arena": sess.arena.describe(),
+        "shm": {"staging": sess.staging_seg, "registered": sorted(sess.shm.registered) if sess.shm else []},
+        "channel": sess.chan.name if sess.chan is not None else None,
+    }
+    for o in sess.of_kind(P.K_MODULE):
+        parsed = o.info["parsed"]
+        out["modules"].append({"id": o.id, "ctx": o.ctx, "size": len(o.info["image"]),
+                               "kernels": sorted(parsed.kernels), "globals": {}})
+    for o in sess.of_kind(P.K_FUNCTION):
+        out["functions"].append({"id": o.id, "ctx": o.ctx, "module": o.info["module"], "name": o.info["name"],
+                                 "layout": o.info["layout"]})
+    for kind, key in ((P.K_STREAM, "streams"), (P.K_EVENT, "events")):
+        for o in sess.of_kind(kind):
+            fid, ctxh, args = o.create
+            out[key].append({"id": o.id, "ctx": o.ctx, "create": [fid, ctxh, [_jsonable(a) for a in args]]})
+    return out
+
+
+def _jsonable(a):
+    if isinstance(a, (bytes, bytearray, memoryview)):
+        return {"bytes": base64.b64encode(bytes(a)).decode()}
+    return a
+
+
+def _unjson(a):
+    if isinstance(a, dict) and "bytes" in a:
+        return base64.b64decode(a["bytes"])
+    return a
+
+
+# ------------------------------------------------------------------ pieces
+
+class Piece:
+    """One CHUNK of a session's device memory and where its copy is."""
+    __slots__ = ("addr", "n", "dev", "hash", "changed", "scratch", "host")
+
+    def __init__(self, addr, n, dev):
+        self.addr, self.n, self.dev = addr, n, dev
+        self.hash = None
+        self.changed = True
+        self.scratch = None     # device address of a snapshot copy
+        self.host = None        # memoryview of a host copy
+
+
+def pieces_of(sess: Session) -> list[Piece]:
+    out = []
+    for c in sorted(sess.arena.chunks.values(), key=lambda c: c.start):
+        for off in range(0, c.size, CHUNK):
+            out.append(Piece(c.start + off, min(CHUNK, c.size - off), c.device))
+    return out
+
+
+class Engine:
+    def __init__(self, server):
+        self.server = server
+        self.backend = server.backend
+        self.dispatcher = server.dispatcher
+
+    # ------------------------------------------------------------- hashing
+    def hash_live(self, pieces: list[Piece], src=lambda p: p.addr):
+        """gp64 of every piece, on the device where possible."""
+        b = self.backend
+        by_dev: dict[int, list[Piece]] = {}
+        for p in pieces:
+            by_dev.setdefault(p.dev, []).append(p)
+        for dev, ps in by_dev.items():
+            # contiguous runs hash with one launch each
+            run: list[Piece] = []
+            for p in ps + [None]:
+                if p is not None and run and src(p) == src(run[-1]) + run[-1].n and p.n == CHUNK and run[-1].n == CHUNK:
+                    run.append(p)
+                    continue
+                if run:
+                    hs = b.hash_device(dev, src(run[0]), sum(q.n for q in run), CHUNK)
+                    if hs is None:
+                        for q in run:
+                            buf = bytearray(q.n)
+                            b.read_device(dev, src(q), q.n, buf)
+                            q.hash = hashing.gp64(buf)
+                    else:
+                        for q, h in zip(run, hs):
+                            q.hash = int(h)
+                run = [p] if p is not None else []
+
+    # ---------------------------------------------------------------- dump
+    def dump(self, sess: Session, path: str, *, kind: str = "dump", leave_running: bool = False,
+             concurrent: bool = False, parent: str | None = None) -> dict:
+        """Runs on a worker thread; sess is frozen by the caller (main loop)."""
+        b = self.backend
+        t0 = time.monotonic()
+        stats = {"kind": kind, "concurrent": concurrent, "leave_running": leave_running}
+        resumed = False
+        sess.ckpt_phase = "quiescing"
+        try:
+            parent_img, path = self._prepare_dir(path, parent, kind)
+            for c in list(sess.contexts.values()):
+                b.ctx_sync(c.real)
+            t_quiet = time.monotonic()
+            desc = describe(sess)
+            globals_ = self._read_globals(sess, desc)
+            pieces = pieces_of(sess)
+            total = sum(p.n for p in pieces)
+            stats.update(bytes=total, chunks=len(pieces), quiesce_ms=_ms(t0, t_quiet))
+            if kind == "pre-dump":
+                # graph captured; memory is copied while the app runs
+                self._resume(sess)
+                resumed = True
+                stats["stop_ms"] = _ms(t0, time.monotonic())
+                self._copy_to_host(pieces, live=True)
+                self.hash_host(pieces)
+            else:
+                if parent_img is not None:
+                    self.hash_live(pieces)
+                    for p in pieces:
+                        p.changed = parent_img.hash_of(p.addr) != p.hash
+                changed = [p for p in pieces if p.changed]
+                if concurrent:
+                    self._snapshot_to_device(changed)
+                    t_snap = time.monotonic()
+                    stats["snapshot_ms"] = _ms(t_quiet, t_snap)
+                    self._resume(sess)
+                    resumed = True
+                    stats["stop_ms"] = _ms(t0, time.monotonic())
+                    sess.ckpt_phase = "draining"
+                    if TEST_DRAIN_DELAY_S:
+                        time.sleep(TEST_DRAIN_DELAY_S)   # tests: widen the window in which the app runs
+                    self._drain(changed)
+                else:
+                    self._copy_to_host(changed, live=False)
+                if parent_img is None or any(p.hash is None for p in changed):
+                    self.hash_pieces(changed)
+                stats["host_ms"] = _ms(t0, time.monotonic())
+                if not concurrent and leave_running:
+                    self._resume(sess)
+                    resumed = True
+                    stats["stop_ms"] = _ms(t0, time.monotonic())
+            stats["changed_chunks"] = sum(1 for p in pieces if p.changed)
+            stats["changed_bytes"] = sum(p.n for p in pieces if p.changed)
+            t_w = time.monotonic()
+            self._write(path, kind, parent_img, sess, desc, pieces, globals_, stats)
+            stats["write_ms"] = _ms(t_w, time.monotonic())
+            if not leave_running and kind != "pre-dump":
+                self.release(sess)
+                stats["released"] = True
+                stats.setdefault("stop_ms", _ms(t0, time.monotonic()))
+            stats["total_ms"] = _ms(t0, time.monotonic())
+            stats["path"] = os.path.abspath(path)
+            return stats
+        finally:
+            for p in locals().get("pieces") or []:
+                if p.scratch is not None:
+                    self._free_scratch(p)
+            sess.ckpt_phase = None
+            if not resumed and not stats.get("released"):
+                # finished without releasing (or failed): the app goes on
+                self._resume(sess)
+
+    def _resume(self, sess: Session):
+        self.server.call_in_loop(lambda: self.server.resume(sess)).result()
+
+    def _prepare_dir(self, path: str, parent: str | None, kind: str):
+        """A directory that already holds an image continues its chain: the
+        old image moves into DIR/parent and the new one takes DIR."""
+        parent_img = None
+        if parent:
+            parent_img = Image.open(parent)
+        elif os.path.exists(os.path.join(path, "manifest")):
+            old = Image.open(path)
+            nested = os.path.join(path, "parent")
+            tmp = path.rstrip("/") + ".moving"
+            os.rename(path, tmp)
+            os.makedirs(path)
+            os.rename(tmp, nested)
+            del old
+            parent_img = Image.open(nested)
+        os.makedirs(path, exist_ok=True)
+        return parent_img, path
+
+    def _read_globals(self, sess: Session, desc: dict) -> list:
+        """Contents of every __device__ variable of every loaded module."""
+        b = self.backend
+        out = []
+        for md, o in zip(desc["modules"], sess.of_kind(P.K_MODULE)):
+            ctx = sess.contexts.get(o.ctx)
+            if ctx is not None:
+                b.make_current(ctx.real)
+            for name in sorted(o.info["parsed"].globals):
+                try:
+                    addr, size = b.module_global(o.real, name)
+                except CudaError:
+                    continue     # declared but not kept in this image (e.g. optimised out)
+                buf = bytearray(size)
+                if size:
+                    b.dtoh(buf, addr, size, 0, True)
+                md["globals"][name] = [addr, size]
+                out.append((addr, size, bytes(buf)))
+        return out
+
+    def _snapshot_to_device(self, pieces: list[Piece]):
+        b = self.backend
+        host = []
+        devs = set()
+        for p in pieces:
+            s = b.scratch_alloc(p.dev, p.n)
+            if s is None:
+                host.append(p)
+                continue
+            b.copy_dtod(p.dev, s, p.addr, p.n)
+            p.scratch = s
+            devs.add(p.dev)
+        for d in devs:
+            if hasattr(b, "sync_copies"):
+                b.sync_copies(d)
+        if host:
+            log.info("no spare device memory for %d chunks: copying them to host memory while frozen", len(host))
+            self._copy_to_host(host, live=False)
+
+    def _host_view(self, total: int):
+        return self.backend.host_buffer(total)
+
+    def _copy_to_host(self, pieces: list[Piece], live: bool):
+        if not pieces:
+            return
+        buf = self._host_view(sum(p.n for p in pieces))
+        off = 0
+        for p in pieces:
+            v = buf[off:off + p.n]
+            self.backend.read_device(p.dev, p.addr, p.n, v)
+            p.host = v
+            off += p.n
+
+    def _drain(self, pieces: list[Piece]):
+        """Snapshot copies in device memory -> host memory (app running)."""
+        need = [p for p in pieces if p.host is None]
+        if not need:
+            return
+        if any(p.hash is None for p in need):
+            # hashing the snapshot on the device is cheaper than on the host
+            by_src = [p for p in need if p.scratch is not None and p.hash is None]
+            self.hash_live(by_src, src=lambda p: p.scratch)
+        buf = self._host_view(sum(p.n for p in pieces))
+        off = sum(p.n for p in pieces if p.host is not None)
+        for p in need:
+            v = buf[off:off + p.n]
+            self.backend.read_device(p.dev, p.scratch, p.n, v)
+            p.host = v
+            off += p.n
+            self._free_scratch(p)
+
+    def _free_scratch(self, p: Piece):
+        if p.scratch is not None:
+            self.backend.scratch_free(p.scratch)
+            p.scratch = None
+
+    def hash_pieces(self, pieces: list[Piece]):
+        for p in pieces:
+            if p.hash is None and p.host is not None:
+                p.hash = hashing.gp64(p.host)
+
+    def hash_host(self, pieces: list[Piece]):
+        for p in pieces:
+            p.hash = hashing.gp64(p.host)
+
+    def _write(self, path, kind, parent_img, sess, desc, pieces, globals_, stats):
+        b = self.backend
+        meta = {
+            "gpuproxy_version": __version__,
+            "backend": b.name,
+            "driver_version": b.driver_version(),
+            "devices": [{"index": d, "name": b.device_name(d), "total_memory": b.device_total_mem(d)}
+                        for d in range(b.device_count())],
+        }
+        w = ImageWriter(path, kind, meta, parent=parent_img, chunk_size=CHUNK)
+        for md, o in zip(desc["modules"], sess.of_kind(P.K_MODULE)):
+            md["image"] = w.add_module(o.info["image"])
+        for p in pieces:
+            if not p.changed and parent_img is not None:
+                w.add_unchanged(p.addr, p.n, p.hash)
+            else:
+                w.add_chunk(p.addr, p.host, hash=p.hash)
+        for addr, size, data in globals_:
+            h = hashing.gp64(data)
+            if parent_img is not None and parent_img.hash_of(addr) == h:
+                w.add_unchanged(addr, size, h, flags=FLAG_GLOBAL)
+            else:
+                w.add_chunk(addr, data, hash=h, flags=FLAG_GLOBAL)
+        w.finish(desc, stats)
+
+    # ------------------------------------------------------------- release
+    def release(self, sess: Session):
+        """Frees the session's GPU resources after a dump; the session stays
+        (frozen) so its calls wait for a restore."""
+        from ..handlers import destroy_context
+        for c in list(sess.contexts.values()):
+            destroy_context(self.dispatcher, sess, c)
+        sess.arena.release_all()
+        sess.released = True
+
+    # ------------------------------------------------------------- restore
+    def restore(self, path: str, device_map: dict | None = None) -> tuple[Session, dict]:
+        """Builds a session from an image (worker thread) and installs it."""
+        t0 = time.monotonic()
+        try:
+            img = Image.open(path)
+            img.check_restorable()
+        except ImageError as e:
+            raise CheckpointError(f"image refused: {e}") from e
+        m = img.manifest
+        b = self.backend
+        if m.get("backend") != b.name:
+            raise CheckpointError(f"image was taken on the {m.get('backend')} backend; this proxyd runs {b.name}")
+        desc = img.session
+        device_map = {int(k): int(v) for k, v in (device_map or {}).items()}
+        used = sorted({c["device"] for c in desc["contexts"]} | {c[2] for c in desc["arena"]["chunks"]})
+        names = {d["index"]: d["name"] for d in m.get("devices", [])}
+        for d in used:
+            nd = device_map.get(d, d)
+            if not 0 <= nd < b.device_count():
+                raise CheckpointError(f"image uses device {d}, mapped to {nd}, which this machine does not have")
+            if names.get(d) and names[d] != b.device_name(nd):
+                raise CheckpointError(f"image device {d} is a {names[d]}; device {nd} here is a {b.device_name(nd)} "
+                                      f"(restore needs the same GPU model)")
+        token = desc["token"]
+        old = self.server.sessions.get(token)
+        if old is not None and not getattr(old, "released", False):
+            raise CheckpointError(f"session {token} (pid {old.pid}) is live in this proxyd; dump it without "
+                                  f"--leave-running first")
+        t_check = time.monotonic()
+        sess = self.server.make_session(token, int(desc["pid"]), desc.get("exe", ""), int(desc["slot"]),
+                                        reuse=old)
+        try:
+            self._rebuild(sess, img, desc, device_map)
+        except Exception as e:
+            self.server.call_in_loop(lambda: self.server.discard_session(sess, keep=old)).result()
+            if isinstance(e, (CheckpointError, ImageError)):
+                raise CheckpointError(f"restore failed, nothing restored: {e}") from e
+            log.exception("restore failed")
+            raise CheckpointError(f"restore failed, nothing restored: {e}") from e
+        t_built = time.monotonic()
+        self.server.call_in_loop(lambda: self.server.install_session(sess, old)).result()
+        stats = {"bytes": sum(r.length for r in img.chunks()), "check_ms": _ms(t0, t_check),
+                 "rebuild_ms": _ms(t_check, t_built), "total_ms": _ms(t0, time.monotonic()),
+                 "token": token, "pid": sess.pid}
+        return sess, stats
+
+    def _rebuild(self, sess: Session, img: Image, desc: dict, device_map: dict):
+        from ..handlers import function_layout, load_module
+        b = self.backend
+        dmap = lambda d: device_map.get(d, d)
+        arena_desc = dict(desc["arena"])
+        arena_desc["chunks"] = [[s, n, dmap(d), small] for s, n, d, small in desc["arena"]["chunks"]]
+        sess.arena.rebuild(arena_desc)
+        for c in desc["contexts"]:
+            ctx = sess.add_context(dmap(c["device"]), b.ctx_create(dmap(c["device"]), c["flags"]), c["primary"],
+                                   c["flags"], ident=c["id"])
+            ctx.refcount = c["refcount"]
+        ctxs = sess.contexts
+        for md in desc["modules"]:
+            ctx = ctxs[md["ctx"]]
+            b.make_current(ctx.real)
+            load_module(self.dispatcher, sess, ctx, img.module(md["image"]), create=None, ident=md["id"])
+        for f in desc["functions"]:
+            mod = sess.objects[(P.K_MODULE, f["module"])]
+            b.make_current(ctxs[f["ctx"]].real)
+            real = b.module_function(mod.real, f["name"])
+            layout = function_layout(self.dispatcher, mod, f["name"], real)
+            if [list(x) for x in layout] != [list(x) for x in f["layout"]]:
+                raise CheckpointError(f"kernel {f['name']}: parameter layout changed")
+            sess.add(P.K_FUNCTION, real, f["ctx"], {"module": f["module"], "name": f["name"], "layout": layout},
+                     ident=f["id"])
+        from .._generated import FUNCTIONS
+        for key, kind in (("streams", "stream"), ("events", "event")):
+            for o in desc[key]:
+                fid, ctxh, args = o["create"]
+                fn = FUNCTIONS[fid]
+                ctx = sess.context(ctxh) if ctxh else None
+                if ctx is not None:
+                    b.make_current(ctx.real)
+                code, _ = self.dispatcher.generic(sess, fn, ctx, [_unjson(a) for a in args], fid, ctxh,
+                                                  force_ids={kind: o["id"]})
+                if code:
+                    raise CheckpointError(f"recreating {kind} {o['id']} failed with CUDA error {code}")
+        # memory: upload, then check what landed on the device against the image's hashes
+        refs = img.chunks()
+        arena_refs = [r for r in refs if not (r.flags & FLAG_GLOBAL)]
+        pieces = {p.addr: p for p in pieces_of(sess)}
+        for r in arena_refs:
+            p = pieces.get(r.addr)
+            if p is None or p.n != r.length:
+                raise CheckpointError(f"chunk {r.addr:#x}+{r.length} does not match the image's arena")
+            b.write_device(p.dev, r.addr, img.read_chunk(r))
+            p.hash = None
+        for c in list(sess.contexts.values()):
+            b.ctx_sync(c.real)
+        check = [pieces[r.addr] for r in arena_refs]
+        self.hash_live(check)
+        for r in arena_refs:
+            got = pieces[r.addr].hash
+            if got != r.hash:
+                raise CheckpointError(f"chunk at {r.addr:#x} is corrupt: gp64 {got:#018x}, image says {r.hash:#018x}")
+        if len(arena_refs) != len(pieces):
+            missing = sorted(set(pieces) - {r.addr for r in arena_refs})
+            raise CheckpointError(f"image lacks {len(missing)} chunks, first at {missing[0]:#x}")
+        # __device__ variables: by name into the reloaded modules
+        gl = {r.addr: r for r in refs if r.flags & FLAG_GLOBAL}
+        for md in desc["modules"]:
+            mod = sess.objects[(P.K_MODULE, md["id"])]
+            b.make_current(ctxs[md["ctx"]].real)
+            for name, (old_addr, size) in md["globals"].items():
+                r = gl.get(old_addr)
+                if r is None:
+                    raise CheckpointError(f"image lacks the contents of __device__ variable {name}")
+                data = bytes(img.read_chunk(r))
+                if hashing.gp64(data) != r.hash:
+                    raise CheckpointError(f"__device__ variable {name} is corrupt in the image")
+                addr, nsize = b.module_global(mod.real, name)
+                if nsize != size:
+                    raise CheckpointError(f"__device__ variable {name} changed size")
+                if size:
+                    b.htod(addr, data, size, 0, True)
+                mod.info["globals"][name] = (addr, size)
+                if addr != old_addr:
+                    sess.addr_map.append((old_addr, size, addr))
+        for c in list(sess.contexts.values()):
+            b.ctx_sync(c.real)
+        # client-facing state
+        sess.last_seq = int(desc["last_seq"])
+        sess.last_reply = [base64.b64decode(f) for f in desc["last_reply"]] if desc.get("last_reply") else None
+        for k, v in desc["next_id"].items():
+            sess.next_id[int(k)] = max(sess.next_id.get(int(k), 1), int(v))
+        if desc.get("async_error"):
+            sess.async_error = tuple(desc["async_error"])
+        sess.staging_seg = desc["shm"]["staging"]
+        for seg in desc["shm"]["registered"]:
+            try:
+                view = memoryview(sess.shm.open(int(seg)))
+                sess.shm.registered[int(seg)] = b.host_register(view)
+            except Exception as e:
+                log.warning("session %s: client segment %s not mapped again (%s)", sess.token, seg, e)
+        sess.shm_ok = sess.staging_seg is not None and int(sess.staging_seg) in sess.shm.maps
+        if desc.get("channel") and sess.shm_ok:
+            from ..channel import Channel, SIZE
+            try:
+                sess.chan = Channel(desc["channel"], SIZE)
+            except Exception as e:
+                log.info("session %s: fast channel not reopened (%s)", sess.token, e)

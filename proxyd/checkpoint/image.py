@@ -1,0 +1,789 @@
+"""Checkpoint images on disk: writing, reading, checking (docs/image-format.md).
+
+An image is a directory:
+
+  manifest      "GPUPROXY-IMAGE 1" line, JSON body, "sha256 <hex>" line;
+                written last, atomically: without it there is no image
+  chunks.idx    binary index of every memory chunk of the session
+  memory.bin    the chunk data stored in this image
+  modules/      module images (fatbin/cubin/PTX) as <sha256>.bin
+
+An incremental image names its parent (path and manifest digest) and stores
+only the chunks that changed; its index still lists every chunk, pointing at
+the ancestor that holds the bytes. Every chunk carries its gp64 hash
+(hashing.py), the manifest pins chunks.idx by sha256, and each image pins its
+ancestors by manifest digest, so any damage anywhere in a chain is found
+before anything is restored.
+
+    w = ImageWriter(dir, "dump", meta, parent=Image.open(parent_dir))
+    sha = w.add_module(image_bytes)
+    w.add_chunk(addr, data)                    # bytes that changed
+    w.add_unchanged(addr, length, gp64_hash)   # bytes an ancestor holds
+    img = w.finish(session_dict, stats_dict)
+
+    img = Image.open(dir)          # manifests of the whole chain checked
+    img.check_restorable()         # structure: fast, raises ImageError
+    for ref in img.chunks(): img.read_chunk(ref)
+    problems = img.verify()        # structure + every hash: [] when good
+
+Thread-safety: an Image may be read from several threads (verify does);
+an ImageWriter belongs to one thread.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import mmap
+import os
+import struct
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import hashing
+
+FORMAT_VERSION = 1
+MAGIC = "GPUPROXY-IMAGE"
+HASH_NAME = "gp64"
+KINDS = ("pre-dump", "dump")
+
+MANIFEST = "manifest"
+INDEX = "chunks.idx"
+MEMORY = "memory.bin"
+MODULES = "modules"
+
+INDEX_MAGIC = b"GPXCHUNK"
+INDEX_VERSION = 1
+INDEX_HEADER = struct.Struct("<8sII")          # magic, version, record count
+INDEX_DTYPE = np.dtype([("addr", "<u8"), ("length", "<u4"), ("flags", "<u4"), ("hash", "<u8"),
+                        ("offset", "<u8"), ("image", "<u4"), ("reserved", "<u4")])
+assert INDEX_HEADER.size == 16 and INDEX_DTYPE.itemsize == 40
+
+# chunk flags
+FLAG_GLOBAL = 1                  # contents of a __device__ variable (addr: its key), not arena memory
+FLAG_USER_MASK = 0xFFFF0000      # free for the engine; stored and returned as given
+KNOWN_FLAGS = FLAG_GLOBAL | FLAG_USER_MASK
+
+MAX_CHUNK = 0xFFFFFFFF           # the index stores lengths as u32
+PAGE = 4096
+
+# manifest keys the writer fills in itself (meta may not set them)
+_RESERVED = ("format_version", "kind", "created", "parent", "ancestors", "chunk_size", "hash", "session",
+             "memory", "stats", "files", "modules")
+
+
+class ImageError(Exception):
+    """An image cannot be written, read or restored; the message says what
+    is wrong and where (file, chunk address, expected and actual values)."""
+
+
+@dataclass(frozen=True)
+class ChunkRef:
+    """One chunk of an image, resolved: its bytes are file[offset:offset+length].
+    image: 0 = the image itself, k = its k-th ancestor (Image.chain[k])."""
+    addr: int
+    length: int
+    flags: int
+    hash: int
+    image: int
+    offset: int
+    file: str
+
+    @property
+    def is_global(self) -> bool:
+        return bool(self.flags & FLAG_GLOBAL)
+
+
+def _fmt_hash(h: int) -> str:
+    return f"{h:#018x}"
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_file_atomic(path: str, data: bytes) -> None:
+    """data to path through path.tmp, fsync, rename."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- manifest
+
+def encode_manifest(body: dict) -> bytes:
+    """The bytes of a manifest file holding body."""
+    text = json.dumps(body, sort_keys=True, indent=1, ensure_ascii=False).encode("utf-8")
+    return (f"{MAGIC} {FORMAT_VERSION}\n".encode() + text + b"\nsha256 " +
+            hashlib.sha256(text).hexdigest().encode() + b"\n")
+
+
+def read_manifest(directory: str) -> tuple[dict, str]:
+    """(body, sha256 hex of the body bytes) of directory's manifest; checks
+    magic, format version and digest."""
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.isdir(directory):
+        raise ImageError(f"{directory}: no such directory")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        if any(os.path.exists(os.path.join(directory, n)) for n in (MEMORY, INDEX, MANIFEST + ".tmp")):
+            raise ImageError(f"{directory}: incomplete image, no manifest (the dump did not finish)") from None
+        raise ImageError(f"{directory}: not a gpuproxy image (no manifest file)") from None
+    except OSError as e:
+        raise ImageError(f"{path}: cannot read: {e.strerror}") from None
+    nl = raw.find(b"\n")
+    first = raw[:nl] if nl >= 0 else raw[:64]
+    word, _, ver = first.partition(b" ")
+    if word != MAGIC.encode():
+        raise ImageError(f"{path}: not a gpuproxy image manifest (first line {first[:40]!r}, "
+                         f"expected '{MAGIC} {FORMAT_VERSION}')")
+    try:
+        version = int(ver.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise ImageError(f"{path}: bad format version {ver[:20]!r} in the first line") from None
+    if version != FORMAT_VERSION:
+        raise ImageError(f"{path}: image format version {version}, this gpuproxy reads {FORMAT_VERSION}")
+    rest = raw[nl + 1:]
+    cut = rest.rfind(b"\nsha256 ")
+    if cut < 0 or not rest.endswith(b"\n"):
+        raise ImageError(f"{path}: truncated or damaged (no final 'sha256' line)")
+    body, trailer = rest[:cut], rest[cut + 1:-1]
+    want = trailer[len(b"sha256 "):].decode("ascii", "replace")
+    got = hashlib.sha256(body).hexdigest()
+    if got != want:
+        raise ImageError(f"{path}: manifest digest mismatch: the body's sha256 is {got}, its last line says "
+                         f"{want} (the manifest was modified or damaged)")
+    try:
+        m = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ImageError(f"{path}: body is not valid JSON ({e})") from None
+    if not isinstance(m, dict):
+        raise ImageError(f"{path}: body is not a JSON object")
+    if m.get("format_version") != FORMAT_VERSION:
+        raise ImageError(f"{path}: body says format version {m.get('format_version')!r}, "
+                         f"first line says {FORMAT_VERSION}")
+    for key, typ in (("kind", str), ("files", dict), ("modules", dict), ("ancestors", list)):
+        if not isinstance(m.get(key), typ):
+            raise ImageError(f"{path}: body lacks '{key}' or it has the wrong type")
+    if m["kind"] not in KINDS:
+        raise ImageError(f"{path}: unknown image kind {m['kind']!r}")
+    if m.get("hash") != HASH_NAME:
+        raise ImageError(f"{path}: chunk hash {m.get('hash')!r}, this gpuproxy knows {HASH_NAME!r}")
+    return m, got
+
+
+# ------------------------------------------------------------------ reading
+
+class Image:
+    """An image opened for reading, with its chain of ancestors.
+
+    chain[0] is the image itself, chain[k] its k-th ancestor. Opening reads
+    and checks every manifest of the chain (magic, version, digest, each
+    parent present and the very one recorded); chunk indexes and data are
+    read on demand."""
+
+    def __init__(self, path: str, manifest: dict, digest: str, parent: "Image | None"):
+        self.path = path
+        self.manifest = manifest
+        self.digest = digest                    # sha256 of the manifest body
+        self.parent = parent
+        self.chain: list[Image] = [self] + (parent.chain if parent is not None else [])
+        self._lock = threading.Lock()
+        self._index: np.ndarray | None = None
+        self._by_addr: dict[int, int] | None = None
+        self._refs: list[ChunkRef] | None = None
+        self._mm = None
+        self._mem_size: int | None = None
+
+    # -- opening
+    @classmethod
+    def open(cls, path) -> "Image":
+        """Opens the image at path and its ancestors; ImageError if any
+        manifest is damaged or of another format version, or a parent is
+        missing or not the image the child was made from."""
+        cur = os.path.abspath(os.fspath(path))
+        found: list[tuple[str, dict, str]] = []
+        seen = set()
+        child = None
+        while True:
+            real = os.path.realpath(cur)
+            if real in seen:
+                raise ImageError(f"{child}: parent chain loops back to {cur}")
+            seen.add(real)
+            if child is not None and not os.path.isdir(cur):
+                raise ImageError(f"{child}: parent image {found[-1][1]['parent']['path']!r} is missing "
+                                 f"(no directory {cur})")
+            try:
+                m, digest = read_manifest(cur)
+            except ImageError as e:
+                raise (ImageError(f"{child}: parent image: {e}") if child else e) from None
+            if child is not None:
+                want = found[-1][1]["parent"].get("manifest_sha256")
+                if digest != want:
+                    raise ImageError(f"{child}: parent image {cur} is not the one this image was made from: "
+                                     f"its manifest sha256 is {digest}, expected {want}")
+            found.append((cur, m, digest))
+            p = m.get("parent")
+            if p is None:
+                break
+            if not isinstance(p, dict) or not isinstance(p.get("path"), str):
+                raise ImageError(f"{cur}/{MANIFEST}: bad 'parent' entry {p!r}")
+            child = cur
+            cur = os.path.normpath(os.path.join(cur, p["path"]))
+        img = None
+        for cur, m, digest in reversed(found):
+            img = cls(cur, m, digest, img)
+            want = [a.digest for a in img.chain[1:]]
+            if m["ancestors"] != want:
+                raise ImageError(f"{cur}/{MANIFEST}: records ancestors {m['ancestors']}, the chain on disk "
+                                 f"is {want}")
+        return img
+
+    def close(self) -> None:
+        for img in self.chain:
+            with img._lock:
+                mm, img._mm = img._mm, None
+            if mm is not None and not isinstance(mm, bytes):
+                try:
+                    mm.close()
+                except BufferError:
+                    pass         # chunks still referenced by the caller; closed when they go
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"Image({self.path!r}, {self.kind}, depth {len(self.chain) - 1})"
+
+    # -- manifest fields
+    @property
+    def session(self) -> dict:
+        return self.manifest.get("session") or {}
+
+    @property
+    def kind(self) -> str:
+        return self.manifest["kind"]
+
+    def _file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    # -- chunk index
+    def _load_index(self) -> np.ndarray:
+        if self._index is not None:
+            return self._index
+        path = self._file(INDEX)
+        want = self.manifest["files"].get(INDEX) or {}
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raise ImageError(f"{path} is missing") from None
+        except OSError as e:
+            raise ImageError(f"{path}: cannot read: {e.strerror}") from None
+        if len(raw) < want.get("size", 0):
+            raise ImageError(f"{path} is truncated: {len(raw)} bytes, the manifest says {want.get('size')}")
+        if len(raw) != want.get("size"):
+            raise ImageError(f"{path} has {len(raw)} bytes, the manifest says {want.get('size')}")
+        got = hashlib.sha256(raw).hexdigest()
+        if got != want.get("sha256"):
+            raise ImageError(f"{path} is corrupt: sha256 {got}, the manifest says {want.get('sha256')}")
+        if len(raw) < INDEX_HEADER.size:
+            raise ImageError(f"{path} is truncated: {len(raw)} bytes, shorter than its header")
+        magic, version, count = INDEX_HEADER.unpack_from(raw)
+        if magic != INDEX_MAGIC:
+            raise ImageError(f"{path}: bad magic {magic!r}, expected {INDEX_MAGIC!r}")
+        if version != INDEX_VERSION:
+            raise ImageError(f"{path}: index version {version}, this gpuproxy reads {INDEX_VERSION}")
+        need = INDEX_HEADER.size + count * INDEX_DTYPE.itemsize
+        if len(raw) != need:
+            raise ImageError(f"{path} is truncated: {len(raw)} bytes, its {count} records need {need}"
+                             if len(raw) < need else f"{path}: {len(raw) - need} stray bytes after {count} records")
+        idx = np.frombuffer(raw, dtype=INDEX_DTYPE, count=count, offset=INDEX_HEADER.size)
+        with self._lock:
+            self._index = idx
+        return idx
+
+    def _addr_map(self) -> dict[int, int]:
+        if self._by_addr is None:
+            idx = self._load_index()
+            self._by_addr = {int(a): i for i, a in enumerate(idx["addr"].tolist())}
+        return self._by_addr
+
+    def memory_size(self) -> int:
+        """Size of memory.bin as the manifest records it, checked against the
+        file (ImageError when missing or of another size)."""
+        if self._mem_size is None:
+            path = self._file(MEMORY)
+            want = (self.manifest["files"].get(MEMORY) or {}).get("size")
+            try:
+                got = os.stat(path).st_size
+            except FileNotFoundError:
+                raise ImageError(f"{path} is missing") from None
+            if want is None:
+                raise ImageError(f"{self.path}/{MANIFEST}: no size recorded for {MEMORY}")
+            if got < want:
+                raise ImageError(f"{path} is truncated: {got} bytes, the manifest says {want}")
+            if got != want:
+                raise ImageError(f"{path} has {got} bytes, the manifest says {want}")
+            self._mem_size = want
+        return self._mem_size
+
+    def _memory(self):
+        mm = self._mm
+        if mm is not None:
+            return mm
+        size = self.memory_size()
+        with self._lock:
+            if self._mm is None:
+                if size == 0:
+                    self._mm = b""
+                else:
+                    with open(self._file(MEMORY), "rb") as f:
+                        self._mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+            return self._mm
+
+    def chunks(self) -> list[ChunkRef]:
+        """Every chunk of the session, resolved, in the order written."""
+        if self._refs is None:
+            idx = self._load_index()
+            refs = []
+            files = [img._file(MEMORY) for img in self.chain]
+            for a, n, fl, h, off, k in zip(idx["addr"].tolist(), idx["length"].tolist(), idx["flags"].tolist(),
+                                            idx["hash"].tolist(), idx["offset"].tolist(), idx["image"].tolist()):
+                refs.append(ChunkRef(a, n, fl, h, k, off, files[k] if k < len(files) else "?"))
+            self._refs = refs
+        return self._refs
+
+    def read_chunk(self, ref: ChunkRef, verify: bool = False):
+        """The bytes of a chunk (a read-only memoryview into the mapped file).
+        verify: also check its gp64 (ImageError on a mismatch)."""
+        if not 0 <= ref.image < len(self.chain):
+            raise ImageError(f"chunk {ref.addr:#x} refers to ancestor {ref.image}; the chain has "
+                             f"{len(self.chain) - 1}")
+        img = self.chain[ref.image]
+        mm = img._memory()
+        if ref.offset + ref.length > len(mm):
+            raise ImageError(f"{img._file(MEMORY)}: chunk {ref.addr:#x} ({ref.length} bytes at offset "
+                             f"{ref.offset}) lies past the end of the file ({len(mm)} bytes)")
+        view = memoryview(mm)[ref.offset:ref.offset + ref.length]
+        if verify:
+            got = hashing.gp64(view)
+            if got != ref.hash:
+                raise ImageError(self._hash_problem(ref, got))
+        return view
+
+    def _hash_problem(self, ref: ChunkRef, got: int) -> str:
+        what = "__device__ variable" if ref.is_global else "chunk"
+        return (f"{self.chain[ref.image]._file(MEMORY)}: {what} {ref.addr:#x} ({ref.length} bytes at offset "
+                f"{ref.offset}) is corrupt: gp64 {_fmt_hash(got)}, the index says {_fmt_hash(ref.hash)}")
+
+    def find(self, addr: int) -> ChunkRef | None:
+        """This image's chunk at addr, if any."""
+        i = self._addr_map().get(addr)
+        return None if i is None else self.chunks()[i]
+
+    def hash_of(self, addr: int) -> int | None:
+        """The latest gp64 recorded for chunk addr in this chain (this image
+        first, then its ancestors), or None if no image has it."""
+        for img in self.chain:
+            r = img.find(addr)
+            if r is not None:
+                return r.hash
+        return None
+
+    # -- modules
+    def modules(self) -> dict[str, dict]:
+        """sha256 -> {"size", "image" (chain index), "file"} of every module."""
+        out = {}
+        for sha, ent in self.manifest["modules"].items():
+            k = ent.get("image", 0)
+            f = os.path.join(self.chain[k].path, MODULES, sha + ".bin") if 0 <= k < len(self.chain) else "?"
+            out[sha] = {"size": ent.get("size"), "image": k, "file": f}
+        return out
+
+    def module(self, sha: str) -> bytes:
+        """A module image by its sha256, checked."""
+        ent = self.modules().get(sha)
+        if ent is None:
+            raise ImageError(f"{self.path}: no module {sha} in this image")
+        if ent["file"] == "?":
+            raise ImageError(f"{self.path}/{MANIFEST}: module {sha} refers to ancestor {ent['image']}; the chain "
+                             f"has {len(self.chain) - 1}")
+        try:
+            with open(ent["file"], "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise ImageError(f"module file {ent['file']} is missing") from None
+        if len(data) != ent["size"]:
+            raise ImageError(f"module file {ent['file']} has {len(data)} bytes, the manifest says {ent['size']}")
+        got = hashlib.sha256(data).hexdigest()
+        if got != sha:
+            raise ImageError(f"module file {ent['file']} is corrupt: sha256 {got}")
+        return data
+
+    # -- checking
+    def _structure(self) -> list[str]:
+        """Every structural problem of the image and its chain (no hashing of
+        chunk data): index files, file sizes, chunk references, modules."""
+        problems: list[str] = []
+        ok_images = set()
+        for k, img in enumerate(self.chain):
+            good = True
+            for check in (img._load_index, img.memory_size):
+                try:
+                    check()
+                except ImageError as e:
+                    problems.append(str(e))
+                    good = False
+            if good:
+                ok_images.add(k)
+        if 0 not in ok_images:
+            try:
+                self._load_index()
+            except ImageError:
+                return problems          # nothing more can be checked
+        seen: set[int] = set()
+        total = stored = 0
+        for r in self.chunks():
+            where = f"{self._file(INDEX)}: chunk {r.addr:#x}"
+            if r.addr in seen:
+                problems.append(f"{where} is listed twice")
+            seen.add(r.addr)
+            total += r.length
+            if r.flags & ~KNOWN_FLAGS:
+                problems.append(f"{where} has unknown flags {r.flags:#x}")
+            if not 0 <= r.image < len(self.chain):
+                problems.append(f"{where} refers to ancestor {r.image}; the chain has {len(self.chain) - 1}")
+                continue
+            if r.image == 0:
+                stored += r.length
+            if r.image not in ok_images:
+                continue                 # its file's problem is reported above
+            src = self.chain[r.image]
+            size = src.memory_size()
+            if r.offset + r.length > size:
+                problems.append(f"{src._file(MEMORY)}: chunk {r.addr:#x} ({r.length} bytes at offset {r.offset}) "
+                                f"lies past the end of the file ({size} bytes)")
+            if r.image > 0:
+                own = src.find(r.addr)
+                if own is None or own.image != 0 or own.offset != r.offset or own.length != r.length \
+                        or own.hash != r.hash:
+                    problems.append(f"{where} refers to ancestor {src.path}, which does not store that chunk "
+                                    f"with gp64 {_fmt_hash(r.hash)} at offset {r.offset}")
+        mem = self.manifest.get("memory") or {}
+        if mem.get("chunks") != len(self.chunks()) or mem.get("bytes") != total or mem.get("stored_bytes") != stored:
+            problems.append(f"{self._file(INDEX)} lists {len(self.chunks())} chunks, {total} bytes ({stored} "
+                            f"stored here); the manifest says {mem.get('chunks')} chunks, {mem.get('bytes')} "
+                            f"bytes ({mem.get('stored_bytes')} stored here)")
+        for sha, ent in self.modules().items():
+            if ent["file"] == "?":
+                problems.append(f"{self.path}/{MANIFEST}: module {sha} refers to ancestor {ent['image']}; the "
+                                f"chain has {len(self.chain) - 1}")
+                continue
+            try:
+                size = os.stat(ent["file"]).st_size
+            except FileNotFoundError:
+                problems.append(f"module file {ent['file']} is missing")
+                continue
+            if size != ent["size"]:
+                problems.append(f"module file {ent['file']} has {size} bytes, the manifest says {ent['size']}")
+        return problems
+
+    def check_restorable(self, gpuproxy_version: str | None = None, allow_pre_dump: bool = False,
+                         deep: bool = False) -> None:
+        """Checks that a restore from this image can succeed, before anything
+        is restored; ImageError naming the problems otherwise. By default
+        structural only (fast: no chunk data is read): manifests, parents,
+        chunks.idx, file sizes, every chunk's data inside its file, module
+        files present. deep: also re-hash every chunk and module (what
+        verify() does; costs a read of all the image's data).
+        gpuproxy_version: also refuse an image written by another version.
+        A pre-dump image is refused unless allow_pre_dump: its memory was
+        copied while the program ran, so it is not a consistent state."""
+        problems = []
+        if self.kind != "dump" and not allow_pre_dump:
+            problems.append(f"{self.path} is a {self.kind} image (memory copied while the program ran); "
+                            f"restore needs a dump")
+        if gpuproxy_version is not None and self.manifest.get("gpuproxy_version") != gpuproxy_version:
+            problems.append(f"{self.path} was written by gpuproxy {self.manifest.get('gpuproxy_version')}, "
+                            f"this is gpuproxy {gpuproxy_version}")
+        problems += self.verify(deep=deep)
+        if problems:
+            raise ImageError(_summarise(problems))
+
+    def verify(self, deep: bool = True, progress=None, workers: int | None = None) -> list[str]:
+        """Problems with the image and its chain, [] when it is sound.
+        Structural checks always; deep: also re-hash every chunk this image
+        uses (its own and its ancestors') and every module.
+        progress(done_bytes, total_bytes) is called as chunks are hashed."""
+        problems = self._structure()
+        if not deep:
+            return problems
+        try:
+            refs = self.chunks()
+        except ImageError:
+            return problems
+        readable = []
+        for r in refs:
+            if 0 <= r.image < len(self.chain):
+                try:
+                    if r.offset + r.length <= self.chain[r.image].memory_size():
+                        readable.append(r)
+                except ImageError:
+                    pass
+        total = sum(r.length for r in readable)
+        done = 0
+
+        def check(r: ChunkRef):
+            got = hashing.gp64(self.read_chunk(r))
+            return None if got == r.hash else self._hash_problem(r, got)
+
+        workers = workers or min(8, os.cpu_count() or 1)
+        with ThreadPoolExecutor(max_workers=workers) as ex:
+            for r, bad in zip(readable, ex.map(check, readable)):
+                if bad:
+                    problems.append(bad)
+                done += r.length
+                if progress is not None:
+                    progress(done, total)
+        for sha, ent in self.modules().items():
+            if ent["file"] == "?" or not os.path.exists(ent["file"]):
+                continue                 # reported by _structure
+            with open(ent["file"], "rb") as f:
+                got = hashlib.sha256(f.read()).hexdigest()
+            if got != sha:
+                problems.append(f"module file {ent['file']} is corrupt: sha256 {got}")
+        return problems
+
+
+def _summarise(problems: list[str], limit: int = 5) -> str:
+    if len(problems) == 1:
+        return problems[0]
+    more = f"; and {len(problems) - limit} more" if len(problems) > limit else ""
+    return f"{len(problems)} problems: " + "; ".join(problems[:limit]) + more
+
+
+# ------------------------------------------------------------------ writing
+
+class ImageWriter:
+    """Writes one image. Chunk data goes to memory.bin as it is added; the
+    index and then the manifest are written by finish(), each through a
+    temporary file, fsync and rename, so a directory whose dump did not
+    finish has no manifest and is refused by Image.open.
+
+    meta: manifest fields, usually gpuproxy_version, backend, devices,
+    driver_version (others are stored too; the writer's own fields, see
+    _RESERVED, may not be set). parent: the Image (or its path) this one is
+    incremental on; only chunks added with add_chunk are stored here."""
+
+    def __init__(self, path, kind: str, meta: dict | None = None, parent: "Image | str | None" = None,
+                 chunk_size: int = 2 << 20):
+        if kind not in KINDS:
+            raise ValueError(f"image kind must be one of {KINDS}, got {kind!r}")
+        meta = dict(meta or {})
+        bad = [k for k in meta if k in _RESERVED]
+        if bad:
+            raise ValueError(f"meta may not set {bad}: the writer fills them in")
+        self.path = os.path.abspath(os.fspath(path))
+        if parent is not None and not isinstance(parent, Image):
+            parent = Image.open(parent)
+        self.parent = parent
+        if os.path.exists(os.path.join(self.path, MANIFEST)):
+            raise ImageError(f"{self.path} already holds an image; write the new one to another directory")
+        os.makedirs(os.path.join(self.path, MODULES), exist_ok=True)
+        for stale in (INDEX, INDEX + ".tmp", MANIFEST + ".tmp"):
+            try:
+                os.unlink(os.path.join(self.path, stale))
+            except FileNotFoundError:
+                pass
+        from .. import __version__
+        self.meta = {"gpuproxy_version": __version__, "backend": None, "devices": [], "driver_version": None}
+        self.meta.update(meta)
+        self.kind = kind
+        self.chunk_size = int(chunk_size)
+        self.created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+        self._mem = open(os.path.join(self.path, MEMORY), "wb", buffering=0)
+        self._off = 0
+        self._records: list[tuple] = []
+        self._addrs: set[int] = set()
+        self._modules: dict[str, dict] = {}
+        self._done = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.abort()
+
+    # -- content
+    def add_module(self, data) -> str:
+        """Stores a module image (once per content; an ancestor's copy is
+        reused) and returns its key, the sha256 hex of its bytes."""
+        self._check_open()
+        data = bytes(data)
+        sha = hashlib.sha256(data).hexdigest()
+        if sha in self._modules:
+            return sha
+        if self.parent is not None:
+            ent = self.parent.modules().get(sha)
+            if ent is not None and ent["file"] != "?" and ent["size"] == len(data) and \
+                    os.path.isfile(ent["file"]) and os.stat(ent["file"]).st_size == len(data):
+                self._modules[sha] = {"size": len(data), "image": ent["image"] + 1}
+                return sha
+        _write_file_atomic(os.path.join(self.path, MODULES, sha + ".bin"), data)
+        self._modules[sha] = {"size": len(data), "image": 0}
+        return sha
+
+    def _check_key(self, addr: int, flags: int) -> None:
+        self._check_open()
+        if not 0 <= addr < 1 << 64:
+            raise ValueError(f"chunk address {addr:#x} does not fit in 64 bits")
+        if flags & ~KNOWN_FLAGS or flags < 0:
+            raise ValueError(f"chunk {addr:#x}: unknown flags {flags:#x}")
+        if addr in self._addrs:
+            raise ImageError(f"chunk {addr:#x} added twice")
+
+    def add_chunk(self, addr: int, data, hash: int | None = None, flags: int = 0) -> ChunkRef:
+        """Stores data (any contiguous buffer) as the chunk at addr. hash: its
+        gp64 if already known (not re-checked here; verify() would find a
+        wrong one), else computed."""
+        self._check_key(addr, flags)
+        u8 = hashing.as_u8(data)
+        n = u8.size
+        if n > MAX_CHUNK:
+            raise ValueError(f"chunk {addr:#x}: {n} bytes, at most {MAX_CHUNK} per chunk")
+        h = hashing.gp64(u8) if hash is None else int(hash)
+        align = PAGE if n >= PAGE else 8
+        pad = -self._off % align
+        if pad:
+            self._write(bytes(pad))
+        off = self._off
+        if n:
+            self._write(memoryview(u8))
+        self._addrs.add(addr)
+        self._records.append((addr, n, flags, h, off, 0, 0))
+        return ChunkRef(addr, n, flags, h, 0, off, os.path.join(self.path, MEMORY))
+
+    def _write(self, mv) -> None:
+        mv = memoryview(mv)
+        while len(mv):
+            k = self._mem.write(mv)
+            mv = mv[k:]
+            self._off += k
+
+    def add_unchanged(self, addr: int, length: int, hash: int, flags: int = 0) -> ChunkRef:
+        """Records the chunk at addr as unchanged: its bytes are those an
+        ancestor stores for addr with this length and gp64. ImageError if no
+        image of the parent chain has it."""
+        self._check_key(addr, flags)
+        if self.parent is None:
+            raise ImageError(f"chunk {addr:#x}: add_unchanged needs a parent image")
+        hash = int(hash)
+        seen = []
+        for d, img in enumerate(self.parent.chain):
+            r = img.find(addr)
+            if r is None:
+                continue
+            if r.hash == hash and r.length == length:
+                k = d + 1 + r.image
+                self._addrs.add(addr)
+                self._records.append((addr, length, flags, hash, r.offset, k, 0))
+                return ChunkRef(addr, length, flags, hash, k, r.offset,
+                                os.path.join(self.parent.chain[k - 1].path, MEMORY))
+            seen.append(f"{img.path} has it with {r.length} bytes, gp64 {_fmt_hash(r.hash)}")
+        raise ImageError(f"chunk {addr:#x} ({length} bytes, gp64 {_fmt_hash(hash)}) is in no image of the parent "
+                         f"chain" + (f" ({'; '.join(seen)})" if seen else ""))
+
+    # -- finishing
+    def _check_open(self):
+        if self._done:
+            raise ImageError(f"{self.path}: the image is already finished or aborted")
+
+    def finish(self, session: dict, stats: dict | None = None) -> Image:
+        """Writes chunks.idx, then the manifest, and returns the image opened."""
+        self._check_open()
+        recs = np.array(self._records, dtype=INDEX_DTYPE) if self._records else np.zeros(0, INDEX_DTYPE)
+        index = INDEX_HEADER.pack(INDEX_MAGIC, INDEX_VERSION, len(recs)) + recs.tobytes()
+        here = recs["image"] == 0
+        glob = (recs["flags"] & FLAG_GLOBAL) != 0
+        body = dict(self.meta)
+        body.update({
+            "format_version": FORMAT_VERSION,
+            "kind": self.kind,
+            "created": self.created,
+            "parent": None,
+            "ancestors": [],
+            "chunk_size": self.chunk_size,
+            "hash": HASH_NAME,
+            "session": session,
+            "stats": stats or {},
+            "modules": self._modules,
+            "memory": {
+                "chunks": int(len(recs)),
+                "bytes": int(recs["length"].sum(dtype=np.uint64)),
+                "stored_chunks": int(here.sum()),
+                "stored_bytes": int(recs["length"][here].sum(dtype=np.uint64)),
+                "referenced_chunks": int((~here).sum()),
+                "referenced_bytes": int(recs["length"][~here].sum(dtype=np.uint64)),
+                "global_chunks": int(glob.sum()),
+                "global_bytes": int(recs["length"][glob].sum(dtype=np.uint64)),
+            },
+            "files": {INDEX: {"size": len(index), "sha256": hashlib.sha256(index).hexdigest()},
+                      MEMORY: {"size": self._off}},
+        })
+        if self.parent is not None:
+            body["parent"] = {"path": os.path.relpath(self.parent.path, self.path),
+                              "manifest_sha256": self.parent.digest}
+            body["ancestors"] = [a.digest for a in self.parent.chain]
+        try:
+            manifest = encode_manifest(body)
+        except (TypeError, ValueError) as e:
+            raise ImageError(f"{self.path}: session or stats cannot be stored as JSON: {e}") from None
+        if not self._mem.closed:
+            os.fsync(self._mem.fileno())
+            self._mem.close()
+        _fsync_dir(os.path.join(self.path, MODULES))
+        _write_file_atomic(os.path.join(self.path, INDEX), index)
+        _write_file_atomic(os.path.join(self.path, MANIFEST), manifest)
+        _fsync_dir(self.path)
+        self._done = True
+        return Image.open(self.path)
+
+    def abort(self) -> None:
+        """Gives up: closes and removes what was written (no manifest exists)."""
+        if self._done:
+            return
+        self._done = True
+        self._mem.close()
+        for name in (MEMORY, INDEX, INDEX + ".tmp", MANIFEST + ".tmp"):
+            try:
+                os.unlink(os.path.join(self.path, name))
+            except FileNotFoundError:
+                pass
+        for sha, ent in self._modules.items():
+            if ent["image"] == 0:
+                try:
+                    os.unlink(os.path.join(self.path, MODULES, sha + ".bin"))
+                except FileNotFoundError:
+                    pass
