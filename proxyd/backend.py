@@ -51,6 +51,10 @@ class Backend:
         """gp64 of each chunk of [addr, addr+n), computed on the device; None
         where the backend cannot (the caller hashes on the CPU)."""
         return None
+    def host_register_readonly(self, buf):
+        """Page-locks a read-only buffer for DMA (None where not needed or possible)."""
+        return None
+
     def host_buffer(self, n: int):
         """A host buffer of at least n bytes for draining snapshots (page-locked on a GPU)."""
         return memoryview(bytearray(n))

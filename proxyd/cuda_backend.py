@@ -119,6 +119,7 @@ CU_MEM_LOCATION_TYPE_DEVICE = 1
 CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
 CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0
 CU_MEMHOSTREGISTER_PORTABLE = 1
+CU_MEMHOSTREGISTER_READ_ONLY = 8
 CU_LAUNCH_PARAM_BUFFER_POINTER = 1
 CU_LAUNCH_PARAM_BUFFER_SIZE = 2
 CU_EVENT_DISABLE_TIMING = 2
@@ -487,6 +488,15 @@ class CudaBackend(Backend):
             return list(host)
         finally:
             self.lib.cuMemFree_v2(outp[0])
+
+    def host_register_readonly(self, buf):
+        b = self.ffi.from_buffer(buf)
+        self._set(self.mgmt[0])
+        r = self.lib.cuMemHostRegister_v2(b, len(buf), CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY)
+        if r != CUDA_SUCCESS:
+            log.info("cannot page-lock image memory (%s); restore copies through pageable memory", self.err_name(r))
+            return None
+        return b
 
     def host_buffer(self, n):
         """Page-locked host memory, kept and grown across checkpoints: the

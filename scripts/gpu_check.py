@@ -79,7 +79,8 @@ def corpus_check(log, out: Path, daemon_args=()) -> list[tuple[str, str]]:
 
 
 def pytest_gpu(log, out: Path) -> list[tuple[str, str]]:
-    env = dict(os.environ, GPUPROXY_TEST_GPU="1")
+    # GPUPROXY_TEST_BACKEND=cuda: the checkpoint tests run on the GPU too
+    env = dict(os.environ, GPUPROXY_TEST_GPU="1", GPUPROXY_TEST_BACKEND="cuda")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
                         str(ROOT / "tests")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=1500)
     (out / "pytest-gpu.log").write_text(r.stdout + r.stderr)

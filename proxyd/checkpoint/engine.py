@@ -117,21 +117,36 @@ def _unjson(a):
 
 class Piece:
     """One CHUNK of a session's device memory and where its copy is."""
-    __slots__ = ("addr", "n", "dev", "hash", "changed", "scratch", "host")
+    __slots__ = ("addr", "n", "dev", "hash", "changed", "scratch", "host", "scratch_base", "chunk")
 
-    def __init__(self, addr, n, dev):
+    def __init__(self, addr, n, dev, chunk=None):
         self.addr, self.n, self.dev = addr, n, dev
+        self.chunk = chunk      # start of the arena chunk (one mapping) it belongs to
         self.hash = None
         self.changed = True
         self.scratch = None     # device address of a snapshot copy
+        self.scratch_base = None  # start of the scratch allocation, on the run's first piece
         self.host = None        # memoryview of a host copy
+
+
+def runs(pieces: list[Piece]) -> list[list[Piece]]:
+    """Pieces grouped into runs of consecutive addresses on one device, so a
+    copy moves a whole run in one call."""
+    out: list[list[Piece]] = []
+    for p in pieces:
+        q = out[-1][-1] if out else None
+        if q is not None and q.chunk == p.chunk and q.addr + q.n == p.addr:
+            out[-1].append(p)
+        else:
+            out.append([p])
+    return out
 
 
 def pieces_of(sess: Session) -> list[Piece]:
     out = []
     for c in sorted(sess.arena.chunks.values(), key=lambda c: c.start):
         for off in range(0, c.size, CHUNK):
-            out.append(Piece(c.start + off, min(CHUNK, c.size - off), c.device))
+            out.append(Piece(c.start + off, min(CHUNK, c.size - off), c.device, c.start))
     return out
 
 
@@ -143,29 +158,26 @@ class Engine:
 
     # ------------------------------------------------------------- hashing
     def hash_live(self, pieces: list[Piece], src=lambda p: p.addr):
-        """gp64 of every piece, on the device where possible."""
+        """gp64 of every piece, on the device where possible (one launch per
+        run of contiguous memory)."""
         b = self.backend
-        by_dev: dict[int, list[Piece]] = {}
+        groups: list[list[Piece]] = []
         for p in pieces:
-            by_dev.setdefault(p.dev, []).append(p)
-        for dev, ps in by_dev.items():
-            # contiguous runs hash with one launch each
-            run: list[Piece] = []
-            for p in ps + [None]:
-                if p is not None and run and src(p) == src(run[-1]) + run[-1].n and p.n == CHUNK and run[-1].n == CHUNK:
-                    run.append(p)
-                    continue
-                if run:
-                    hs = b.hash_device(dev, src(run[0]), sum(q.n for q in run), CHUNK)
-                    if hs is None:
-                        for q in run:
-                            buf = bytearray(q.n)
-                            b.read_device(dev, src(q), q.n, buf)
-                            q.hash = hashing.gp64(buf)
-                    else:
-                        for q, h in zip(run, hs):
-                            q.hash = int(h)
-                run = [p] if p is not None else []
+            g = groups[-1] if groups else None
+            if g and g[-1].chunk == p.chunk and src(g[-1]) + g[-1].n == src(p) and g[-1].n == CHUNK:
+                g.append(p)
+            else:
+                groups.append([p])
+        for g in groups:
+            hs = b.hash_device(g[0].dev, src(g[0]), sum(q.n for q in g), CHUNK)
+            if hs is None:
+                for q in g:
+                    buf = bytearray(q.n)
+                    b.read_device(q.dev, src(q), q.n, buf)
+                    q.hash = hashing.gp64(buf)
+            else:
+                for q, h in zip(g, hs):
+                    q.hash = int(h)
 
     # ---------------------------------------------------------------- dump
     def dump(self, sess: Session, path: str, *, kind: str = "dump", leave_running: bool = False,
@@ -285,14 +297,19 @@ class Engine:
         b = self.backend
         host = []
         devs = set()
-        for p in pieces:
-            s = b.scratch_alloc(p.dev, p.n)
+        for run in runs(pieces):
+            size = sum(p.n for p in run)
+            s = b.scratch_alloc(run[0].dev, size)
             if s is None:
-                host.append(p)
+                host += run
                 continue
-            b.copy_dtod(p.dev, s, p.addr, p.n)
-            p.scratch = s
-            devs.add(p.dev)
+            b.copy_dtod(run[0].dev, s, run[0].addr, size)
+            off = 0
+            for p in run:
+                p.scratch = s + off
+                off += p.n
+            run[0].scratch_base = s          # the run's allocation, freed as one
+            devs.add(run[0].dev)
         for d in devs:
             if hasattr(b, "sync_copies"):
                 b.sync_copies(d)
@@ -303,16 +320,17 @@ class Engine:
     def _host_view(self, total: int):
         return self.backend.host_buffer(total)
 
-    def _copy_to_host(self, pieces: list[Piece], live: bool):
+    def _copy_to_host(self, pieces: list[Piece], live: bool, offset: int = 0, src=lambda p: p.addr):
         if not pieces:
             return
-        buf = self._host_view(sum(p.n for p in pieces))
-        off = 0
-        for p in pieces:
-            v = buf[off:off + p.n]
-            self.backend.read_device(p.dev, p.addr, p.n, v)
-            p.host = v
-            off += p.n
+        buf = self._host_view(offset + sum(p.n for p in pieces))
+        off = offset
+        for run in runs(pieces) if src(pieces[0]) == pieces[0].addr else [[p] for p in pieces]:
+            size = sum(p.n for p in run)
+            self.backend.read_device(run[0].dev, src(run[0]), size, buf[off:off + size])
+            for p in run:
+                p.host = buf[off:off + p.n]
+                off += p.n
 
     def _drain(self, pieces: list[Piece]):
         """Snapshot copies in device memory -> host memory (app running)."""
@@ -321,21 +339,25 @@ class Engine:
             return
         if any(p.hash is None for p in need):
             # hashing the snapshot on the device is cheaper than on the host
-            by_src = [p for p in need if p.scratch is not None and p.hash is None]
-            self.hash_live(by_src, src=lambda p: p.scratch)
+            self.hash_live([p for p in need if p.hash is None], src=lambda p: p.scratch)
+        done = sum(p.n for p in pieces if p.host is not None)
         buf = self._host_view(sum(p.n for p in pieces))
-        off = sum(p.n for p in pieces if p.host is not None)
+        off = done
+        for run in runs(need):     # scratch of a run is contiguous too
+            size = sum(p.n for p in run)
+            self.backend.read_device(run[0].dev, run[0].scratch, size, buf[off:off + size])
+            for p in run:
+                p.host = buf[off:off + p.n]
+                off += p.n
         for p in need:
-            v = buf[off:off + p.n]
-            self.backend.read_device(p.dev, p.scratch, p.n, v)
-            p.host = v
-            off += p.n
             self._free_scratch(p)
 
     def _free_scratch(self, p: Piece):
-        if p.scratch is not None:
-            self.backend.scratch_free(p.scratch)
-            p.scratch = None
+        base = getattr(p, "scratch_base", None)
+        if base is not None:
+            self.backend.scratch_free(base)
+            p.scratch_base = None
+        p.scratch = None
 
     def hash_pieces(self, pieces: list[Piece]):
         for p in pieces:
@@ -469,12 +491,25 @@ class Engine:
         refs = img.chunks()
         arena_refs = [r for r in refs if not (r.flags & FLAG_GLOBAL)]
         pieces = {p.addr: p for p in pieces_of(sess)}
-        for r in arena_refs:
-            p = pieces.get(r.addr)
-            if p is None or p.n != r.length:
-                raise CheckpointError(f"chunk {r.addr:#x}+{r.length} does not match the image's arena")
-            b.write_device(p.dev, r.addr, img.read_chunk(r))
-            p.hash = None
+        pinned = []
+        try:
+            # DMA straight from the image files' pages where the backend can
+            # page-lock them (on a GPU: cuMemHostRegister, read-only)
+            for im in img.chain:
+                mm = im._memory()
+                if mm is not None and len(mm):
+                    tok = b.host_register_readonly(mm)
+                    if tok is not None:
+                        pinned.append(tok)
+            for r in arena_refs:
+                p = pieces.get(r.addr)
+                if p is None or p.n != r.length:
+                    raise CheckpointError(f"chunk {r.addr:#x}+{r.length} does not match the image's arena")
+                b.write_device(p.dev, r.addr, img.read_chunk(r))
+                p.hash = None
+        finally:
+            for tok in pinned:
+                b.host_unregister(tok)
         for c in list(sess.contexts.values()):
             b.ctx_sync(c.real)
         check = [pieces[r.addr] for r in arena_refs]
