@@ -475,25 +475,33 @@ class CudaBackend(Backend):
         ffi = self.ffi
         nch = (n + chunk - 1) // chunk
         self._set(self.mgmt[dev])
-        outp = ffi.new("CUdeviceptr *")
-        self.check(self.lib.cuMemAlloc_v2(outp, 8 * nch), "cuMemAlloc")
-        try:
-            a = ffi.new("unsigned long long[4]", [addr, n, chunk, outp[0]])
-            args = ffi.new("void *[4]", [a + 0, a + 1, a + 2, a + 3])
-            s = self.vp(self._ckpt_stream(dev))
-            self.check(self.lib.cuLaunchKernel(self.vp(fn), nch, 1, 1, 512, 1, 1, 0, s, args, ffi.NULL), "gp64_chunks")
-            host = ffi.new("unsigned long long[]", nch)
-            self.check(self.lib.cuStreamSynchronize(s), "cuStreamSynchronize")
-            self.check(self.lib.cuMemcpyDtoH_v2(host, outp[0], 8 * nch), "cuMemcpyDtoH")
-            return list(host)
-        finally:
-            self.lib.cuMemFree_v2(outp[0])
+        # the result buffer is kept per thread and device, grown as needed
+        bufs = getattr(self._tls, "hashbuf", None)
+        if bufs is None:
+            bufs = self._tls.hashbuf = {}
+        have = bufs.get(dev)
+        if have is None or have[1] < nch:
+            if have is not None:
+                self.lib.cuMemFree_v2(have[0])
+            p = ffi.new("CUdeviceptr *")
+            self.check(self.lib.cuMemAlloc_v2(p, 8 * max(nch, 4096)), "cuMemAlloc")
+            bufs[dev] = have = (int(p[0]), max(nch, 4096))
+        out = have[0]
+        a = ffi.new("unsigned long long[4]", [addr, n, chunk, out])
+        args = ffi.new("void *[4]", [a + 0, a + 1, a + 2, a + 3])
+        s = self.vp(self._ckpt_stream(dev))
+        self.check(self.lib.cuLaunchKernel(self.vp(fn), nch, 1, 1, 512, 1, 1, 0, s, args, ffi.NULL), "gp64_chunks")
+        host = ffi.new("unsigned long long[]", nch)
+        self.check(self.lib.cuStreamSynchronize(s), "cuStreamSynchronize")
+        self.check(self.lib.cuMemcpyDtoH_v2(host, out, 8 * nch), "cuMemcpyDtoH")
+        return list(host)
 
     def host_register_readonly(self, buf):
         b = self.ffi.from_buffer(buf)
         self._set(self.mgmt[0])
         r = self.lib.cuMemHostRegister_v2(b, len(buf), CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY)
         if r != CUDA_SUCCESS:
+            self.last_register_error = self.err_name(r)
             log.info("cannot page-lock image memory (%s); restore copies through pageable memory", self.err_name(r))
             return None
         return b

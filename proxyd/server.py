@@ -325,6 +325,9 @@ class Server:
             if res is not None:
                 self.backend.unreserve(res)
 
+    def unreserve_checkpoint(self, s: Session):
+        s.ckpt_busy = False
+
     def install_session(self, s: Session, old: Session | None):
         """Starts serving a restored session (main loop). Calls that waited on
         the session it replaces run now, in order."""

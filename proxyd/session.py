@@ -87,8 +87,9 @@ class Session:
         # called as observer(kind, id, real) when an object appears (real) or
         # goes (None): proxyd's native launch path mirrors the tables
         self.observer = None
-        self.released = False
-        self.ckpt_phase = None           # what a running checkpoint is doing (status)           # GPU state dumped and freed; calls wait for a restore
+        self.released = False           # GPU state dumped and freed; calls wait for a restore
+        self.ckpt_phase = None          # what a running checkpoint is doing (status)
+        self.ckpt_busy = False          # a checkpoint command owns the session
         # (old base, size, new base) of module globals that moved in a restore:
         # device pointers the client still holds are translated (translate())
         self.addr_map: list[tuple[int, int, int]] = []

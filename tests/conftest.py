@@ -1,31 +1,174 @@
-"""Shared pytest set-up.
+"""Shared fixtures of the test suite, and the `gpu` marker.
 
-Tests marked `gpu` need an NVIDIA GPU and driver: they are skipped, visibly,
-where `nvidia-smi -L` lists none (CI), unless GPUPROXY_TEST_GPU=1 forces them
-(scripts/gpu-check sets it on the GPU machine). Never faked."""
+Fixtures (session-scoped unless said otherwise):
+
+    shim_installed   the installed gpuproxy package with its built shim
+                     (skips with a reason when `pip install .` was not run)
+    nvcc             path of nvcc (skips with a reason when there is none)
+    corpus_built     {name: corpus.BuiltProgram}: every program of
+                     tests/programs, built once (corpus.build_all, cached)
+    emu_kernel_files the emulated-kernel files of every corpus program
+    emu_daemon       one proxyd (emulated backend, every corpus program's
+                     kernels) on a private ipc endpoint, for the session
+    fresh_daemon     (per test) factory: fresh_daemon(**Daemon kwargs) starts
+                     a new proxyd, stopped and removed when the test ends
+    proxy_cli        the argv prefix that runs the installed `proxy-cli`
+
+Tests marked `gpu` are skipped ("no NVIDIA GPU on this machine") unless
+`nvidia-smi -L` lists a GPU or GPUPROXY_TEST_GPU=1 is set (scripts/gpu-check
+sets it on the GPU machine).
+"""
+from __future__ import annotations
+
+import functools
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
+from pathlib import Path
 
 import pytest
 
+TESTS_DIR = Path(__file__).resolve().parent
+REPO = TESTS_DIR.parent
+if str(TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTS_DIR))
 
-def _have_gpu() -> bool:
+import corpus  # noqa: E402
+from proxy import Daemon  # noqa: E402
+
+GPU_SKIP_REASON = "no NVIDIA GPU on this machine"
+
+
+# --------------------------------------------------------------------------- gpu marker
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU and driver (skipped where none is present)")
+    config.addinivalue_line("markers", "slow: takes more than a few seconds")
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_present() -> bool:
+    """GPUPROXY_TEST_GPU=1, or `nvidia-smi -L` lists at least one GPU."""
     if os.environ.get("GPUPROXY_TEST_GPU") == "1":
         return True
-    if not shutil.which("nvidia-smi"):
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
         return False
     try:
-        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+        r = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return r.returncode == 0 and "GPU" in r.stdout
+    return r.returncode == 0 and any(line.startswith("GPU ") for line in r.stdout.splitlines())
 
 
 def pytest_collection_modifyitems(config, items):
-    if _have_gpu():
-        return
-    skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine")
-    for item in items:
-        if "gpu" in item.keywords:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu_items and not gpu_present():
+        skip = pytest.mark.skip(reason=GPU_SKIP_REASON)
+        for item in gpu_items:
             item.add_marker(skip)
+
+
+# --------------------------------------------------------------------------- prerequisites
+
+def _shim_problem() -> str | None:
+    try:
+        from gpuproxy.interceptor import check_built
+    except ImportError as e:
+        return f"the gpuproxy package is not installed (run `pip install .` in {REPO}): {e}"
+    try:
+        check_built()
+    except (FileNotFoundError, OSError) as e:
+        return f"the gpuproxy shim is not built: {e}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def shim_installed():
+    """The installed gpuproxy.interceptor module (its shim libraries exist)."""
+    problem = _shim_problem()
+    if problem:
+        pytest.skip(problem)
+    import gpuproxy.interceptor
+    return gpuproxy.interceptor
+
+
+@pytest.fixture(scope="session")
+def nvcc() -> str:
+    path = corpus.nvcc_path()
+    if path is None:
+        pytest.skip("nvcc not found (set $NVCC, put it on PATH or install the CUDA toolkit in /usr/local/cuda)")
+    return path
+
+
+# --------------------------------------------------------------------------- corpus and daemons
+
+@pytest.fixture(scope="session")
+def corpus_built(nvcc, shim_installed) -> dict:
+    """{name: BuiltProgram} for every corpus program (in manifest order).
+    A build failure is an error of the tests, not a skip."""
+    built = corpus.build_all(jobs=max(2, os.cpu_count() or 2))
+    return {b.name: b for b in built}
+
+
+@pytest.fixture(scope="session")
+def emu_kernel_files() -> list[str]:
+    return [str(p.emu_path) for p in corpus.load_corpus() if p.emu_path is not None]
+
+
+@pytest.fixture(scope="session")
+def emu_daemon(shim_installed, emu_kernel_files):
+    """One proxyd with the emulated backend and every corpus program's kernels."""
+    d = Daemon(backend="emu", emu_kernels=emu_kernel_files)
+    try:
+        d.start()
+        yield d
+    finally:
+        d.cleanup()
+
+
+@pytest.fixture
+def fresh_daemon(shim_installed, emu_kernel_files):
+    """Factory of daemons private to one test:
+
+        d = fresh_daemon()                                  # emu, every corpus kernel
+        d = fresh_daemon(endpoint="tcp://127.0.0.1:5555")   # any Daemon keyword
+
+    Each is started before it is returned and cleaned up after the test."""
+    daemons: list[Daemon] = []
+
+    def make(**kwargs) -> Daemon:
+        kwargs.setdefault("backend", "emu")
+        kwargs.setdefault("emu_kernels", emu_kernel_files)
+        d = Daemon(**kwargs)
+        daemons.append(d)
+        return d.start()
+
+    yield make
+    for d in daemons:
+        d.cleanup()
+
+
+def client_env(daemon: Daemon, extra: dict | None = None) -> dict:
+    """The environment of a program run under the shim against `daemon`,
+    without test knobs that change a corpus program's output."""
+    env = daemon.env_for_client()
+    env.pop("GPUPROXY_TEST_PACE", None)
+    env.update(extra or {})
+    return env
+
+
+@pytest.fixture(scope="session")
+def proxy_cli(shim_installed) -> list[str]:
+    """argv prefix of the installed `proxy-cli` console script."""
+    candidates = [Path(sysconfig.get_path("scripts")) / "proxy-cli", Path(sys.executable).parent / "proxy-cli"]
+    for c in candidates:
+        if c.exists():
+            return [str(c)]
+    found = shutil.which("proxy-cli")
+    if found:
+        return [found]
+    pytest.fail("the proxy-cli console script is not installed next to this Python "
+                f"(looked in {', '.join(str(c.parent) for c in candidates)} and on PATH)")

@@ -39,24 +39,33 @@ def register(server, ctl):
                 server.ctl_reply(rid, seq, error=f"{name} failed: {e}", threaded=True)
         threading.Thread(target=run, name=f"gpuproxy-{name}", daemon=True).start()
 
-    def freeze(pid):
+    def reserve(pid, freeze_now=False):
+        """Claims the session for one checkpoint (main loop). The engine
+        freezes it itself once its preparations are done."""
         s = find(int(pid))
-        if s.frozen:
-            raise CheckpointError(f"session of pid {pid} is already frozen (a checkpoint is running, or it "
-                                  f"was dumped and waits for a restore)")
-        s.frozen = True
+        if s.frozen or s.ckpt_busy:
+            raise CheckpointError(f"session of pid {pid} is busy (a checkpoint is running, or it was dumped "
+                                  f"and waits for a restore)")
+        s.ckpt_busy = True
+        if freeze_now:
+            s.frozen = True
         return s
 
     def dump_cmd(kind):
         def handler(rid, seq, args):
             try:
-                s = freeze(args["pid"])
+                s = reserve(args["pid"])
             except (CheckpointError, KeyError) as e:
                 server.ctl_reply(rid, seq, error=str(e))
                 return
-            worker(rid, seq, kind, lambda: engine.dump(
-                s, args["dir"], kind=kind, leave_running=bool(args.get("leave_running")),
-                concurrent=bool(args.get("concurrent")), parent=args.get("parent")))
+
+            def run():
+                try:
+                    return engine.dump(s, args["dir"], kind=kind, leave_running=bool(args.get("leave_running")),
+                                       concurrent=bool(args.get("concurrent")), parent=args.get("parent"))
+                finally:
+                    s.ckpt_busy = False
+            worker(rid, seq, kind, run)
         return handler
 
     ctl("pre-dump")(dump_cmd("pre-dump"))
@@ -72,11 +81,10 @@ def register(server, ctl):
     @ctl("migrate")
     def migrate(rid, seq, args):
         try:
-            s = freeze(args["pid"])
             to = int(args["to_device"])
             if not 0 <= to < server.backend.device_count():
-                s.frozen = False
                 raise CheckpointError(f"no device {to} (this proxyd has {server.backend.device_count()})")
+            s = reserve(args["pid"])
         except (CheckpointError, KeyError) as e:
             server.ctl_reply(rid, seq, error=str(e))
             return
@@ -85,7 +93,10 @@ def register(server, ctl):
             # a dump to host memory, then a restore onto the other device
             tmp = tempfile.mkdtemp(prefix="gpuproxy-migrate-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
             try:
-                d = engine.dump(s, tmp, kind="dump", leave_running=False)
+                try:
+                    d = engine.dump(s, tmp, kind="dump", leave_running=False)
+                finally:
+                    s.ckpt_busy = False
                 _, r = engine.restore(tmp, {str(dv): to for dv in range(server.backend.device_count())})
                 return {"dump": d, "restore": r, "to_device": to,
                         "stop_ms": round(d["total_ms"] + r["total_ms"], 3)}

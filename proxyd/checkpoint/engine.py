@@ -86,6 +86,8 @@ def describe(sess: Session) -> dict:
         "arena": sess.arena.describe(),
         "shm": {"staging": sess.staging_seg, "registered": sorted(sess.shm.registered) if sess.shm else []},
         "channel": sess.chan.name if sess.chan is not None else None,
+        # addresses of __device__ variables that earlier restores moved
+        "addr_map": [list(x) for x in sess.addr_map],
     }
     for o in sess.of_kind(P.K_MODULE):
         parsed = o.info["parsed"]
@@ -184,12 +186,20 @@ class Engine:
              concurrent: bool = False, parent: str | None = None) -> dict:
         """Runs on a worker thread; sess is frozen by the caller (main loop)."""
         b = self.backend
-        t0 = time.monotonic()
         stats = {"kind": kind, "concurrent": concurrent, "leave_running": leave_running}
         resumed = False
-        sess.ckpt_phase = "quiescing"
+        sess.ckpt_phase = "preparing"
         try:
             parent_img, path = self._prepare_dir(path, parent, kind)
+        except Exception:
+            self.server.call_in_loop(lambda: self.server.unreserve_checkpoint(sess)).result()
+            sess.ckpt_phase = None
+            raise
+        # the app stops from here: its calls are held from the next message on
+        self.server.call_in_loop(lambda: setattr(sess, "frozen", True)).result()
+        t0 = time.monotonic()
+        sess.ckpt_phase = "quiescing"
+        try:
             for c in list(sess.contexts.values()):
                 b.ctx_sync(c.real)
             t_quiet = time.monotonic()
@@ -223,9 +233,10 @@ class Engine:
                         time.sleep(TEST_DRAIN_DELAY_S)   # tests: widen the window in which the app runs
                     self._drain(changed)
                 else:
+                    if any(p.hash is None for p in changed):
+                        self.hash_live([p for p in changed if p.hash is None])   # on the device: cheap
                     self._copy_to_host(changed, live=False)
-                if parent_img is None or any(p.hash is None for p in changed):
-                    self.hash_pieces(changed)
+                self.hash_pieces(changed)     # what is still unhashed (no device hashing)
                 stats["host_ms"] = _ms(t0, time.monotonic())
                 if not concurrent and leave_running:
                     self._resume(sess)
@@ -383,8 +394,8 @@ class Engine:
         for p in pieces:
             if not p.changed and parent_img is not None:
                 w.add_unchanged(p.addr, p.n, p.hash)
-            else:
-                w.add_chunk(p.addr, p.host, hash=p.hash)
+        w.add_chunks([(p.addr, p.host, p.hash, 0) for p in pieces if p.changed or parent_img is None],
+                     workers=min(8, os.cpu_count() or 1))
         for addr, size, data in globals_:
             h = hashing.gp64(data)
             if parent_img is not None and parent_img.hash_of(addr) == h:
@@ -433,6 +444,7 @@ class Engine:
             raise CheckpointError(f"session {token} (pid {old.pid}) is live in this proxyd; dump it without "
                                   f"--leave-running first")
         t_check = time.monotonic()
+        self.rstats = {}
         sess = self.server.make_session(token, int(desc["pid"]), desc.get("exe", ""), int(desc["slot"]),
                                         reuse=old)
         try:
@@ -447,7 +459,7 @@ class Engine:
         self.server.call_in_loop(lambda: self.server.install_session(sess, old)).result()
         stats = {"bytes": sum(r.length for r in img.chunks()), "check_ms": _ms(t0, t_check),
                  "rebuild_ms": _ms(t_check, t_built), "total_ms": _ms(t0, time.monotonic()),
-                 "token": token, "pid": sess.pid}
+                 "token": token, "pid": sess.pid, **self.rstats}
         return sess, stats
 
     def _rebuild(self, sess: Session, img: Image, desc: dict, device_map: dict):
@@ -492,28 +504,51 @@ class Engine:
         arena_refs = [r for r in refs if not (r.flags & FLAG_GLOBAL)]
         pieces = {p.addr: p for p in pieces_of(sess)}
         pinned = []
+        t_up = time.monotonic()
         try:
             # DMA straight from the image files' pages where the backend can
             # page-lock them (on a GPU: cuMemHostRegister, read-only)
-            for im in img.chain:
+            src = {}     # image index -> a page-locked mapping of its memory.bin
+            for k, im in enumerate(img.chain):
                 mm = im._memory()
-                if mm is not None and len(mm):
-                    tok = b.host_register_readonly(mm)
-                    if tok is not None:
-                        pinned.append(tok)
+                if mm is None or not len(mm):
+                    continue
+                tok = b.host_register_readonly(mm)
+                if tok is None and b.name == "cuda":
+                    # some kernels refuse to pin read-only file mappings; a
+                    # shared writable mapping of the same file pins the same pages
+                    import mmap as _mmap
+                    with open(os.path.join(im.path, "memory.bin"), "r+b") as f:
+                        wm = _mmap.mmap(f.fileno(), len(mm), access=_mmap.ACCESS_WRITE)
+                    try:
+                        tok = b.host_register(memoryview(wm))
+                        src[k] = wm
+                        self.rstats["pinned_writable"] = True
+                    except Exception as e:
+                        self.rstats["pin_error"] = str(e)
+                        wm.close()
+                        tok = None
+                if tok is not None:
+                    pinned.append(tok)
+            self.rstats["pin_ms"] = _ms(t_up, time.monotonic())
             for r in arena_refs:
                 p = pieces.get(r.addr)
                 if p is None or p.n != r.length:
                     raise CheckpointError(f"chunk {r.addr:#x}+{r.length} does not match the image's arena")
-                b.write_device(p.dev, r.addr, img.read_chunk(r))
+                data = memoryview(src[r.image])[r.offset:r.offset + r.length] if r.image in src \
+                    else img.read_chunk(r)
+                b.write_device(p.dev, r.addr, data)
                 p.hash = None
         finally:
             for tok in pinned:
                 b.host_unregister(tok)
         for c in list(sess.contexts.values()):
             b.ctx_sync(c.real)
+        t_hash = time.monotonic()
+        self.rstats.update(upload_ms=_ms(t_up, t_hash), pinned_files=len(pinned))
         check = [pieces[r.addr] for r in arena_refs]
         self.hash_live(check)
+        self.rstats["verify_ms"] = _ms(t_hash, time.monotonic())
         for r in arena_refs:
             got = pieces[r.addr].hash
             if got != r.hash:
@@ -539,8 +574,13 @@ class Engine:
                 if size:
                     b.htod(addr, data, size, 0, True)
                 mod.info["globals"][name] = (addr, size)
+                # the client may hold this variable's address from before this
+                # restore, or from before an earlier one: all lead here now
                 if addr != old_addr:
                     sess.addr_map.append((old_addr, size, addr))
+                for orig, osize, mid in desc.get("addr_map", []):
+                    if mid == old_addr and orig != addr:
+                        sess.addr_map.append((orig, osize, addr))
         for c in list(sess.contexts.values()):
             b.ctx_sync(c.real)
         # client-facing state

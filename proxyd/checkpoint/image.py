@@ -685,6 +685,45 @@ class ImageWriter:
         self._records.append((addr, n, flags, h, off, 0, 0))
         return ChunkRef(addr, n, flags, h, 0, off, os.path.join(self.path, MEMORY))
 
+    def add_chunks(self, items, workers: int = 4) -> list[ChunkRef]:
+        """Stores many chunks at once: items of (addr, data, hash, flags).
+        Offsets are laid out first, then the bytes are written by several
+        threads with pwrite (writing a large dump is memory-copy bound, and
+        one thread leaves most of the machine idle)."""
+        import concurrent.futures
+        plan = []
+        off = self._off
+        for addr, data, h, flags in items:
+            self._check_key(addr, flags)
+            u8 = hashing.as_u8(data)
+            n = u8.size
+            if n > MAX_CHUNK:
+                raise ValueError(f"chunk {addr:#x}: {n} bytes, at most {MAX_CHUNK} per chunk")
+            align = PAGE if n >= PAGE else 8
+            off += -off % align
+            plan.append((addr, u8, n, flags, hashing.gp64(u8) if h is None else int(h), off))
+            self._addrs.add(addr)
+            off += n
+        fd = self._mem.fileno()
+        os.ftruncate(fd, off)
+
+        def put(job):
+            _, u8, n, _, _, o = job
+            mv = memoryview(u8)
+            while len(mv):
+                k = os.pwrite(fd, mv, o)
+                mv, o = mv[k:], o + k
+
+        with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as ex:
+            list(ex.map(put, [j for j in plan if j[2]]))
+        self._off = off
+        os.lseek(fd, off, os.SEEK_SET)
+        out = []
+        for addr, _u8, n, flags, h, o in plan:
+            self._records.append((addr, n, flags, h, o, 0, 0))
+            out.append(ChunkRef(addr, n, flags, h, 0, o, os.path.join(self.path, MEMORY)))
+        return out
+
     def _write(self, mv) -> None:
         mv = memoryview(mv)
         while len(mv):
