@@ -36,7 +36,7 @@ except ImportError:  # run as a script with autogen/ on sys.path
 REPO = Path(__file__).resolve().parents[1]
 
 DRIVER_SOURCES = ["gp_msgpack.c", "transport.c", "hostmem.c", "context.c", "funcs.c", "memcpy.c", "driver.c",
-                  "undocumented.c", "channel.c"]
+                  "undocumented.c", "channel.c", "pmemcpy.c"]
 RUNTIME_SOURCES = ["rt_state.c", "rt_register.c", "rt_api.c"]
 
 

@@ -20,6 +20,8 @@
 
 #include <string.h>
 
+void gp_pmemcpy(void *dst, const void *src, size_t n);
+
 #define GP_CHUNK_MAX (16u << 20)
 /* Copies up to this size travel inside the message (one round trip) rather
  * than through the staging segment. */
@@ -90,7 +92,7 @@ CUresult gp_copy_htod(uint32_t fid, CUdeviceptr dst, const void *src, size_t n, 
             if (rc != CUDA_SUCCESS)
                 return rc;
         }
-        memcpy(stage + (size_t)h * chunk, (const uint8_t *)src + done, len);
+        gp_pmemcpy(stage + (size_t)h * chunk, (const uint8_t *)src + done, len);
         b = gp_op_begin(fid, nargs_for(has_stream));
         mp_uint(b, dst + done);
         gp_put_shm(b, gp_staging_id(), (uint64_t)h * chunk, len);
@@ -169,7 +171,7 @@ CUresult gp_copy_dtoh(uint32_t fid, void *dst, CUdeviceptr src, size_t n, CUstre
         if (pend_seq) {
             if ((rc = gp_wait_acked(pend_seq)) != CUDA_SUCCESS)
                 return rc;
-            memcpy((uint8_t *)dst + pend_off, stage + (size_t)pend_slot * chunk, pend_len);
+            gp_pmemcpy((uint8_t *)dst + pend_off, stage + (size_t)pend_slot * chunk, pend_len);
         }
         pend_seq = seq;
         pend_off = done;
@@ -178,6 +180,6 @@ CUresult gp_copy_dtoh(uint32_t fid, void *dst, CUdeviceptr src, size_t n, CUstre
     }
     if ((rc = gp_wait_acked(pend_seq)) != CUDA_SUCCESS)
         return rc;
-    memcpy((uint8_t *)dst + pend_off, stage + (size_t)pend_slot * chunk, pend_len);
+    gp_pmemcpy((uint8_t *)dst + pend_off, stage + (size_t)pend_slot * chunk, pend_len);
     return gp_take_async_error();
 }

@@ -192,6 +192,8 @@ class Dispatcher:
         code, outs, msg = CUDA_SUCCESS, None, ""
         fast = self.fast
         nat = getattr(self.backend, "native", None) if raw is not None else None
+        if nat is not None and not any(isinstance(op, list) and op and op[0] in fast for op in ops):
+            nat = None      # no launch in this message
         off = -1
         if nat is not None:
             off, n = nat.ops_start(raw)

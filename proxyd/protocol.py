@@ -110,6 +110,9 @@ class Packer:
     INLINE_MAX = 128 * 1024   # larger byte strings go as separate frames
 
     def pack(self, obj) -> list:
+        # most replies hold no large bytes: one msgpack call, no walk
+        if not self._has_big(obj, 2):
+            return [msgpack.packb(obj, use_bin_type=True)]
         frames: list = [None]
 
         def enc(x):
@@ -122,3 +125,12 @@ class Packer:
 
         frames[0] = msgpack.packb(enc(obj), use_bin_type=True)
         return frames
+
+    def _has_big(self, x, depth: int) -> bool:
+        if isinstance(x, (bytes, bytearray, memoryview)):
+            return len(x) >= self.INLINE_MAX
+        if isinstance(x, (list, tuple)):
+            if depth == 0:
+                return True      # deeper than replies go: take the general path
+            return any(self._has_big(v, depth - 1) for v in x if isinstance(v, (bytes, bytearray, memoryview, list, tuple)))
+        return False
