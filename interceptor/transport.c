@@ -565,7 +565,7 @@ CUresult gp_session(void)
         const char *ep = getenv("GPUPROXY_ENDPOINT");
         snprintf(G.endpoint, sizeof G.endpoint, "%s", (ep && *ep) ? ep : GP_DEFAULT_ENDPOINT);
         G.debug = getenv("GPUPROXY_DEBUG") != NULL;
-        G.spin_us = env_long("GPUPROXY_SPIN_US", 100);
+        G.spin_us = env_long("GPUPROXY_SPIN_US", 250);
         G.timeout_ms = env_long("GPUPROXY_TIMEOUT_MS", 300000);
         G.connect_ms = env_long("GPUPROXY_CONNECT_TIMEOUT_MS", 1500);
         G.batching = env_long("GPUPROXY_BATCH", 1) != 0;

@@ -51,6 +51,12 @@ class Backend:
         """gp64 of each chunk of [addr, addr+n), computed on the device; None
         where the backend cannot (the caller hashes on the CPU)."""
         return None
+    def write_device_async(self, dev: int, addr: int, data) -> None:
+        self.write_device(dev, addr, data)
+
+    def sync_copies(self, dev: int) -> None:
+        pass
+
     def host_register_readonly(self, buf):
         """Page-locks a read-only buffer for DMA (None where not needed or possible)."""
         return None

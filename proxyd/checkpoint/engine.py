@@ -154,6 +154,9 @@ def pieces_of(sess: Session) -> list[Piece]:
 
 class Engine:
     def __init__(self, server):
+        # one checkpoint operation at a time: they share the page-locked pool
+        import threading
+        self.lock = threading.Lock()
         self.server = server
         self.backend = server.backend
         self.dispatcher = server.dispatcher
@@ -182,9 +185,18 @@ class Engine:
                     q.hash = int(h)
 
     # ---------------------------------------------------------------- dump
-    def dump(self, sess: Session, path: str, *, kind: str = "dump", leave_running: bool = False,
-             concurrent: bool = False, parent: str | None = None) -> dict:
-        """Runs on a worker thread; sess is frozen by the caller (main loop)."""
+    def dump(self, sess: Session, path: str, **kw) -> dict:
+        with self.lock:
+            return self._dump(sess, path, **kw)
+
+    def restore(self, path: str, device_map: dict | None = None):
+        with self.lock:
+            return self._restore(path, device_map)
+
+    def _dump(self, sess: Session, path: str, *, kind: str = "dump", leave_running: bool = False,
+              concurrent: bool = False, parent: str | None = None) -> dict:
+        """Runs on a worker thread; the session is frozen here, once the
+        image directory is ready."""
         b = self.backend
         stats = {"kind": kind, "concurrent": concurrent, "leave_running": leave_running}
         resumed = False
@@ -404,6 +416,48 @@ class Engine:
                 w.add_chunk(addr, data, hash=h, flags=FLAG_GLOBAL)
         w.finish(desc, stats)
 
+    UPLOAD_SLOT = 64 << 20
+
+    def _upload(self, img: Image, refs, pieces):
+        """Image chunks -> device memory, pipelined: several threads copy a
+        batch from the image's (page-cache) mapping into one half of a small
+        page-locked buffer while the device reads the other half by DMA."""
+        import concurrent.futures
+        b = self.backend
+        slot = self.UPLOAD_SLOT
+        stage = b.host_buffer(2 * slot)
+        batches, cur, size = [], [], 0
+        for r in sorted(refs, key=lambda r: (r.image, r.offset)):
+            if cur and size + r.length > slot:
+                batches.append(cur)
+                cur, size = [], 0
+            cur.append(r)
+            size += r.length
+        if cur:
+            batches.append(cur)
+        devs = {pieces[r.addr].dev for r in refs}
+        workers = min(8, os.cpu_count() or 1)
+        with concurrent.futures.ThreadPoolExecutor(workers) as ex:
+            for k, batch in enumerate(batches):
+                half = (k % 2) * slot
+                if k >= 2:
+                    for d in devs:
+                        b.sync_copies(d)     # the DMA that used this half is done
+                jobs, off = [], half
+                for r in batch:
+                    jobs.append((off, r))
+                    off += r.length
+
+                def fill(job):
+                    o, r = job
+                    dst = np.frombuffer(stage[o:o + r.length], np.uint8)
+                    np.copyto(dst, np.frombuffer(img.read_chunk(r), np.uint8))
+                list(ex.map(fill, jobs))
+                for o, r in jobs:
+                    b.write_device_async(pieces[r.addr].dev, r.addr, stage[o:o + r.length])
+        for d in devs:
+            b.sync_copies(d)
+
     # ------------------------------------------------------------- release
     def release(self, sess: Session):
         """Frees the session's GPU resources after a dump; the session stays
@@ -415,7 +469,7 @@ class Engine:
         sess.released = True
 
     # ------------------------------------------------------------- restore
-    def restore(self, path: str, device_map: dict | None = None) -> tuple[Session, dict]:
+    def _restore(self, path: str, device_map: dict | None = None) -> tuple[Session, dict]:
         """Builds a session from an image (worker thread) and installs it."""
         t0 = time.monotonic()
         try:
@@ -503,49 +557,17 @@ class Engine:
         refs = img.chunks()
         arena_refs = [r for r in refs if not (r.flags & FLAG_GLOBAL)]
         pieces = {p.addr: p for p in pieces_of(sess)}
-        pinned = []
         t_up = time.monotonic()
-        try:
-            # DMA straight from the image files' pages where the backend can
-            # page-lock them (on a GPU: cuMemHostRegister, read-only)
-            src = {}     # image index -> a page-locked mapping of its memory.bin
-            for k, im in enumerate(img.chain):
-                mm = im._memory()
-                if mm is None or not len(mm):
-                    continue
-                tok = b.host_register_readonly(mm)
-                if tok is None and b.name == "cuda":
-                    # some kernels refuse to pin read-only file mappings; a
-                    # shared writable mapping of the same file pins the same pages
-                    import mmap as _mmap
-                    with open(os.path.join(im.path, "memory.bin"), "r+b") as f:
-                        wm = _mmap.mmap(f.fileno(), len(mm), access=_mmap.ACCESS_WRITE)
-                    try:
-                        tok = b.host_register(memoryview(wm))
-                        src[k] = wm
-                        self.rstats["pinned_writable"] = True
-                    except Exception as e:
-                        self.rstats["pin_error"] = str(e)
-                        wm.close()
-                        tok = None
-                if tok is not None:
-                    pinned.append(tok)
-            self.rstats["pin_ms"] = _ms(t_up, time.monotonic())
-            for r in arena_refs:
-                p = pieces.get(r.addr)
-                if p is None or p.n != r.length:
-                    raise CheckpointError(f"chunk {r.addr:#x}+{r.length} does not match the image's arena")
-                data = memoryview(src[r.image])[r.offset:r.offset + r.length] if r.image in src \
-                    else img.read_chunk(r)
-                b.write_device(p.dev, r.addr, data)
-                p.hash = None
-        finally:
-            for tok in pinned:
-                b.host_unregister(tok)
+        for r in arena_refs:
+            p = pieces.get(r.addr)
+            if p is None or p.n != r.length:
+                raise CheckpointError(f"chunk {r.addr:#x}+{r.length} does not match the image's arena")
+            p.hash = None
+        self._upload(img, arena_refs, pieces)
         for c in list(sess.contexts.values()):
             b.ctx_sync(c.real)
         t_hash = time.monotonic()
-        self.rstats.update(upload_ms=_ms(t_up, t_hash), pinned_files=len(pinned))
+        self.rstats.update(upload_ms=_ms(t_up, t_hash))
         check = [pieces[r.addr] for r in arena_refs]
         self.hash_live(check)
         self.rstats["verify_ms"] = _ms(t_hash, time.monotonic())
