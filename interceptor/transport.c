@@ -66,6 +66,7 @@ static struct {
     void *zctx;
     void *sock;
     uint64_t seq;
+    uint64_t answered;          /* highest sequence number whose answer was taken */
     /* the batch being built */
     gp_msg cur;
     uint32_t cur_ops;
@@ -343,8 +344,13 @@ static int recv_message(gp_reply *r, long timeout_ms)
 
 /* Parses frame 0 of a reply: [seq, code, outs, async_code, async_fid] or
  * [seq, code, message] for protocol errors. */
-static int reply_parse(gp_reply *r, uint64_t *seq, int *code, CUresult *async_code, uint32_t *async_fid)
+/* msg/msglen: proxyd's explanation of a failure (printed by the caller, once
+ * per fresh reply, never for a duplicate). */
+static int reply_parse(gp_reply *r, uint64_t *seq, int *code, CUresult *async_code, uint32_t *async_fid,
+                       const uint8_t **msg, size_t *msglen)
 {
+    *msg = NULL;
+    *msglen = 0;
     gp_rd_init(&r->rd, zmq_msg_data(&r->frames[0]), zmq_msg_size(&r->frames[0]));
     uint32_t n = mp_get_array(&r->rd);
     *seq = mp_get_uint(&r->rd);
@@ -354,11 +360,8 @@ static int reply_parse(gp_reply *r, uint64_t *seq, int *code, CUresult *async_co
     if (r->rd.err || n < 2)
         return -1;
     if (*code < 0) {
-        if (*code != GP_REPLY_KEEPALIVE && n >= 3) {
-            size_t len;
-            const uint8_t *s = mp_get_bytes(&r->rd, &len);
-            gp_log("proxyd: %.*s", (int)len, s ? (const char *)s : "");
-        }
+        if (*code != GP_REPLY_KEEPALIVE && n >= 3)
+            *msg = mp_get_bytes(&r->rd, msglen);
         return 0;
     }
     if (n >= 5) {
@@ -367,14 +370,8 @@ static int reply_parse(gp_reply *r, uint64_t *seq, int *code, CUresult *async_co
         mp_skip(&r->rd);
         *async_code = (CUresult)mp_get_int(&r->rd);
         *async_fid = (uint32_t)mp_get_uint(&r->rd);
-        if (n >= 6) {
-            /* proxyd's explanation of a failure, shown once, as the driver
-             * would have no way to say it */
-            size_t len;
-            const uint8_t *m = mp_get_bytes(&r->rd, &len);
-            if (m && len)
-                gp_log("proxyd: %.*s", (int)len, (const char *)m);
-        }
+        if (n >= 6)
+            *msg = mp_get_bytes(&r->rd, msglen);
         r->rd = outs;
         mp_obj o;
         gp_rd peek = r->rd;
@@ -449,7 +446,9 @@ static int pump(gp_msg *sync_msg, gp_reply *out, int max_inflight, long silence_
         int code;
         CUresult acode;
         uint32_t afid;
-        if (reply_parse(&r, &seq, &code, &acode, &afid) < 0) {
+        const uint8_t *why;
+        size_t whylen;
+        if (reply_parse(&r, &seq, &code, &acode, &afid, &why, &whylen) < 0) {
             gp_log("malformed reply from proxyd ignored");
             gp_reply_done(&r);
             continue;
@@ -458,11 +457,22 @@ static int pump(gp_msg *sync_msg, gp_reply *out, int max_inflight, long silence_
             gp_reply_done(&r);
             continue;
         }
+        if (code >= 0 && seq <= G.answered && !(sync_msg && seq == sync_msg->seq)) {
+            /* a second copy of an answer already taken (proxyd answers by
+             * ZeroMQ as well when we slept, and answers resends): it must
+             * not report its async error or explanation again */
+            gp_reply_done(&r);
+            continue;
+        }
+        if (why && whylen)
+            gp_log("proxyd: %.*s", (int)whylen, (const char *)why);
         if (code == GP_REPLY_UNKNOWN_SESSION || code == GP_REPLY_PROTOCOL_ERROR) {
             /* the daemon cannot run anything of this session: fail the wait */
             gp_reply_done(&r);
             return -2;
         }
+        if (seq > G.answered)
+            G.answered = seq;
         note_async_error(acode, afid);
         /* proxyd executes messages in order: an answer to seq also
          * settles every earlier message (the fast channel keeps only the
@@ -571,6 +581,7 @@ CUresult gp_session(void)
         G.batching = env_long("GPUPROXY_BATCH", 1) != 0;
         G.pid = getpid();
         G.seq = 0;
+        G.answered = 0;
         G.async_err = CUDA_SUCCESS;
         make_token();
         msg_reset(&G.cur);

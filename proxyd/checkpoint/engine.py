@@ -221,12 +221,18 @@ class Engine:
             total = sum(p.n for p in pieces)
             stats.update(bytes=total, chunks=len(pieces), quiesce_ms=_ms(t0, t_quiet))
             if kind == "pre-dump":
-                # graph captured; memory is copied while the app runs
+                # graph captured; memory is copied while the app runs. A copy
+                # taken while kernels write may be torn: what counts is that
+                # each chunk's recorded hash is that of the bytes stored, so
+                # the snapshot is hashed (on the device where it can be) and
+                # drained from the same copy; the next dump rewrites whatever
+                # differs.
                 self._resume(sess)
                 resumed = True
                 stats["stop_ms"] = _ms(t0, time.monotonic())
-                self._copy_to_host(pieces, live=True)
-                self.hash_host(pieces)
+                self._snapshot_to_device(pieces)
+                self._drain(pieces)
+                self.hash_pieces(pieces)
             else:
                 if parent_img is not None:
                     self.hash_live(pieces)
@@ -386,10 +392,6 @@ class Engine:
         for p in pieces:
             if p.hash is None and p.host is not None:
                 p.hash = hashing.gp64(p.host)
-
-    def hash_host(self, pieces: list[Piece]):
-        for p in pieces:
-            p.hash = hashing.gp64(p.host)
 
     def _write(self, path, kind, parent_img, sess, desc, pieces, globals_, stats):
         b = self.backend

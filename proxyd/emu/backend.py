@@ -237,6 +237,10 @@ class EmuBackend(Backend):
     # ------------------------------------------------------- generic path
     def call(self, fn, args):
         impl = getattr(self, "drv_" + fn.name, None)
+        if impl is None and fn.name.endswith(("_ptsz", "_ptds")):
+            # per-thread-default-stream twins: on the emulated GPU every
+            # stream runs in order on one thread, so they behave as the base
+            impl = getattr(self, "drv_" + fn.name[:-5], None)
         if impl is None:
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name} is not implemented by the emulated backend")
         return impl(*args)
