@@ -261,17 +261,8 @@ class Server:
     def new_session(self, token: str, pid: int, exe: str, slot: int | None = None) -> Session:
         if slot is None:
             slot = self.free_slot()
-        elif any(s.slot == slot for s in self.sessions.values()):
-            raise RuntimeError(f"address slot {slot} is already used by another session")
-        base = ARENA_BASE + slot * SLOT_SIZE
-        self.reservations[slot] = self.backend.reserve(base, SLOT_SIZE)
-        arena = Arena(base, SLOT_SIZE, self.backend.map_chunk, self.backend.unmap_chunk)
-        s = Session(token, pid, exe, slot, arena)
-        s.shm = ShmMap(token)
-        nat = getattr(self.backend, "native", None)
-        if nat is not None:
-            nat.clear(slot)
-            s.observer = nat.observer(slot)
+        self._reserve_slot(slot)
+        s = self._session_object(token, pid, exe, slot)
         self.sessions[token] = s
         self.orphans.pop(token, None)
         return s
@@ -281,11 +272,12 @@ class Server:
         thread). reuse: the released session it replaces, whose address
         reservation it takes over."""
         if reuse is None:
-            fut = self.call_in_loop(lambda: self._reserve_slot(slot))
-            fut.result()
+            self.call_in_loop(lambda: self._reserve_slot(slot)).result()
+        return self._session_object(token, pid, exe, slot)
+
+    def _session_object(self, token: str, pid: int, exe: str, slot: int) -> Session:
         base = ARENA_BASE + slot * SLOT_SIZE
-        arena = Arena(base, SLOT_SIZE, self.backend.map_chunk, self.backend.unmap_chunk)
-        s = Session(token, pid, exe, slot, arena)
+        s = Session(token, pid, exe, slot, Arena(base, SLOT_SIZE, self.backend.map_chunk, self.backend.unmap_chunk))
         s.shm = ShmMap(token)
         nat = getattr(self.backend, "native", None)
         if nat is not None:
@@ -301,7 +293,12 @@ class Server:
         self.reservations[slot] = self.backend.reserve(ARENA_BASE + slot * SLOT_SIZE, SLOT_SIZE)
 
     def discard_session(self, s: Session, keep: Session | None = None):
-        """Tears down a session that was never installed (failed restore)."""
+        """Tears down a session that was never installed (failed restore).
+        keep: the released session it was to replace, which keeps the slot."""
+        self._release(s, unreserve=keep is None)
+
+    def _release(self, s: Session, unreserve: bool = True):
+        """Frees everything a session holds in proxyd and on the device."""
         from .handlers import destroy_context
         try:
             for c in list(s.contexts.values()):
@@ -310,17 +307,17 @@ class Server:
             for tok in s.shm.registered.values():
                 if tok is not None:
                     self.backend.host_unregister(tok)
+            s.shm.registered.clear()
             s.shm.close_all()
             if s.chan is not None:
                 s.chan.close()
+                s.chan = None
         except Exception:
-            log.exception("error discarding restored session %s", s.token)
+            log.exception("error releasing session %s", s.token)
         nat = getattr(self.backend, "native", None)
         if nat is not None:
             nat.clear(s.slot)
-            if keep is not None:
-                keep.observer = None
-        if keep is None:
+        if unreserve:
             res = self.reservations.pop(s.slot, None)
             if res is not None:
                 self.backend.unreserve(res)
@@ -461,28 +458,8 @@ class Server:
         self.send(rid, [seq, 0, None, 0, 0, ""])
 
     def close_session(self, s: Session):
-        from .handlers import destroy_context
         self.sessions.pop(s.token, None)
-        try:
-            for c in list(s.contexts.values()):
-                destroy_context(self.dispatcher, s, c)
-            s.arena.release_all()
-            for tok in s.shm.registered.values():
-                if tok is not None:
-                    self.backend.host_unregister(tok)
-            s.shm.registered.clear()
-            s.shm.close_all()
-            if s.chan is not None:
-                s.chan.close()
-                s.chan = None
-        except Exception:
-            log.exception("error releasing session %s", s.token)
-        nat = getattr(self.backend, "native", None)
-        if nat is not None:
-            nat.clear(s.slot)
-        res = self.reservations.pop(s.slot, None)
-        if res is not None:
-            self.backend.unreserve(res)
+        self._release(s)
 
     def reap(self):
         """Ends sessions whose process is gone (same host only)."""
