@@ -16,6 +16,7 @@
  *   72     u32 req_len      client
  *   128    u64 req_taken    daemon: last request copied out of the slot
  *   192    u64 rep_seq      daemon: sequence number of the reply in the slot
+ *                           (0 while proxyd rewrites it: seqlock-style)
  *   200    u32 rep_len      daemon
  *   256    u32 daemon_idle  daemon: 1 while it sleeps (send a doorbell)
  *   320    u32 client_idle  client: 1 while it sleeps (daemon also replies by ZeroMQ)
@@ -140,7 +141,7 @@ int gp_chan_recv(zmq_msg_t *msg)
     if (!gp_chan_active())
         return -1;
     uint64_t s = __atomic_load_n(F64(192), __ATOMIC_ACQUIRE);
-    if (s <= last_rep)
+    if (s == 0 || s <= last_rep)      /* 0: proxyd is writing the slot */
         return -1;
     uint32_t n = *F32(200);
     if (n > GP_CHAN_MAX)
@@ -148,7 +149,9 @@ int gp_chan_recv(zmq_msg_t *msg)
     zmq_msg_init_size(msg, n);
     memcpy(zmq_msg_data(msg), chan + 4096 + GP_CHAN_MAX, n);
     /* the daemon may have overwritten the slot while we copied: take the
-     * copy only if the sequence number did not move */
+     * copy only if the sequence number did not move (the fence keeps the
+     * copy's loads before the second look) */
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(F64(192), __ATOMIC_ACQUIRE) != s) {
         zmq_msg_close(msg);
         return -1;

@@ -110,7 +110,12 @@ void gp_hello_info(gp_buf *b)
     exe[n > 0 ? n : 0] = 0;
     size_t chan_size = 0;
     const char *chan = use_shm ? gp_chan_create(&chan_size) : NULL;
-    mp_map(b, 6);
+    char pidns[128] = "";
+    ssize_t k = readlink("/proc/self/ns/pid", pidns, sizeof pidns - 1);
+    pidns[k > 0 ? k : 0] = 0;
+    mp_map(b, 7);
+    mp_str(b, "pidns");
+    mp_str(b, pidns);
     mp_str(b, "pid");
     mp_int(b, gp_session_pid());
     mp_str(b, "token");

@@ -6,7 +6,8 @@ and docs/protocol.md ("Fast channel"); ZeroMQ stays the doorbell and the
 path for everything that does not fit.
 
 Memory ordering: x86-64 keeps stores in order and loads in order, so bytes
-written before a sequence number are seen before it. The two idle flags need
+written before a sequence number are seen before it. The reply slot is
+published like a seqlock: its number is 0 while the bytes change. The two idle flags need
 a full fence between a store and the following load; a locked instruction
 gives one (threading.Lock acquire/release uses one).
 
@@ -78,6 +79,11 @@ class Channel:
         if n > MAX:
             return False
         mm = self.mm
+        # Seqlock publishing: the slot's sequence number is 0 while its bytes
+        # change, so a client that read the previous reply's number before we
+        # began sees 0 (or this number) when it checks again, never the old
+        # number over new bytes (x86-64 keeps these stores in order).
+        _u64.pack_into(mm, REP_SEQ, 0)
         mm[REP_DATA:REP_DATA + n] = frame
         _u32.pack_into(mm, REP_LEN, n)
         _u64.pack_into(mm, REP_SEQ, seq)

@@ -47,6 +47,22 @@ ORPHAN_GRACE_S = float(os.environ.get("GPUPROXY_ORPHAN_GRACE_S", "60"))
 REAP_INTERVAL_S = 2.0
 
 
+try:
+    OWN_PIDNS = os.readlink("/proc/self/ns/pid")
+except OSError:
+    OWN_PIDNS = ""
+
+
+def remove_client_segments(token: str):
+    """The shared memory a dead client can no longer remove itself."""
+    import glob
+    for path in glob.glob(f"/dev/shm/gpuproxy-{glob.escape(token)}-*"):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 class EndpointInUse(RuntimeError):
     pass
 
@@ -359,6 +375,7 @@ class Server:
                 self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, f"cannot open a session: {e}"])
                 return
             log.info("session %s: pid %s %s (slot %d)", token, s.pid, s.exe, s.slot)
+            s.pidns = str(info.get("pidns") or "")
         # HELLO takes a sequence number of the session like any message
         s.last_seq = max(s.last_seq, seq)
         shm_ok = False
@@ -462,11 +479,16 @@ class Server:
         self._release(s)
 
     def reap(self):
-        """Ends sessions whose process is gone (same host only)."""
+        """Ends sessions whose process is gone. A pid means something only in
+        the client's pid namespace: sessions from another one (another
+        container) are left alone."""
         for s in list(self.sessions.values()):
-            if getattr(s, "shm_ok", False) and s.pid and not s.frozen and not os.path.exists(f"/proc/{s.pid}"):
+            if not s.pid or s.frozen or s.ckpt_busy or not s.pidns or s.pidns != OWN_PIDNS:
+                continue
+            if not os.path.exists(f"/proc/{s.pid}"):
                 log.info("session %s: pid %s exited without saying goodbye; releasing it", s.token, s.pid)
                 self.close_session(s)
+                remove_client_segments(s.token)
         now = time.monotonic()
         for t, first in list(self.orphans.items()):
             if now - first > 10 * ORPHAN_GRACE_S:

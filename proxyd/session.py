@@ -95,6 +95,7 @@ class Session:
         self.addr_map: list[tuple[int, int, int]] = []
         self.chan = None                # fast channel (channel.py), same host only
         self.calls = 0
+        self.pidns = ""                 # the client's pid namespace (reaping by pid)
 
     # ------------------------------------------------------------- objects
     def new_id(self, kind: int) -> int:

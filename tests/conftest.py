@@ -151,6 +151,11 @@ def fresh_daemon(shim_installed, emu_kernel_files):
         d.cleanup()
 
 
+def unexpected_stderr(stderr: str) -> list[str]:
+    """The lines of a passing program's stderr (none are expected)."""
+    return stderr.splitlines()
+
+
 def client_env(daemon: Daemon, extra: dict | None = None) -> dict:
     """The environment of a program run under the shim against `daemon`,
     without test knobs that change a corpus program's output."""

@@ -15,7 +15,6 @@ import importlib
 import importlib.metadata as md
 import random
 import struct
-import sys
 from pathlib import Path
 
 import numpy as np

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import corpus
-from conftest import REPO, TESTS_DIR, client_env
+from conftest import REPO, TESTS_DIR, client_env, unexpected_stderr
 from proxy import ping, preload
 
 EXTRA = TESTS_DIR / "programs_extra"
@@ -295,23 +295,22 @@ def _generic_driver_functions():
     return [f.name for f in specs.driver if f.status == "supported" and f.shim != "local" and not f.handler]
 
 
-# The emulated backend lacks the _ptsz twins of a few stream/event functions
-# (proxyd/emu/backend.py has no drv_<name> for them): a driver-API program
-# built with --default-stream per-thread gets CUDA_ERROR_NOT_SUPPORTED there.
-EMU_MISSING_PTSZ = {"cuStreamGetPriority_ptsz", "cuStreamGetFlags_ptsz", "cuStreamWaitEvent_ptsz",
-                    "cuStreamQuery_ptsz", "cuEventRecord_ptsz", "cuEventRecordWithFlags_ptsz"}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=f"bug: proxyd/emu/backend.py has no drv_{n}; "
-                                            "the spec marks it supported, the emulated backend answers 801"))
-    if n in EMU_MISSING_PTSZ else n
-    for n in _generic_driver_functions()])
+@pytest.mark.parametrize("name", _generic_driver_functions())
 def test_supported_generic_driver_function_is_implemented_by_emu(name, shim_installed):
+    """Every supported driver function that takes proxyd's generic path
+    reaches an implementation in the emulated backend (called here without
+    arguments: anything but its "not implemented" error means it got there)."""
     from gpuproxy.emu.backend import EmuBackend
     from gpuproxy.proxyd._generated import FUNCTIONS
-    assert name in {fn.name for fn in FUNCTIONS.values()}, f"{name} missing in proxyd's dispatch table"
-    assert hasattr(EmuBackend, "drv_" + name), f"EmuBackend has no drv_{name}"
+    from gpuproxy.proxyd.session import CudaError
+    fns = [fn for fn in FUNCTIONS.values() if fn.name == name]
+    assert len(fns) == 1, f"{name} missing in proxyd's dispatch table"
+    try:
+        EmuBackend().call(fns[0], [])
+    except CudaError as e:
+        assert "not implemented" not in str(e), f"{name}: {e}"
+    except Exception:
+        pass        # the implementation ran and did not like the missing arguments
 
 
 def test_supported_driver_handlers_are_registered(specs):
@@ -417,13 +416,37 @@ def test_no_daemon_fails_first_call_quickly(kind, corpus_built, tmp_path):
 # --------------------------------------------------------------------------- clients and transports
 
 def test_concurrent_clients(corpus_built, emu_daemon):
-    names = ["vector_add", "vector_add", "reduction", "multithread", "streams_events", "pointer_table"]
-    procs = [(n, subprocess.Popen(corpus_built[n].argv(), env=client_env(emu_daemon), stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) for n in names]
-    for n, p in procs:
-        out, err = p.communicate(timeout=120)
-        r = subprocess.CompletedProcess(p.args, p.returncode, out, err)
-        assert_passes(corpus_built[n], r, emu_daemon)
+    """Several programs started at once against one daemon, while another
+    client (the counter) keeps its session open across all of them."""
+    counter = corpus_built["counter"]
+    port = corpus.free_udp_port()
+    held = subprocess.Popen(counter.argv() + [str(port)], env=client_env(emu_daemon), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.connect(("127.0.0.1", port))
+        sock.settimeout(20)
+        deadline = time.monotonic() + 20
+        while corpus._udp_port_bound(port) is False:
+            assert held.poll() is None and time.monotonic() < deadline, "counter did not start"
+            time.sleep(0.05)
+        sock.send(b"hello\n")
+        assert sock.recv(64) == b"101\n"
+        names = ["vector_add", "vector_add", "overlap_streams", "multithread", "streams_events", "pointer_table",
+                 "reduction"]
+        procs = [(n, subprocess.Popen(corpus_built[n].argv(), env=client_env(emu_daemon), stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) for n in names]
+        for n, p in procs:
+            out, err = p.communicate(timeout=120)
+            r = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+            assert_passes(corpus_built[n], r, emu_daemon)
+        sock.send(b"hello\n")
+        assert sock.recv(64) == b"102\n", "the long-lived client's state was disturbed by the others"
+        assert held.poll() is None
+    finally:
+        sock.close()
+        held.kill()
+        held.wait()
 
 
 def test_tcp_endpoint(corpus_built, fresh_daemon):
@@ -558,6 +581,13 @@ def bigcopy(nvcc, shim_installed) -> Path:
     ("async_pinned", 64, False),
 ])
 def test_large_copy_round_trip(mode, mib, shm, bigcopy, emu_daemon):
+    if shm:
+        # pinned buffers and the staging segment are files in /dev/shm (a
+        # container's default /dev/shm of 64 MiB cannot hold them)
+        need = ((2 * mib) if "pinned" in mode else 0) * (1 << 20) + (128 << 20)
+        free = shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else 0
+        if free < need:
+            pytest.skip(f"/dev/shm has {free >> 20} MiB free, {mode} copies of {mib} MiB need {need >> 20} MiB")
     seed = zlib.crc32(f"{mode} {mib} {shm}".encode()) & 0xFFFF   # a different pattern per case
     extra = {} if shm else {"GPUPROXY_SHM": "0"}
     r = _run([str(bigcopy), mode, str(mib), str(seed)], env=client_env(emu_daemon, extra), timeout=300)
@@ -568,7 +598,7 @@ def test_large_copy_round_trip(mode, mib, shm, bigcopy, emu_daemon):
     assert m, _describe(r, emu_daemon)
     assert int(m.group(1)) == mib << 20
     assert int(m.group(2), 16) == _pattern_checksum(mib << 20, seed), "the data that came back is not the pattern"
-    assert r.stderr == "", r.stderr
+    assert unexpected_stderr(r.stderr) == [], r.stderr
 
 
 # --------------------------------------------------------------------------- error reporting through the channel
@@ -584,7 +614,7 @@ assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cu.cuCtxSetC
 
 _ASYNC_ERROR_ONCE = _DRIVER_PREAMBLE + r'''
 cu.cuMemsetD32Async.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
-for i in range(5):
+for i in range(20):
     # pauses let proxyd fall asleep between calls, as a real program's host work does
     time.sleep(0.01); r0 = cu.cuMemsetD32Async(0x10, 0, 4, None)   # not a device address: fails in proxyd
     time.sleep(0.01); r1 = cu.cuCtxSynchronize()
@@ -593,36 +623,108 @@ for i in range(5):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: interceptor/transport.c pump()/reply_parse() act on duplicate replies: with the fast channel, proxyd "
-    "also answers by ZeroMQ while the client sleeps (proxyd/server.py execute), and the shim re-applies the stale "
-    "copy's async error (note_async_error) and prints its explanation again, so one failed async op fails two "
-    "synchronising calls"))
 def test_async_error_reported_once(fresh_daemon):
     d = fresh_daemon(emu_kernels=[])
-    r = _run([sys.executable, "-c", _ASYNC_ERROR_ONCE], env=client_env(d))
+    # GPUPROXY_SPIN_US=0: the shim waits for each answer asleep at once, so
+    # proxyd answers through both the channel and ZeroMQ every time (with the
+    # default spin that happens only when an answer takes over 100 us)
+    r = _run([sys.executable, "-c", _ASYNC_ERROR_ONCE], env=client_env(d, {"GPUPROXY_SPIN_US": "0"}))
     assert r.returncode == 0, _describe(r, d)
     # the async memset is accepted, the next synchronising call reports its failure, the one after is clean
-    assert r.stdout.splitlines() == ["0 1 0"] * 5, _describe(r, d)
+    assert r.stdout.splitlines() == ["0 1 0"] * 20, _describe(r, d)
     explained = [line for line in r.stderr.splitlines() if "not inside one allocation" in line]
-    assert len(explained) == 5, _describe(r, d)
+    assert len(explained) == 20, _describe(r, d)
 
 
 def test_async_error_reported_once_without_channel(fresh_daemon):
     """The same sequence with the fast channel off (no shared memory)."""
     d = fresh_daemon(emu_kernels=[])
-    r = _run([sys.executable, "-c", _ASYNC_ERROR_ONCE], env=client_env(d, {"GPUPROXY_SHM": "0"}))
+    r = _run([sys.executable, "-c", _ASYNC_ERROR_ONCE], env=client_env(d, {"GPUPROXY_SHM": "0", "GPUPROXY_SPIN_US": "0"}))
     assert r.returncode == 0, _describe(r, d)
-    assert r.stdout.splitlines() == ["0 1 0"] * 5, _describe(r, d)
+    assert r.stdout.splitlines() == ["0 1 0"] * 20, _describe(r, d)
     explained = [line for line in r.stderr.splitlines() if "not inside one allocation" in line]
-    assert len(explained) == 5, _describe(r, d)
+    assert len(explained) == 20, _describe(r, d)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: proxyd/emu/backend.py lacks drv_cuStreamQuery_ptsz (and 5 other _ptsz "
-                                       "twins): CUDA_ERROR_NOT_SUPPORTED for a supported function")
 def test_per_thread_stream_driver_calls_under_emu(fresh_daemon):
+    """The _ptsz twins of stream and event functions (what a driver-API program
+    built with --default-stream per-thread calls) work like the base ones."""
     d = fresh_daemon(emu_kernels=[])
-    code = _DRIVER_PREAMBLE + "print(cu.cuStreamQuery(None), cu.cuStreamQuery_ptsz(None))\n"
+    code = _DRIVER_PREAMBLE + r"""
+ev = ctypes.c_void_p(); flags = ctypes.c_uint(); prio = ctypes.c_int()
+assert cu.cuEventCreate(ctypes.byref(ev), 0) == 0
+print(cu.cuStreamQuery(None), cu.cuStreamQuery_ptsz(None),
+      cu.cuStreamGetFlags_ptsz(None, ctypes.byref(flags)), cu.cuStreamGetPriority_ptsz(None, ctypes.byref(prio)),
+      cu.cuEventRecord_ptsz(ev, None), cu.cuEventRecordWithFlags_ptsz(ev, None, 0),
+      cu.cuStreamWaitEvent_ptsz(None, ev, 0), cu.cuCtxSynchronize(), cu.cuEventQuery(ev))
+"""
     r = _run([sys.executable, "-c", code], env=client_env(d))
     assert r.returncode == 0, _describe(r, d)
-    assert r.stdout.split() == ["0", "0"], _describe(r, d)
+    assert r.stdout.split() == ["0"] * 9, _describe(r, d)
+    assert unexpected_stderr(r.stderr) == [], _describe(r, d)
+
+
+# proxyd whose writes of a reply into the fast channel's slot are slow, as when
+# the daemon is preempted in the middle of that memcpy: the first bytes of the
+# new reply are in the slot for a few milliseconds before the rest. Whatever
+# Channel.reply does around the copy (sequence numbers, flags) is unchanged.
+_SLOW_REPLY_PROXYD = r"""
+import mmap, sys, time, types
+from gpuproxy.proxyd import channel
+
+class SlowCopyMap(mmap.mmap):
+    said = False
+
+    def __setitem__(self, key, value):
+        if isinstance(key, slice) and key.start == channel.REP_DATA and len(value) > 3:
+            if not SlowCopyMap.said:
+                SlowCopyMap.said = True
+                print("test launcher: slow reply copies active", file=sys.stderr, flush=True)
+            super().__setitem__(slice(key.start, key.start + 3), bytes(value[:3]))
+            time.sleep(0.003)
+        super().__setitem__(key, value)
+
+channel.mmap = types.SimpleNamespace(mmap=SlowCopyMap, MAP_SHARED=mmap.MAP_SHARED, PROT_READ=mmap.PROT_READ,
+                                     PROT_WRITE=mmap.PROT_WRITE)
+from gpuproxy.proxyd.main import main
+main(sys.argv[1:])
+"""
+
+
+def test_channel_reply_slot_never_read_torn(corpus_built, emu_kernel_files, tmp_path):
+    from proxy import Daemon
+    d = Daemon(backend="emu", emu_kernels=emu_kernel_files, endpoint=f"ipc://{tmp_path}/proxyd.sock")
+    d.start = _start_with_launcher(d, _SLOW_REPLY_PROXYD)
+    try:
+        d.start()
+        bad = []
+        for _ in range(3):
+            for name in ("streams_events", "struct_param", "reduction"):
+                r = corpus.run_program(corpus_built[name], env=client_env(d), timeout=120)
+                if r.returncode != 0 or r.stdout != corpus_built[name].program.expected_output:
+                    bad.append(f"{name}: {(r.stdout.splitlines() or [''])[-1]} {r.stderr[-200:]}")
+        if "slow reply copies active" not in d.log():
+            # the injection no longer fits proxyd/channel.py: a failure of this test, not the bug
+            raise RuntimeError(f"the slowed-down reply copy was never used; proxyd log:\n{d.log()[-2000:]}")
+        assert not bad, "\n".join(bad)
+    finally:
+        d.cleanup()
+
+
+def _start_with_launcher(d, launcher: str):
+    """Daemon.start, but proxyd runs through `python -c launcher` (same arguments)."""
+    def start(timeout_s: float = 20.0):
+        cmd = [sys.executable, "-c", launcher, "--backend", d.backend, "--endpoint", d.endpoint,
+               "--emu-kernels", *d.emu_kernels]
+        env = dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        d._log = open(d.log_path, "ab")
+        d.proc = subprocess.Popen(cmd, stdout=d._log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            assert d.proc.poll() is None, f"proxyd exited with {d.proc.returncode}:\n{d.log()}"
+            if ping(d.endpoint):
+                return d
+            time.sleep(0.05)
+        raise RuntimeError(f"proxyd did not answer within {timeout_s} s:\n{d.log()}")
+    return start
