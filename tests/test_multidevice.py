@@ -73,3 +73,16 @@ def test_two_devices_in_one_session(exe):
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.endswith("PASS multidevice\n")
     assert "device 1 ok (pointer on device 1)" in r.stdout
+
+
+@pytest.mark.gpu
+def test_two_gpus_in_one_session(exe):
+    """The same program on a machine with two or more GPUs (cuda backend)."""
+    from gpuproxy.proxyd.cuda_backend import CudaBackend
+    if CudaBackend().device_count() < 2:
+        pytest.skip("needs two GPUs")
+    with Daemon(backend="cuda") as d:
+        r = run_proxied([str(exe / "md")], d)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.endswith("PASS multidevice\n")
+    assert "device 1 ok (pointer on device 1)" in r.stdout
