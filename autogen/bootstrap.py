@@ -652,16 +652,15 @@ DRIVER_ASYNC = {
 DRIVER_SHIM_LOCAL = {
     "cuGetProcAddress", "cuGetProcAddress_v2", "cuGetErrorString", "cuGetErrorName",
     "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuCtxSetCurrent", "cuCtxGetCurrent",
-    "cuCtxGetDevice", "cuMemAllocHost_v2", "cuMemFreeHost", "cuMemHostAlloc",
-    "cuDriverGetVersion",
+    "cuCtxGetDevice", "cuDriverGetVersion", "cuFuncGetParamInfo", "cuFuncGetName",
 }
 
 DRIVER_SHIM_OVERRIDE = {
     "cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary",
     "cuModuleGetFunction", "cuLaunchKernel", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2",
     "cuMemcpyDtoH_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuCtxCreate_v4",
-    "cuCtxDestroy_v2", "cuDevicePrimaryCtxRetain", "cuInit", "cuFuncGetParamInfo",
-    "cuFuncGetName", "cuMemGetAddressRange_v2",
+    "cuCtxDestroy_v2", "cuDevicePrimaryCtxRetain", "cuInit",
+    "cuMemAllocHost_v2", "cuMemFreeHost", "cuMemHostAlloc",
 }
 
 DRIVER_HANDLERS = {
@@ -682,7 +681,7 @@ DRIVER_HANDLERS = {
     "cuCtxDestroy_v2": "ctx_destroy", "cuDevicePrimaryCtxRetain": "primary_ctx_retain",
     "cuDevicePrimaryCtxRelease_v2": "primary_ctx_release",
     "cuDevicePrimaryCtxReset_v2": "primary_ctx_reset",
-    "cuFuncGetParamInfo": "func_get_param_info", "cuFuncGetName": "func_get_name",
+    "cuMemAllocHost_v2": "host_alloc", "cuMemHostAlloc": "host_alloc", "cuMemFreeHost": "host_free",
     "cuInit": "init",
 }
 

@@ -339,22 +339,6 @@ def h_module_get_global(d, sess, fn, ctx, args, **kw):
     return CUDA_SUCCESS, [addr if args[0] else None, size if args[1] else None]
 
 
-@handler("func_get_param_info")
-def h_func_param_info(d, sess, fn, ctx, args, **kw):
-    f = sess.get(P.K_FUNCTION, int(args[0]))
-    i = int(args[1])
-    layout = f.info["layout"]
-    if not 0 <= i < len(layout):
-        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"parameter index {i} out of range")
-    return CUDA_SUCCESS, [layout[i][0] if args[2] else None, layout[i][1] if args[3] else None]
-
-
-@handler("func_get_name")
-def h_func_name(d, sess, fn, ctx, args, **kw):
-    f = sess.get(P.K_FUNCTION, int(args[1]))
-    return CUDA_SUCCESS, [f.info["name"].encode() + b"\0"]
-
-
 @handler("launch_kernel")
 def h_launch(d, sess, fn, ctx, args, **kw):
     f = sess.get(P.K_FUNCTION, int(args[0]))

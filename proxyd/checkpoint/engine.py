@@ -349,14 +349,16 @@ class Engine:
     def _host_view(self, total: int):
         return self.backend.host_buffer(total)
 
-    def _copy_to_host(self, pieces: list[Piece], live: bool, offset: int = 0, src=lambda p: p.addr):
+    def _copy_to_host(self, pieces: list[Piece], live: bool):
+        """Device memory -> the page-locked pool. live: the app may be running
+        (pre-dump); the copy is then hashed as stored."""
         if not pieces:
             return
-        buf = self._host_view(offset + sum(p.n for p in pieces))
-        off = offset
-        for run in runs(pieces) if src(pieces[0]) == pieces[0].addr else [[p] for p in pieces]:
+        buf = self._host_view(sum(p.n for p in pieces))
+        off = 0
+        for run in runs(pieces):
             size = sum(p.n for p in run)
-            self.backend.read_device(run[0].dev, src(run[0]), size, buf[off:off + size])
+            self.backend.read_device(run[0].dev, run[0].addr, size, buf[off:off + size])
             for p in run:
                 p.host = buf[off:off + p.n]
                 off += p.n
