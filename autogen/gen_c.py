@@ -71,7 +71,7 @@ def pointee(t: str) -> str:
     return t[:-1].strip()
 
 
-def zero_return(ret: str, api: str) -> str:
+def zero_return(ret: str) -> str:
     if ret == "void":
         return "return;"
     if ret == "CUresult":
@@ -201,9 +201,8 @@ def _ptds_base(f, runtime_by_name):
 
 def _is_ptds_wrapper(f, runtime) -> bool:
     """Runtime _ptds/_ptsz entry points are generated wrappers around the
-    base function, unless interceptor/ writes one explicitly (the
-    __cudaLaunchKernel_ptsz case), which the spec marks with `shim: override`."""
-    if g(f, "api") != "runtime" or g(f, "shim") == "override_variant":
+    base function, unless interceptor/ writes one itself (HAND_WRITTEN_VARIANTS)."""
+    if g(f, "api") != "runtime":
         return False
     by = {g(x, "name"): x for x in runtime}
     base = _ptds_base(f, by)
@@ -270,7 +269,7 @@ def gen_runtime_stubs(runtime, sources, headers=()) -> str:
             out += [f"GP_EXPORT {proto(f)}", "{"]
             for p in g(f, "params") or []:
                 out.append(f"    (void){g(p, 'name')};")
-            out += [f"    gp_warn_unsupported(\"{name}\");", f"    {zero_return(ret, 'runtime')}", "}", ""]
+            out += [f"    gp_warn_unsupported(\"{name}\");", f"    {zero_return(ret)}", "}", ""]
             continue
         if _is_ptds_wrapper(f, runtime):
             base = _ptds_base(f, by)
@@ -278,9 +277,9 @@ def gen_runtime_stubs(runtime, sources, headers=()) -> str:
                 raise GenError(f"{name}: prototype differs from {g(base, 'name')}")
             call = f"gpo_{g(base, 'name')}({args})"
             if ret == "void":
-                body = [f"    gp_rt_ptds_begin();", f"    {call};", "    gp_rt_ptds_end();"]
+                body = ["    gp_rt_ptds_begin();", f"    {call};", "    gp_rt_ptds_end();"]
             else:
-                body = [f"    gp_rt_ptds_begin();", f"    {ret} r_ = {call};", "    gp_rt_ptds_end();", "    return r_;"]
+                body = ["    gp_rt_ptds_begin();", f"    {ret} r_ = {call};", "    gp_rt_ptds_end();", "    return r_;"]
             out += [f"GP_EXPORT {proto(f)}", "{"] + body + ["}", ""]
             continue
         ret_kw = "" if ret == "void" else "return "

@@ -539,11 +539,12 @@ class CudaBackend(Backend):
             mm.madvise(_mmap.MADV_HUGEPAGE)
         except (AttributeError, OSError):
             pass
-        arr = np.frombuffer(mm, np.uint8)
         step = 64 << 20
+
+        def touch(o):   # fault the pages in, several threads at once
+            np.frombuffer(mm, np.uint8, min(step, size - o), o).fill(0)
         with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as ex:
-            list(ex.map(lambda o: arr[o:o + step].fill(0), range(0, size, step)))
-        del arr
+            list(ex.map(touch, range(0, size, step)))
         b = self.ffi.from_buffer(mm, require_writable=True)
         r = self.lib.cuMemHostRegister_v2(b, size, CU_MEMHOSTREGISTER_PORTABLE)
         if r != CUDA_SUCCESS:

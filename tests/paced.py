@@ -8,7 +8,6 @@ tests can checkpoint it at exact points of its run.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 import time

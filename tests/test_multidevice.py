@@ -2,7 +2,6 @@
 and launches on each device, in one session. Runs on the emulated backend
 with two devices (CI); scripts/gpu-check runs it on every GPU of the GPU
 machine as well (marked gpu variant)."""
-import os
 import subprocess
 import sys
 from pathlib import Path

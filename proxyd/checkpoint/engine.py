@@ -36,24 +36,21 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import shutil
 import time
 
 import numpy as np
 
 from .. import __version__
 from .. import protocol as P
-from ..arena import Arena
 from ..session import CudaError, Session
 from . import hashing
-from .image import Image, ImageError, ImageWriter
+from .image import FLAG_GLOBAL, Image, ImageError, ImageWriter
 
 log = logging.getLogger("proxyd")
 
 CHUNK = 2 << 20
 # for tests only: pause between resuming the app and draining a concurrent snapshot
 TEST_DRAIN_DELAY_S = float(os.environ.get("GPUPROXY_TEST_DRAIN_DELAY_S", "0"))
-FLAG_GLOBAL = 1          # chunk holds a __device__ variable (image.py flags)
 
 
 class CheckpointError(Exception):
@@ -202,7 +199,7 @@ class Engine:
         resumed = False
         sess.ckpt_phase = "preparing"
         try:
-            parent_img, path = self._prepare_dir(path, parent, kind)
+            parent_img, path = self._prepare_dir(path, parent)
         except Exception:
             self.server.call_in_loop(lambda: self.server.unreserve_checkpoint(sess)).result()
             sess.ckpt_phase = None
@@ -253,7 +250,7 @@ class Engine:
                 else:
                     if any(p.hash is None for p in changed):
                         self.hash_live([p for p in changed if p.hash is None])   # on the device: cheap
-                    self._copy_to_host(changed, live=False)
+                    self._copy_to_host(changed)
                 self.hash_pieces(changed)     # what is still unhashed (no device hashing)
                 stats["host_ms"] = _ms(t0, time.monotonic())
                 if not concurrent and leave_running:
@@ -284,20 +281,19 @@ class Engine:
     def _resume(self, sess: Session):
         self.server.call_in_loop(lambda: self.server.resume(sess)).result()
 
-    def _prepare_dir(self, path: str, parent: str | None, kind: str):
+    def _prepare_dir(self, path: str, parent: str | None):
         """A directory that already holds an image continues its chain: the
         old image moves into DIR/parent and the new one takes DIR."""
         parent_img = None
         if parent:
             parent_img = Image.open(parent)
         elif os.path.exists(os.path.join(path, "manifest")):
-            old = Image.open(path)
+            Image.open(path).close()       # refuses a broken image before anything moves
             nested = os.path.join(path, "parent")
             tmp = path.rstrip("/") + ".moving"
             os.rename(path, tmp)
             os.makedirs(path)
             os.rename(tmp, nested)
-            del old
             parent_img = Image.open(nested)
         os.makedirs(path, exist_ok=True)
         return parent_img, path
@@ -344,24 +340,23 @@ class Engine:
                 b.sync_copies(d)
         if host:
             log.info("no spare device memory for %d chunks: copying them to host memory while frozen", len(host))
-            self._copy_to_host(host, live=False)
+            self._copy_to_host(host)
 
-    def _host_view(self, total: int):
-        return self.backend.host_buffer(total)
-
-    def _copy_to_host(self, pieces: list[Piece], live: bool):
-        """Device memory -> the page-locked pool. live: the app may be running
-        (pre-dump); the copy is then hashed as stored."""
-        if not pieces:
-            return
-        buf = self._host_view(sum(p.n for p in pieces))
-        off = 0
+    def _read_runs(self, pieces: list[Piece], buf, off: int, src):
+        """Copies pieces, a run of contiguous memory per call, into buf from
+        offset off; each piece's `host` becomes its slice of buf."""
         for run in runs(pieces):
             size = sum(p.n for p in run)
-            self.backend.read_device(run[0].dev, run[0].addr, size, buf[off:off + size])
+            self.backend.read_device(run[0].dev, src(run[0]), size, buf[off:off + size])
             for p in run:
                 p.host = buf[off:off + p.n]
                 off += p.n
+
+    def _copy_to_host(self, pieces: list[Piece]):
+        """Device memory -> the page-locked pool (the app may be running: a
+        pre-dump's copy is hashed as stored)."""
+        if pieces:
+            self._read_runs(pieces, self.backend.host_buffer(sum(p.n for p in pieces)), 0, lambda p: p.addr)
 
     def _drain(self, pieces: list[Piece]):
         """Snapshot copies in device memory -> host memory (app running)."""
@@ -371,15 +366,9 @@ class Engine:
         if any(p.hash is None for p in need):
             # hashing the snapshot on the device is cheaper than on the host
             self.hash_live([p for p in need if p.hash is None], src=lambda p: p.scratch)
-        done = sum(p.n for p in pieces if p.host is not None)
-        buf = self._host_view(sum(p.n for p in pieces))
-        off = done
-        for run in runs(need):     # scratch of a run is contiguous too
-            size = sum(p.n for p in run)
-            self.backend.read_device(run[0].dev, run[0].scratch, size, buf[off:off + size])
-            for p in run:
-                p.host = buf[off:off + p.n]
-                off += p.n
+        buf = self.backend.host_buffer(sum(p.n for p in pieces))
+        # the scratch copy of a run is contiguous too (one allocation per run)
+        self._read_runs(need, buf, sum(p.n for p in pieces if p.host is not None), lambda p: p.scratch)
         for p in need:
             self._free_scratch(p)
 
