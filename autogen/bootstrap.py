@@ -515,6 +515,29 @@ def P(params: str, objects: str = "") -> Dict[str, str]:
 
 DEV = "dev=handle:device"
 DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
+    # pycuda (interceptor/legacy_launch.c, interceptor/copy2d.c)
+    "cuFuncSetBlockShape": P("hfunc=handle:function; x=scalar; y=scalar; z=scalar", "function:use"),
+    "cuFuncSetSharedSize": P("hfunc=handle:function; bytes=scalar", "function:use"),
+    "cuParamSetSize": P("hfunc=handle:function; numbytes=scalar", "function:use"),
+    "cuParamSeti": P("hfunc=handle:function; offset=scalar; value=scalar", "function:use"),
+    "cuParamSetf": P("hfunc=handle:function; offset=scalar; value=scalar", "function:use"),
+    "cuParamSetv": P("hfunc=handle:function; offset=scalar; ptr=in_buffer@numbytes; numbytes=scalar", "function:use"),
+    "cuLaunch": P("f=handle:function", "function:use"),
+    "cuLaunchGrid": P("f=handle:function; grid_width=scalar; grid_height=scalar", "function:use"),
+    "cuLaunchGridAsync": P("f=handle:function; grid_width=scalar; grid_height=scalar; hStream=handle:stream",
+                           "function:use; stream:use"),
+    "cuCtxAttach": P("pctx=out_value:context; flags=scalar", "context:use"),   # the current one, counted
+    "cuCtxDetach": P("ctx=handle:context", "context:use"),
+    "cuMemAllocPitch_v2": P("dptr=out_value:memory; pPitch=out_value; WidthInBytes=scalar; Height=scalar; "
+                            "ElementSizeBytes=scalar", "memory:create"),
+    "cuMemcpy2D_v2": P("pCopy=in_buffer@sizeof(CUDA_MEMCPY2D)"),
+    "cuMemcpy2DUnaligned_v2": P("pCopy=in_buffer@sizeof(CUDA_MEMCPY2D)"),
+    "cuMemcpy2DAsync_v2": P("pCopy=in_buffer@sizeof(CUDA_MEMCPY2D); hStream=handle:stream", "stream:use"),
+    "cuMemcpy3D_v2": P("pCopy=in_buffer@sizeof(CUDA_MEMCPY3D)"),
+    "cuMemcpy3DAsync_v2": P("pCopy=in_buffer@sizeof(CUDA_MEMCPY3D); hStream=handle:stream", "stream:use"),
+    "cuMemsetD2D8_v2": P("dstDevice=device_ptr; dstPitch=scalar; uc=scalar; Width=scalar; Height=scalar"),
+    "cuMemsetD2D16_v2": P("dstDevice=device_ptr; dstPitch=scalar; us=scalar; Width=scalar; Height=scalar"),
+    "cuMemsetD2D32_v2": P("dstDevice=device_ptr; dstPitch=scalar; ui=scalar; Width=scalar; Height=scalar"),
     "cuInit": P("Flags=scalar"),
     "cuDriverGetVersion": P("driverVersion=out_value"),
     "cuDeviceGet": P("device=out_value:device; ordinal=scalar"),
@@ -639,6 +662,18 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
                              "cudaVersion=scalar; flags=scalar; symbolStatus=out_value"),
     "cuGetErrorString": P("error=scalar; pStr=out_value"),
     "cuGetErrorName": P("error=scalar; pStr=out_value"),
+    # issue 10, group 6/7: launch variants, stream attributes, small things
+    "cuStreamGetAttribute": P("hStream=handle:stream; attr=scalar; value_out=out_value", "stream:use"),
+    "cuStreamSetAttribute": P("hStream=handle:stream; attr=scalar; value=in_buffer@sizeof(CUstreamAttrValue)", "stream:use"),
+    "cuStreamCopyAttributes": P("dst=handle:stream; src=handle:stream", "stream:use"),
+    "cuProfilerStart": P(""),
+    "cuProfilerStop": P(""),
+    "cuDeviceGetP2PAttribute": P("value=out_value; attrib=scalar; srcDevice=handle:device; dstDevice=handle:device", "device:use"),
+    "cuLaunchKernelEx": P("config=in_buffer@sizeof(CUlaunchConfig); f=handle:function; kernelParams=in_buffer@?; extra=in_buffer@?", "function:use"),
+    "cuLaunchCooperativeKernel": P("f=handle:function; gridDimX=scalar; gridDimY=scalar; gridDimZ=scalar; blockDimX=scalar; blockDimY=scalar; blockDimZ=scalar; sharedMemBytes=scalar; hStream=handle:stream; kernelParams=in_buffer@?", "function:use; stream:use"),
+    "cuOccupancyMaxPotentialBlockSize": P("minGridSize=out_value; blockSize=out_value; func=handle:function; blockSizeToDynamicSMemSize=callback; dynamicSMemSize=scalar; blockSizeLimit=scalar", "function:use"),
+    "cuOccupancyMaxPotentialBlockSizeWithFlags": P("minGridSize=out_value; blockSize=out_value; func=handle:function; blockSizeToDynamicSMemSize=callback; dynamicSMemSize=scalar; blockSizeLimit=scalar; flags=scalar", "function:use"),
+    "cuOccupancyAvailableDynamicSMemPerBlock": P("dynamicSmemSize=out_value; func=handle:function; numBlocks=scalar; blockSize=scalar", "function:use"),
 }
 
 DRIVER_ASYNC = {
@@ -646,13 +681,20 @@ DRIVER_ASYNC = {
     "cuMemsetD16_v2", "cuMemsetD32_v2", "cuMemsetD8Async", "cuMemsetD16Async",
     "cuMemsetD32Async", "cuEventRecord", "cuEventRecordWithFlags", "cuStreamWaitEvent",
     "cuEventDestroy_v2", "cuStreamDestroy_v2", "cuFuncSetAttribute", "cuFuncSetCacheConfig",
-    "cuCtxSetCacheConfig",
+    "cuCtxSetCacheConfig", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
 }
 
 DRIVER_SHIM_LOCAL = {
+    "cuFuncSetBlockShape", "cuFuncSetSharedSize", "cuParamSetSize", "cuParamSeti", "cuParamSetf",
+    "cuParamSetv", "cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuCtxAttach", "cuCtxDetach",
+    # built in the shim on the linear allocations, copies and memsets (interceptor/copy2d.c)
+    "cuMemAllocPitch_v2", "cuMemcpy2D_v2", "cuMemcpy2DUnaligned_v2", "cuMemcpy2DAsync_v2", "cuMemcpy3D_v2",
+    "cuMemcpy3DAsync_v2", "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2",
     "cuGetProcAddress", "cuGetProcAddress_v2", "cuGetErrorString", "cuGetErrorName",
     "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuCtxSetCurrent", "cuCtxGetCurrent",
     "cuCtxGetDevice", "cuDriverGetVersion", "cuFuncGetParamInfo", "cuFuncGetName",
+    "cuProfilerStart", "cuProfilerStop", "cuOccupancyMaxPotentialBlockSize",
+    "cuOccupancyMaxPotentialBlockSizeWithFlags",
 }
 
 DRIVER_SHIM_OVERRIDE = {
@@ -661,6 +703,7 @@ DRIVER_SHIM_OVERRIDE = {
     "cuMemcpyDtoH_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuCtxCreate_v4",
     "cuCtxDestroy_v2", "cuDevicePrimaryCtxRetain", "cuInit",
     "cuMemAllocHost_v2", "cuMemFreeHost", "cuMemHostAlloc",
+    "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
 }
 
 DRIVER_HANDLERS = {
@@ -681,8 +724,13 @@ DRIVER_HANDLERS = {
     "cuCtxDestroy_v2": "ctx_destroy", "cuDevicePrimaryCtxRetain": "primary_ctx_retain",
     "cuDevicePrimaryCtxRelease_v2": "primary_ctx_release",
     "cuDevicePrimaryCtxReset_v2": "primary_ctx_reset",
+    "cuDevicePrimaryCtxSetFlags_v2": "primary_ctx_set_flags",
+    "cuDevicePrimaryCtxGetState": "primary_ctx_get_state",
     "cuMemAllocHost_v2": "host_alloc", "cuMemHostAlloc": "host_alloc", "cuMemFreeHost": "host_free",
     "cuInit": "init",
+    "cuLaunchKernelEx": "launch_kernel_ex", "cuLaunchCooperativeKernel": "launch_cooperative",
+    "cuStreamSetAttribute": "stream_set_attribute", "cuStreamCopyAttributes": "stream_copy_attributes",
+    "cuCtxSetLimit": "ctx_set_limit", "cuEventRecord": "event_record", "cuEventRecordWithFlags": "event_record",
 }
 
 STREAM = "stream=handle:stream"
@@ -799,12 +847,23 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
                                  f"args=in_buffer@?; sharedMem=scalar; {STREAM}",
                                  "kernel:use; stream:use"),
     "__cudaInitModule": P("fatCubinHandle=host_ptr"),
+    # issue 10, group 6/7
+    "cudaStreamGetAttribute": P("hStream=handle:stream; attr=scalar; value_out=out_value", "stream:use"),
+    "cudaStreamSetAttribute": P("hStream=handle:stream; attr=scalar; value=in_buffer@sizeof(cudaLaunchAttributeValue)", "stream:use"),
+    "cudaStreamCopyAttributes": P("dst=handle:stream; src=handle:stream", "stream:use"),
+    "cudaProfilerStart": P(""),
+    "cudaProfilerStop": P(""),
+    "cudaDeviceGetP2PAttribute": P("value=out_value; attr=scalar; srcDevice=scalar; dstDevice=scalar"),
+    "cudaLaunchKernelExC": P("config=in_buffer@sizeof(cudaLaunchConfig_t); func=host_ptr; args=in_buffer@?"),
+    "cudaLaunchCooperativeKernel": P("func=host_ptr; gridDim=scalar; blockDim=scalar; args=in_buffer@?; sharedMem=scalar; stream=handle:stream", "stream:use"),
+    "cudaOccupancyAvailableDynamicSMemPerBlock": P("dynamicSmemSize=out_value; func=host_ptr; numBlocks=scalar; blockSize=scalar"),
+    "cudaGetFuncBySymbol": P("functionPtr=out_value:function; symbolPtr=host_ptr", "function:create"),
 }
 
 RUNTIME_ASYNC = {
     "cudaLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemset", "cudaEventRecord",
     "cudaEventRecordWithFlags", "cudaStreamWaitEvent", "__cudaLaunchKernel",
-    "__cudaLaunchKernel_ptsz",
+    "__cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
 }
 
 # Corrections to the heuristics for unsupported functions whose roles they get
@@ -993,7 +1052,8 @@ def new_entry(fn: hdr.Prototype, ti: TypeIndex, procs) -> Dict:
 # --------------------------------------------------------------------------
 
 ENTRY_KEYS = ["name", "id", "returns", "params", "objects", "sync", "status", "proc",
-              "handler", "shim"]
+              "handler", "shim", "restore"]
+RESTORE_KEYS = ["rule", "key", "why"]
 PARAM_KEYS = ["name", "type", "role", "kind", "size"]
 PROC_KEYS = ["base", "version", "stream"]
 OBJ_KEYS = ["kind", "effect"]
@@ -1045,7 +1105,7 @@ def flow(v, order: Optional[List[str]] = None) -> str:
 
 def _sub_order(key: str) -> List[str]:
     return {"proc": PROC_KEYS, "objects": OBJ_KEYS, "cuda_version": ["min", "max"],
-            "params": PARAM_KEYS}.get(key, [])
+            "params": PARAM_KEYS, "restore": RESTORE_KEYS}.get(key, [])
 
 
 def emit_entry(e: Dict) -> str:

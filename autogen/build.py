@@ -35,8 +35,10 @@ except ImportError:  # run as a script with autogen/ on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 
-DRIVER_SOURCES = ["gp_msgpack.c", "transport.c", "hostmem.c", "context.c", "funcs.c", "memcpy.c", "driver.c",
-                  "undocumented.c", "channel.c", "pmemcpy.c"]
+DRIVER_SOURCES = ["gp_msgpack.c", "transport.c", "hostmem.c", "context.c", "funcs.c", "memcpy.c", "driver.c", "launch_ex.c",
+                  "undocumented.c", "channel.c", "pmemcpy.c", "park.c", "dlopen.c", "legacy_launch.c", "copy2d.c"]
+# libc functions that libcuda.so.1 interposes (interceptor/dlopen.c).
+INTERPOSED_LIBC = ["dlopen", "dlmopen"]
 RUNTIME_SOURCES = ["rt_state.c", "rt_register.c", "rt_api.c"]
 
 
@@ -97,7 +99,7 @@ def generate(spec_dir: Path, gen_dir: Path, py_out: Path, include: str, cc: str 
     cu, rt = gen_c.gen_errors(Path(include, "cuda.h").read_text(), Path(include, "driver_types.h").read_text(), sources)
     _write(gen_dir / "gp_errors_cu.c", cu)
     _write(gen_dir / "gp_errors_rt.c", rt)
-    cmap, rmap = gen_c.gen_version_scripts(driver, runtime, undocumented_exports())
+    cmap, rmap = gen_c.gen_version_scripts(driver, runtime, undocumented_exports() + INTERPOSED_LIBC)
     _write(gen_dir / "libcuda.map", cmap)
     _write(gen_dir / "libcudart.map", rmap)
     _write(py_out, gen_py.gen_dispatch(driver, types, sources))

@@ -44,8 +44,13 @@ def gen_dispatch(driver, types: dict[str, CType], sources: list[str]) -> str:
         params = g(f, "params") or []
         pt = tuple(_param_tuple(p, types) for p in params)
         objs = tuple((g(o, "kind"), g(o, "effect")) for o in (g(f, "objects") or []))
+        rs = g(f, "restore")
+        rule = g(rs, "rule") if rs is not None else None
+        # replay key as parameter indices; -1 stands for the current context
+        pnames = [g(p, "name") for p in params]
+        key = tuple(-1 if k == "context" else pnames.index(k) for k in (g(rs, "key") or ())) if rs else ()
         rows.append(f"    {g(f, 'id')}: Fn({g(f, 'name')!r}, {bool(g(f, 'sync', True))!r}, "
-                    f"{g(f, 'handler')!r}, {g(f, 'shim')!r}, {pt!r}, {objs!r}),")
+                    f"{g(f, 'handler')!r}, {g(f, 'shim')!r}, {pt!r}, {objs!r}, {rule!r}, {key!r}),")
         cp = [_cffi_param(p, types) for p in params]
         if None not in cp:
             cdef.append(f"int {g(f, 'name')}({', '.join(cp) or 'void'});")
@@ -58,7 +63,9 @@ def gen_dispatch(driver, types: dict[str, CType], sources: list[str]) -> str:
         "from collections import namedtuple",
         "",
         "# params: (name, role, kind, ctype, value class, value size, size expression)",
-        "Fn = namedtuple('Fn', 'name sync handler shim params objects')",
+        "# restore: the spec's restore rule; key: for replay, the indices of the params",
+        "# that name the setting (-1: the current context)",
+        "Fn = namedtuple('Fn', 'name sync handler shim params objects restore key')",
         "",
         "FUNCTIONS = {",
         *rows,

@@ -41,7 +41,13 @@ SIZE_ROLES = ("in_buffer", "out_buffer")
 FILE_KEYS = ("api", "family", "library", "soname", "header", "doc_group", "cuda_version",
              "functions")
 FUNCTION_KEYS = ("name", "id", "returns", "params", "objects", "sync", "status", "proc",
-                 "handler", "shim")
+                 "handler", "shim", "restore")
+# How a supported function's effect comes back after a restore (docs/spec-format.md,
+# "Restore rules"); every supported function names one.
+RESTORE_RULES = ("replay", "object", "memory", "driver", "client", "query", "none-needed")
+RESTORE_KEYS = ("rule", "key", "why")
+# the pseudo-parameter of a replay key: the calling thread's current context
+REPLAY_CONTEXT = "context"
 REQUIRED_FUNCTION_KEYS = ("name", "id", "returns", "params", "objects", "sync", "status")
 PARAM_KEYS = ("name", "type", "role", "kind", "size")
 
@@ -80,6 +86,13 @@ class Proc:
     stream: Optional[str] = None
 
 
+@dataclass(frozen=True)
+class Restore:
+    rule: str
+    key: tuple = ()                     # replay: the params (or "context") naming the setting
+    why: Optional[str] = None           # none-needed: the reason
+
+
 @dataclass
 class Function:
     name: str
@@ -95,6 +108,7 @@ class Function:
     proc: Optional[Proc] = None
     handler: Optional[str] = None
     shim: Optional[str] = None
+    restore: Optional[Restore] = None
 
     @property
     def supported(self) -> bool:
@@ -333,11 +347,57 @@ def _parse_function(raw: Any, api: str, family: str, path: str, errs: _Errors) -
                 bad("supported without a handler, but the function is variadic")
         if isinstance(raw["returns"], str) and raw["returns"].strip() != "CUresult":
             bad("supported without a handler, but it does not return CUresult")
+    restore = _parse_restore(raw.get("restore"), "restore" in raw, api, status, shim, params, bad)
     if not ok:
         return None
     return Function(name=name, id=fid, returns=raw["returns"].strip(), params=params,
                     objects=objects, sync=sync, status=status, api=api, family=family,
-                    file=path, proc=proc, handler=handler, shim=shim)
+                    file=path, proc=proc, handler=handler, shim=shim, restore=restore)
+
+
+def _parse_restore(raw, present: bool, api: str, status: str, shim, params: List[Param], bad) -> Optional[Restore]:
+    """`restore: RULE` or `restore: {rule: RULE, key: [...], why: ...}`."""
+    if not present:
+        if status == "supported":
+            bad("supported functions must say how a restore brings back their effect (restore: ...)")
+        return None
+    if isinstance(raw, str):
+        raw = {"rule": raw}
+    if not isinstance(raw, dict) or not set(raw) <= set(RESTORE_KEYS) or "rule" not in raw:
+        bad(f"restore must be a rule or {{rule, key, why}}, got {raw!r}")
+        return None
+    rule = raw["rule"]
+    if rule not in RESTORE_RULES:
+        bad(f"restore rule {rule!r} is not one of {', '.join(RESTORE_RULES)}")
+        return None
+    if status != "supported":
+        bad("restore on an unsupported function (it changes nothing)")
+        return None
+    key = raw.get("key", [])
+    why = raw.get("why")
+    if "key" in raw and rule != "replay":
+        bad("restore key is only for rule replay")
+    if rule == "none-needed" and not (isinstance(why, str) and why.strip()):
+        bad("restore rule none-needed needs a why")
+    if rule != "none-needed" and why is not None:
+        bad("restore why is only for rule none-needed")
+    if rule == "replay":
+        if api != "driver" or shim == "local":
+            bad("restore replay is for driver functions that proxyd executes (it records them)")
+        names = {p.name for p in params}
+        if not isinstance(key, list) or not all(isinstance(k, str) for k in key):
+            bad(f"restore key must be a list of parameter names, got {key!r}")
+            key = []
+        for k in key:
+            if k != REPLAY_CONTEXT and k not in names:
+                bad(f"restore key {k!r} is not a parameter (nor {REPLAY_CONTEXT!r})")
+        for p in params:
+            # a recorded call is replayed as it was sent: it may only carry values
+            if p.role not in ("scalar", "handle"):
+                bad(f"restore replay, but param {p.name} is {p.role} (only values can be recorded)")
+    if rule in ("driver",) and api != "runtime":
+        bad("restore driver is for runtime functions (implemented on the driver API)")
+    return Restore(rule=rule, key=tuple(key), why=why.strip() if isinstance(why, str) else None)
 
 
 def _parse_file(path: Path, api: str, errs: _Errors) -> Optional[SpecFile]:

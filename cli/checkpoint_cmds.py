@@ -2,7 +2,8 @@
 
     proxy-cli inspect DIR [--json] [--no-verify]
 
-prints an image (header, parent chain, the session's object graph, memory)
+prints an image (header, parent chain, the process part saved by CRIU: its
+size, pids and whether it is complete, the session's object graph, memory)
 and verifies it: structure always, every chunk's gp64 and every module's
 sha256 unless --no-verify. Exit status 0 when the image is sound, 1 when it
 cannot be read or has any problem. The format is docs/image-format.md.
@@ -16,13 +17,15 @@ import os
 import sys
 import time
 
+from gpuproxy.proxyd.checkpoint import criu
 from gpuproxy.proxyd.checkpoint.image import FLAG_GLOBAL, Image, ImageError
 
 
 def add_parsers(sub) -> None:
     i = sub.add_parser("inspect", help="print and verify a checkpoint image",
                        description="Print a checkpoint image (header, parent chain, object graph, memory) and "
-                                   "verify it. Exit status 1 if it cannot be read or has any problem.")
+                                   "verify it. Exit status 1 if it cannot be read or has any problem (an "
+                                   "incomplete process part included).")
     i.add_argument("dir", help="image directory")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.add_argument("--no-verify", action="store_true",
@@ -32,29 +35,41 @@ def add_parsers(sub) -> None:
 
 
 def add_checkpoint_parsers(sub) -> None:
-    """pre-dump, dump, restore and migrate: proxyd does the work; these send
-    the command and print what it reports. cli/main.py turns the pos_cli-style
-    flags (--dump, --pre-dump, --restore) into these subcommand names."""
-    for name, what in (("pre-dump", "copy a session's GPU memory while it runs (the start of an incremental chain)"),
-                       ("dump", "checkpoint a session's GPU state into an image directory")):
+    """pre-dump, dump, restore and migrate. Whole-process by default: proxyd
+    saves the GPU state and CRIU the app's processes (cli/whole_process.py);
+    --gpu-only sends proxyd's command alone. cli/main.py turns the
+    pos_cli-style flags (--dump, --pre-dump, --restore) into these
+    subcommand names."""
+    gpu_only = "the GPU state alone (proxyd only, no CRIU): the process must stay alive until the restore"
+    for name, what in (("pre-dump", "copy a session's memory while it runs (the start of an incremental chain)"),
+                       ("dump", "checkpoint an app: its GPU state (proxyd) and its processes (CRIU)")):
         p = sub.add_parser(name, help=what)
         p.add_argument("--pid", type=int, required=True, help="process whose session to checkpoint")
         p.add_argument("--dir", required=True,
                        help="image directory; one that holds an image already continues its chain")
         p.add_argument("--parent", help="parent image elsewhere (incremental)")
+        p.add_argument("--gpu-only", action="store_true", help=gpu_only)
         if name == "dump":
             p.add_argument("--leave-running", action="store_true",
-                           help="the app continues afterwards (default: its GPU state is released and its "
-                                "CUDA calls wait for a restore)")
+                           help="the app continues afterwards (a periodic checkpoint); default: the app is gone "
+                                "(with --gpu-only: its GPU state is released and its CUDA calls wait for a restore)")
             p.add_argument("--concurrent", action="store_true",
                            help="stop the app only for a device-to-device copy, then write in the background "
                                 "(implies --leave-running)")
-        p.add_argument("--json", action="store_true", help="print proxyd's report as JSON")
+        p.add_argument("--json", action="store_true", help="print the report as JSON")
         p.set_defaults(fn=cmd_dump, kind=name)
-    r = sub.add_parser("restore", help="restore a session's GPU state from an image")
+    r = sub.add_parser("restore", help="restore an app from an image: GPU state, then its processes")
     r.add_argument("--dir", required=True, help="image directory")
     r.add_argument("--device-map", default="",
                    help="restore onto other GPUs: OLD=NEW[,OLD=NEW] (same model)")
+    r.add_argument("--gpu-only", action="store_true",
+                   help="restore the GPU state alone, for a process that is still alive (a --gpu-only dump)")
+    r.add_argument("--rollback-files", action="store_true",
+                   help="files the app had open for writing that grew since the dump (it ran on after a "
+                        "--leave-running dump) are cut back to their size at the dump")
+    r.add_argument("--allow-foreign", action="store_true",
+                   help="restore an image that proxyd did not seal itself (made by another daemon or user, or "
+                        "edited): only if you trust where it came from (docs/security.md)")
     r.add_argument("--json", action="store_true")
     r.set_defaults(fn=cmd_restore)
     m = sub.add_parser("migrate", help="move a session to another GPU")
@@ -68,8 +83,10 @@ def _client(a):
     from gpuproxy.proxyd import protocol as P
 
     from .client import ControlClient
-    # checkpoints of large sessions take a while; proxyd answers when done
-    return ControlClient(a.endpoint or P.endpoint_from_env(), timeout_s=max(a.timeout, 3600))
+    from .main import CHECKPOINT_TIMEOUT_S, timeout_of
+    # proxyd answers when the checkpoint is done: a longer default wait, but
+    # an explicit --timeout is honoured (and a daemon that dies ends it early)
+    return ControlClient(a.endpoint or P.endpoint_from_env(), timeout_s=timeout_of(a, CHECKPOINT_TIMEOUT_S))
 
 
 def _report(a, res: dict, lines: list[str]) -> int:
@@ -80,33 +97,97 @@ def _report(a, res: dict, lines: list[str]) -> int:
     return 0
 
 
+def _endpoint(a) -> str:
+    from gpuproxy.proxyd import protocol as P
+    return a.endpoint or P.endpoint_from_env()
+
+
+def _gpu_lines(kind: str, pid: int, res: dict) -> list[str]:
+    state = ("released; its CUDA calls wait for a restore" if res.get("released") else "running")
+    return [f"{kind} of pid {pid} -> {res['path']}",
+            f"  GPU: {fmt_bytes(res['bytes'])} in {res['chunks']} chunks, "
+            f"{fmt_bytes(res.get('changed_bytes', res['bytes']))} written (the rest from parent images)",
+            f"  app stopped {res.get('stop_ms', 0):.1f} ms; data in host memory after {res.get('host_ms', 0):.1f} ms; "
+            f"image written in {res.get('write_ms', 0):.1f} ms; total {res['total_ms']:.1f} ms",
+            f"  session {state}"]
+
+
+def _criu_line(rec: dict) -> str:
+    return (f"  process: CRIU {rec['kind']} of pids {', '.join(map(str, rec['pids']))} -> {rec['dir']}/, "
+            f"{fmt_bytes(rec['size'])} in {rec['ms']:.1f} ms")
+
+
 def cmd_dump(a) -> int:
+    from . import whole_process as W
+    if not a.gpu_only:
+        try:
+            if a.kind == "dump":
+                res = W.dump(_client(a), _endpoint(a), a)
+            else:
+                res = W.pre_dump(_client(a), _endpoint(a), a)
+        except W.WholeProcessError as e:
+            print(f"proxy-cli {a.kind}: {e}", file=sys.stderr)
+            return 1
+        lines = _gpu_lines(a.kind, a.pid, res["gpu"])[:-1]
+        if res.get("criu"):
+            lines.append(_criu_line(res["criu"]))
+        if res.get("criu_skipped"):
+            lines.append(f"  process: {res['criu_skipped']}")
+        if a.kind == "dump":
+            lines.append("  app running (resumed)" if res["leave_running"] else
+                         f"  app gone (pid {a.pid}); restore with: proxy-cli --restore --dir {res['path']}")
+        return _report(a, res, lines)
     args = {"pid": a.pid, "dir": os.path.abspath(a.dir)}
     if a.parent:
         args["parent"] = os.path.abspath(a.parent)
     if a.kind == "dump":
         args["leave_running"] = bool(a.leave_running or a.concurrent)
         args["concurrent"] = bool(a.concurrent)
-    res = _client(a).call(a.kind, args)
-    state = ("released; its CUDA calls wait for a restore" if res.get("released")
-             else "running")
-    lines = [f"{a.kind} of pid {a.pid} -> {res['path']}",
-             f"  {fmt_bytes(res['bytes'])} in {res['chunks']} chunks, {fmt_bytes(res.get('changed_bytes', res['bytes']))} "
-             f"written (the rest from parent images)",
-             f"  app stopped {res.get('stop_ms', 0):.1f} ms; data in host memory after {res.get('host_ms', 0):.1f} ms; "
-             f"image written in {res.get('write_ms', 0):.1f} ms; total {res['total_ms']:.1f} ms",
-             f"  session {state}"]
-    return _report(a, res, lines)
+    client = _client(a)
+    try:
+        W.check_client(client, a.pid, _endpoint(a))
+    except W.WholeProcessError as e:
+        print(f"proxy-cli {a.kind}: {e}", file=sys.stderr)
+        return 1
+    res = client.call(a.kind, args)
+    return _report(a, res, _gpu_lines(a.kind, a.pid, res))
 
 
 def cmd_restore(a) -> int:
+    from . import whole_process as W
     dmap = {}
     for part in filter(None, a.device_map.split(",")):
         old, _, new = part.partition("=")
         dmap[str(int(old))] = int(new)
-    res = _client(a).call("restore", {"dir": os.path.abspath(a.dir), "device_map": dmap})
-    return _report(a, res, [f"restored pid {res['pid']} from {a.dir}: {fmt_bytes(res['bytes'])} in "
-                            f"{res['total_ms']:.1f} ms (checks {res['check_ms']:.1f} ms)"])
+    path = os.path.abspath(a.dir)
+    _client(a).call("ping")          # an unreachable proxyd is the first thing said
+    try:
+        st = W.restore_state(path)
+        if not a.gpu_only and st["present"]:
+            res = W.restore(_client(a), _endpoint(a), path, dmap, st, rollback_files=a.rollback_files,
+                            allow_foreign=bool(a.allow_foreign))
+            g = res["gpu"]
+            lines = [f"restored pid {res['pid']} from {a.dir}: GPU {fmt_bytes(g['bytes'])} in "
+                     f"{g['total_ms']:.1f} ms (checks {g['check_ms']:.1f} ms), process (CRIU) in "
+                     f"{res['criu_ms']:.1f} ms; it continues"]
+            return _report(a, res, lines + _restore_details(g))
+    except W.WholeProcessError as e:
+        print(f"proxy-cli restore: {e}", file=sys.stderr)
+        return 1
+    res = _client(a).call("restore", {"dir": path, "device_map": dmap, "allow_foreign": bool(a.allow_foreign)})
+    lines = [f"restored the GPU state of pid {res['pid']} from {a.dir}: {fmt_bytes(res['bytes'])} in "
+             f"{res['total_ms']:.1f} ms (checks {res['check_ms']:.1f} ms)"]
+    return _report(a, res, lines + _restore_details(res))
+
+
+def _restore_details(res: dict) -> list[str]:
+    lines = [f"  {res.get('replayed', 0)} recorded settings replayed; "
+             f"{res.get('globals', 0)} __device__ variables checked"]
+    for g in res.get("moved_globals", []):
+        lines.append(f"  WARNING: __device__ variable {g['name']} moved {g['old']:#x} -> {g['new']:#x}: API calls "
+                     f"with its old address are translated; copies of that address in device memory "
+                     f"(pointer tables) or in kernel arguments are not")
+    return lines
 
 
 def cmd_migrate(a) -> int:
@@ -317,6 +398,20 @@ def _json_dump(img: Image, problems: list[str], verified: bool) -> dict:
     }
 
 
+def _seal(img) -> tuple[bool, str]:
+    """Whether the image (and its chain) carries this user's seal: the key of
+    the user running inspect (keys.py; proxyd running as this user has the
+    same key). Not having a key is not an error here: no key is created."""
+    from gpuproxy.proxyd.keys import KeyError_, seal_key
+    try:
+        key = seal_key(create=False)
+    except (OSError, KeyError_) as e:
+        return False, f"foreign image: cannot read this user's seal key ({e})"
+    except Exception as e:  # noqa: BLE001 -- inspect shows what it can
+        return False, f"foreign image: {e}"
+    return img.chain_seal(key)
+
+
 def cmd_inspect(a) -> int:
     try:
         img = Image.open(a.dir)
@@ -329,10 +424,19 @@ def cmd_inspect(a) -> int:
     try:
         progress = None if a.json else _progress_printer()
         problems = img.verify(deep=not a.no_verify, progress=progress)
+        proc = criu.state(img.path, img.manifest)
+        if proc["problem"]:
+            problems.append(f"process part: {proc['problem']}")
+        ours, seal = _seal(img)
         if a.json:
-            print(json.dumps(_json_dump(img, problems, not a.no_verify), indent=2))
+            out = _json_dump(img, problems, not a.no_verify)
+            out["seal"] = {"ours": ours, "what": seal}
+            out["process"] = proc
+            print(json.dumps(out, indent=2))
             return 1 if problems else 0
         lines = header_lines(img)
+        lines.append(f"seal       {seal}")
+        lines += criu.describe_record(proc)
         lines.append("session")
         lines += session_lines(img.session)
         lines += memory_lines(img)

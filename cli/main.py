@@ -3,9 +3,11 @@
     proxy-cli preload                       print the LD_PRELOAD value of the shim
     proxy-cli run [--endpoint E] -- CMD...  run a command under the shim
     proxy-cli status [--json]               sessions served by proxyd
-    proxy-cli --pre-dump --pid PID --dir DIR
-    proxy-cli --dump --pid PID --dir DIR [--leave-running] [--parent P] [--concurrent]
-    proxy-cli --restore --dir DIR
+    proxy-cli --pre-dump --pid PID --dir DIR [--gpu-only]
+    proxy-cli --dump --pid PID --dir DIR [--leave-running] [--parent P] [--concurrent] [--gpu-only]
+    proxy-cli --restore --dir DIR [--gpu-only] [--device-map 0=1]
+                                            (whole-process: GPU state by proxyd, processes by CRIU;
+                                            --gpu-only: the GPU state alone)
     proxy-cli inspect DIR [--json]          print and verify a checkpoint image
     proxy-cli migrate --pid PID --to-device N
 """
@@ -19,6 +21,17 @@ import sys
 from gpuproxy.proxyd import protocol as P
 
 from .client import ControlClient, ControlError
+
+
+# default --timeout: commands that proxyd answers at once, and checkpoint
+# commands, which answer when the work is done (a dump of a large session
+# takes minutes). An explicit --timeout is honoured exactly.
+QUICK_TIMEOUT_S = 10.0
+CHECKPOINT_TIMEOUT_S = 600.0
+
+
+def timeout_of(a, default: float = QUICK_TIMEOUT_S) -> float:
+    return default if getattr(a, "timeout", None) is None else a.timeout
 
 
 def _endpoint(a) -> str:
@@ -62,7 +75,7 @@ def _fmt_bytes(n: int) -> str:
 
 
 def cmd_status(a):
-    st = ControlClient(_endpoint(a), timeout_s=a.timeout).call("status")
+    st = ControlClient(_endpoint(a), timeout_s=timeout_of(a)).call("status")
     if a.json:
         print(json.dumps(st, indent=2))
         return 0
@@ -72,13 +85,15 @@ def cmd_status(a):
     if not st["sessions"]:
         print("no sessions")
         return 0
-    print(f"{'PID':>8}  {'DEVICE MEM':>11}  {'CTX':>3} {'MOD':>4} {'FUNC':>5} {'STRM':>5} {'EVT':>5} {'ALLOC':>6}  {'CALLS':>8}  STATE   PROGRAM")
+    print(f"{'PID':>8}  {'WORKER':>8}  {'DEVICE MEM':>11}  {'CTX':>3} {'MOD':>4} {'FUNC':>5} {'STRM':>5} {'EVT':>5} "
+          f"{'ALLOC':>6}  {'CALLS':>8}  {'STATE':<8} PROGRAM")
     for s in st["sessions"]:
         o = s["objects"]
-        state = "frozen" if s["frozen"] else "active"
-        print(f"{s['pid']:>8}  {_fmt_bytes(s['device_memory']):>11}  {o['context']:>3} {o['module']:>4} "
+        state = s.get("state") or ("frozen" if s["frozen"] else "running")
+        worker = s.get("worker_pid") or "-"
+        print(f"{s['pid']:>8}  {worker:>8}  {_fmt_bytes(s['device_memory']):>11}  {o['context']:>3} {o['module']:>4} "
               f"{o['function']:>5} {o['stream']:>5} {o['event']:>5} {o['allocation']:>6}  {s['calls']:>8}  "
-              f"{state:<7} {s['exe']}")
+              f"{state:<8} {s['exe']}" + (f"  ({s['why']})" if s.get("why") else ""))
     return 0
 
 
@@ -86,7 +101,9 @@ def build_parser():
     ap = argparse.ArgumentParser(prog="proxy-cli", description="Drive gpuproxy: run programs under the shim, "
                                  "inspect sessions, checkpoint and restore their GPU state.")
     ap.add_argument("--endpoint", help=f"proxyd endpoint (default $GPUPROXY_ENDPOINT or {P.DEFAULT_ENDPOINT})")
-    ap.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for proxyd (default 10)")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help=f"seconds to wait for proxyd's answer (default {QUICK_TIMEOUT_S:g}; "
+                         f"{CHECKPOINT_TIMEOUT_S:g} for pre-dump, dump, restore and migrate)")
     sub = ap.add_subparsers(dest="cmd")
     sub.add_parser("preload", help="print the LD_PRELOAD value of the shim").set_defaults(fn=cmd_preload)
     r = sub.add_parser("run", help="run a command under the shim")
@@ -105,12 +122,35 @@ def build_parser():
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    # pos_cli-style actions: proxy-cli --dump --pid PID --dir DIR ...
+    # pos_cli-style actions: proxy-cli --dump --pid PID --dir DIR ...; the
+    # global options (--endpoint, --timeout) may stand anywhere among them
     for flag in ("--pre-dump", "--dump", "--restore"):
         if flag in argv:
             argv.remove(flag)
-            argv.insert(0, flag[2:])
+            glob, rest, i = [], [], 0
+            while i < len(argv):
+                opt = argv[i].split("=", 1)[0]
+                if opt in ("--endpoint", "--timeout"):
+                    n = 1 if "=" in argv[i] else 2
+                    glob += argv[i:i + n]
+                    i += n
+                else:
+                    rest.append(argv[i])
+                    i += 1
+            argv = glob + [flag[2:]] + rest
             break
+    # the global options may come anywhere (proxy-cli --dump --pid P --dir D --timeout 30)
+    front = []
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        opt = argv[i].split("=", 1)[0]
+        if opt in ("--timeout", "--endpoint") and i > 0:
+            n = 1 if "=" in argv[i] else 2
+            front += argv[i:i + n]
+            del argv[i:i + n]
+            continue
+        i += 1
+    argv = front + argv
     ap = build_parser()
     a = ap.parse_args(argv)
     if not getattr(a, "fn", None):

@@ -175,6 +175,28 @@ int gp_chan_idle(int idle)
     return 0;
 }
 
+extern int gp_shm_to_private(void *base, size_t size, const char *name);
+extern int gp_shm_from_private(void *base, size_t size, const char *name);
+
+/* Parking (park.c): the channel becomes private memory (bytes and sequence
+ * numbers kept); going on shares it again under its name. */
+void gp_chan_unshare(void)
+{
+    if (chan && chan_name[0])
+        gp_shm_to_private(chan, GP_CHAN_SIZE, chan_name);
+}
+
+int gp_chan_reshare(void)
+{
+    if (chan && chan_name[0] && gp_shm_from_private(chan, GP_CHAN_SIZE, chan_name) < 0)
+        return 1;
+    return 0;
+}
+
+/* Moving to another worker: no channel traffic until its HELLO answer says
+ * it maps the channel (gp_chan_enable). */
+void gp_chan_pause(void) { chan_ok = 0; }
+
 /* After a fork the child has no channel of its own. */
 void gp_chan_forget(void)
 {

@@ -38,7 +38,10 @@ int gp_ctx_push(CUcontext ctx)
 
 CUcontext gp_ctx_pop(void) { return depth ? stack[--depth] : NULL; }
 
-static struct { CUcontext ctx; CUdevice dev; } devs[GP_MAX_CTX];
+/* uses: the usage count of the deprecated cuCtxAttach/cuCtxDetach pair
+ * (cuda.h: a created context starts at 1, attach adds one, detach removes
+ * one and destroys the context at 0). */
+static struct { CUcontext ctx; CUdevice dev; int uses; } devs[GP_MAX_CTX];
 static int ndevs;
 
 void gp_ctx_note_device(CUcontext ctx, CUdevice dev)
@@ -53,6 +56,7 @@ void gp_ctx_note_device(CUcontext ctx, CUdevice dev)
     if (ndevs < GP_MAX_CTX) {
         devs[ndevs].ctx = ctx;
         devs[ndevs].dev = dev;
+        devs[ndevs].uses = 1;
         ndevs++;
     }
     gp_unlock();
@@ -84,4 +88,18 @@ void gp_ctx_forget(CUcontext ctx)
     for (int i = 0; i < depth; i++)
         if (stack[i] == ctx)
             stack[i] = NULL;
+}
+
+int gp_ctx_add_use(CUcontext ctx, int delta)
+{
+    int uses = -1;
+    gp_lock();
+    for (int i = 0; i < ndevs; i++)
+        if (devs[i].ctx == ctx) {
+            devs[i].uses += delta;
+            uses = devs[i].uses;
+            break;
+        }
+    gp_unlock();
+    return uses;
 }

@@ -14,6 +14,7 @@
 
 #include "gp_funcs.h"
 #include "gp_gen.h"
+#include "gp_launch.h"
 #include "gp_memcpy.h"
 #include "gp_shim.h"
 
@@ -402,43 +403,61 @@ CUresult gp_launch(uint32_t fid, CUfunction f, const unsigned grid[3], const uns
     return gp_op_async();
 }
 
+/* The packed argument buffer of a launch, from kernelParams (one pointer per
+ * parameter, packed by the layout proxyd reported) or from `extra` =
+ * { CU_LAUNCH_PARAM_BUFFER_POINTER, p, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+ * CU_LAUNCH_PARAM_END } in any order (cuLaunchKernel documentation). *buf is
+ * either `small` (cap bytes), a malloc'ed buffer the caller frees when it is
+ * not `small`, or the caller's own `extra` buffer. Caller holds the lock. */
+CUresult gp_launch_args(CUfunction f, void **kernelParams, void **extra, uint8_t *small, size_t cap,
+                        const void **buf, size_t *n)
+{
+    gp_fninfo *fi = gp_fn_lookup(f);
+    if (!fi)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (kernelParams || !extra) {
+        if (!fi->have_layout)
+            return CUDA_ERROR_INVALID_IMAGE;
+        uint8_t *b = fi->param_bytes <= cap ? small : malloc(fi->param_bytes);
+        if (!b)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        gp_fn_pack(fi, kernelParams, b);
+        *buf = b;
+        *n = fi->param_bytes;
+        return CUDA_SUCCESS;
+    }
+    const void *p = NULL;
+    size_t len = 0;
+    for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            p = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+            len = *(const size_t *)extra[i + 1];
+        else
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!p && len)
+        return CUDA_ERROR_INVALID_VALUE;
+    *buf = p;
+    *n = len;
+    return CUDA_SUCCESS;
+}
+
 static CUresult launch_kernel(uint32_t fid, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                               unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream s,
                               void **kernelParams, void **extra)
 {
     GP_ENTER();
-    gp_fninfo *fi = gp_fn_lookup(f);
-    if (!fi)
-        GP_LEAVE(CUDA_ERROR_INVALID_HANDLE);
     const unsigned grid[3] = { gx, gy, gz }, block[3] = { bx, by, bz };
-    CUresult rc;
-    if (kernelParams || !extra) {
-        if (!fi->have_layout)
-            GP_LEAVE(CUDA_ERROR_INVALID_IMAGE);
-        uint8_t small[4096];
-        uint8_t *buf = fi->param_bytes <= sizeof small ? small : malloc(fi->param_bytes);
-        if (!buf)
-            GP_LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
-        gp_fn_pack(fi, kernelParams, buf);
-        rc = gp_launch(fid, f, grid, block, shmem, s, buf, fi->param_bytes);
-        if (buf != small)
-            free(buf);
-    } else {
-        /* extra = { CU_LAUNCH_PARAM_BUFFER_POINTER, p, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
-         * CU_LAUNCH_PARAM_END } in any order (cuLaunchKernel documentation). */
-        const void *p = NULL;
-        size_t n = 0;
-        for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
-            if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
-                p = extra[i + 1];
-            else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
-                n = *(const size_t *)extra[i + 1];
-            else
-                GP_LEAVE(CUDA_ERROR_INVALID_VALUE);
-        }
-        if (!p && n)
-            GP_LEAVE(CUDA_ERROR_INVALID_VALUE);
-        rc = gp_launch(fid, f, grid, block, shmem, s, p, n);
+    uint8_t small[4096];
+    const void *buf = NULL;
+    size_t n = 0;
+    CUresult rc = gp_launch_args(f, kernelParams, extra, small, sizeof small, &buf, &n);
+    if (rc == CUDA_SUCCESS) {
+        rc = gp_launch(fid, f, grid, block, shmem, s, buf, n);
+        if (kernelParams || !extra)
+            if (buf != small)
+                free((void *)buf);
     }
     GP_LEAVE(rc);
 }

@@ -12,6 +12,12 @@ typedef struct gp_fninfo {
     uint32_t *off;
     uint32_t *size;
     uint32_t param_bytes;
+    /* State of the deprecated execution-control API (legacy_launch.c):
+     * cuFuncSetBlockShape, cuFuncSetSharedSize, cuParamSet*. */
+    int legacy_block[3];
+    unsigned legacy_shared;
+    uint8_t *legacy_params;
+    uint32_t legacy_param_size;
     struct gp_fninfo *next;
 } gp_fninfo;
 

@@ -39,9 +39,6 @@ cudaError_t gp_rt_kernel_handle(gp_rt_kernel *k, CUfunction *f);
 cudaError_t gp_rt_symbol(const void *symbol, CUdeviceptr *dptr, size_t *size);
 void gp_rt_forget_device_modules(int dev);
 
-/* Launch with packed arguments (driver.c). */
-CUresult gp_launch(uint32_t fid, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shmem,
-                   CUstream stream, const void *params, size_t nbytes);
 CUresult gp_copy_any(int per_thread, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async);
 
 const char *gp_rt_error_name(cudaError_t e);

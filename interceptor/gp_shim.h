@@ -35,12 +35,13 @@ enum gp_kind {
 };
 
 /* Message types, client -> daemon. */
-enum { GP_MSG_HELLO = 0, GP_MSG_CALL = 1, GP_MSG_BYE = 2, GP_MSG_DOORBELL = 3 };
+enum { GP_MSG_HELLO = 0, GP_MSG_CALL = 1, GP_MSG_BYE = 2, GP_MSG_DOORBELL = 3, GP_MSG_WHERE = 4, GP_MSG_QUIESCE = 5 };
 
 /* Reply codes below zero are protocol-level, not CUresult. */
 #define GP_REPLY_KEEPALIVE (-1)
 #define GP_REPLY_PROTOCOL_ERROR (-2)
 #define GP_REPLY_UNKNOWN_SESSION (-3)
+#define GP_REPLY_WHERE_QUIESCED (-4)   /* supervisor: the worker's device work is done (park.c) */
 
 /* msgpack ext types used on the wire. */
 #define GP_EXT_FRAME 1  /* payload: u32 big-endian index of a later frame of the message */
@@ -60,6 +61,8 @@ typedef struct gp_reply {
 /* ---- locking and session ---- */
 void gp_lock(void);
 void gp_unlock(void);
+int gp_trylock(void);               /* 0 when taken (park.c) */
+void gp_resend_unanswered(void);
 /* Connects (HELLO) if needed. Returns CUDA_SUCCESS or CUDA_ERROR_DEVICE_UNAVAILABLE
  * (after printing one stderr line naming the endpoint). Caller holds the lock. */
 CUresult gp_session(void);
@@ -123,6 +126,8 @@ CUcontext gp_ctx_pop(void);
 void gp_ctx_note_device(CUcontext ctx, CUdevice dev);
 int gp_ctx_device(CUcontext ctx, CUdevice *dev);
 void gp_ctx_forget(CUcontext ctx);
+/* Adds delta to ctx's cuCtxAttach/cuCtxDetach usage count; returns the new count, -1 if unknown. */
+int gp_ctx_add_use(CUcontext ctx, int delta);
 
 /* ---- device address ranges known to the client ---- */
 /* The session's arena (all allocations) and module globals count as device

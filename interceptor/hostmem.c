@@ -17,6 +17,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -50,12 +51,46 @@ extern const char *gp_chan_create(size_t *size);
 extern void gp_chan_enable(int ok);
 extern void gp_note_driver_version(int v);
 
+/* The fast channel's name (channel.c names it the same way): removed here
+ * too, so that it goes at exit even when no daemon ever answered. */
+static void unlink_chan_name(void)
+{
+    char name[96];
+    snprintf(name, sizeof name, "/gpuproxy-%s-chan", gp_session_token());
+    shm_unlink(name);
+}
+
 static void unlink_all(void)
 {
     for (int i = 0; i < nsegs; i++)
         if (segs[i].name[0])
             shm_unlink(segs[i].name);
+    unlink_chan_name();
 }
+
+/* Proof of life for the segments of this process: a shared flock(2) on the
+ * staging segment, held by an open descriptor until the process ends (the
+ * kernel drops it however the process dies, or when it execs: O_CLOEXEC).
+ * A proxyd that starts later removes the segments of a token whose lock it
+ * can take exclusively: nobody holds them any more, in whatever pid
+ * namespace (docs/protocol.md, "Shared memory"). */
+static int life_fd = -1;
+
+static void hold_life_lock(const char *name)
+{
+    if (life_fd >= 0)
+        return;
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    if (flock(fd, LOCK_SH) < 0) {
+        close(fd);
+        return;
+    }
+    life_fd = fd;
+}
+
+
 
 static gp_seg *seg_create(size_t size)
 {
@@ -90,10 +125,28 @@ static gp_seg *seg_create(size_t size)
 
 static gp_seg *staging;
 
+/* proxyd never answered the HELLO: no daemon maps these segments, so their
+ * names go now, and a process killed later leaves nothing behind. A later
+ * HELLO (a daemon that came up) then uses the socket for data. */
+void gp_hostmem_unreachable(void)
+{
+    if (staging && staging->name[0]) {
+        shm_unlink(staging->name);
+        staging->name[0] = 0;
+    }
+    unlink_chan_name();
+}
+
 size_t gp_staging_size(void) { return (staging && shm_ok) ? staging->size : 0; }
 void *gp_staging_base(void) { return staging ? staging->base : NULL; }
 uint32_t gp_staging_id(void) { return staging ? staging->id : 0; }
 int gp_shm_ok(void) { return shm_ok; }
+
+static int hello_attach;
+
+/* The next HELLO re-attaches an existing session (after a restore or after
+ * parking): proxyd maps our shared memory again. */
+void gp_hello_set_attach(int attach) { hello_attach = attach; }
 
 /* Called while building HELLO: a map describing this client. */
 void gp_hello_info(gp_buf *b)
@@ -103,8 +156,15 @@ void gp_hello_info(gp_buf *b)
     if (e && *e)
         mb = atol(e);
     int use_shm = !(getenv("GPUPROXY_SHM") && strcmp(getenv("GPUPROXY_SHM"), "0") == 0);
-    if (use_shm && !staging && mb > 0)
+    if (use_shm && !staging && mb > 0) {
         staging = seg_create((size_t)mb << 20);
+        if (staging)
+            hold_life_lock(staging->name);
+    }
+    if (!atexit_set) {
+        atexit(unlink_all);      /* also removes a channel that no daemon enabled */
+        atexit_set = 1;
+    }
     char exe[512] = "";
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[n > 0 ? n : 0] = 0;
@@ -113,7 +173,11 @@ void gp_hello_info(gp_buf *b)
     char pidns[128] = "";
     ssize_t k = readlink("/proc/self/ns/pid", pidns, sizeof pidns - 1);
     pidns[k > 0 ? k : 0] = 0;
-    mp_map(b, 7);
+    mp_map(b, hello_attach ? 8 : 7);
+    if (hello_attach) {
+        mp_str(b, "attach");
+        mp_bool(b, 1);
+    }
     mp_str(b, "pidns");
     mp_str(b, pidns);
     mp_str(b, "pid");
@@ -174,6 +238,37 @@ void gp_hello_reply(gp_rd *rd)
         shm_unlink(staging->name);
         staging->name[0] = 0;
     }
+}
+
+extern int gp_shm_to_private(void *base, size_t size, const char *name);
+extern int gp_shm_from_private(void *base, size_t size, const char *name);
+
+/* Parking (park.c): every named segment becomes private memory with the same
+ * bytes at the same address; going on shares it again under its name. */
+void gp_hostmem_unshare(void)
+{
+    for (int i = 0; i < nsegs; i++)
+        if (segs[i].name[0] && gp_shm_to_private(segs[i].base, segs[i].size, segs[i].name) < 0)
+            gp_log("cannot make segment %s private before a checkpoint", segs[i].name);
+    /* the proof-of-life descriptor names the (now unlinked) staging segment:
+     * CRIU would have to save it as a deleted file. Taken again on resharing. */
+    if (life_fd >= 0) {
+        close(life_fd);
+        life_fd = -1;
+    }
+}
+
+int gp_hostmem_reshare(void)
+{
+    int bad = 0;
+    for (int i = 0; i < nsegs; i++)
+        if (segs[i].name[0] && gp_shm_from_private(segs[i].base, segs[i].size, segs[i].name) < 0) {
+            gp_log("cannot share segment %s again after a checkpoint", segs[i].name);
+            bad = 1;
+        }
+    if (staging && staging->name[0])
+        hold_life_lock(staging->name);
+    return bad;
 }
 
 void *gp_host_alloc(size_t size)

@@ -289,6 +289,18 @@ cudaError_t gpo_cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peer
     RT_RETURN_CU(r);
 }
 
+cudaError_t gpo_cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP2PAttr attr, int srcDevice, int dstDevice)
+{
+    if (!value)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    CUresult r = cuInit(0);
+    if (r == CUDA_SUCCESS)   /* cudaDeviceP2PAttr values are the CUdevice_P2PAttribute values */
+        r = cuDeviceGetP2PAttribute(value, (CUdevice_P2PAttribute)attr, srcDevice, dstDevice);
+    if (r == CUDA_ERROR_INVALID_DEVICE)
+        return gp_rt_ret(cudaErrorInvalidDevice);
+    RT_RETURN_CU(r);
+}
+
 cudaError_t gpo_cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limit)
 {
     RT_INIT();
@@ -645,6 +657,34 @@ cudaError_t gpo_cudaStreamGetPriority(cudaStream_t hStream, int *priority)
     RT_RETURN_CU(cuStreamGetPriority(gp_rt_stream(hStream), priority));
 }
 
+/* cudaLaunchAttributeValue is CUlaunchAttributeValue (= CUstreamAttrValue) and
+ * the runtime's attribute ids are the driver's (driver_types.h, cuda.h). */
+_Static_assert(sizeof(cudaLaunchAttributeValue) == sizeof(CUstreamAttrValue), "stream attribute value layout");
+
+cudaError_t gpo_cudaStreamSetAttribute(cudaStream_t hStream, cudaLaunchAttributeID attr,
+                                       const cudaLaunchAttributeValue *value)
+{
+    if (!value)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    RT_RETURN_CU(cuStreamSetAttribute(gp_rt_stream(hStream), (CUstreamAttrID)attr, (const CUstreamAttrValue *)value));
+}
+
+cudaError_t gpo_cudaStreamGetAttribute(cudaStream_t hStream, cudaLaunchAttributeID attr,
+                                       cudaLaunchAttributeValue *value_out)
+{
+    if (!value_out)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    RT_RETURN_CU(cuStreamGetAttribute(gp_rt_stream(hStream), (CUstreamAttrID)attr, (CUstreamAttrValue *)value_out));
+}
+
+cudaError_t gpo_cudaStreamCopyAttributes(cudaStream_t dst, cudaStream_t src)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuStreamCopyAttributes(gp_rt_stream(dst), gp_rt_stream(src)));
+}
+
 /* --------------------------------------------------------- event management */
 
 cudaError_t gpo_cudaEventCreate(cudaEvent_t *event)
@@ -767,6 +807,37 @@ cudaError_t gpo_cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, co
 {
     return gpo_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, 0);
 }
+
+cudaError_t gpo_cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, const void *func, int numBlocks,
+                                                         int blockSize)
+{
+    RT_INIT();
+    CUfunction f;
+    cudaError_t e = func_of(func, &f);
+    if (e != cudaSuccess)
+        return gp_rt_ret(e);
+    RT_RETURN_CU(cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, f, numBlocks, blockSize));
+}
+
+/* The driver function of a kernel: the handle the shim uses itself, valid
+ * with the driver API entry points of this shim (cuLaunchKernel, ...). */
+cudaError_t gpo_cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolPtr)
+{
+    if (!functionPtr)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    CUfunction f;
+    cudaError_t e = func_of(symbolPtr, &f);
+    if (e == cudaSuccess)
+        *functionPtr = (cudaFunction_t)f;
+    return gp_rt_ret(e);
+}
+
+/* ---------------------------------------------------------------- profiler */
+
+/* Nothing to switch: see gpo_cuProfilerStart (launch_ex.c). */
+cudaError_t gpo_cudaProfilerStart(void) { return cudaSuccess; }
+cudaError_t gpo_cudaProfilerStop(void) { return cudaSuccess; }
 
 /* ------------------------------------------------------ driver entry points */
 

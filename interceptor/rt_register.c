@@ -22,6 +22,7 @@
 
 #include "gp_funcs.h"
 #include "gp_gen.h"
+#include "gp_launch.h"
 #include "gp_rt.h"
 
 #define GP_MAX_DEV 64
@@ -275,7 +276,15 @@ cudaError_t gpo___cudaGetKernel(cudaKernel_t *kernel, const void *funcAddr)
     return cudaSuccess;
 }
 
-static cudaError_t launch(gp_rt_kernel *k, dim3 g, dim3 b, void **args, size_t shmem, cudaStream_t stream)
+/* One runtime launch: plain (attrs == NULL: the op of cuLaunchKernel) or
+ * with launch attributes (the op of cuLaunchKernelEx). cudaLaunchAttribute
+ * is CUlaunchAttribute (same ids, same 64-byte value union; driver_types.h
+ * and cuda.h), checked at compile time below. */
+_Static_assert(sizeof(cudaLaunchAttribute) == sizeof(CUlaunchAttribute), "cudaLaunchAttribute layout");
+_Static_assert(sizeof(cudaLaunchAttributeValue) == sizeof(CUlaunchAttributeValue), "cudaLaunchAttributeValue layout");
+
+static cudaError_t launch_attrs(gp_rt_kernel *k, dim3 g, dim3 b, void **args, size_t shmem, cudaStream_t stream,
+                                const cudaLaunchAttribute *attrs, unsigned nattrs, int ex)
 {
     if (!k)
         return gp_rt_ret(cudaErrorInvalidDeviceFunction);
@@ -297,8 +306,14 @@ static cudaError_t launch(gp_rt_kernel *k, dim3 g, dim3 b, void **args, size_t s
                 gp_fn_pack(fi, args, buf);
                 const unsigned grid[3] = { g.x, g.y, g.z }, block[3] = { b.x, b.y, b.z };
                 int pt = gp_rt_ptds();
-                CUresult r = gp_launch(pt ? GP_FID_cuLaunchKernel_ptsz : GP_FID_cuLaunchKernel, f, grid, block,
-                                       (unsigned)shmem, gp_rt_stream(stream), buf, fi->param_bytes);
+                CUresult r;
+                if (ex)
+                    r = gp_launch_ex(pt ? GP_FID_cuLaunchKernelEx_ptsz : GP_FID_cuLaunchKernelEx, f, grid, block,
+                                     (unsigned)shmem, gp_rt_stream(stream), (const CUlaunchAttribute *)attrs, nattrs,
+                                     buf, fi->param_bytes);
+                else
+                    r = gp_launch(pt ? GP_FID_cuLaunchKernel_ptsz : GP_FID_cuLaunchKernel, f, grid, block,
+                                  (unsigned)shmem, gp_rt_stream(stream), buf, fi->param_bytes);
                 e = gp_rt_from_cu(r);
                 if (buf != small)
                     free(buf);
@@ -307,6 +322,11 @@ static cudaError_t launch(gp_rt_kernel *k, dim3 g, dim3 b, void **args, size_t s
     }
     gp_unlock();
     return gp_rt_ret(e);
+}
+
+static cudaError_t launch(gp_rt_kernel *k, dim3 g, dim3 b, void **args, size_t shmem, cudaStream_t stream)
+{
+    return launch_attrs(k, g, b, args, shmem, stream, NULL, 0, 0);
 }
 
 cudaError_t gpo___cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
@@ -328,4 +348,32 @@ cudaError_t gpo_cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, 
                                  cudaStream_t stream)
 {
     return launch(gp_rt_kernel_for(func), gridDim, blockDim, args, sharedMem, stream);
+}
+
+/* cudaLaunchKernelEx (a template in cuda_runtime.h) packs the arguments and
+ * calls this. */
+cudaError_t gpo_cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
+{
+    if (!config)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    cudaError_t e = gp_rt_init_thread();
+    if (e != cudaSuccess)
+        return gp_rt_ret(e);
+    return launch_attrs(gp_rt_kernel_for(func), config->gridDim, config->blockDim, args, config->dynamicSmemBytes,
+                        config->stream, config->attrs, config->numAttrs, 1);
+}
+
+/* A cooperative launch is a launch with cudaLaunchAttributeCooperative
+ * (driver_types.h documents the two as equivalent). */
+cudaError_t gpo_cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args,
+                                            size_t sharedMem, cudaStream_t stream)
+{
+    cudaError_t e = gp_rt_init_thread();
+    if (e != cudaSuccess)
+        return gp_rt_ret(e);
+    cudaLaunchAttribute a;
+    memset(&a, 0, sizeof a);
+    a.id = cudaLaunchAttributeCooperative;
+    a.val.cooperative = 1;
+    return launch_attrs(gp_rt_kernel_for(func), gridDim, blockDim, args, sharedMem, stream, &a, 1, 1);
 }

@@ -9,6 +9,16 @@
  * image, so this holds across dump, daemon restart and restore). proxyd
  * answers a duplicate of a message it is still working on with KEEPALIVE.
  *
+ * Two sockets: `sup` talks to proxyd's supervisor at the public endpoint
+ * (HELLO, which says where this session's worker is; WHERE, asked after a
+ * silence to learn whether the worker is busy, moved after a restore, dead or
+ * released; PARKED), and `sock` talks to the session's worker, which executes
+ * the calls. A worker that is alive but busy (a long synchronisation) is
+ * waited for; one that died fails the call within about a second with the
+ * reason; a supervisor that stops answering fails it after GPUPROXY_TIMEOUT_MS
+ * (default 5 s), except during a planned wait (the session was dumped and
+ * waits for a restore), which lasts up to GPUPROXY_RESTORE_WAIT_S.
+ *
  * Locking: everything here runs under gp_lock (a recursive mutex). */
 #define _GNU_SOURCE
 #include "gp_shim.h"
@@ -37,6 +47,7 @@ int gp_chan_recv(zmq_msg_t *msg);
 int gp_chan_idle(int idle);
 int gp_chan_active(void);
 void gp_chan_forget(void);
+void gp_chan_pause(void);
 
 static pthread_mutex_t gp_mu;
 static pthread_once_t gp_once = PTHREAD_ONCE_INIT;
@@ -61,10 +72,16 @@ typedef struct gp_msg {
 static struct {
     int state;                  /* 0 new, 1 connected, 2 failed to connect */
     pid_t pid;
-    char endpoint[512];
+    char endpoint[512];         /* the supervisor's (public) endpoint */
+    char wendpoint[512];        /* the session's worker */
     char token[40];
     void *zctx;
-    void *sock;
+    void *sock;                 /* to the worker (during the first HELLO: the supervisor) */
+    void *sup;                  /* to the supervisor */
+    int in_session;             /* HELLO done: silences are probed with WHERE */
+    int planned;                /* the supervisor said: dumped, waiting for a restore */
+    uint64_t planned_since;
+    long restore_wait_s;
     uint64_t seq;
     uint64_t answered;          /* highest sequence number whose answer was taken */
     /* the batch being built */
@@ -139,6 +156,9 @@ static void child_after_fork(void)
     G.state = 0;
     G.zctx = NULL;
     G.sock = NULL;
+    G.sup = NULL;
+    G.in_session = 0;
+    G.planned = 0;
     G.ninflight = 0;
     G.inflight_bytes = 0;
     gp_buf_init(&G.cur.head);
@@ -165,6 +185,12 @@ void gp_lock(void)
 }
 
 void gp_unlock(void) { pthread_mutex_unlock(&gp_mu); }
+
+int gp_trylock(void)
+{
+    pthread_once(&gp_once, init_once);
+    return pthread_mutex_trylock(&gp_mu);
+}
 
 /* ------------------------------------------------------------ messages */
 
@@ -346,11 +372,16 @@ static int recv_message(gp_reply *r, long timeout_ms)
  * [seq, code, message] for protocol errors. */
 /* msg/msglen: proxyd's explanation of a failure (printed by the caller, once
  * per fresh reply, never for a duplicate). */
+static const uint8_t *reply_printed;   /* device printf output carried by the last parsed reply */
+static size_t reply_printed_len;
+
 static int reply_parse(gp_reply *r, uint64_t *seq, int *code, CUresult *async_code, uint32_t *async_fid,
                        const uint8_t **msg, size_t *msglen)
 {
     *msg = NULL;
     *msglen = 0;
+    reply_printed = NULL;
+    reply_printed_len = 0;
     gp_rd_init(&r->rd, zmq_msg_data(&r->frames[0]), zmq_msg_size(&r->frames[0]));
     uint32_t n = mp_get_array(&r->rd);
     *seq = mp_get_uint(&r->rd);
@@ -372,6 +403,8 @@ static int reply_parse(gp_reply *r, uint64_t *seq, int *code, CUresult *async_co
         *async_fid = (uint32_t)mp_get_uint(&r->rd);
         if (n >= 6)
             *msg = mp_get_bytes(&r->rd, msglen);
+        if (n >= 7)   /* what the session's kernels printed (printf), for our stdout */
+            reply_printed = mp_get_bytes(&r->rd, &reply_printed_len);
         r->rd = outs;
         mp_obj o;
         gp_rd peek = r->rd;
@@ -413,6 +446,12 @@ static void resend_all(gp_msg *sync_msg)
         zmq_send_msg(sync_msg);
 }
 
+static int where_probe(void);
+static int send_async_batch(void);
+int gp_park_requested(void);
+int gp_park_here(void);
+void gp_park_init(void);
+
 /* Waits for answers. Returns 0 when the sync message (if given) has been
  * answered (its reply left in *out) or, without one, when at most
  * `max_inflight` async messages remain unanswered. silence_ms: how long a
@@ -430,15 +469,26 @@ static int pump(gp_msg *sync_msg, gp_reply *out, int max_inflight, long silence_
             if (!wait)
                 return 1;
             uint64_t t = now_us();
+            if (t - last_send >= 1000000u) {
+                last_send = t;
+                if (G.in_session) {
+                    /* Nothing for a second: ask the supervisor whether the
+                     * worker is busy (then keep waiting), moved (a restore:
+                     * go there), dead, or the session waits for a restore. */
+                    int w = where_probe();
+                    if (w < 0)
+                        return -3;
+                    t = now_us();
+                    if (w > 0)
+                        last_heard = t;
+                }
+                /* Send everything unanswered again: a restarted or restored
+                 * worker executes what it has not, and answers the rest from
+                 * its record. */
+                resend_all(sync_msg);
+            }
             if ((long)((t - last_heard) / 1000u) >= silence_ms)
                 return -1;
-            if (t - last_send >= 1000000u) {
-                /* Nothing for a second: the daemon may have restarted and
-                 * lost what it had not answered. Send it all again; it
-                 * ignores what it has already executed. */
-                resend_all(sync_msg);
-                last_send = t;
-            }
             continue;
         }
         last_heard = now_us();
@@ -466,6 +516,10 @@ static int pump(gp_msg *sync_msg, gp_reply *out, int max_inflight, long silence_
         }
         if (why && whylen)
             gp_log("proxyd: %.*s", (int)whylen, (const char *)why);
+        if (reply_printed && reply_printed_len)
+            /* into the app's own stdout buffer, where the device's printf
+             * output of a native process goes too (and in the same order) */
+            fwrite(reply_printed, 1, reply_printed_len, stdout);
         if (code == GP_REPLY_UNKNOWN_SESSION || code == GP_REPLY_PROTOCOL_ERROR) {
             /* the daemon cannot run anything of this session: fail the wait */
             gp_reply_done(&r);
@@ -493,6 +547,8 @@ static CUresult lost_daemon(int why)
 {
     if (why == -2)
         gp_log("proxyd at %s does not know this process's session (daemon restarted without a restore?)", G.endpoint);
+    else if (why == -3)
+        ;   /* where_probe said why */
     else
         gp_log("proxyd at %s stopped answering for %ld ms", G.endpoint, G.timeout_ms);
     return CUDA_ERROR_DEVICE_UNAVAILABLE;
@@ -516,6 +572,28 @@ static void make_token(void)
              rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7], (int)getpid());
 }
 
+static void *new_dealer(const char *endpoint)
+{
+    void *so = zmq_socket(G.zctx, ZMQ_DEALER);
+    if (!so)
+        return NULL;
+    char rid[64];
+    int n = snprintf(rid, sizeof rid, "c:%s", G.token);
+    zmq_setsockopt(so, ZMQ_ROUTING_ID, rid, (size_t)n);
+    int linger = 0, ivl = 50, ivlmax = 500, hwm = 0;
+    zmq_setsockopt(so, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(so, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(so, ZMQ_RECONNECT_IVL_MAX, &ivlmax, sizeof ivlmax);
+    zmq_setsockopt(so, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(so, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    if (zmq_connect(so, endpoint) < 0) {
+        gp_log("cannot use endpoint %s: %s", endpoint, zmq_strerror(zmq_errno()));
+        zmq_close(so);
+        return NULL;
+    }
+    return so;
+}
+
 static int open_socket(void)
 {
     G.zctx = zmq_ctx_new();
@@ -523,27 +601,177 @@ static int open_socket(void)
         return -1;
     zmq_ctx_set(G.zctx, ZMQ_IO_THREADS, 1);
     zmq_ctx_set(G.zctx, ZMQ_BLOCKY, 0);
-    G.sock = zmq_socket(G.zctx, ZMQ_DEALER);
-    if (!G.sock)
-        return -1;
-    char rid[64];
-    int n = snprintf(rid, sizeof rid, "c:%s", G.token);
-    zmq_setsockopt(G.sock, ZMQ_ROUTING_ID, rid, (size_t)n);
-    int linger = 0, ivl = 50, ivlmax = 500, hwm = 0;
-    zmq_setsockopt(G.sock, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(G.sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
-    zmq_setsockopt(G.sock, ZMQ_RECONNECT_IVL_MAX, &ivlmax, sizeof ivlmax);
-    zmq_setsockopt(G.sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(G.sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    if (zmq_connect(G.sock, G.endpoint) < 0) {
-        gp_log("cannot use endpoint %s: %s", G.endpoint, zmq_strerror(zmq_errno()));
+    G.sup = new_dealer(G.endpoint);
+    G.sock = G.sup;
+    return G.sup ? 0 : -1;
+}
+
+/* A worker endpoint as the client must dial it: a worker bound to all
+ * interfaces (tcp://0.0.0.0:PORT) is reached at the host we reached the
+ * supervisor at. */
+static void set_worker_endpoint(const char *ep, size_t n)
+{
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%.*s", (int)n, ep);
+    const char *any[] = { "tcp://0.0.0.0:", "tcp://*:", "tcp://[::]:" };
+    for (unsigned i = 0; i < sizeof any / sizeof any[0]; i++) {
+        size_t k = strlen(any[i]);
+        if (!strncmp(tmp, any[i], k) && !strncmp(G.endpoint, "tcp://", 6)) {
+            const char *host = G.endpoint + 6;
+            const char *colon = strrchr(host, ':');
+            int hl = colon ? (int)(colon - host) : (int)strlen(host);
+            snprintf(G.wendpoint, sizeof G.wendpoint, "tcp://%.*s:%s", hl, host, tmp + k);
+            return;
+        }
+    }
+    snprintf(G.wendpoint, sizeof G.wendpoint, "%s", tmp);
+}
+
+/* Reads the "endpoint" of a supervisor answer's first out (a map). */
+static int answer_endpoint(gp_rd *rd, const uint8_t **state, size_t *slen, const uint8_t **why, size_t *wlen)
+{
+    int found = 0;
+    if (state) { *state = NULL; *slen = 0; }
+    if (why) { *why = NULL; *wlen = 0; }
+    uint32_t n = mp_get_map(rd);
+    for (uint32_t i = 0; i < n && !rd->err; i++) {
+        size_t kl, vl;
+        const uint8_t *k = mp_get_bytes(rd, &kl);
+        if (k && kl == 8 && !memcmp(k, "endpoint", 8)) {
+            const uint8_t *v = mp_get_bytes(rd, &vl);
+            if (v && vl) {
+                set_worker_endpoint((const char *)v, vl);
+                found = 1;
+            }
+        } else if (k && kl == 5 && !memcmp(k, "state", 5) && state) {
+            *state = mp_get_bytes(rd, slen);
+        } else if (k && kl == 3 && !memcmp(k, "why", 3) && why) {
+            *why = mp_get_bytes(rd, wlen);
+        } else {
+            mp_skip(rd);
+        }
+    }
+    return found && !rd->err;
+}
+
+extern void gp_hello_set_attach(int attach);
+
+/* Opens the data socket to the worker named in G.wendpoint and says HELLO
+ * there (attach: re-attach an existing session without taking a sequence
+ * number). 0 on success. */
+static int hello_worker(int attach, long limit_ms);
+
+/* Goes to the session's new worker after a restore: a new socket, an
+ * attaching HELLO; the caller then resends what is unanswered. */
+static int reconnect_worker(void)
+{
+    void *old = G.sock;
+    G.sock = new_dealer(G.wendpoint);
+    if (!G.sock) {
+        G.sock = old;
         return -1;
     }
+    if (old && old != G.sup)
+        zmq_close(old);
+    gp_chan_pause();      /* until the new worker says it maps the channel */
+    if (hello_worker(1, G.connect_ms > 2000 ? G.connect_ms : 2000) < 0)
+        return -1;
+    if (G.debug)
+        gp_log("session %s re-attached at %s", G.token, G.wendpoint);
     return 0;
+}
+
+static int where_probe(void)
+{
+    char pidns[128] = "";
+    ssize_t k = readlink("/proc/self/ns/pid", pidns, sizeof pidns - 1);
+    pidns[k > 0 ? k : 0] = 0;
+    gp_buf b;
+    gp_buf_init(&b);
+    mp_array(&b, 3);
+    mp_uint(&b, GP_MSG_WHERE);
+    mp_uint(&b, 0);
+    mp_map(&b, 2);
+    mp_str(&b, "pid");
+    mp_int(&b, getpid());
+    mp_str(&b, "pidns");
+    mp_str(&b, pidns);
+    int sent = zmq_send(G.sup, b.p, b.len, ZMQ_DONTWAIT);
+    gp_buf_free(&b);
+    if (sent < 0)
+        return 0;
+    zmq_pollitem_t it = { G.sup, 0, ZMQ_POLLIN, 0 };
+    if (zmq_poll(&it, 1, 1000) <= 0) {
+        if (G.planned && (long)((now_us() - G.planned_since) / 1000000u) < G.restore_wait_s)
+            return 1;   /* a daemon restart is part of a planned wait */
+        return 0;
+    }
+    /* take the newest answer (a late one to an earlier probe may be queued) */
+    zmq_msg_t m, last;
+    zmq_msg_init(&last);
+    int have = 0;
+    for (;;) {
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, G.sup, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            break;
+        }
+        zmq_msg_close(&last);
+        last = m;
+        have = 1;
+    }
+    if (!have) {
+        zmq_msg_close(&last);
+        return 0;
+    }
+    gp_rd rd;
+    gp_rd_init(&rd, zmq_msg_data(&last), zmq_msg_size(&last));
+    uint32_t n = mp_get_array(&rd);
+    mp_get_uint(&rd);
+    int code = (int)mp_get_int(&rd);
+    int rc = 0;
+    const uint8_t *st = NULL, *why = NULL;
+    size_t sl = 0, wl = 0;
+    char prev[512];
+    snprintf(prev, sizeof prev, "%s", G.wendpoint);
+    int has_ep = 0;
+    if (!rd.err && n >= 3 && code == 0 && mp_get_array(&rd) >= 1)
+        has_ep = answer_endpoint(&rd, &st, &sl, &why, &wl);
+    if (rd.err || !st) {
+        rc = 0;
+    } else if (sl == 7 && !memcmp(st, "running", 7)) {
+        G.planned = 0;
+        rc = 1;
+        if (has_ep && strcmp(prev, G.wendpoint) != 0)
+            rc = reconnect_worker() == 0 ? 2 : 1;
+    } else if ((sl == 8 && !memcmp(st, "released", 8)) || (sl == 8 && !memcmp(st, "starting", 8))) {
+        if (!G.planned) {
+            G.planned = 1;
+            G.planned_since = now_us();
+            gp_log("session dumped: waiting for a restore (at most %ld s, GPUPROXY_RESTORE_WAIT_S)", G.restore_wait_s);
+        }
+        rc = (long)((now_us() - G.planned_since) / 1000000u) < G.restore_wait_s ? 1 : -1;
+        if (rc < 0)
+            gp_log("no restore came within %ld s; giving up", G.restore_wait_s);
+    } else if (sl == 4 && !memcmp(st, "dead", 4)) {
+        gp_log("proxyd at %s lost this session: %.*s", G.endpoint, (int)wl, why ? (const char *)why : "its worker ended");
+        rc = -1;
+    } else {   /* unknown */
+        if (G.planned && (long)((now_us() - G.planned_since) / 1000000u) < G.restore_wait_s) {
+            rc = 1;   /* a restarted daemon: the restore may still come */
+        } else {
+            gp_log("proxyd at %s does not know this process's session (daemon restarted without a restore?)",
+                   G.endpoint);
+            rc = -1;
+        }
+    }
+    zmq_msg_close(&last);
+    return rc;
 }
 
 extern void gp_hello_info(gp_buf *b);   /* hostmem.c: what the daemon needs to know */
 extern void gp_hello_reply(gp_rd *rd);  /* hostmem.c: what the daemon told us */
+extern void gp_hostmem_unreachable(void);  /* hostmem.c: no daemon answered: segment names go */
 
 static void bye_at_exit(void)
 {
@@ -565,6 +793,42 @@ static void bye_at_exit(void)
     gp_unlock();
 }
 
+static int hello_worker(int attach, long limit_ms)
+{
+    gp_msg m;
+    memset(&m, 0, sizeof m);
+    msg_reset(&m);
+    gp_hello_set_attach(attach);
+    gp_hello_info(&m.head);
+    if (attach) {
+        /* seq 0: an attach must not move the session's sequence numbers */
+        uint64_t keep = G.seq;
+        G.seq = (uint64_t)-1;   /* msg_seal adds one: 0 */
+        msg_seal(&m, GP_MSG_HELLO, 1);
+        G.seq = keep;
+    } else {
+        msg_seal(&m, GP_MSG_HELLO, 1);
+    }
+    int in = G.in_session;
+    G.in_session = 0;        /* no WHERE probes from inside this wait */
+    gp_reply r;
+    int rc = -1;
+    if (zmq_send_msg(&m) == 0)
+        rc = pump(&m, &r, 0, limit_ms, 1);
+    msg_free(&m);
+    G.in_session = in;
+    if (rc != 0)
+        return -1;
+    if (r.code != 0) {
+        gp_reply_done(&r);
+        return -1;
+    }
+    if (r.have_outs && r.nouts >= 1)
+        gp_hello_reply(&r.rd);
+    gp_reply_done(&r);
+    return 0;
+}
+
 CUresult gp_session(void)
 {
     if (G.state == 1 && G.pid == getpid())
@@ -576,7 +840,10 @@ CUresult gp_session(void)
         snprintf(G.endpoint, sizeof G.endpoint, "%s", (ep && *ep) ? ep : GP_DEFAULT_ENDPOINT);
         G.debug = getenv("GPUPROXY_DEBUG") != NULL;
         G.spin_us = env_long("GPUPROXY_SPIN_US", 250);
-        G.timeout_ms = env_long("GPUPROXY_TIMEOUT_MS", 300000);
+        G.timeout_ms = env_long("GPUPROXY_TIMEOUT_MS", 5000);
+        G.restore_wait_s = env_long("GPUPROXY_RESTORE_WAIT_S", 3600);
+        G.in_session = 0;
+        G.planned = 0;
         G.connect_ms = env_long("GPUPROXY_CONNECT_TIMEOUT_MS", 1500);
         G.batching = env_long("GPUPROXY_BATCH", 1) != 0;
         G.pid = getpid();
@@ -590,12 +857,15 @@ CUresult gp_session(void)
             return CUDA_ERROR_DEVICE_UNAVAILABLE;
         }
     }
-    if (!G.sock)
+    if (!G.sup)
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
-    /* HELLO: [0, seq, [info]] */
+    /* HELLO to the supervisor: [0, seq, [info]]; it answers (after KEEPALIVEs
+     * while a worker starts) with the endpoint of this session's worker. */
+    G.sock = G.sup;
     gp_msg m;
     memset(&m, 0, sizeof m);
     msg_reset(&m);
+    gp_hello_set_attach(0);
     gp_hello_info(&m.head);
     msg_seal(&m, GP_MSG_HELLO, 1);
     long limit = G.state == 2 ? 200 : G.connect_ms;   /* after one failure, fail fast */
@@ -608,20 +878,32 @@ CUresult gp_session(void)
     gp_reply r;
     int rc = pump(&m, &r, 0, limit, 1);
     msg_free(&m);
-    if (rc != 0 || r.code != 0) {
+    int have_ep = 0;
+    if (rc == 0 && r.code == 0 && r.have_outs && r.nouts >= 1)
+        have_ep = answer_endpoint(&r.rd, NULL, NULL, NULL, NULL);
+    if (rc != 0 || r.code != 0 || !have_ep) {
         if (rc == 0)
             gp_reply_done(&r);
-        if (!G.warned_unreachable || G.state != 2)
+        if (rc == 0 && r.code != 0)
+            ;   /* pump printed proxyd's reason */
+        else if (!G.warned_unreachable || G.state != 2)
             gp_log("cannot reach proxyd at %s (no answer within %ld ms); start it with `proxyd` or set GPUPROXY_ENDPOINT",
                    G.endpoint, limit);
         G.warned_unreachable = 1;
         G.state = 2;
+        gp_hostmem_unreachable();   /* hostmem.c: no daemon maps our segments: remove their names */
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
     }
-    if (r.have_outs && r.nouts >= 1)
-        gp_hello_reply(&r.rd);
     gp_reply_done(&r);
+    G.sock = new_dealer(G.wendpoint);
+    if (!G.sock || hello_worker(0, G.connect_ms > 5000 ? G.connect_ms : 5000) < 0) {
+        gp_log("cannot open a session with proxyd's worker at %s", G.wendpoint);
+        G.state = 2;
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    }
+    G.in_session = 1;
     G.state = 1;
+    gp_park_init();
     static int atexit_done;
     if (!atexit_done) {
         atexit(bye_at_exit);
@@ -630,6 +912,112 @@ CUresult gp_session(void)
     if (G.debug)
         gp_log("session %s connected to %s", G.token, G.endpoint);
     return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------- park / go on */
+
+/* Closes the sockets and ends the ZeroMQ context (its I/O thread goes), so
+ * that nothing of the connection to proxyd is left for CRIU to find. What is
+ * unanswered stays in `inflight` and the current batch stays in `cur`. */
+int gp_transport_park(void)
+{
+    if (G.sock && G.sock != G.sup)
+        zmq_close(G.sock);
+    if (G.sup)
+        zmq_close(G.sup);
+    G.sock = G.sup = NULL;
+    if (G.zctx)
+        zmq_ctx_term(G.zctx);
+    G.zctx = NULL;
+    gp_chan_pause();
+    return 0;
+}
+
+/* Connects again after parking: to `endpoint` (a restore may have happened
+ * elsewhere) or the one we had; asks the supervisor where the session's
+ * worker is and attaches there. */
+int gp_transport_unpark(const char *endpoint)
+{
+    if (endpoint && *endpoint)
+        snprintf(G.endpoint, sizeof G.endpoint, "%s", endpoint);
+    G.wendpoint[0] = 0;
+    if (open_socket() < 0)
+        return -1;
+    G.planned = 0;
+    uint64_t end = now_us() + (uint64_t)(G.timeout_ms > 0 ? G.timeout_ms : 5000) * 1000u;
+    while (now_us() < end) {
+        int w = where_probe();     /* reconnects when it learns the endpoint */
+        if (w < 0)
+            return -1;
+        if (w == 2)
+            return 0;
+        struct timespec t = { 0, 100 * 1000000L };   /* the worker may still be starting */
+        nanosleep(&t, NULL);
+    }
+    gp_log("proxyd at %s did not take this session back after the checkpoint", G.endpoint);
+    return -1;
+}
+
+/* Before parking: sends the batch being built and waits until proxyd has
+ * answered everything (an async failure stays pending for the app's next
+ * sync call), then asks the supervisor to have the worker wait until the
+ * device is idle, so that nothing proxyd does afterwards writes into memory
+ * we share: the bytes we turn private are final. 0 on success. */
+int gp_transport_quiesce(void)
+{
+    if (G.state != 1 || !G.sock)
+        return -1;
+    if (G.cur_has_ops && send_async_batch() < 0)
+        return -1;
+    if (pump(NULL, NULL, 0, G.timeout_ms, 1) != 0)
+        return -1;
+    gp_buf b;
+    gp_buf_init(&b);
+    mp_array(&b, 3);
+    mp_uint(&b, GP_MSG_QUIESCE);
+    mp_uint(&b, 0);
+    mp_map(&b, 0);
+    int sent = zmq_send(G.sup, b.p, b.len, 0);
+    gp_buf_free(&b);
+    if (sent < 0)
+        return -1;
+    long wait_ms = env_long("GPUPROXY_PARK_QUIESCE_MS", 600000);
+    zmq_pollitem_t it = { G.sup, 0, ZMQ_POLLIN, 0 };
+    for (;;) {
+        if (zmq_poll(&it, 1, wait_ms) <= 0) {
+            gp_log("proxyd at %s did not confirm that the device is idle; not parking", G.endpoint);
+            return -1;
+        }
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, G.sup, 0) < 0) {
+            zmq_msg_close(&m);
+            return -1;
+        }
+        gp_rd rd;
+        gp_rd_init(&rd, zmq_msg_data(&m), zmq_msg_size(&m));
+        uint32_t n = mp_get_array(&rd);
+        uint64_t seq = mp_get_uint(&rd);
+        int code = (int)mp_get_int(&rd);
+        zmq_msg_close(&m);
+        if (rd.err || n < 2 || seq != 0)
+            continue;
+        if (code == GP_REPLY_WHERE_QUIESCED)
+            return 0;
+        if (code == GP_REPLY_KEEPALIVE)
+            continue;
+        if (code != 0) {
+            gp_log("proxyd at %s could not idle the device before parking (%d)", G.endpoint, code);
+            return -1;
+        }
+    }
+}
+
+/* Sends every unanswered message again (after going on from a park). */
+void gp_resend_unanswered(void)
+{
+    if (G.sock)
+        resend_all(NULL);
 }
 
 /* ---------------------------------------------------------------- ops */

@@ -77,6 +77,7 @@ class Backend:
     def ctx_create(self, dev: int, flags: int) -> Any: raise NotImplementedError
     def ctx_destroy(self, ctx: Any) -> None: raise NotImplementedError
     def make_current(self, ctx: Any) -> None: ...
+    def ctx_set_flags(self, ctx: Any, flags: int) -> None: raise NotImplementedError
     def ctx_sync(self, ctx: Any) -> None: raise NotImplementedError
 
     # ---- memory: per-session fixed address ranges
@@ -98,7 +99,10 @@ class Backend:
     def module_function(self, mod: Any, name: str) -> Any: raise NotImplementedError
     def module_global(self, mod: Any, name: str) -> tuple[int, int]: raise NotImplementedError
     def param_info(self, fn: Any) -> list[tuple[int, int]] | None: return None
-    def launch(self, fn: Any, grid, block, shmem: int, stream: Any, params: bytes, info: dict) -> None:
+    def launch(self, fn: Any, grid, block, shmem: int, stream: Any, params: bytes, info: dict,
+               attrs: list[tuple[int, bytes]] | None = None) -> None:
+        """attrs: launch attributes as cuLaunchKernelEx takes them, (CUlaunchAttributeID,
+        the 64 bytes of CUlaunchAttributeValue); only data-valued ones reach here."""
         raise NotImplementedError
 
     # ---- streams and events
@@ -107,3 +111,7 @@ class Backend:
         raise NotImplementedError
     def stream_sync(self, stream: Any) -> None: raise NotImplementedError
     def event_sync(self, event: Any) -> None: raise NotImplementedError
+    def event_mark_complete(self, event: Any) -> None:
+        """Puts a re-created event in the completed state (restore of an event
+        that had been recorded): queries and waits on it succeed at once."""
+        raise NotImplementedError

@@ -56,6 +56,16 @@ def register(server):
             "sessions": sessions,
         })
 
+    @ctl("quiesce")
+    def quiesce(rid, seq, args):
+        """Waits until the device has done all work of this worker's sessions
+        (a shim about to park for a whole-process checkpoint asks for it)."""
+        for s in server.sessions.values():
+            for c in s.contexts.values():
+                server.backend.make_current(c.real)
+                server.backend.ctx_sync(c.real)
+        server.ctl_reply(rid, seq, {"idle": True})
+
     @ctl("shutdown")
     def shutdown(rid, seq, args):
         server.ctl_reply(rid, seq, {"stopping": True})

@@ -55,6 +55,17 @@ typedef struct {
     } allocFlags;
 } CUmemAllocationProp;
 typedef struct { CUmemLocation location; int flags; } CUmemAccessDesc;
+/* CUlaunchAttribute / CUlaunchConfig (cuda.h): the value union is 64 bytes,
+   8-byte aligned; proxyd only copies it */
+typedef struct { int id; char pad[4]; unsigned long long value[8]; } CUlaunchAttribute;
+typedef struct {
+    unsigned int gridDimX; unsigned int gridDimY; unsigned int gridDimZ;
+    unsigned int blockDimX; unsigned int blockDimY; unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    void *hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
 
 int cuInit(unsigned int flags);
 int cuDriverGetVersion(int *v);
@@ -65,6 +76,7 @@ int cuDeviceTotalMem_v2(size_t *bytes, int dev);
 int cuGetErrorName(int error, const char **str);
 int cuDevicePrimaryCtxRetain(void **pctx, int dev);
 int cuCtxCreate_v4(void **pctx, void *params, unsigned int flags, int dev);
+int cuCtxSetFlags(unsigned int flags);
 int cuCtxDestroy_v2(void *ctx);
 int cuCtxSetCurrent(void *ctx);
 int cuCtxPopCurrent_v2(void **pctx);
@@ -101,6 +113,7 @@ int cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *size, void *mod, const char *na
 int cuFuncGetParamInfo(void *fn, size_t index, size_t *offset, size_t *size);
 int cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                    unsigned int bz, unsigned int shmem, void *stream, void **params, void **extra);
+int cuLaunchKernelEx(const CUlaunchConfig *config, void *f, void **params, void **extra);
 int cuStreamCreate(void **s, unsigned int flags);
 int cuStreamDestroy_v2(void *s);
 int cuStreamSynchronize(void *s);
@@ -264,6 +277,11 @@ class CudaBackend(Backend):
     def make_current(self, ctx: int):
         self._set(ctx)
 
+    def ctx_set_flags(self, ctx: int, flags: int):
+        # cuCtxSetFlags (CUDA >= 12.1) acts on the current context
+        self._set(ctx)
+        self.check(self.lib.cuCtxSetFlags(flags), "cuCtxSetFlags")
+
     def ctx_sync(self, ctx: int):
         self._set(ctx)
         self.check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize")
@@ -391,7 +409,7 @@ class CudaBackend(Backend):
             self.check(r, "cuFuncGetParamInfo")
             out.append((int(off[0]), int(size[0])))
 
-    def launch(self, fn, grid, block, shmem, stream, params, info):
+    def launch(self, fn, grid, block, shmem, stream, params, info, attrs=None):
         # The packed argument buffer goes in `extra` (cuLaunchKernel,
         # CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE), so proxyd never needs to know
         # the parameters' types. The extra array is reused: main loop only.
@@ -407,6 +425,24 @@ class CudaBackend(Backend):
             self._lsize[0] = len(params)
         else:
             ex = ffi.NULL
+        if attrs:
+            # launch attributes (cluster dimensions, cooperative, ...): cuLaunchKernelEx
+            # with the same argument buffer
+            cfg = ffi.new("CUlaunchConfig *")
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+            cfg.sharedMemBytes = shmem
+            cfg.hStream = ffi.cast("void *", stream)
+            arr = ffi.new("CUlaunchAttribute[]", len(attrs))
+            for i, (aid, val) in enumerate(attrs):
+                arr[i].id = aid
+                ffi.memmove(arr[i].value, val, 64)
+            cfg.attrs = arr
+            cfg.numAttrs = len(attrs)
+            r = self.lib.cuLaunchKernelEx(cfg, ffi.cast("void *", fn), ffi.NULL, ex)
+            if r:
+                self.check(r, f"cuLaunchKernelEx({info.get('name', '?')})")
+            return
         r = self.lib.cuLaunchKernel(ffi.cast("void *", fn), grid[0], grid[1], grid[2], block[0], block[1], block[2],
                                     shmem, ffi.cast("void *", stream), ffi.NULL, ex)
         if r:
@@ -582,6 +618,11 @@ class CudaBackend(Backend):
 
     def event_sync(self, event):
         self.check(self.lib.cuEventSynchronize(self.vp(event)), "cuEventSynchronize")
+
+    def event_mark_complete(self, event):
+        # recorded on the (empty) NULL stream of the current context: complete
+        # as soon as the restore's final synchronisation has run
+        self.check(self.lib.cuEventRecord(self.vp(event), self.ffi.NULL), "cuEventRecord")
 
     # ---------------------------------------------------------- generic path
     def call(self, fn, args):

@@ -5,7 +5,10 @@ driver function. Functions with a `handler` in their spec go to the
 hand-written handler of that name (handlers.py); all others take the generic
 path: decode each argument by its role, translate handles to the backend's
 objects, call the backend's function of the same name, then register created
-objects, drop destroyed ones and encode the out-values.
+objects, drop destroyed ones and encode the out-values. A successful call
+whose spec says `restore: replay` is recorded on the session
+(Session.record_replay), whichever path ran it; the checkpoint engine writes
+the records into the image and replays them through run_op on restore.
 
 Locking: runs on the daemon's main loop.
 """
@@ -16,6 +19,7 @@ from typing import Callable
 
 from . import protocol as P
 from ._generated import FUNCTIONS, NAMES
+from .ratelog import RATE
 from .session import CudaError, Session
 from .shm import ShmError
 
@@ -23,10 +27,45 @@ log = logging.getLogger("proxyd")
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_INVALID_CONTEXT = 201
 CUDA_ERROR_NOT_SUPPORTED = 801
+# An exception inside proxyd while executing a call (a bug, or input it did
+# not foresee) answers CUDA_ERROR_UNKNOWN (cudaErrorUnknown in the runtime),
+# with the message "<function>: internal error in proxyd: ..." (docs/protocol.md,
+# "Errors"); the traceback is logged once per place (ratelog.py).
 CUDA_ERROR_UNKNOWN = 999
 
 HANDLERS: dict[str, Callable] = {}
+
+# What each argument role may be on the wire (docs/protocol.md, "Messages");
+# hand-written handlers use the same slots, sometimes with a shared-memory
+# reference where a size would be (out buffers filled by DMA into client
+# memory). Anything else is type confusion: invalid value, before any handler
+# sees it.
+_BUF = (bytes, bytearray, memoryview, P.ShmRef, P.FrameRef)
+_ROLE_TYPES = {
+    "scalar": (int, float, bytes, bytearray, memoryview),
+    "device_ptr": (int,),
+    "handle": (int,),
+    "in_buffer": _BUF,
+    "out_buffer": (int, P.ShmRef),
+    "out_value": (int, P.ShmRef),     # true (bool is an int) or a segment
+}
+
+
+def bad_argument(fn, args) -> str | None:
+    """Why args cannot be fn's arguments (None when their types fit)."""
+    for (name, role, _kind, _ctype, cls, _size, _sz), a in zip(fn.params, args):
+        if a is None:
+            continue
+        ok = _ROLE_TYPES.get(role)
+        if role == "in_buffer" and fn.shim == "override" and isinstance(a, list):
+            continue     # a structure the shim sends decoded (its handler checks it), e.g. CUlaunchConfig
+        if ok is not None and not isinstance(a, ok):
+            return f"{fn.name}: argument {name} ({role}) has the wrong type ({type(a).__name__})"
+        if role == "scalar" and cls in ("int", "uint") and not isinstance(a, int):
+            return f"{fn.name}: argument {name} must be an integer, got {type(a).__name__}"
+    return None
 
 
 def handler(name: str):
@@ -63,7 +102,8 @@ class Dispatcher:
         self.fast = {fid: self.launch_fast for fid, fn in FUNCTIONS.items() if fn.handler == "launch_kernel"}
 
     def launch_fast(self, sess: Session, op: list):
-        if len(op) != 13:
+        if len(op) != 13 or any(type(v) is not int for v in op[1:10]) or \
+                not (op[10] is None or type(op[10]) is int) or not (op[11] is None or isinstance(op[11], bytes)):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel: malformed op")
         ctxh = op[1]
         if ctxh:
@@ -101,8 +141,8 @@ class Dispatcher:
 
     # --------------------------------------------------------------- ops
     def run_op(self, sess: Session, op: list) -> tuple[int, list | None, str]:
-        if not isinstance(op, list) or len(op) < 2:
-            return CUDA_ERROR_INVALID_VALUE, None, "malformed op"
+        if not isinstance(op, list) or len(op) < 2 or type(op[0]) is not int or type(op[1]) is not int:
+            return CUDA_ERROR_INVALID_VALUE, None, "malformed op (expected [function id, context, args...])"
         fid, ctxh, args = op[0], op[1], op[2:]
         fn = FUNCTIONS.get(fid)
         if fn is None:
@@ -110,10 +150,18 @@ class Dispatcher:
             return CUDA_ERROR_NOT_SUPPORTED, None, f"{name} is not supported by proxyd"
         if len(args) != len(fn.params):
             return CUDA_ERROR_INVALID_VALUE, None, f"{fn.name}: {len(args)} arguments for {len(fn.params)} parameters"
+        bad = bad_argument(fn, args)
+        if bad:
+            return CUDA_ERROR_INVALID_VALUE, None, bad
         try:
             ctx = sess.context(ctxh) if ctxh else None
             if ctx is not None:
                 self.backend.make_current(ctx.real)
+            elif -1 in fn.key:
+                # a setting of the current context (spec: restore key names
+                # `context`): without one it would land in whatever context
+                # proxyd's thread last used, which is not this client's
+                return CUDA_ERROR_INVALID_CONTEXT, None, f"{fn.name}: no current context on the calling thread"
             if fn.handler:
                 h = HANDLERS.get(fn.handler)
                 if h is None:
@@ -121,11 +169,13 @@ class Dispatcher:
                 code, outs = h(self, sess, fn, ctx, args, fid=fid, ctxh=ctxh)
             else:
                 code, outs = self.generic(sess, fn, ctx, args, fid, ctxh)
+            if code == CUDA_SUCCESS and fn.restore == "replay":
+                sess.record_replay(fn, fid, ctxh, args)
             return code, outs, ""
         except CudaError as e:
             return e.code, None, e.message
         except Exception as e:  # a bug in proxyd must not take the daemon down
-            log.exception("%s failed inside proxyd", fn.name)
+            RATE.internal_error("internal error in a call", f"{fn.name} failed inside proxyd", e)
             return CUDA_ERROR_UNKNOWN, None, f"{fn.name}: internal error in proxyd: {e}"
 
     def generic(self, sess: Session, fn, ctx, args: list, fid: int, ctxh: int, force_ids: dict | None = None):
@@ -191,8 +241,11 @@ class Dispatcher:
         raw: the message's msgpack frame, for the native launch path."""
         code, outs, msg = CUDA_SUCCESS, None, ""
         fast = self.fast
+        if not isinstance(ops, list):
+            return CUDA_ERROR_INVALID_VALUE, None, "malformed message: the ops are not a list"
         nat = getattr(self.backend, "native", None) if raw is not None else None
-        if nat is not None and not any(isinstance(op, list) and op and op[0] in fast for op in ops):
+        if nat is not None and not any(isinstance(op, list) and op and type(op[0]) is int and op[0] in fast
+                                       for op in ops):
             nat = None      # no launch in this message
         off = -1
         if nat is not None:
@@ -202,7 +255,7 @@ class Dispatcher:
         i, nops = 0, len(ops)
         while i < nops:
             op = ops[i]
-            h = fast.get(op[0]) if isinstance(op, list) and op else None
+            h = fast.get(op[0]) if isinstance(op, list) and op and type(op[0]) is int else None
             if h is not None and nat is not None:
                 done, off2, err, erri = self.backend.native_launches(sess.slot, raw, off, nops - i)
                 if done:
@@ -221,7 +274,7 @@ class Dispatcher:
                 except CudaError as e:
                     c, m = e.code, e.message
                 except Exception as e:
-                    log.exception("launch failed inside proxyd")
+                    RATE.internal_error("internal error in a call", "cuLaunchKernel failed inside proxyd", e)
                     c, m = CUDA_ERROR_UNKNOWN, f"cuLaunchKernel: internal error in proxyd: {e}"
                 if c != CUDA_SUCCESS:
                     # launches are async: their failure is reported with a later answer
@@ -229,15 +282,15 @@ class Dispatcher:
             else:
                 c, o, m = self.run_op(sess, op)
                 sess.calls += 1
-                fn = FUNCTIONS.get(op[0]) if isinstance(op, list) and op else None
+                fid = op[0] if isinstance(op, list) and op and type(op[0]) is int else 0
+                fn = FUNCTIONS.get(fid)
                 if i == nops - 1 and fn is not None and fn.sync:
                     code, outs, msg = c, o, m
                 elif c != CUDA_SUCCESS:
-                    fid = op[0] if isinstance(op, list) and op else 0
                     name = fn.name if fn else NAMES.get(fid, str(fid))
                     sess.note_async_error(c, fid, m or f"{name} failed with error {c}")
                     if m:
-                        log.warning("session %s: %s", sess.token, m)
+                        RATE.event("failed call", "session %s: %s", sess.token, m)
             if nat is not None:
                 off = nat.skip(raw, off)
                 if off < 0:

@@ -20,6 +20,7 @@ from .session import CudaError
 log = logging.getLogger("proxyd")
 
 CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_INVALID_DEVICE = 101
 CUDA_ERROR_INVALID_IMAGE = 200
 CUDA_ERROR_INVALID_CONTEXT = 201
@@ -75,7 +76,8 @@ def h_primary_retain(d, sess, fn, ctx, args, **kw):
     _check_device(d, dev)
     cid = sess.primary.get(dev)
     if cid is None:
-        c = sess.add_context(dev, d.backend.ctx_create(dev, 0), primary=True)
+        flags = sess.primary_flags.get(dev, 0)
+        c = sess.add_context(dev, d.backend.ctx_create(dev, flags), primary=True, flags=flags)
     else:
         c = sess.contexts[cid]
         c.refcount += 1
@@ -117,6 +119,35 @@ def release_object(d, sess, o):
     sess.drop(o)
 
 
+@handler("primary_ctx_set_flags")
+def h_primary_set_flags(d, sess, fn, ctx, args, **kw):
+    """cuDevicePrimaryCtxSetFlags: proxyd gives every session a context of its
+    own in place of the device's primary context, so the flags go to that
+    context (cuCtxSetFlags takes the same values: cuda.h), or, before the
+    session has one, to the context it will create. The device's real primary
+    context belongs to proxyd and is never changed."""
+    dev, flags = int(args[0]), int(args[1])
+    _check_device(d, dev)
+    cid = sess.primary.get(dev)
+    if cid is not None:
+        c = sess.contexts[cid]
+        d.backend.ctx_set_flags(c.real, flags)
+        c.flags = flags
+    sess.primary_flags[dev] = flags
+    return CUDA_SUCCESS, []
+
+
+@handler("primary_ctx_get_state")
+def h_primary_get_state(d, sess, fn, ctx, args, **kw):
+    dev = int(args[0])
+    _check_device(d, dev)
+    cid = sess.primary.get(dev)
+    c = sess.contexts[cid] if cid is not None else None
+    flags = c.flags if c is not None else sess.primary_flags.get(dev, 0)
+    active = 1 if c is not None and c.refcount > 0 else 0
+    return CUDA_SUCCESS, [flags if args[1] else None, active if args[2] else None]
+
+
 @handler("primary_ctx_reset")
 def h_primary_reset(d, sess, fn, ctx, args, **kw):
     dev = int(args[0])
@@ -154,6 +185,14 @@ def h_ctx_sync(d, sess, fn, ctx, args, **kw):
 def h_mem_alloc(d, sess, fn, ctx, args, **kw):
     ctx = need_ctx(ctx, fn)
     size = int(args[1])
+    # cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY when the device cannot hold the
+    # request (cuda.h, cuMemAlloc; the runtime maps it to
+    # cudaErrorMemoryAllocation). A request beyond the device's total memory
+    # can never succeed: refuse it before asking the backend to map it.
+    total = d.backend.device_total_mem(ctx.device)
+    if size > total:
+        raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"{fn.name} of {size} bytes: out of memory (device {ctx.device} "
+                                                  f"has {total} bytes)")
     try:
         addr = sess.arena.alloc(size, ctx.device)
     except ArenaError as e:
@@ -191,6 +230,40 @@ def h_mem_range(d, sess, fn, ctx, args, **kw):
     return CUDA_SUCCESS, [a.addr if args[0] else None, a.size if args[1] else None]
 
 
+def check_range(sess, fn, addr: int, n: int, what: str) -> None:
+    """[addr, addr + n) must lie inside one allocation of this session (or
+    one __device__ variable it looked up): the driver refuses copies and
+    memsets that run past the allocation they touch with
+    CUDA_ERROR_INVALID_VALUE (cuda.h, cuMemcpy*: "invalid value"), and a
+    session must never reach memory that is not its own.
+    Allocations are checked up to their reserved extent (256-byte rounding
+    for small ones, the 2 MiB mapping for large ones), as the driver's own
+    rounding lets a program do."""
+    if n < 0:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: negative size {n}")
+    if n == 0:
+        return
+    if sess.arena.contains(addr):
+        hit = sess.arena.find(addr)
+        if hit is not None:
+            a, off = hit
+            if off + n <= max(a.extent, a.size):
+                return
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            f"{fn.name}: {what} of {n} bytes at {addr:#x} runs past the end of its allocation "
+                            f"({a.addr:#x}, {a.size} bytes)")
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {what} {addr:#x} is not inside a live allocation")
+    for o in sess.of_kind(P.K_MODULE):
+        for base, size in o.info.get("globals", {}).values():
+            if base <= addr < base + max(size, 1):
+                if addr + n <= base + size:
+                    return
+                raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                                f"{fn.name}: {what} of {n} bytes at {addr:#x} runs past the end of its "
+                                f"__device__ variable ({base:#x}, {size} bytes)")
+    raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {what} {addr:#x} is not a device address of this session")
+
+
 def _is_async(fn) -> bool:
     return "Async" in fn.name
 
@@ -203,6 +276,7 @@ def _pinned(sess, ref) -> bool:
 def h_memcpy_htod(d, sess, fn, ctx, args, **kw):
     dst, src, n = sess.translate(int(args[0])), args[1], int(args[2])
     stream = stream_of(d, sess, args[3]) if len(args) > 3 else d.backend.stream(0)
+    check_range(sess, fn, dst, n, "destination")
     data = d.data(sess, src)
     if data is None or len(data) < n:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {n} bytes announced, {0 if data is None else len(data)} sent")
@@ -217,11 +291,14 @@ def h_memcpy_htod(d, sess, fn, ctx, args, **kw):
 def h_memcpy_dtoh(d, sess, fn, ctx, args, **kw):
     dst, src, n = args[0], sess.translate(int(args[1])), int(args[2])
     stream = stream_of(d, sess, args[3]) if len(args) > 3 else d.backend.stream(0)
+    check_range(sess, fn, src, n, "source")
     if dst is None:
         buf = bytearray(n)
         d.backend.dtoh(buf, src, n, stream, True)
         return CUDA_SUCCESS, [bytes(buf)]
     view = d.data(sess, dst)
+    if not isinstance(view, memoryview) or len(view) < n:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: destination buffer smaller than {n} bytes")
     sync = not (_is_async(fn) and _pinned(sess, dst))
     d.backend.dtoh(view, src, n, stream, sync)
     return CUDA_SUCCESS, [None]
@@ -231,6 +308,8 @@ def h_memcpy_dtoh(d, sess, fn, ctx, args, **kw):
 def h_memcpy_dtod(d, sess, fn, ctx, args, **kw):
     dst, src, n = sess.translate(int(args[0])), sess.translate(int(args[1])), int(args[2])
     stream = stream_of(d, sess, args[3]) if len(args) > 3 else d.backend.stream(0)
+    check_range(sess, fn, dst, n, "destination")
+    check_range(sess, fn, src, n, "source")
     d.backend.dtod(dst, src, n, stream, not _is_async(fn))
     return CUDA_SUCCESS, []
 
@@ -240,6 +319,7 @@ def h_memset(d, sess, fn, ctx, args, **kw):
     dst, value, count = sess.translate(int(args[0])), int(args[1]), int(args[2])
     elem = 1 if "D8" in fn.name else 2 if "D16" in fn.name else 4
     stream = stream_of(d, sess, args[3]) if len(args) > 3 else d.backend.stream(0)
+    check_range(sess, fn, dst, elem * count, "destination")
     d.backend.memset(dst, value, elem, count, stream, False)
     return CUDA_SUCCESS, []
 
@@ -363,3 +443,103 @@ def h_stream_sync(d, sess, fn, ctx, args, **kw):
 def h_event_sync(d, sess, fn, ctx, args, **kw):
     d.backend.event_sync(sess.get(P.K_EVENT, int(args[0])).real)
     return CUDA_SUCCESS, []
+
+
+# ------------------------------------------------------------ launch variants
+
+CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2
+ATTR_VALUE_SIZE = 64          # sizeof(CUlaunchAttributeValue), cuda.h
+# launch attributes whose value is plain data (the shim refuses the others:
+# events of the client, graph-only attributes); cuda.h CUlaunchAttributeID
+DATA_LAUNCH_ATTRIBUTES = {1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 14, 16}
+
+
+def _launch_attrs(fn, raw) -> list[tuple[int, bytes]]:
+    out = []
+    for a in raw or []:
+        aid, val = int(a[0]), bytes(a[1])
+        if aid not in DATA_LAUNCH_ATTRIBUTES:
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: launch attribute {aid} is not supported")
+        if len(val) != ATTR_VALUE_SIZE:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: attribute {aid} value of {len(val)} bytes")
+        out.append((aid, val))
+    return out
+
+
+@handler("launch_kernel_ex")
+def h_launch_ex(d, sess, fn, ctx, args, **kw):
+    """cuLaunchKernelEx: [config, f, params, extra], config = [gx, gy, gz,
+    bx, by, bz, shmem, stream, [[attribute id, value bytes], ...]]; the shim
+    also sends cooperative launches this way."""
+    cfg = args[0]
+    if not isinstance(cfg, list) or len(cfg) != 9:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: malformed launch configuration")
+    f = sess.get(P.K_FUNCTION, int(args[1]))
+    grid = tuple(int(x) for x in cfg[0:3])
+    block = tuple(int(x) for x in cfg[3:6])
+    stream = stream_of(d, sess, cfg[7])
+    params = bytes(args[2]) if args[2] is not None else b""
+    d.backend.launch(f.real, grid, block, int(cfg[6]), stream, params, f.info, attrs=_launch_attrs(fn, cfg[8]))
+    return CUDA_SUCCESS, []
+
+
+@handler("launch_cooperative")
+def h_launch_cooperative(d, sess, fn, ctx, args, **kw):
+    """cuLaunchCooperativeKernel's own op (cuLaunchKernel's without `extra`)."""
+    f = sess.get(P.K_FUNCTION, int(args[0]))
+    grid = tuple(int(x) for x in args[1:4])
+    block = tuple(int(x) for x in args[4:7])
+    params = bytes(args[9]) if args[9] is not None else b""
+    coop = (CU_LAUNCH_ATTRIBUTE_COOPERATIVE, (1).to_bytes(4, "little").ljust(ATTR_VALUE_SIZE, b"\0"))
+    d.backend.launch(f.real, grid, block, int(args[7]), stream_of(d, sess, args[8]), params, f.info, attrs=[coop])
+    return CUDA_SUCCESS, []
+
+
+# ------------------------------------------- state a restore must re-apply
+#
+# Stream attributes, context limits and whether an event has been recorded
+# are kept on the session's objects; the checkpoint engine records them and
+# re-applies them after re-creating the objects (checkpoint/engine.py).
+
+def _stream_state(sess, ctx, handle) -> dict:
+    """Where the attributes of a stream are kept: on the stream object, or,
+    for the NULL / legacy / per-thread streams, on the calling context."""
+    h = int(handle or 0)
+    if h in (0, P.STREAM_LEGACY, P.STREAM_PER_THREAD):
+        if ctx is None:
+            return {}
+        return ctx.stream_attrs.setdefault(h, {})
+    return sess.get(P.K_STREAM, h).info.setdefault("attrs", {})
+
+
+@handler("stream_set_attribute")
+def h_stream_set_attribute(d, sess, fn, ctx, args, fid=0, ctxh=0, **kw):
+    code, outs = d.generic(sess, fn, ctx, args, fid, ctxh)
+    if code == CUDA_SUCCESS:
+        _stream_state(sess, ctx, args[0])[int(args[1])] = bytes(d.data(sess, args[2]))
+    return code, outs
+
+
+@handler("stream_copy_attributes")
+def h_stream_copy_attributes(d, sess, fn, ctx, args, fid=0, ctxh=0, **kw):
+    code, outs = d.generic(sess, fn, ctx, args, fid, ctxh)
+    if code == CUDA_SUCCESS:
+        _stream_state(sess, ctx, args[0]).update(_stream_state(sess, ctx, args[1]))
+    return code, outs
+
+
+@handler("ctx_set_limit")
+def h_ctx_set_limit(d, sess, fn, ctx, args, fid=0, ctxh=0, **kw):
+    c = need_ctx(ctx, fn)
+    code, outs = d.generic(sess, fn, ctx, args, fid, ctxh)
+    if code == CUDA_SUCCESS:
+        c.limits[int(args[0])] = int(args[1])
+    return code, outs
+
+
+@handler("event_record")
+def h_event_record(d, sess, fn, ctx, args, fid=0, ctxh=0, **kw):
+    code, outs = d.generic(sess, fn, ctx, args, fid, ctxh)
+    if code == CUDA_SUCCESS:
+        sess.get(P.K_EVENT, int(args[0])).info["recorded"] = True
+    return code, outs

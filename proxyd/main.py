@@ -2,6 +2,9 @@
 
     proxyd [--backend cuda|emu] [--endpoint E] [--emu-kernels FILE ...]
 
+The process started here is the supervisor (supervisor.py); it never touches
+the GPU. Each client session gets a worker process of its own (worker.py).
+
 --backend defaults to cuda when a GPU is found and emu otherwise. The
 endpoint defaults to $GPUPROXY_ENDPOINT, else ipc:///tmp/gpuproxy.sock.
 """
@@ -89,6 +92,19 @@ def pick_backend(name: str | None, emu_devices: int):
     sys.exit(f"proxyd: unknown backend {name!r} (cuda or emu)")
 
 
+def load_emu_kernels(files):
+    """Loads the emulated kernels named on the command line and in
+    $GPUPROXY_EMU_KERNELS (a worker's job: kernels run where the session is)."""
+    files = list(files) + [p for p in os.environ.get("GPUPROXY_EMU_KERNELS", "").split(":") if p]
+    if files:
+        from gpuproxy.emu import load_kernel_file
+        for f in files:
+            try:
+                load_kernel_file(f)
+            except Exception as e:
+                sys.exit(f"proxyd: cannot load emulated kernels from {f}: {e}")
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     ensure_no_shim(argv)
@@ -102,24 +118,29 @@ def main(argv=None):
     ap.add_argument("--emu-devices", type=int, default=1, help="number of emulated GPUs")
     ap.add_argument("--spin-us", type=int, default=int(os.environ.get("GPUPROXY_DAEMON_SPIN_US", "200")),
                     help="microseconds to poll for the next message before sleeping")
+    ap.add_argument("--spare-workers", type=int, default=int(os.environ.get("GPUPROXY_SPARE_WORKERS", "1")),
+                    help="workers kept started ahead of need, so a new client does not wait for one")
+    ap.add_argument("--users", choices=["self", "all"], default=os.environ.get("GPUPROXY_USERS", "self"),
+                    help="who may connect to an ipc endpoint: proxyd's own user (default), or every local user "
+                         "(a node daemon; each user then sees and controls only their own sessions)")
     ap.add_argument("--log-level", default=os.environ.get("GPUPROXY_LOG", "INFO"))
     ap.add_argument("--version", action="version", version=f"proxyd {__version__}")
     a = ap.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="proxyd: %(message)s", stream=sys.stderr)
-    backend = pick_backend(a.backend, a.emu_devices)
-    files = list(a.emu_kernels) + [p for p in os.environ.get("GPUPROXY_EMU_KERNELS", "").split(":") if p]
-    if files:
-        from gpuproxy.emu import load_kernel_file
-        for f in files:
-            try:
-                load_kernel_file(f)
-            except Exception as e:
-                sys.exit(f"proxyd: cannot load emulated kernels from {f}: {e}")
-    from .server import EndpointInUse, Server
+    files = [os.path.abspath(f) for f in a.emu_kernels]
+    for f in files:   # fail here, once, rather than in every worker
+        if not os.path.isfile(f):
+            sys.exit(f"proxyd: cannot load emulated kernels from {f}: no such file")
+    from .supervisor import Supervisor, WorkerSpec
+    from .server import EndpointInUse
+    spec = WorkerSpec(backend=a.backend, emu_kernels=files, emu_devices=a.emu_devices, spin_us=a.spin_us,
+                      log_level=a.log_level)
     try:
-        server = Server(backend, a.endpoint, spin_us=a.spin_us)
+        server = Supervisor(a.endpoint, spec, spares=a.spare_workers, users=a.users)
     except EndpointInUse as e:
         sys.exit(f"proxyd: {e}")
+    from .shm_sweep import sweep
+    sweep()     # shared memory of clients that died with an earlier daemon (shm_sweep.py)
 
     def stop(signum, frame):
         server.stopping = True

@@ -27,12 +27,15 @@ MSG_HELLO = 0
 MSG_CALL = 1
 MSG_BYE = 2
 MSG_DOORBELL = 3  # [3, seq]: the request is in the fast channel (docs/protocol.md)
+MSG_WHERE = 4    # shim -> supervisor: [4, 0, {pid, pidns}]: what became of my session? (docs/protocol.md)
+MSG_QUIESCE = 5  # shim -> supervisor: [5, 0, {}]: before parking, wait until the worker's device work is done
 MSG_CTL = 10     # proxy-cli: [10, seq, command, args]
 
 # reply codes below zero are protocol-level (the shim's GP_REPLY_*)
 REPLY_KEEPALIVE = -1
 REPLY_PROTOCOL_ERROR = -2
 REPLY_UNKNOWN_SESSION = -3
+REPLY_QUIESCED = -4    # answer to MSG_QUIESCE
 
 EXT_FRAME = 1    # payload: u32 index of a later frame of the same message
 EXT_SHM = 2      # payload: u32 segment, u64 offset, u64 length
@@ -84,6 +87,15 @@ def _ext_hook(code: int, data: bytes):
     if code == EXT_SHM:
         return ShmRef(*struct.unpack(">IQQ", data))
     return msgpack.ExtType(code, data)
+
+
+def header(msg) -> tuple[int, int]:
+    """(type, sequence number) of a decoded message; ValueError when they
+    are not integers or the sequence number could not be echoed in an answer."""
+    mtype, seq = msg[0], msg[1]
+    if type(mtype) is not int or type(seq) is not int or not 0 <= seq < 1 << 63:
+        raise ValueError(f"bad message type or sequence number {str(msg[:2])[:60]}")
+    return mtype, seq
 
 
 def decode(frames: list) -> list:

@@ -1,15 +1,19 @@
-"""proxyd's message loop: one ZeroMQ ROUTER socket, all sessions.
+"""The message loop that serves client sessions: one ZeroMQ ROUTER socket.
 
-Every client message is handled to completion, in arrival order, on this
-thread (docs/protocol.md): HELLO opens a session, CALL runs ops, BYE closes
-the session, CTL is a proxy-cli command. Long control work (checkpoints)
-runs on worker threads that post their answers back through `post`.
+This runs in a worker process (worker.py), which serves exactly one client
+session (worker=True); the supervisor (supervisor.py) owns the public
+endpoint and hands each client to a worker. Every message is handled to
+completion, in arrival order, on this thread (docs/protocol.md): HELLO opens
+or re-attaches the session, CALL runs ops, BYE ends it (and the worker), CTL
+is a control command forwarded by the supervisor. Long control work
+(checkpoints) runs on helper threads that post their answers back through
+`post`.
 
 Reliability: the shim resends what is not answered; each session executes a
 sequence number at most once (Session.last_seq) and answers a duplicate from
 its record, or with KEEPALIVE while frozen for a checkpoint.
 
-Locking: sessions and the socket belong to this thread. Worker threads touch
+Locking: sessions and the socket belong to this thread. Helper threads touch
 a session only while it is frozen, and hand results back through the
 thread-safe outbox.
 """
@@ -31,6 +35,7 @@ from ._generated import FUNCTIONS
 from .arena import Arena
 from .channel import Channel, ChannelError, fence
 from .dispatch import Dispatcher
+from .ratelog import RATE
 from .session import Session
 from .shm import ShmError, ShmMap
 
@@ -67,10 +72,97 @@ class EndpointInUse(RuntimeError):
     pass
 
 
+def bind_router(zctx, sock, ep: str) -> str:
+    """Binds a ROUTER socket at ep (supervisor or worker) and returns the
+    endpoint it got. An ipc socket file left behind by a daemon that died is
+    removed; one that a live daemon serves is refused (EndpointInUse)."""
+    if ep.startswith("ipc://"):
+        path = ep[len("ipc://"):]
+        if os.path.exists(path):
+            if _endpoint_alive(zctx, ep):
+                raise EndpointInUse(f"another proxyd already serves {ep}")
+            os.unlink(path)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        sock.bind(ep)
+    except zmq.ZMQError as e:
+        raise EndpointInUse(f"cannot bind {ep}: {e}") from e
+    return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+
+
+class StdoutCapture:
+    """The worker's fd 1 is a pipe drained here. The CUDA driver writes a
+    kernel's printf output to the process's stdout when the context
+    synchronises (CUDA C Programming Guide, "Formatted Output": the buffer is
+    flushed at synchronisation points); the worker sends what arrived with the
+    next synchronous reply, and the shim writes it to the app's own stdout,
+    where a native process would have printed it.
+
+    Locking: a drain thread empties the pipe whenever it has data (so a large
+    output never blocks the writer), and take() empties it on the loop
+    thread; both read under one lock, so bytes keep their order."""
+
+    def __init__(self, rfd: int):
+        self.rfd = rfd
+        self.buf = bytearray()
+        self.lock = threading.Lock()
+        os.set_blocking(rfd, False)
+        import ctypes
+        self._fflush = ctypes.CDLL(None).fflush
+        self._fflush.argtypes = [ctypes.c_void_p]
+        threading.Thread(target=self._drain, name="gpuproxy-stdout", daemon=True).start()
+
+    @classmethod
+    def install(cls) -> "StdoutCapture":
+        r, w = os.pipe()
+        os.dup2(w, 1)
+        os.close(w)
+        import sys
+        sys.stdout = open(1, "w", closefd=False, buffering=1)
+        return cls(r)
+
+    def _read(self):
+        while True:
+            try:
+                chunk = os.read(self.rfd, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            self.buf += chunk
+
+    def _drain(self):
+        import select
+        p = select.poll()
+        p.register(self.rfd, select.POLLIN)
+        while True:
+            if p.poll(1000):
+                with self.lock:
+                    self._read()
+                time.sleep(0.001)
+
+    def take(self) -> bytes:
+        import sys
+        try:
+            sys.stdout.flush()
+        except Exception:
+            pass
+        self._fflush(None)    # C stdio of the driver and of emulated kernels
+        with self.lock:
+            self._read()
+            if not self.buf:
+                return b""
+            out = bytes(self.buf)
+            self.buf.clear()
+            return out
+
+
 class Server:
-    def __init__(self, backend, endpoint: str, spin_us: int = 200):
+    def __init__(self, backend, endpoint: str, spin_us: int = 200, worker: bool = False):
         self.backend = backend
         self.endpoint = endpoint
+        self.worker = worker
+        self.stdout_capture: StdoutCapture | None = None
         self.spin_s = spin_us / 1e6
         self.dispatcher = Dispatcher(backend)
         self.sessions: dict[str, Session] = {}
@@ -98,17 +190,11 @@ class Server:
     # ------------------------------------------------------------- socket
     def _bind(self):
         ep = self.endpoint
-        if ep.startswith("ipc://"):
-            path = ep[len("ipc://"):]
-            if os.path.exists(path):
-                if _endpoint_alive(self.zctx, ep):
-                    raise EndpointInUse(f"another proxyd already serves {ep}")
-                os.unlink(path)   # left behind by a daemon that died
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        try:
-            self.sock.bind(ep)
-        except zmq.ZMQError as e:
-            raise EndpointInUse(f"cannot bind {ep}: {e}") from e
+        # with tcp://host:* the system picks the port: this is the real one
+        self.bound_endpoint = bind_router(self.zctx, self.sock, ep)
+        mode = os.environ.get("GPUPROXY_WORKER_SOCKET_MODE") if self.worker else None
+        if mode and ep.startswith("ipc://"):
+            os.chmod(ep[len("ipc://"):], int(mode, 8))   # proxyd --users all: its clients are other users
 
     def close(self):
         for s in list(self.sessions.values()):
@@ -206,6 +292,7 @@ class Server:
                     _, rid, frames = item
                     self.sock.send_multipart([rid] + frames, copy=False)
             if now >= next_reap:
+                RATE.flush()
                 self.reap()
                 next_reap = now + REAP_INTERVAL_S
 
@@ -243,9 +330,9 @@ class Server:
     def handle(self, rid: bytes, frames: list, via_chan: bool = False):
         try:
             msg = P.decode(frames)
-            mtype, seq = int(msg[0]), int(msg[1])
+            mtype, seq = P.header(msg)
         except Exception as e:
-            log.warning("malformed message from %r: %s", rid, e)
+            RATE.event("malformed message", "malformed message from %r: %s", rid[:40], e)
             return
         try:
             if mtype == P.MSG_CALL:
@@ -261,8 +348,11 @@ class Server:
             else:
                 self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, f"unknown message type {mtype}"])
         except Exception as e:   # never let one bad message stop the daemon
-            log.exception("error handling message type %s from %r", mtype, rid)
-            self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, f"proxyd internal error: {e}"])
+            RATE.internal_error("internal error in a message", f"error handling message type {mtype} from {rid[:40]!r}", e)
+            try:
+                self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, f"proxyd internal error: {e}"[:1000]])
+            except Exception as e2:   # the answer itself cannot be sent: the peer gets nothing
+                RATE.internal_error("internal error in a message", "cannot answer a message", e2)
 
     def token_of(self, rid: bytes) -> str | None:
         return rid[2:].decode(errors="replace") if rid.startswith(b"c:") else None
@@ -367,6 +457,16 @@ class Server:
             self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, "HELLO token does not match the routing id"])
             return
         s = self.sessions.get(token)
+        if s is None and self.worker and self.sessions:
+            # a worker serves one session (its supervisor hands it out once)
+            self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, "this proxyd worker serves another session"])
+            return
+        if s is not None and info.get("attach"):
+            # The client comes back after a restore or after parking for a
+            # whole-process checkpoint: its shared memory was unmapped and
+            # made anew (same names, new files), so map it again. The attach
+            # takes no sequence number (seq 0).
+            self.detach_shared(s)
         if s is None:
             try:
                 s = self.new_session(token, int(info.get("pid", 0)), str(info.get("exe", "")))
@@ -380,6 +480,14 @@ class Server:
         s.last_seq = max(s.last_seq, seq)
         shm_ok = False
         st = info.get("staging")
+        for seg in sorted(s.shm_pending):
+            # pinned host segments to page-lock again (a restore, or an
+            # attach after parking, found them unmapped)
+            try:
+                s.shm.registered[seg] = self.backend.host_register(memoryview(s.shm.open(seg)))
+                s.shm_pending.discard(seg)
+            except Exception as e:
+                log.warning("session %s: pinned segment %s not mapped again (%s)", token, seg, e)
         if st:
             try:
                 seg = int(st[0])
@@ -406,6 +514,23 @@ class Server:
         info_out = self.hello_info(s, shm_ok)
         info_out["channel"] = s.chan is not None
         self.send(rid, [seq, 0, [info_out], 0, 0, ""])
+
+    def detach_shared(self, s: Session):
+        """Drops this worker's mappings of the client's shared memory (the
+        client re-creates it; on_hello maps the new files)."""
+        for seg, tok in list(s.shm.registered.items()):
+            if tok is not None:
+                try:
+                    self.backend.host_unregister(tok)
+                except Exception as e:
+                    log.warning("session %s: unregistering segment %s: %s", s.token, seg, e)
+            if seg != s.staging_seg:
+                s.shm_pending.add(seg)
+        s.shm.registered.clear()
+        s.shm.close_all()
+        if s.chan is not None:
+            s.chan.close()
+            s.chan = None
 
     def on_call(self, rid: bytes, seq: int, ops: list, via_chan: bool = False, raw=None):
         token = self.token_of(rid)
@@ -443,14 +568,20 @@ class Server:
     def execute(self, s: Session, rid: bytes, seq: int, ops: list, via_chan: bool = False, raw=None):
         code, outs, msg = self.dispatcher.run_ops(s, ops, raw)
         s.last_seq = seq
-        last = FUNCTIONS.get(ops[-1][0]) if ops and isinstance(ops[-1], list) and ops[-1] else None
+        last = FUNCTIONS.get(ops[-1][0]) if ops and isinstance(ops[-1], list) and ops[-1] \
+            and type(ops[-1][0]) is int else None
         if via_chan and not (last is not None and last.sync):
             # The channel keeps only the newest answer, which may replace
             # this one unread: async failures wait for the next sync answer.
             ac, afid, amsg = 0, 0, ""
         else:
             ac, afid, amsg = s.take_async_error()
-        frames = self.packer.pack([seq, code, outs, ac, afid, msg or amsg])
+        reply = [seq, code, outs, ac, afid, msg or amsg]
+        if self.stdout_capture is not None and last is not None and last.sync:
+            printed = self.stdout_capture.take()
+            if printed:
+                reply.append(printed)     # the shim writes it to the app's stdout
+        frames = self.packer.pack(reply)
         s.last_reply = frames
         if via_chan and s.chan is not None and len(frames) == 1 and s.chan.reply(seq, frames[0]):
             return
@@ -477,13 +608,19 @@ class Server:
     def close_session(self, s: Session):
         self.sessions.pop(s.token, None)
         self._release(s)
+        if self.worker:
+            self.stopping = True      # a worker lives as long as its session
 
     def reap(self):
         """Ends sessions whose process is gone. A pid means something only in
         the client's pid namespace: sessions from another one (another
         container) are left alone."""
+        if self.worker:
+            return      # the supervisor watches the client and ends this worker
         for s in list(self.sessions.values()):
-            if not s.pid or s.frozen or s.ckpt_busy or not s.pidns or s.pidns != OWN_PIDNS:
+            # a released session (dumped, waiting for a restore) whose process
+            # is gone waits for nothing: it goes too
+            if not s.pid or (s.frozen and not s.released) or s.ckpt_busy or not s.pidns or s.pidns != OWN_PIDNS:
                 continue
             if not os.path.exists(f"/proc/{s.pid}"):
                 log.info("session %s: pid %s exited without saying goodbye; releasing it", s.token, s.pid)
@@ -496,6 +633,10 @@ class Server:
 
     # ------------------------------------------------------------- control
     def on_ctl(self, rid: bytes, seq: int, cmd: str, args: dict):
+        if self.worker and rid != b"ctl:sup-" + os.environ.get("GPUPROXY_WORKER_SECRET", "").encode():
+            # a worker obeys its supervisor only (which authorises requests)
+            self.send(rid, [seq, 1, "permission denied: control commands go to proxyd's supervisor"])
+            return
         h = self.ctl_handlers.get(cmd)
         if h is None:
             self.send(rid, [seq, 1, f"unknown command {cmd!r}"])

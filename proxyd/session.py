@@ -25,6 +25,10 @@ CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_INVALID_CONTEXT = 201
 
 
+def _key_value(v):
+    return bytes(v) if isinstance(v, (bytearray, memoryview)) else v
+
+
 class CudaError(Exception):
     """A call failed with a CUresult; message (optional) is shown to the client."""
 
@@ -56,6 +60,11 @@ class Context:
     primary: bool
     flags: int = 0
     refcount: int = 1
+    # cuCtxSetLimit values and attributes of the context's NULL / legacy /
+    # per-thread streams (stream value -> attribute id -> value bytes), which
+    # a restore re-applies
+    limits: dict = field(default_factory=dict)
+    stream_attrs: dict = field(default_factory=dict)
 
     @property
     def handle(self) -> int:
@@ -84,6 +93,7 @@ class Session:
         self.queued: list = []          # messages that arrived while frozen
         self.staging_seg: int | None = None
         self.shm = None                 # ShmMap, set by the server
+        self.shm_pending: set[int] = set()   # pinned segments to page-lock when the client (re)attaches
         # called as observer(kind, id, real) when an object appears (real) or
         # goes (None): proxyd's native launch path mirrors the tables
         self.observer = None
@@ -93,6 +103,14 @@ class Session:
         # (old base, size, new base) of module globals that moved in a restore:
         # device pointers the client still holds are translated (translate())
         self.addr_map: list[tuple[int, int, int]] = []
+        # state set through calls whose spec says `restore: replay`, in call
+        # order, the latest call per setting: {key: (fid, ctx handle, args)}
+        # (record_replay); a restore replays them once the objects exist again
+        self.replay: dict[tuple, tuple[int, int, list]] = {}
+        self._replay_refs: dict[tuple, set[int]] = {}     # handles each recorded call names
+        # cuDevicePrimaryCtxSetFlags on a device whose primary context this
+        # session has not created yet: the flags it will be created with
+        self.primary_flags: dict[int, int] = {}
         self.chan = None                # fast channel (channel.py), same host only
         self.calls = 0
         self.pidns = ""                 # the client's pid namespace (reaping by pid)
@@ -131,8 +149,10 @@ class Session:
     def drop(self, o: Obj):
         if self.objects.pop((o.kind, o.id), None) is not None and self.observer:
             self.observer(o.kind, o.id, None)
+        self.forget_replay(o.handle)
 
     def drop_context(self, c: "Context"):
+        self.forget_replay(c.handle)
         self.contexts.pop(c.id, None)
         if c.primary and self.primary.get(c.device) == c.id:
             del self.primary[c.device]
@@ -162,6 +182,26 @@ class Session:
         if c is None:
             raise CudaError(CUDA_ERROR_INVALID_CONTEXT, f"invalid context handle {handle:#x}")
         return c
+
+    # --------------------------------------------------------- replay state
+    def record_replay(self, fn, fid: int, ctxh: int, args: list):
+        """Keeps a successful call of a `restore: replay` function (fn is its
+        dispatch entry). A later call that names the same setting (same
+        function, same key arguments) replaces it and moves to the end, so
+        replay order follows the order the settings were last made in."""
+        key = (fid,) + tuple(int(ctxh or 0) if i < 0 else _key_value(args[i]) for i in fn.key)
+        self.replay.pop(key, None)
+        self.replay[key] = (fid, int(ctxh or 0), list(args))
+        names = {int(a) for (_n, role, kind, *_), a in zip(fn.params, args)
+                 if role == "handle" and kind not in ("device", "memory") and a}
+        self._replay_refs[key] = names | {int(ctxh or 0)}
+
+    def forget_replay(self, handle: int):
+        """Drops recorded calls that name an object (or a context) that is gone."""
+        gone = [k for k, refs in self._replay_refs.items() if handle in refs]
+        for k in gone:
+            del self.replay[k]
+            del self._replay_refs[k]
 
     def counts(self) -> dict[str, int]:
         out = {name: 0 for name in P.KIND_CODES}

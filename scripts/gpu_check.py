@@ -2,8 +2,13 @@
 
 1. the whole tests/programs corpus natively, then under the proxy (cuda
    backend), comparing outputs byte for byte;
-2. the GPU-marked pytest tests;
-3. the benchmarks (bench/run_bench.py), native and proxied in the same run.
+2. whole-process prerequisites: CRIU usable (installed from .carry/criu by
+   scripts/gpu-check), and a proxied CUDA program holds no /dev/nvidia* file
+   descriptor or mapping (what lets stock CRIU dump it);
+3. the GPU-marked pytest tests (tests/test_whole_process.py among them);
+4. the benchmarks (bench/run_bench.py), native and proxied in the same run;
+5. with --python: pycuda (installed from .carry/pycuda), its example and test
+   suite, CuPy and cuda-python, natively and proxied (gpu_check_python.py).
 Prints a summary and writes logs under --out ($OUT when set).
 """
 from __future__ import annotations
@@ -64,6 +69,17 @@ def corpus_check(log, out: Path, daemon_args=()) -> list[tuple[str, str]]:
     d = Daemon(backend="cuda", extra_args=list(daemon_args), log_path=str(out / "proxyd-corpus.log"))
     d.start()
     try:
+        # issue 7: a device-side assert (a sticky error in its CUDA context)
+        # first, in the same proxyd: with a worker per session it must not
+        # reach any program that follows
+        src = ROOT / "tests" / "programs_extra" / "isolation.cu"
+        iso = corpus.build(corpus.Program(name="isolation", source=src.name, link=(), cubins=(), args=(), emu=None,
+                                          expected="", driver=None, pace=False, proxy_only=False, source_path=src),
+                           corpus.default_build_dir() / "programs_extra").binary
+        r = subprocess.run([str(iso), "assert"], env=d.env_for_client(), capture_output=True, text=True, timeout=120)
+        ok = r.returncode == 0 and r.stdout.strip() == "after assert: cudaErrorAssert"
+        results.append(("proxied device assert before the corpus", "PASS" if ok else "FAIL"))
+        log(f"proxied assert: {r.stdout.strip()} {r.stderr.strip()[-300:]}")
         for name, b in built.items():
             t = time.time()
             o, e, rc = run_program(b, env=d.env_for_client())
@@ -74,6 +90,62 @@ def corpus_check(log, out: Path, daemon_args=()) -> list[tuple[str, str]]:
             if not ok:
                 log(f"  rc={rc}\n--- stdout\n{o[-1500:]}\n--- stderr\n{e[-3000:]}")
     finally:
+        d.stop()
+    return results
+
+
+def whole_process_check(log, out: Path) -> list[tuple[str, str]]:
+    from gpuproxy.proxyd.checkpoint import criu
+    results = []
+    try:
+        c = criu.usable()
+        log(f"CRIU: {c.version_text} ({c.source}: {c.path}); memory tracking "
+            f"{'on' if c.mem_tracking() else 'off'}")
+        results.append(("CRIU usable", "PASS"))
+    except criu.CriuError as e:
+        log(f"CRIU unusable: {e}")
+        results.append(("CRIU usable", f"FAIL ({e})"))
+    b = corpus.build(corpus.get_program("counter"), corpus.default_build_dir())
+    d = Daemon(backend="cuda", log_path=str(out / "proxyd-nvidia-fds.log"))
+    d.start()
+    port = corpus.free_udp_port()
+    p = subprocess.Popen(b.argv() + [str(port)], env=d.env_for_client(), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import socket
+        end = time.time() + 60
+        while corpus._udp_port_bound(port) is False and time.time() < end:
+            time.sleep(0.05)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:    # one request: CUDA is in use
+            s.settimeout(60)
+            s.sendto(b"hello", ("127.0.0.1", port))
+            reply = s.recvfrom(64)[0].decode().strip()
+        fds = []
+        for fd in os.listdir(f"/proc/{p.pid}/fd"):
+            try:
+                fds.append(os.readlink(f"/proc/{p.pid}/fd/{fd}"))
+            except OSError:
+                pass
+        maps = Path(f"/proc/{p.pid}/maps").read_text().splitlines()
+        nv = [f for f in fds if "nvidia" in f] + [m for m in maps if "/dev/nvidia" in m]
+        (out / "proxied-counter-fds-maps.txt").write_text("\n".join(["# fds"] + fds + ["# maps"] + maps) + "\n")
+        log(f"proxied counter (reply {reply}): {len(fds)} fds, {len(maps)} mappings, "
+            f"{len(nv)} of them /dev/nvidia*" + (f": {nv[:5]}" if nv else ""))
+        results.append(("proxied process has no /dev/nvidia* fd or mapping",
+                        "PASS" if reply == "101" and not nv else f"FAIL ({nv[:3]}, reply {reply})"))
+        # the native program, for contrast
+        q = subprocess.Popen(b.argv() + [str(corpus.free_udp_port())], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(3)
+        try:
+            native = [m for m in Path(f"/proc/{q.pid}/maps").read_text().splitlines() if "/dev/nvidia" in m]
+            log(f"native counter, for contrast: {len(native)} /dev/nvidia* mappings")
+        finally:
+            q.kill()
+            q.wait()
+    finally:
+        p.kill()
+        p.wait()
         d.stop()
     return results
 
@@ -101,11 +173,21 @@ def bench(log, out: Path, suites: str) -> list[tuple[str, str]]:
     return [("benchmarks", "done" if r.returncode == 0 else "FAIL")]
 
 
+def python_frameworks(log, out: Path, carry: Path, steps) -> list[tuple[str, str]]:
+    import gpu_check_python
+    return gpu_check_python.run(log, out, carry, steps)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "gpu-check-out"))
-    ap.add_argument("--skip", default="", help="comma list of: corpus,pytest,bench")
+    ap.add_argument("--skip", default="", help="comma list of: corpus,whole,pytest,bench")
     ap.add_argument("--bench-suites", default="micro,checkpoint")
+    ap.add_argument("--python", action="store_true", help="also the Python-framework checks (gpu_check_python.py)")
+    ap.add_argument("--pycuda-from", default=str(ROOT / ".carry" / "pycuda"),
+                    help="folder with pycuda's sdist and its dependencies' wheels (no network on the GPU machine)")
+    ap.add_argument("--python-steps", default="example,suite,frameworks,tests",
+                    help="comma list of the --python steps to run (gpu_check_python.STEPS)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -113,13 +195,15 @@ def main():
     smi = subprocess.run(["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total", "--format=csv"],
                          capture_output=True, text=True)
     log(smi.stdout.strip() or smi.stderr.strip())
-    log("cuda-checkpoint:", shutil.which("cuda-checkpoint") or "not found", "| criu:", shutil.which("criu") or "not found")
+    log("cuda-checkpoint:", shutil.which("cuda-checkpoint") or "not found")
     skip = set(a.skip.split(","))
     results: list[tuple[str, str]] = []
     for name, fn in (("corpus", lambda: corpus_check(log, out)),
+                     ("whole", lambda: whole_process_check(log, out)),
                      ("pytest", lambda: pytest_gpu(log, out)),
-                     ("bench", lambda: bench(log, out, a.bench_suites))):
-        if name in skip:
+                     ("bench", lambda: bench(log, out, a.bench_suites)),
+                     ("python", lambda: python_frameworks(log, out, Path(a.pycuda_from), a.python_steps.split(",")))):
+        if name in skip or (name == "python" and not a.python):
             continue
         t = time.time()
         try:

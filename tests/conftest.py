@@ -38,6 +38,12 @@ if str(TESTS_DIR) not in sys.path:
 import corpus  # noqa: E402
 from proxy import Daemon  # noqa: E402
 
+# proxyd and proxy-cli keep their keys (image seal) in a private directory
+# (proxyd/keys.py): the tests use one of their own, not the user's
+if not os.environ.get("GPUPROXY_KEY_DIR"):
+    import tempfile
+    os.environ["GPUPROXY_KEY_DIR"] = os.path.join(tempfile.mkdtemp(prefix="gpuproxy-test-keys-"), "keys")
+
 GPU_SKIP_REASON = "no NVIDIA GPU on this machine"
 
 

@@ -65,6 +65,10 @@ class Program:
     pace: bool
     proxy_only: bool
     compile_flags: tuple[str, ...] = ()
+    checkpoints: tuple[int, ...] = ()
+    # substrings of the shim's stderr lines that the program provokes on
+    # purpose (calls it expects to fail; the shim reports proxyd's reason)
+    expected_errors: tuple[str, ...] = ()
     # absolute paths
     source_path: Path = Path()
     cubin_paths: tuple[Path, ...] = ()
@@ -144,6 +148,8 @@ def load_corpus(manifest: Path | str = MANIFEST) -> list[Program]:
                 pace=bool(e.get("pace", False)),
                 proxy_only=bool(e.get("proxy_only", False)),
                 compile_flags=tuple(str(x) for x in (e.get("compile_flags") or ())),
+                checkpoints=tuple(int(x) for x in (e.get("checkpoints") or ())),
+                expected_errors=tuple(str(x) for x in (e.get("expected_errors") or ())),
                 source_path=base / e["source"],
                 cubin_paths=tuple(base / c for c in cubins),
                 emu_path=(base / emu) if emu else None,

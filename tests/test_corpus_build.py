@@ -58,7 +58,9 @@ def test_manifest_fields():
         assert p.source_path.suffix == ".cu"
     assert BY_NAME["counter"].driver == "udp_counter"
     assert BY_NAME["unsupported"].proxy_only
-    assert {p.name for p in PROGRAMS if p.pace} == {"iterative", "iterative_streams"}
+    assert {p.name for p in PROGRAMS if p.pace} == {"iterative", "iterative_streams", "stream_state", "launch_variants", "restore_state"}
+    for p in PROGRAMS:
+        assert all(isinstance(k, int) and k > 0 for k in p.checkpoints) and (p.pace or not p.checkpoints), p.name
 
 
 def test_expected_outputs_end_with_pass():

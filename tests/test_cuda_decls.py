@@ -27,6 +27,9 @@ int main(void) {
   printf("%zu %zu %zu %zu %zu %zu\\n", sizeof(CUmemAllocationProp), offsetof(CUmemAllocationProp, location),
          offsetof(CUmemAllocationProp, win32HandleMetaData), offsetof(CUmemAllocationProp, allocFlags),
          sizeof(CUmemAccessDesc), offsetof(CUmemAccessDesc, flags));
+  printf("%zu %zu %zu %zu %zu %zu\\n", sizeof(CUlaunchAttribute), offsetof(CUlaunchAttribute, value),
+         sizeof(CUlaunchConfig), offsetof(CUlaunchConfig, hStream), offsetof(CUlaunchConfig, attrs),
+         offsetof(CUlaunchConfig, numAttrs));
   return 0; }
 """)
     exe = tmp_path / "p"
@@ -34,7 +37,10 @@ int main(void) {
     want = [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
     got = [ffi.sizeof("CUmemAllocationProp"), ffi.offsetof("CUmemAllocationProp", "location"),
            ffi.offsetof("CUmemAllocationProp", "win32HandleMetaData"), ffi.offsetof("CUmemAllocationProp", "allocFlags"),
-           ffi.sizeof("CUmemAccessDesc"), ffi.offsetof("CUmemAccessDesc", "flags")]
+           ffi.sizeof("CUmemAccessDesc"), ffi.offsetof("CUmemAccessDesc", "flags"),
+           ffi.sizeof("CUlaunchAttribute"), ffi.offsetof("CUlaunchAttribute", "value"),
+           ffi.sizeof("CUlaunchConfig"), ffi.offsetof("CUlaunchConfig", "hStream"),
+           ffi.offsetof("CUlaunchConfig", "attrs"), ffi.offsetof("CUlaunchConfig", "numAttrs")]
     assert got == want
 
 

@@ -141,7 +141,7 @@ def session_of(mem: dict, globals_: dict, modules: list[str], pid=4242) -> dict:
         "events": [],
         "arena": {"base": BASE, "size": 1 << 36,
                   "chunks": [[a, len(mem[a]), 0, False] for a in addrs],
-                  "allocations": [[a, len(mem[a]) - 16, len(mem[a])] for a in addrs]},
+                  "allocations": [[a, max(len(mem[a]) - 16, 1), len(mem[a])] for a in addrs]},
     }
 
 

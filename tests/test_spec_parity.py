@@ -227,8 +227,10 @@ def test_bootstrap_is_idempotent_and_keeps_annotations(tmp_path):
     ent = {e["name"]: e for e in data["functions"]}
     ent["cuMemAllocPitch_v2"]["status"] = "supported"
     ent["cuMemAllocPitch_v2"]["handler"] = "mem_alloc_pitch"
+    ent["cuMemAllocPitch_v2"].pop("shim", None)   # a handler and shim: local exclude each other
     ent["cuMemAllocPitch_v2"]["params"][1]["role"] = "out_value"
     ent["cuMemAllocPitch_v2"]["params"][2]["role"] = "host_ptr"
+    ent["cuMemAllocPitch_v2"]["restore"] = "memory"
     ent["cuMemFree_v2"]["sync"] = False
     old_id = ent["cuMemHostRegister_v2"]["id"]
     data["functions"] = [e for e in data["functions"] if e["name"] != "cuMemHostRegister_v2"]
@@ -244,6 +246,7 @@ def test_bootstrap_is_idempotent_and_keeps_annotations(tmp_path):
     assert ent["cuMemAllocPitch_v2"]["status"] == "supported"
     assert ent["cuMemAllocPitch_v2"]["handler"] == "mem_alloc_pitch"
     assert ent["cuMemAllocPitch_v2"]["params"][2]["role"] == "host_ptr"
+    assert ent["cuMemAllocPitch_v2"]["restore"] == "memory"
     assert ent["cuMemFree_v2"]["sync"] is False
     # a removed-from-the-headers symbol is kept, a re-added one gets a fresh id
     assert "cuMemGone" in ent
@@ -307,3 +310,114 @@ def test_specload_rejects_handle_without_kind(tmp_path):
 def test_specload_rejects_bad_entries(tmp_path, edit, pattern):
     with pytest.raises(specload.SpecError, match=pattern):
         specload.load_specs(_broken_copy(tmp_path, edit))
+
+
+# --------------------------------------------------------------------------
+# restore rules: every supported function says how a restore brings back
+# its effect (docs/spec-format.md, "Restore rules")
+# --------------------------------------------------------------------------
+
+# verbs of the CUDA API that change state (cuda.h / cuda_runtime_api.h naming)
+_CHANGES = {"Set", "Create", "Destroy", "Alloc", "Malloc", "Free", "Load", "Unload", "Launch", "Memcpy",
+            "Memset", "Record", "Register", "Unregister", "Retain", "Release", "Reset", "Push", "Pop", "Init",
+            "Wait", "Synchronize", "Attach"}
+
+
+def _changes_state(name: str) -> bool:
+    return bool(_CHANGES & set(re.findall(r"[A-Z][a-z]*", name)))
+# object kinds whose objects a restore recreates under their old handles
+_RECREATED = {"context", "module", "function", "stream", "event", "device"}
+
+
+def test_no_state_changing_function_lacks_a_restore_rule(specs):
+    for f in specs.functions:
+        if not f.supported:
+            continue
+        assert f.restore is not None, f"{f.name}: supported without a restore rule"
+        r = f.restore.rule
+        # (device memory lives in the session's arena: restore: memory)
+        creates = any(o.effect in ("create", "destroy") and o.kind != "memory" for o in f.objects)
+        if _changes_state(f.name) or creates:
+            assert r != "query", f"{f.name} changes state but says restore: query"
+        if creates and f.api == "driver":
+            assert r == "object", f"{f.name} creates or destroys objects: restore: object, not {r}"
+        if r == "query":
+            outs = [p for p in f.params if p.role in ("out_value", "out_buffer")]
+            assert outs or f.returns not in ("CUresult", "cudaError_t") or "Query" in f.name \
+                or "PeekAt" in f.name, f"{f.name}: a query that returns nothing"
+        if r == "replay":
+            for p in f.params:
+                assert p.role != "handle" or p.kind in _RECREATED, \
+                    f"{f.name}: replays a {p.kind} handle, which a restore does not recreate"
+
+
+def test_replayed_functions_reach_proxyd_and_are_recorded(specs):
+    """replay rules travel into the daemon's dispatch table, which records
+    the calls (dispatch.run_op); their keys index real parameters."""
+    from gpuproxy.proxyd._generated import FUNCTIONS
+    want = {f.id: f for f in specs.driver if f.supported and f.restore.rule == "replay"}
+    assert want, "no function is restored by replay"
+    got = {fid: fn for fid, fn in FUNCTIONS.items() if fn.restore == "replay"}
+    assert set(got) == set(want)
+    for fid, fn in got.items():
+        names = [p[0] for p in fn.params]
+        assert [("context" if i < 0 else names[i]) for i in fn.key] == list(want[fid].restore.key)
+    for name in ("cuFuncSetAttribute", "cuFuncSetCacheConfig", "cuCtxSetLimit", "cuCtxSetCacheConfig",
+                 "cuDevicePrimaryCtxSetFlags_v2"):
+        assert specs.by_name[name].restore.rule == "replay", name
+
+
+def _c_functions() -> dict[str, str]:
+    """Bodies of the functions defined in interceptor/*.c, by name."""
+    out = {}
+    for path in sorted((REPO / "interceptor").glob("*.c")):
+        text = path.read_text()
+        for m in re.finditer(r"^[A-Za-z_][\w \t\*]*?\b(\w+)\s*\(([^;{)]*)\)\s*\{", text, re.M):
+            depth, i = 0, m.end() - 1
+            while i < len(text):
+                depth += {"{": 1, "}": -1}.get(text[i], 0)
+                if depth == 0:
+                    break
+                i += 1
+            out.setdefault(m.group(1), text[m.end():i])
+    return out
+
+
+def test_runtime_functions_restore_through_rules_of_the_driver_calls_they_make(specs):
+    """`restore: driver` runtime functions are implemented in the shim on the
+    driver API: every driver function they reach (through the shim's own
+    helpers) is supported and has a restore rule of its own, and at least
+    one of them changes state; functions without driver calls keep their
+    state in the client process (`client`) or only read (`query`)."""
+    bodies = _c_functions()
+    driver = {f.name: f for f in specs.driver}
+    calls = {name: set(re.findall(r"\b(\w+)\s*\(", body)) for name, body in bodies.items()}
+    base_of = {}      # cuFoo -> cuFoo_v2: the shim calls the header's macro name
+    for f in sorted(specs.driver, key=lambda f: (not f.supported, f.proc is not None and f.proc.stream is not None)):
+        base_of.setdefault(f.proc.base if f.proc else f.name, f.name)
+
+    def reach(name, seen):
+        for c in calls.get(name, ()):
+            if c in seen:
+                continue
+            seen.add(c)
+            if c in bodies and not (c in driver or c in base_of):
+                reach(c, seen)
+        return seen
+
+    problems = []
+    for f in specs.runtime:
+        if not f.supported or f.restore.rule not in ("driver", "client"):
+            continue
+        gpo = "gpo_" + f.name
+        if gpo not in bodies:       # per-thread-stream twins share the base's body
+            gpo = "gpo_" + re.sub(r"_(ptds|ptsz)$", "", f.name)
+        assert gpo in bodies, f"{f.name}: no {gpo} in interceptor/"
+        reached = [driver[n] for n in sorted({base_of.get(c, c) for c in reach(gpo, set())}) if n in driver]
+        for d in reached:
+            if not d.supported or d.restore is None:
+                problems.append(f"{f.name} calls {d.name}, which has no restore rule")
+        changing = [d.name for d in reached if d.supported and d.restore.rule != "query"]
+        if f.restore.rule == "driver" and not changing:
+            problems.append(f"{f.name}: restore: driver, but it makes no state-changing driver call")
+    assert problems == [], "\n".join(problems)

@@ -9,8 +9,8 @@ import os
 import shutil
 import tempfile
 import threading
-import traceback
 
+from ..ratelog import RATE
 from .engine import CheckpointError, Engine
 
 log = logging.getLogger("proxyd")
@@ -32,10 +32,10 @@ def register(server, ctl):
                 result = fn()
                 server.ctl_reply(rid, seq, result, threaded=True)
             except CheckpointError as e:
-                log.warning("%s: %s", name, e)
+                RATE.event("checkpoint command refused", "%s: %s", name, e)
                 server.ctl_reply(rid, seq, error=str(e), threaded=True)
             except Exception as e:
-                log.error("%s failed:\n%s", name, traceback.format_exc())
+                RATE.internal_error("internal error in a checkpoint command", f"{name} failed", e)
                 server.ctl_reply(rid, seq, error=f"{name} failed: {e}", threaded=True)
         threading.Thread(target=run, name=f"gpuproxy-{name}", daemon=True).start()
 
@@ -74,7 +74,8 @@ def register(server, ctl):
     @ctl("restore")
     def restore(rid, seq, args):
         def run():
-            sess, stats = engine.restore(args["dir"], args.get("device_map"))
+            sess, stats = engine.restore(args["dir"], args.get("device_map"),
+                                         allow_foreign=bool(args.get("allow_foreign")))
             return stats
         worker(rid, seq, "restore", run)
 

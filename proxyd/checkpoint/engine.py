@@ -41,10 +41,12 @@ import time
 import numpy as np
 
 from .. import __version__
+from .. import procinfo
 from .. import protocol as P
 from ..session import CudaError, Session
 from . import hashing
 from .image import FLAG_GLOBAL, Image, ImageError, ImageWriter
+from .manifest_schema import SchemaError, validate_session
 
 log = logging.getLogger("proxyd")
 
@@ -75,17 +77,32 @@ def describe(sess: Session) -> dict:
         "next_id": {str(k): v for k, v in sess.next_id.items()},
         "async_error": list(sess.async_error) if sess.async_error else None,
         "contexts": [{"id": c.id, "device": c.device, "primary": c.primary, "flags": c.flags,
-                      "refcount": c.refcount} for c in sorted(sess.contexts.values(), key=lambda c: c.id)],
+                      "refcount": c.refcount, "limits": {str(k): v for k, v in c.limits.items()},
+                      "stream_attrs": _attrs_json(c.stream_attrs)}
+                     for c in sorted(sess.contexts.values(), key=lambda c: c.id)],
         "modules": [],
         "functions": [],
         "streams": [],
         "events": [],
         "arena": sess.arena.describe(),
-        "shm": {"staging": sess.staging_seg, "registered": sorted(sess.shm.registered) if sess.shm else []},
+        "shm": {"staging": sess.staging_seg, "registered": sorted(set(sess.shm.registered) | sess.shm_pending) if sess.shm else []},
         "channel": sess.chan.name if sess.chan is not None else None,
         # addresses of __device__ variables that earlier restores moved
         "addr_map": [list(x) for x in sess.addr_map],
+        # settings made through `restore: replay` calls, in the order to replay them
+        "replay": [[fid, ctxh, [_jsonable(a) for a in args]] for fid, ctxh, args in sess.replay.values()],
+        "primary_flags": {str(d): f for d, f in sess.primary_flags.items()},
     }
+    # who the process is, where this proxyd can tell (its pid namespace):
+    # a restore refuses a process that is gone or whose pid now names
+    # another process, and a root dump gives the image to the process's user
+    pidns = getattr(sess, "pidns", "") or ""
+    out["pidns"] = pidns or None
+    out["start_time"] = out["uid"] = None
+    if pidns and pidns == procinfo.OWN_PIDNS and sess.pid:
+        out["start_time"] = procinfo.start_time(sess.pid)
+        who = procinfo.owner(sess.pid)
+        out["uid"] = who[0] if who else None
     for o in sess.of_kind(P.K_MODULE):
         parsed = o.info["parsed"]
         out["modules"].append({"id": o.id, "ctx": o.ctx, "size": len(o.info["image"]),
@@ -96,8 +113,18 @@ def describe(sess: Session) -> dict:
     for kind, key in ((P.K_STREAM, "streams"), (P.K_EVENT, "events")):
         for o in sess.of_kind(kind):
             fid, ctxh, args = o.create
-            out[key].append({"id": o.id, "ctx": o.ctx, "create": [fid, ctxh, [_jsonable(a) for a in args]]})
+            d = {"id": o.id, "ctx": o.ctx, "create": [fid, ctxh, [_jsonable(a) for a in args]]}
+            if kind == P.K_STREAM:
+                d["attrs"] = {str(k): _jsonable(v) for k, v in o.info.get("attrs", {}).items()}
+            else:
+                d["recorded"] = bool(o.info.get("recorded"))
+            out[key].append(d)
     return out
+
+
+def _attrs_json(stream_attrs: dict) -> dict:
+    """{stream value: {attribute id: value bytes}} as JSON."""
+    return {str(s): {str(k): _jsonable(v) for k, v in a.items()} for s, a in stream_attrs.items()}
 
 
 def _jsonable(a):
@@ -186,15 +213,23 @@ class Engine:
         with self.lock:
             return self._dump(sess, path, **kw)
 
-    def restore(self, path: str, device_map: dict | None = None):
+    def restore(self, path: str, device_map: dict | None = None, allow_foreign: bool = False):
         with self.lock:
-            return self._restore(path, device_map)
+            return self._restore(path, device_map, allow_foreign)
 
     def _dump(self, sess: Session, path: str, *, kind: str = "dump", leave_running: bool = False,
               concurrent: bool = False, parent: str | None = None) -> dict:
         """Runs on a worker thread; the session is frozen here, once the
         image directory is ready."""
         b = self.backend
+        if concurrent and not leave_running and kind != "pre-dump":
+            # A concurrent dump lets the app run while its snapshot drains;
+            # releasing the session afterwards would drop whatever it did
+            # meanwhile (and take its GPU state from under a running app).
+            self.server.call_in_loop(lambda: self.server.unreserve_checkpoint(sess)).result()
+            raise CheckpointError("a concurrent dump keeps the app running, so it cannot release the session: "
+                                  "add leave_running (--leave-running), or dump without concurrent to stop "
+                                  "the app and release its GPU state")
         stats = {"kind": kind, "concurrent": concurrent, "leave_running": leave_running}
         resumed = False
         sess.ckpt_phase = "preparing"
@@ -213,6 +248,9 @@ class Engine:
                 b.ctx_sync(c.real)
             t_quiet = time.monotonic()
             desc = describe(sess)
+            # everything written later comes from here, taken while frozen:
+            # the app may load or unload modules once it runs again
+            modules = [o.info["image"] for o in sess.of_kind(P.K_MODULE)]
             globals_ = self._read_globals(sess, desc)
             pieces = pieces_of(sess)
             total = sum(p.n for p in pieces)
@@ -260,7 +298,7 @@ class Engine:
             stats["changed_chunks"] = sum(1 for p in pieces if p.changed)
             stats["changed_bytes"] = sum(p.n for p in pieces if p.changed)
             t_w = time.monotonic()
-            self._write(path, kind, parent_img, sess, desc, pieces, globals_, stats)
+            self._write(path, kind, parent_img, modules, desc, pieces, globals_, stats)
             stats["write_ms"] = _ms(t_w, time.monotonic())
             if not leave_running and kind != "pre-dump":
                 self.release(sess)
@@ -384,7 +422,7 @@ class Engine:
             if p.hash is None and p.host is not None:
                 p.hash = hashing.gp64(p.host)
 
-    def _write(self, path, kind, parent_img, sess, desc, pieces, globals_, stats):
+    def _write(self, path, kind, parent_img, modules, desc, pieces, globals_, stats):
         b = self.backend
         meta = {
             "gpuproxy_version": __version__,
@@ -393,9 +431,10 @@ class Engine:
             "devices": [{"index": d, "name": b.device_name(d), "total_memory": b.device_total_mem(d)}
                         for d in range(b.device_count())],
         }
-        w = ImageWriter(path, kind, meta, parent=parent_img, chunk_size=CHUNK)
-        for md, o in zip(desc["modules"], sess.of_kind(P.K_MODULE)):
-            md["image"] = w.add_module(o.info["image"])
+        w = ImageWriter(path, kind, meta, parent=parent_img, chunk_size=CHUNK, seal_key=self.seal_key(),
+                        owner=self.image_owner(desc))
+        for md, image in zip(desc["modules"], modules, strict=True):
+            md["image"] = w.add_module(image)
         for p in pieces:
             if not p.changed and parent_img is not None:
                 w.add_unchanged(p.addr, p.n, p.hash)
@@ -408,6 +447,29 @@ class Engine:
             else:
                 w.add_chunk(addr, data, hash=h, flags=FLAG_GLOBAL)
         w.finish(desc, stats)
+
+    def seal_key(self) -> bytes | None:
+        """The daemon's image-seal key (keys.py); None, with a warning, if
+        the key directory cannot be used (images are then written unsealed,
+        and a restore treats them as foreign)."""
+        from ..keys import KeyError_, seal_key
+        try:
+            return seal_key()
+        except (OSError, KeyError_) as e:
+            log.warning("images are written without a seal: %s", e)
+            return None
+
+    def image_owner(self, desc: dict) -> tuple[int, int] | None:
+        """(uid, gid) to give a new image: when root dumps another user's
+        session the image is that user's (docs/security.md); None keeps the
+        writer's own."""
+        if os.geteuid() != 0 or not desc.get("uid"):
+            return None
+        pid = int(desc["pid"])
+        who = procinfo.owner(pid)
+        if who is None or who[0] != desc["uid"] or procinfo.start_time(pid) != desc.get("start_time"):
+            return None
+        return who
 
     UPLOAD_SLOT = 64 << 20
 
@@ -462,19 +524,33 @@ class Engine:
         sess.released = True
 
     # ------------------------------------------------------------- restore
-    def _restore(self, path: str, device_map: dict | None = None) -> tuple[Session, dict]:
+    def _restore(self, path: str, device_map: dict | None = None, allow_foreign: bool = False
+                 ) -> tuple[Session, dict]:
         """Builds a session from an image (worker thread) and installs it."""
         t0 = time.monotonic()
         try:
             img = Image.open(path)
             img.check_restorable()
+            validate_session(img.session, strict=True)
         except ImageError as e:
             raise CheckpointError(f"image refused: {e}") from e
+        except SchemaError as e:
+            raise CheckpointError(f"image refused: {img.path}/manifest: {e}") from e
+        ours, why = img.chain_seal(self.seal_key())
+        if not ours:
+            if not allow_foreign:
+                raise CheckpointError(f"image refused: {img.path}: {why}; restore it with --allow-foreign if you "
+                                      f"trust where it came from")
+            log.warning("restoring %s although it is a %s", img.path, why)
         m = img.manifest
         b = self.backend
         if m.get("backend") != b.name:
             raise CheckpointError(f"image was taken on the {m.get('backend')} backend; this proxyd runs {b.name}")
         desc = img.session
+        if not (m.get("criu") or {}).get("complete"):
+            # a whole-process image's process does not exist yet: CRIU
+            # recreates it (same pid, new start time) once the GPU state is back
+            self._check_process(desc)
         device_map = {int(k): int(v) for k, v in (device_map or {}).items()}
         used = sorted({c["device"] for c in desc["contexts"]} | {c[2] for c in desc["arena"]["chunks"]})
         names = {d["index"]: d["name"] for d in m.get("devices", [])}
@@ -485,6 +561,7 @@ class Engine:
             if names.get(d) and names[d] != b.device_name(nd):
                 raise CheckpointError(f"image device {d} is a {names[d]}; device {nd} here is a {b.device_name(nd)} "
                                       f"(restore needs the same GPU model)")
+        self._check_arena(desc, device_map)
         token = desc["token"]
         old = self.server.sessions.get(token)
         if old is not None and not getattr(old, "released", False):
@@ -509,22 +586,104 @@ class Engine:
                  "token": token, "pid": sess.pid, **self.rstats}
         return sess, stats
 
+    def _check_process(self, desc: dict) -> None:
+        """Refuses to restore into a process that is gone: a session with no
+        process would sit in proxyd holding memory (a phantom). Only where
+        the pid means something here (the same pid namespace)."""
+        pid, ns = desc["pid"], desc.get("pidns")
+        if not pid or not ns or ns != procinfo.OWN_PIDNS:
+            return
+        now = procinfo.start_time(pid)
+        if now is None:
+            raise CheckpointError(f"image refused: its process (pid {pid}, {desc.get('exe') or 'unknown program'}) "
+                                  f"has exited; nothing to restore into")
+        if desc.get("start_time") is not None and now != desc["start_time"]:
+            raise CheckpointError(f"image refused: pid {pid} now belongs to another process (started at tick {now}, "
+                                  f"the image's process at tick {desc['start_time']})")
+
+    def _check_arena(self, desc: dict, device_map: dict) -> None:
+        """The arena a manifest describes must be the session slot's own
+        address range, hold its chunks and allocations, and fit each
+        device's memory; one line naming the field otherwise."""
+        from ..server import ARENA_BASE, SLOT_SIZE
+        a = desc["arena"]
+        base = ARENA_BASE + desc["slot"] * SLOT_SIZE
+        if a["base"] != base or a["size"] != SLOT_SIZE:
+            raise CheckpointError(f"image refused: manifest field session.arena: [{a['base']:#x}, +{a['size']:#x}) "
+                                  f"is not the address slot {desc['slot']} ([{base:#x}, +{SLOT_SIZE:#x}))")
+        per_dev: dict[int, int] = {}
+        end = base
+        for i, (start, size, dev, _small) in enumerate(a["chunks"]):
+            if start < end or start + size > base + SLOT_SIZE or size == 0:
+                raise CheckpointError(f"image refused: manifest field session.arena.chunks[{i}]: {start:#x}+{size:#x} "
+                                      f"overlaps another chunk or lies outside the session's slot")
+            end = start + size
+            nd = device_map.get(dev, dev)
+            per_dev[nd] = per_dev.get(nd, 0) + size
+        for nd, total in per_dev.items():
+            if total > self.backend.device_total_mem(nd):
+                raise CheckpointError(f"image refused: manifest field session.arena.chunks: {total} bytes on device "
+                                      f"{nd}, which has {self.backend.device_total_mem(nd)}")
+        token = desc["token"]
+        if desc.get("channel") not in (None, f"/gpuproxy-{token}-chan"):
+            raise CheckpointError(f"image refused: manifest field session.channel: {desc['channel']!r} is not "
+                                  f"the session's channel /gpuproxy-{token}-chan")
+
+    def _set_stream_attrs(self, stream, attrs: dict, keep: dict):
+        """Re-applies recorded cuStreamSetAttribute values to a re-created stream."""
+        for aid, val in sorted(attrs.items(), key=lambda x: int(x[0])):
+            val = _unjson(val)
+            code, _ = self.backend.call_named("cuStreamSetAttribute", [stream, int(aid), val])
+            if code:
+                raise CheckpointError(f"cuStreamSetAttribute({aid}) on a restored stream failed ({code})")
+            keep[int(aid)] = bytes(val)
+    def _check_globals(self, sess: Session, desc: dict):
+        """Compares every __device__ variable of the reloaded modules with its
+        recorded address. One that moved is translated where the app passes
+        its address to an API call (Session.addr_map), but not where the app
+        stored it in device memory (a pointer table) or passes it inside
+        kernel arguments (a parameter layout gives offsets and sizes, not
+        which parameters are pointers): the restore output lists each moved
+        variable so that this is never silent."""
+        b = self.backend
+        moved = []
+        for md in desc["modules"]:
+            mod = sess.objects[(P.K_MODULE, md["id"])]
+            b.make_current(sess.contexts[md["ctx"]].real)
+            for name, (old_addr, size) in md["globals"].items():
+                addr, nsize = b.module_global(mod.real, name)
+                if nsize != size:
+                    raise CheckpointError(f"__device__ variable {name} changed size ({size} -> {nsize} bytes)")
+                if addr != old_addr:
+                    log.warning("session %s: __device__ variable %s moved from %#x to %#x on restore; API calls "
+                                "that pass its old address are translated, copies of it kept in device memory "
+                                "or passed in kernel arguments are not", sess.token, name, old_addr, addr)
+                    moved.append({"name": name, "old": old_addr, "new": addr, "size": size})
+        self.rstats["globals"] = sum(len(md["globals"]) for md in desc["modules"])
+        self.rstats["moved_globals"] = moved
+
     def _rebuild(self, sess: Session, img: Image, desc: dict, device_map: dict):
         from ..handlers import function_layout, load_module
         b = self.backend
         dmap = lambda d: device_map.get(d, d)
-        arena_desc = dict(desc["arena"])
-        arena_desc["chunks"] = [[s, n, dmap(d), small] for s, n, d, small in desc["arena"]["chunks"]]
-        sess.arena.rebuild(arena_desc)
         for c in desc["contexts"]:
             ctx = sess.add_context(dmap(c["device"]), b.ctx_create(dmap(c["device"]), c["flags"]), c["primary"],
                                    c["flags"], ident=c["id"])
             ctx.refcount = c["refcount"]
         ctxs = sess.contexts
-        for md in desc["modules"]:
+        # Modules first, in the order the app loaded them (ids grow with each
+        # load) and before any memory is mapped: a fresh process that loads
+        # the same modules in the same order gets their __device__ variables
+        # at the same addresses from the driver, which is what lets pointers
+        # to them that the app keeps (in host or device memory) stay valid.
+        for md in sorted(desc["modules"], key=lambda md: md["id"]):
             ctx = ctxs[md["ctx"]]
             b.make_current(ctx.real)
             load_module(self.dispatcher, sess, ctx, img.module(md["image"]), create=None, ident=md["id"])
+        self._check_globals(sess, desc)
+        arena_desc = dict(desc["arena"])
+        arena_desc["chunks"] = [[s, n, dmap(d), small] for s, n, d, small in desc["arena"]["chunks"]]
+        sess.arena.rebuild(arena_desc)
         for f in desc["functions"]:
             mod = sess.objects[(P.K_MODULE, f["module"])]
             b.make_current(ctxs[f["ctx"]].real)
@@ -542,10 +701,41 @@ class Engine:
                 ctx = sess.context(ctxh) if ctxh else None
                 if ctx is not None:
                     b.make_current(ctx.real)
-                code, _ = self.dispatcher.generic(sess, fn, ctx, [_unjson(a) for a in args], fid, ctxh,
-                                                  force_ids={kind: o["id"]})
+                code, outs = self.dispatcher.generic(sess, fn, ctx, [_unjson(a) for a in args], fid, ctxh,
+                                                     force_ids={kind: o["id"]})
                 if code:
                     raise CheckpointError(f"recreating {kind} {o['id']} failed with CUDA error {code}")
+                obj = sess.objects[(P.KIND_CODES[kind], o["id"])]
+                if kind == "stream":
+                    self._set_stream_attrs(obj.real, o.get("attrs", {}), obj.info.setdefault("attrs", {}))
+                elif o.get("recorded"):
+                    # an event that had been recorded comes back completed
+                    # (its work finished before the dump): queries, waits and
+                    # stream waits on it succeed at once
+                    b.event_mark_complete(obj.real)
+                    obj.info["recorded"] = True
+        for c in desc["contexts"]:
+            ctx = ctxs[c["id"]]
+            b.make_current(ctx.real)
+            for limit, value in c.get("limits", {}).items():
+                code, _ = b.call_named("cuCtxSetLimit", [int(limit), int(value)])
+                if code:
+                    raise CheckpointError(f"context {c['id']}: cuCtxSetLimit({limit}, {value}) failed ({code})")
+                ctx.limits[int(limit)] = int(value)
+            for special, attrs in c.get("stream_attrs", {}).items():
+                self._set_stream_attrs(b.stream(int(special)), attrs,
+                                       ctx.stream_attrs.setdefault(int(special), {}))
+        # settings made through `restore: replay` calls, now that the objects
+        # they name exist again; run_op records them on the new session too
+        sess.primary_flags = {int(k): int(v) for k, v in desc.get("primary_flags", {}).items()}
+        for fid, ctxh, args in desc.get("replay", []):
+            fn = FUNCTIONS.get(fid)
+            if fn is None or fn.restore != "replay":
+                raise CheckpointError(f"image replays function id {fid}, which this proxyd does not record")
+            code, _, msg = self.dispatcher.run_op(sess, [fid, ctxh] + [_unjson(a) for a in args])
+            if code:
+                raise CheckpointError(f"replaying {fn.name} failed with CUDA error {code}: {msg}")
+        self.rstats["replayed"] = len(desc.get("replay", []))
         # memory: upload, then check what landed on the device against the image's hashes
         refs = img.chunks()
         arena_refs = [r for r in refs if not (r.flags & FLAG_GLOBAL)]
@@ -584,8 +774,6 @@ class Engine:
                 if hashing.gp64(data) != r.hash:
                     raise CheckpointError(f"__device__ variable {name} is corrupt in the image")
                 addr, nsize = b.module_global(mod.real, name)
-                if nsize != size:
-                    raise CheckpointError(f"__device__ variable {name} changed size")
                 if size:
                     b.htod(addr, data, size, 0, True)
                 mod.info["globals"][name] = (addr, size)
@@ -599,6 +787,7 @@ class Engine:
         for c in list(sess.contexts.values()):
             b.ctx_sync(c.real)
         # client-facing state
+        sess.pidns = desc.get("pidns") or ""      # the reaper and the next dump need it
         sess.last_seq = int(desc["last_seq"])
         sess.last_reply = [base64.b64decode(f) for f in desc["last_reply"]] if desc.get("last_reply") else None
         for k, v in desc["next_id"].items():
@@ -611,7 +800,9 @@ class Engine:
                 view = memoryview(sess.shm.open(int(seg)))
                 sess.shm.registered[int(seg)] = b.host_register(view)
             except Exception as e:
-                log.warning("session %s: client segment %s not mapped again (%s)", sess.token, seg, e)
+                # the client re-creates it when it attaches (after parking)
+                sess.shm_pending.add(int(seg))
+                log.info("session %s: client segment %s not mapped yet (%s)", sess.token, seg, e)
         sess.shm_ok = sess.staging_seg is not None and int(sess.staging_seg) in sess.shm.maps
         if desc.get("channel") and sess.shm_ok:
             from ..channel import Channel, SIZE

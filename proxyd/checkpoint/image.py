@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import hmac
 import json
 import mmap
 import os
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import hashing
+from .manifest_schema import SchemaError, validate_manifest
 
 FORMAT_VERSION = 1
 MAGIC = "GPUPROXY-IMAGE"
@@ -54,6 +56,12 @@ MANIFEST = "manifest"
 INDEX = "chunks.idx"
 MEMORY = "memory.bin"
 MODULES = "modules"
+SEAL = "seal"
+SEAL_ALGO = "hmac-sha256"
+
+# Images hold a program's memory: private to their owner (docs/security.md)
+DIR_MODE = 0o700
+FILE_MODE = 0o600
 
 INDEX_MAGIC = b"GPXCHUNK"
 INDEX_VERSION = 1
@@ -114,14 +122,37 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _create(path: str):
+    """A new file (replacing any) that only its owner may read or write."""
+    try:
+        os.unlink(path)        # a file left by someone else keeps its mode and owner: start afresh
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+    return os.fdopen(fd, "wb", buffering=0)
+
+
+def _private_dir(path: str) -> None:
+    os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+    if os.path.islink(path) or not os.path.isdir(path):
+        raise ImageError(f"{path} is not a directory")
+    os.chmod(path, DIR_MODE)
+
+
 def _write_file_atomic(path: str, data: bytes) -> None:
     """data to path through path.tmp, fsync, rename."""
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
+    with _create(tmp) as f:
+        mv = memoryview(data)
+        while len(mv):
+            mv = mv[f.write(mv):]
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def seal_of(key: bytes, digest: str) -> str:
+    """The seal of a manifest digest: HMAC-SHA256 under the daemon's key."""
+    return hmac.new(key, b"gpuproxy image seal\0" + digest.encode(), hashlib.sha256).hexdigest()
 
 
 # ---------------------------------------------------------------- manifest
@@ -186,6 +217,10 @@ def read_manifest(directory: str) -> tuple[dict, str]:
         raise ImageError(f"{path}: unknown image kind {m['kind']!r}")
     if m.get("hash") != HASH_NAME:
         raise ImageError(f"{path}: chunk hash {m.get('hash')!r}, this gpuproxy knows {HASH_NAME!r}")
+    try:
+        validate_manifest(m)
+    except SchemaError as e:
+        raise ImageError(f"{path}: {e}") from None
     return m, got
 
 
@@ -274,6 +309,39 @@ class Image:
 
     def __repr__(self):
         return f"Image({self.path!r}, {self.kind}, depth {len(self.chain) - 1})"
+
+    # -- seal
+    def seal(self, key: bytes | None) -> tuple[bool, str]:
+        """(True, what) if this image carries a valid seal under key (it was
+        written by a daemon holding that key and not changed since), else
+        (False, why): a *foreign* image."""
+        from ..keys import key_id
+        path = self._file(SEAL)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(512)
+        except FileNotFoundError:
+            return False, "foreign image: it has no seal"
+        except OSError as e:
+            return False, f"foreign image: cannot read {path}: {e.strerror}"
+        parts = raw.decode("ascii", "replace").split()
+        if len(parts) != 3 or parts[0] != SEAL_ALGO:
+            return False, f"foreign image: {path} is not a seal"
+        if key is None:
+            return False, f"foreign image: sealed with key {parts[1]}, and this user has no seal key"
+        if parts[1] != key_id(key):
+            return False, f"foreign image: sealed with key {parts[1]}, not this daemon's key {key_id(key)}"
+        if not hmac.compare_digest(parts[2], seal_of(key, self.digest)):
+            return False, f"foreign image: the seal does not match the manifest (edited after it was written)"
+        return True, f"sealed by this daemon's key {parts[1]}"
+
+    def chain_seal(self, key: bytes | None) -> tuple[bool, str]:
+        """The seal of every image of the chain: (True, ...) only if all are ours."""
+        for img in self.chain:
+            ok, why = img.seal(key)
+            if not ok:
+                return False, why if img is self else f"{why} (ancestor {img.path})"
+        return True, self.seal(key)[1]
 
     # -- manifest fields
     @property
@@ -597,7 +665,7 @@ class ImageWriter:
     incremental on; only chunks added with add_chunk are stored here."""
 
     def __init__(self, path, kind: str, meta: dict | None = None, parent: "Image | str | None" = None,
-                 chunk_size: int = 2 << 20):
+                 chunk_size: int = 2 << 20, seal_key: bytes | None = None, owner: tuple[int, int] | None = None):
         if kind not in KINDS:
             raise ValueError(f"image kind must be one of {KINDS}, got {kind!r}")
         meta = dict(meta or {})
@@ -610,8 +678,11 @@ class ImageWriter:
         self.parent = parent
         if os.path.exists(os.path.join(self.path, MANIFEST)):
             raise ImageError(f"{self.path} already holds an image; write the new one to another directory")
-        os.makedirs(os.path.join(self.path, MODULES), exist_ok=True)
-        for stale in (INDEX, INDEX + ".tmp", MANIFEST + ".tmp"):
+        _private_dir(self.path)
+        _private_dir(os.path.join(self.path, MODULES))
+        self.seal_key = seal_key
+        self.owner = owner          # (uid, gid) that the finished image is given (a root dump of a user's session)
+        for stale in (INDEX, INDEX + ".tmp", MANIFEST + ".tmp", SEAL, SEAL + ".tmp"):
             try:
                 os.unlink(os.path.join(self.path, stale))
             except FileNotFoundError:
@@ -622,7 +693,7 @@ class ImageWriter:
         self.kind = kind
         self.chunk_size = int(chunk_size)
         self.created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
-        self._mem = open(os.path.join(self.path, MEMORY), "wb", buffering=0)
+        self._mem = _create(os.path.join(self.path, MEMORY))
         self._off = 0
         self._records: list[tuple] = []
         self._addrs: set[int] = set()
@@ -804,10 +875,33 @@ class ImageWriter:
             self._mem.close()
         _fsync_dir(os.path.join(self.path, MODULES))
         _write_file_atomic(os.path.join(self.path, INDEX), index)
+        if self.seal_key is not None:
+            from ..keys import key_id
+            digest = hashlib.sha256(manifest[manifest.index(b"\n") + 1:manifest.rindex(b"\nsha256 ")]).hexdigest()
+            _write_file_atomic(os.path.join(self.path, SEAL), f"{SEAL_ALGO} {key_id(self.seal_key)} "
+                                                               f"{seal_of(self.seal_key, digest)}\n".encode())
+        if self.owner is not None:
+            self._give_away()
         _write_file_atomic(os.path.join(self.path, MANIFEST), manifest)
+        if self.owner is not None:
+            os.chown(os.path.join(self.path, MANIFEST), *self.owner)
         _fsync_dir(self.path)
         self._done = True
         return Image.open(self.path)
+
+    def _give_away(self) -> None:
+        """Hands this image's files to self.owner (no symlinks followed: the
+        directory is ours and 0700 while we write it)."""
+        uid, gid = self.owner
+        for name in (MEMORY, INDEX, SEAL):
+            p = os.path.join(self.path, name)
+            if os.path.exists(p):
+                os.chown(p, uid, gid, follow_symlinks=False)
+        for sha, ent in self._modules.items():
+            if ent["image"] == 0:
+                os.chown(os.path.join(self.path, MODULES, sha + ".bin"), uid, gid, follow_symlinks=False)
+        os.chown(os.path.join(self.path, MODULES), uid, gid, follow_symlinks=False)
+        os.chown(self.path, uid, gid, follow_symlinks=False)
 
     def abort(self) -> None:
         """Gives up: closes and removes what was written (no manifest exists)."""
@@ -815,7 +909,7 @@ class ImageWriter:
             return
         self._done = True
         self._mem.close()
-        for name in (MEMORY, INDEX, INDEX + ".tmp", MANIFEST + ".tmp"):
+        for name in (MEMORY, INDEX, INDEX + ".tmp", MANIFEST + ".tmp", SEAL, SEAL + ".tmp"):
             try:
                 os.unlink(os.path.join(self.path, name))
             except FileNotFoundError:

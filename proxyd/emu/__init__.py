@@ -17,7 +17,9 @@ emulated device memory:
         k.global_array("counter", 1, "i4")[0] += 1   # a __device__ variable of the kernel's module
 
 `k.grid` and `k.block` are 3-tuples; `k.shared_bytes` is the launch's dynamic
-shared memory size. Load kernel files with `proxyd --backend emu --emu-kernels FILE ...`
+shared memory size; `k.cluster` is the thread block cluster shape (launch
+attribute, (1, 1, 1) without one) and `k.cooperative` says whether it is a
+cooperative launch. Load kernel files with `proxyd --backend emu --emu-kernels FILE ...`
 (or GPUPROXY_EMU_KERNELS=FILE:FILE...). This API is kept stable: tests outside
 the project use it.
 """

@@ -12,7 +12,9 @@ never run concurrently.
 """
 from __future__ import annotations
 
+import os
 import bisect
+import os
 import logging
 import struct
 import time
@@ -28,15 +30,42 @@ log = logging.getLogger("proxyd")
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_INVALID_DEVICE = 101
+CUDA_ERROR_INVALID_CONTEXT = 201
 CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_NOT_FOUND = 500
 CUDA_ERROR_ILLEGAL_ADDRESS = 700
 CUDA_ERROR_LAUNCH_FAILED = 719
+CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE = 720
 CUDA_ERROR_NOT_SUPPORTED = 801
+CUDA_ERROR_INVALID_CLUSTER_SIZE = 912
+
+# launch / stream attribute ids (cuda.h, CUlaunchAttributeID)
+ATTR_COOPERATIVE = 2
+ATTR_CLUSTER_DIMENSION = 4
+ATTR_PRIORITY = 8
+ATTR_VALUE_SIZE = 64
+PORTABLE_CLUSTER_SIZE = 8        # cudaOccupancyMaxPotentialClusterSize's portable limit
+
+# per-SM resources of the emulated part (H100 SXM: CUDA C++ Programming
+# Guide, "Technical Specifications per Compute Capability", 9.0)
+SM_THREADS = 2048
+SM_BLOCKS = 32
+SM_REGS = 65536
+SM_SMEM = 233472                  # shared memory per SM usable by blocks
+BLOCK_SMEM_RESERVED = 1024        # reserved per block (CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK)
+BLOCK_SMEM_DEFAULT = 49152        # dynamic + static without the opt-in attribute
+BLOCK_SMEM_OPTIN = 232448
+
+# CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES and its default, 48 KiB
+FUNC_MAX_DYNAMIC_SHARED = 8
+DEFAULT_DYNAMIC_SHARED = 49152
 
 GLOBALS_BASE = 0x7E00_0000_0000   # module variables; above every session slice
-EMU_TOTAL_MEM = 80 << 30
+# memory of each emulated device (an H100's 80 GiB); GPUPROXY_EMU_TOTAL_MB
+# sets another size (tests of out-of-memory behaviour use a small one)
+EMU_TOTAL_MEM = int(os.environ.get("GPUPROXY_EMU_TOTAL_MB") or 80 << 10) << 20
 
 # Attribute values of the emulated device: an H100-like part, so that
 # programs that size work from attributes behave as they would there.
@@ -61,6 +90,7 @@ class EmuContext:
 class EmuStream:
     def __init__(self, flags=0, priority=0, special=None):
         self.flags, self.priority, self.special = flags, priority, special
+        self.attrs: dict[int, bytes] = {}     # cuStreamSetAttribute values
 
 
 class EmuEvent:
@@ -81,6 +111,7 @@ class EmuFunction:
         self.module = module
         self.name = name
         self.attrs: dict[int, int] = {}
+        self.cache_config = 0
 
 
 class EmuBackend(Backend):
@@ -90,9 +121,15 @@ class EmuBackend(Backend):
         self.devices = devices
         self._starts: list[int] = []
         self._regions: dict[int, np.ndarray] = {}
-        self._next_global = GLOBALS_BASE
+        # GPUPROXY_EMU_GLOBALS_SKEW (bytes) starts __device__ variables elsewhere,
+        # as a real driver may place them after a restore: tests of the
+        # moved-global path use it (a worker is a fresh process, so a module
+        # reloaded in the same order otherwise lands where it was)
+        self._next_global = GLOBALS_BASE + int(os.environ.get("GPUPROXY_EMU_GLOBALS_SKEW", "0") or 0) // 256 * 256
         self._null = {v: EmuStream(special=v) for v in (0, 1, 2)}
-        self.primary_flags: dict[int, int] = {}
+        self._cur: EmuContext | None = None     # the context make_current chose
+        self._mapped: dict[int, int] = {}                  # device -> bytes of arena chunks mapped
+        self._chunk_dev: dict[int, tuple[int, int]] = {}   # chunk address -> (device, size)
 
     # ------------------------------------------------------------- memory
     def _register(self, addr: int, arr: np.ndarray):
@@ -115,11 +152,27 @@ class EmuBackend(Backend):
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"device range {addr:#x}+{n} is not inside one allocation")
 
     def map_chunk(self, dev: int, addr: int, size: int):
-        self._register(addr, np.zeros(size, np.uint8))
+        # Like cuMemCreate on a GPU: CUDA_ERROR_OUT_OF_MEMORY when the device's
+        # memory (EMU_TOTAL_MEM each) is used up, or when the host cannot back
+        # the emulated memory.
+        used = self._mapped.get(dev, 0)
+        if used + size > EMU_TOTAL_MEM:
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of memory: {size} bytes requested, {EMU_TOTAL_MEM - used} "
+                                                      f"of {EMU_TOTAL_MEM} free on emulated device {dev}")
+        try:
+            arr = np.zeros(size, np.uint8)
+        except (MemoryError, ValueError) as e:
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of memory: cannot back {size} bytes of emulated device "
+                                                      f"memory ({e})") from None
+        self._register(addr, arr)
+        self._mapped[dev] = used + size
+        self._chunk_dev[addr] = (dev, size)
         return addr
 
     def unmap_chunk(self, backing):
         self._unregister(backing)
+        dev, size = self._chunk_dev.pop(backing, (0, 0))
+        self._mapped[dev] = self._mapped.get(dev, 0) - size
 
     def reserve(self, base, size):
         return None
@@ -173,10 +226,25 @@ class EmuBackend(Backend):
         return EmuContext(self._dev(dev), flags)
 
     def ctx_destroy(self, ctx):
-        pass
+        if self._cur is ctx:
+            self._cur = None
+
+    def make_current(self, ctx):
+        self._cur = ctx
+
+    def ctx_set_flags(self, ctx, flags):
+        ctx.flags = int(flags)
+
+    def _ctx(self) -> EmuContext:
+        if self._cur is None:
+            raise CudaError(CUDA_ERROR_INVALID_CONTEXT, "no current context")
+        return self._cur
 
     def ctx_sync(self, ctx):
         pass
+
+    def make_current(self, ctx):
+        self._cur = ctx
 
     def stream(self, special: int):
         return self._null[special]
@@ -186,6 +254,9 @@ class EmuBackend(Backend):
 
     def event_sync(self, event):
         pass
+
+    def event_mark_complete(self, event):
+        event.time = time.perf_counter()
 
     # ------------------------------------------------------------ modules
     def module_load(self, ctx, image, parsed):
@@ -217,13 +288,30 @@ class EmuBackend(Backend):
             raise CudaError(CUDA_ERROR_NOT_FOUND, f"module has no __device__ variable named {name}")
         return g
 
-    def launch(self, fn, grid, block, shmem, stream, params, info):
+    def launch(self, fn, grid, block, shmem, stream, params, info, attrs=None):
+        # A launch may use dynamic shared memory up to the function's
+        # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 48 KiB unless raised
+        # with cuFuncSetAttribute; above it CUDA fails the launch with
+        # CUDA_ERROR_INVALID_VALUE (CUDA C++ Programming Guide, "Shared Memory").
+        limit = fn.attrs.get(FUNC_MAX_DYNAMIC_SHARED, DEFAULT_DYNAMIC_SHARED)
+        if int(shmem) > limit:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            f"launch of {fn.name} with {int(shmem)} bytes of dynamic shared memory; "
+                            f"the function allows {limit} (cuFuncSetAttribute raises it)")
         impl = KERNELS.get(fn.name)
         if impl is None:
             raise CudaError(CUDA_ERROR_LAUNCH_FAILED,
                             f"emulated backend has no implementation of kernel {fn.name} "
                             f"(load one with proxyd --emu-kernels FILE)")
-        k = KernelLaunch(fn.name, grid, block, shmem, params, info["layout"], self.resolve, fn.module.globals)
+        cluster, coop = (1, 1, 1), False
+        for aid, val in attrs or ():
+            if aid == ATTR_COOPERATIVE:
+                coop = struct.unpack_from("i", val)[0] != 0
+            elif aid == ATTR_CLUSTER_DIMENSION:
+                cluster = tuple(max(int(x), 1) for x in struct.unpack_from("3I", val))
+        self._check_launch(fn, grid, block, shmem, cluster, coop)
+        k = KernelLaunch(fn.name, grid, block, shmem, params, info["layout"], self.resolve, fn.module.globals,
+                         cluster=cluster, cooperative=coop)
         try:
             impl(k)
         except CudaError as e:
@@ -233,6 +321,23 @@ class EmuBackend(Backend):
         except Exception as e:
             tb = traceback.format_exc(limit=3).strip().splitlines()[-1]
             raise CudaError(CUDA_ERROR_LAUNCH_FAILED, f"emulated kernel {fn.name} raised {tb}") from e
+
+    def _check_launch(self, fn, grid, block, shmem, cluster, coop):
+        """The launch errors of the driver that the emulation can meet: a
+        cluster shape that does not tile the grid or exceeds the portable
+        cluster size, a cooperative grid larger than can be co-resident."""
+        if cluster != (1, 1, 1):
+            n = cluster[0] * cluster[1] * cluster[2]
+            if n > PORTABLE_CLUSTER_SIZE or any(g % c for g, c in zip(grid, cluster)):
+                raise CudaError(CUDA_ERROR_INVALID_CLUSTER_SIZE,
+                                f"cluster {cluster} does not fit grid {tuple(grid)} (at most "
+                                f"{PORTABLE_CLUSTER_SIZE} blocks per cluster)")
+        if coop:
+            per_sm = self.occupancy(fn, block[0] * block[1] * block[2], shmem)
+            if grid[0] * grid[1] * grid[2] > per_sm * ATTRS[16]:
+                raise CudaError(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+                                f"cooperative grid of {grid[0] * grid[1] * grid[2]} blocks exceeds "
+                                f"{per_sm} resident blocks x {ATTRS[16]} SMs")
 
     # ------------------------------------------------------- generic path
     def call(self, fn, args):
@@ -291,53 +396,66 @@ class EmuBackend(Backend):
         self._dev(peer)
         return CUDA_SUCCESS, [1 if dev != peer else 0]
 
-    def drv_cuDevicePrimaryCtxGetState(self, dev, flags, active):
-        return CUDA_SUCCESS, [self.primary_flags.get(self._dev(dev), 0), 1]
-
-    def drv_cuDevicePrimaryCtxSetFlags_v2(self, dev, flags):
-        self.primary_flags[self._dev(dev)] = int(flags)
-        return CUDA_SUCCESS, []
-
     def drv_cuCtxGetApiVersion(self, ctx, out):
         return CUDA_SUCCESS, [13000]
 
     def drv_cuCtxGetFlags(self, out):
-        return CUDA_SUCCESS, [0]
+        return CUDA_SUCCESS, [self._ctx().flags]
+
+    # CUlimit values (cuda.h) and their defaults on an H100
+    LIMIT_DEFAULTS = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 32, 6: 0}
+
+    # CUlimit values of a fresh context (cuda.h order: stack size, printf
+    # FIFO, malloc heap, device runtime sync depth, pending launch count,
+    # max L2 fetch granularity, persisting L2 cache size)
+    LIMIT_DEFAULTS = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 32, 6: 0}
 
     def drv_cuCtxSetLimit(self, limit, value):
-        self._limits()[int(limit)] = int(value)
+        if int(limit) not in self.LIMIT_DEFAULTS:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cuCtxSetLimit: unknown limit {int(limit)}")
+        self._ctx().limits[int(limit)] = int(value)
         return CUDA_SUCCESS, []
 
     def drv_cuCtxGetLimit(self, out, limit):
-        defaults = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 32, 6: 0}
-        return CUDA_SUCCESS, [self._limits().get(int(limit), defaults.get(int(limit), 0))]
-
-    def _limits(self):
-        if not hasattr(self, "_lim"):
-            self._lim = {}
-        return self._lim
+        if int(limit) not in self.LIMIT_DEFAULTS:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cuCtxGetLimit: unknown limit {int(limit)}")
+        return CUDA_SUCCESS, [self._ctx().limits.get(int(limit), self.LIMIT_DEFAULTS[int(limit)])]
 
     def drv_cuCtxGetStreamPriorityRange(self, least, greatest):
         return CUDA_SUCCESS, [0, -5]
 
     def drv_cuCtxGetCacheConfig(self, out):
-        return CUDA_SUCCESS, [0]
+        return CUDA_SUCCESS, [self._ctx().cache_config]
 
     def drv_cuCtxSetCacheConfig(self, config):
+        self._ctx().cache_config = int(config)
         return CUDA_SUCCESS, []
 
     def drv_cuModuleGetLoadingMode(self, out):
         return CUDA_SUCCESS, [2]   # CU_MODULE_LAZY_LOADING
 
     def drv_cuFuncGetAttribute(self, out, attrib, fn):
-        defaults = {0: 1024, 1: 0, 2: 0, 3: 0, 4: 32, 5: 90, 6: 90, 7: 0, 8: 49152, 9: -1}
+        defaults = {0: 1024, 1: 0, 2: 0, 3: 0, 4: 32, 5: 90, 6: 90, 7: 0,
+                    FUNC_MAX_DYNAMIC_SHARED: DEFAULT_DYNAMIC_SHARED, 9: -1}
         return CUDA_SUCCESS, [fn.attrs.get(int(attrib), defaults.get(int(attrib), 0))]
 
+    # CUfunction_attribute values that cuFuncSetAttribute accepts (cuda.h):
+    # max dynamic shared size, preferred carveout, and the cluster settings
+    SETTABLE_FUNC_ATTRS = (8, 9, 11, 12, 13, 14, 15, 16)
+
     def drv_cuFuncSetAttribute(self, fn, attrib, value):
-        fn.attrs[int(attrib)] = int(value)
+        attrib, value = int(attrib), int(value)
+        if attrib not in self.SETTABLE_FUNC_ATTRS:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cuFuncSetAttribute: attribute {attrib} cannot be set")
+        if attrib == FUNC_MAX_DYNAMIC_SHARED and not 0 <= value <= ATTRS[97]:
+            # at most the device's opt-in shared memory per block (attribute 97)
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            f"cuFuncSetAttribute: {value} bytes of dynamic shared memory exceed the device's {ATTRS[97]}")
+        fn.attrs[attrib] = value
         return CUDA_SUCCESS, []
 
     def drv_cuFuncSetCacheConfig(self, fn, config):
+        fn.cache_config = int(config)
         return CUDA_SUCCESS, []
 
     def drv_cuMemGetInfo_v2(self, free_, total):
@@ -392,8 +510,63 @@ class EmuBackend(Backend):
     def drv_cuEventDestroy_v2(self, e):
         return CUDA_SUCCESS, []
 
+    def occupancy(self, fn, block_size: int, smem: int) -> int:
+        """Resident blocks per SM: the smallest of the thread, block,
+        register and shared memory limits, as the occupancy calculator
+        computes them (warp-granular threads and registers)."""
+        block_size, smem = int(block_size), int(smem)
+        if block_size <= 0 or block_size > self.drv_cuFuncGetAttribute(None, 0, fn)[1][0]:
+            return 0
+        warps = (block_size + 31) // 32
+        regs = fn.attrs.get(4, 32)
+        per_block_smem = smem + fn.attrs.get(1, 0)
+        if per_block_smem > fn.attrs.get(8, BLOCK_SMEM_DEFAULT):
+            return 0
+        return max(0, min(SM_THREADS // (warps * 32), SM_BLOCKS, SM_REGS // max(regs * warps * 32, 1),
+                          SM_SMEM // (per_block_smem + BLOCK_SMEM_RESERVED)))
+
     def drv_cuOccupancyMaxActiveBlocksPerMultiprocessor(self, out, fn, block_size, smem):
-        return CUDA_SUCCESS, [max(1, 2048 // max(int(block_size), 1))]
+        return CUDA_SUCCESS, [self.occupancy(fn, block_size, smem)]
 
     def drv_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(self, out, fn, block_size, smem, flags):
         return self.drv_cuOccupancyMaxActiveBlocksPerMultiprocessor(out, fn, block_size, smem)
+
+    def drv_cuOccupancyAvailableDynamicSMemPerBlock(self, out, fn, num_blocks, block_size):
+        num_blocks, block_size = int(num_blocks), int(block_size)
+        if num_blocks <= 0 or block_size <= 0:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, "numBlocks and blockSize must be positive")
+        warps = (block_size + 31) // 32
+        if num_blocks * warps * 32 > SM_THREADS or num_blocks > SM_BLOCKS:
+            return CUDA_SUCCESS, [0]
+        per_block = SM_SMEM // num_blocks - BLOCK_SMEM_RESERVED - fn.attrs.get(1, 0)
+        return CUDA_SUCCESS, [max(0, min(per_block, BLOCK_SMEM_OPTIN - fn.attrs.get(1, 0)))]
+
+    # ------------------------------------------------- streams: attributes
+    def drv_cuStreamSetAttribute(self, s, attr, value):
+        value = bytes(value)[:ATTR_VALUE_SIZE].ljust(ATTR_VALUE_SIZE, b"\0")
+        if int(attr) == ATTR_PRIORITY:
+            s.priority = struct.unpack_from("i", value)[0]
+        s.attrs[int(attr)] = value
+        return CUDA_SUCCESS, []
+
+    def drv_cuStreamGetAttribute(self, s, attr, out):
+        if int(attr) == ATTR_PRIORITY:
+            return CUDA_SUCCESS, [struct.pack("i", s.priority).ljust(ATTR_VALUE_SIZE, b"\0")]
+        return CUDA_SUCCESS, [s.attrs.get(int(attr), bytes(ATTR_VALUE_SIZE))]
+
+    def drv_cuStreamCopyAttributes(self, dst, src):
+        dst.attrs.update(src.attrs)
+        return CUDA_SUCCESS, []
+
+    # ----------------------------------------------------------------- peers
+    def drv_cuDeviceGetP2PAttribute(self, out, attrib, src, dst):
+        src, dst = self._dev(src), self._dev(dst)
+        if src == dst:
+            # documented answer (a device is not its own peer), so no message:
+            # the real driver prints nothing either
+            raise CudaError(CUDA_ERROR_INVALID_DEVICE)
+        # emulated devices share one memory: access, atomics and arrays all work
+        values = {1: 0, 2: 1, 3: 1, 4: 1, 5: 0}
+        if int(attrib) not in values:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"unknown P2P attribute {attrib}")
+        return CUDA_SUCCESS, [values[int(attrib)]]

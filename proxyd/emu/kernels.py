@@ -44,11 +44,17 @@ class KernelError(Exception):
 class KernelLaunch:
     """One launch of an emulated kernel (the `k` argument)."""
 
-    def __init__(self, name: str, grid, block, shared_bytes: int, params: bytes, layout, memory, module_globals):
+    def __init__(self, name: str, grid, block, shared_bytes: int, params: bytes, layout, memory, module_globals,
+                 cluster=(1, 1, 1), cooperative: bool = False):
         self.name = name
         self.grid = tuple(grid)
         self.block = tuple(block)
         self.shared_bytes = shared_bytes
+        # thread block cluster dimensions (launch attribute) and whether the
+        # launch is cooperative; one call computes the whole grid, so grid-
+        # and cluster-wide synchronisation hold by construction
+        self.cluster = tuple(cluster)
+        self.cooperative = cooperative
         self._params = params
         self._layout = layout
         self._memory = memory

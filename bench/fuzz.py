@@ -1,0 +1,83 @@
+"""A long fuzzing campaign against proxyd (the CI test runs a bounded one:
+tests/test_fuzz.py). Starts its own proxyd (emulated backend) unless
+--endpoint names a running one, sends --count hostile messages (default one
+million) on the data and control paths (tests/fuzzing.py), and reports
+throughput, proxyd's memory before and after, its log size, and whether a
+well-behaved client is still served afterwards.
+
+    python3 bench/fuzz.py [--count 1000000] [--seed 1] [--endpoint E]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from fuzzing import Fuzzer  # noqa: E402
+from proxy import Daemon  # noqa: E402
+from wire import WireClient  # noqa: E402
+
+
+def rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) << 10
+    return 0
+
+
+def well_behaved(endpoint: str) -> bool:
+    """A client that allocates, writes, reads back and frees: True if every
+    answer is right."""
+    with WireClient(endpoint) as c:
+        c.hello()
+        ctx = c.context()
+        code, outs, _ = c.call("cuMemAlloc_v2", True, 1 << 20, ctx=ctx)
+        if code:
+            return False
+        a = outs[0]
+        data = os.urandom(1 << 16)
+        ok = c.call("cuMemcpyHtoD_v2", a, data, len(data), ctx=ctx)[0] == 0
+        code, outs, _ = c.call("cuMemcpyDtoH_v2", None, a, len(data), ctx=ctx)
+        ok = ok and code == 0 and outs[0] == data and c.call("cuMemFree_v2", a, ctx=ctx)[0] == 0
+        c.bye()
+        return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--count", type=int, default=1_000_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--endpoint")
+    a = ap.parse_args()
+    d = None
+    if a.endpoint:
+        ep = a.endpoint
+    else:
+        d = Daemon(backend="emu", env={**os.environ, "GPUPROXY_EMU_TOTAL_MB": "256"}).start()
+        ep = d.endpoint
+    try:
+        rss0 = rss(d.proc.pid) if d else 0
+        ok_before = well_behaved(ep)
+        f = Fuzzer(ep, seed=a.seed)
+        step = max(a.count // 20, 1)
+        stats = f.run(a.count, progress=lambda n, t: n % step < f.batch and print(f"  {n}/{t}", file=sys.stderr))
+        f.close()
+        res = {**stats, "rate_per_s": round(stats["messages"] / max(stats["seconds"], 1e-9)),
+               "served_before": ok_before, "served_after": well_behaved(ep)}
+        if d:
+            res.update(alive=d.proc.poll() is None, rss_before_mib=round(rss0 / 2**20, 1),
+                       rss_after_mib=round(rss(d.proc.pid) / 2**20, 1), log_lines=d.log().count("\n"))
+        print(json.dumps(res, indent=2))
+        return 0 if res["served_after"] and res.get("alive", True) else 1
+    finally:
+        if d:
+            d.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+/* Pitched memory in the shim: cuMemAllocPitch, cuMemcpy2D/3D (and their
+ * async and unaligned forms), cuMemsetD2D*, built on the shim's linear
+ * allocations, copies and memsets. pycuda uses all of them (its
+ * mem_alloc_pitch, Memcpy2D/Memcpy3D objects, memset_d2d*).
+ *
+ * A 2D/3D copy is one linear copy when both sides are contiguous over the
+ * whole region (pitch == width), else one linear copy per row: every row
+ * goes through the same path as cuMemcpyHtoD & co., so proxyd, the async
+ * batching and checkpoints see ordinary copies. CUDA arrays
+ * (CU_MEMORYTYPE_ARRAY) are not supported (no cuArray* in gpuproxy): such
+ * copies answer CUDA_ERROR_NOT_SUPPORTED with one stderr line. Semantics
+ * follow cuda.h's CUDA_MEMCPY2D / CUDA_MEMCPY3D documentation. */
+#include "gp_shim.h"
+#include "gp_gen.h"
+
+#include <string.h>
+
+/* The pitch granularity that cuMemAllocPitch returns on current GPUs (it
+ * rounds rows to the device's pitch alignment; 512 bytes covers every
+ * CUDA 13 device's texturePitchAlignment and keeps rows coalesced). */
+#define GP_PITCH_ALIGN 512u
+
+/* Per-thread-default-stream entry points of the linear copies and memsets
+ * (exported by this library; cuda.h declares them only when
+ * CUDA_API_PER_THREAD_DEFAULT_STREAM is set). The _ptds/_ptsz 2D/3D variants
+ * use them so that their rows go to the same default stream. */
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr, const void *, size_t);
+CUresult cuMemcpyDtoH_v2_ptds(void *, CUdeviceptr, size_t);
+CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr, CUdeviceptr, size_t);
+CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr, const void *, size_t, CUstream);
+CUresult cuMemcpyDtoHAsync_v2_ptsz(void *, CUdeviceptr, size_t, CUstream);
+CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+CUresult cuStreamSynchronize_ptsz(CUstream);
+CUresult cuMemsetD8_v2_ptds(CUdeviceptr, unsigned char, size_t);
+CUresult cuMemsetD16_v2_ptds(CUdeviceptr, unsigned short, size_t);
+CUresult cuMemsetD32_v2_ptds(CUdeviceptr, unsigned int, size_t);
+
+CUresult gpo_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                                unsigned int ElementSizeBytes)
+{
+    /* cuda.h: ElementSizeBytes "may be 4, 8 or 16" */
+    if (!dptr || !pPitch || !WidthInBytes || !Height ||
+        (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t pitch = (WidthInBytes + GP_PITCH_ALIGN - 1) / GP_PITCH_ALIGN * GP_PITCH_ALIGN;
+    CUresult rc = cuMemAlloc_v2(dptr, pitch * Height);
+    if (rc == CUDA_SUCCESS)
+        *pPitch = pitch;
+    return rc;
+}
+
+typedef struct side {
+    int per_thread;         /* the copy is a _ptds/_ptsz variant */
+    CUmemorytype type;
+    const void *host;
+    CUdeviceptr dev;
+    size_t pitch, height;   /* height: rows per slice (3D) */
+} side;
+
+static int resolve_side(CUmemorytype t, const void *host, CUdeviceptr dev, CUarray arr, side *s)
+{
+    if (t == CU_MEMORYTYPE_UNIFIED) {
+        /* a unified address is a device address or a host address; gpuproxy's
+         * device addresses are the session's arena (gp_shim.h range table) */
+        t = gp_is_device_ptr((const void *)(uintptr_t)dev) ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+        host = (const void *)(uintptr_t)dev;
+    }
+    if (t == CU_MEMORYTYPE_ARRAY || arr)
+        return -1;
+    s->type = t;
+    s->host = host;
+    s->dev = dev;
+    return 0;
+}
+
+/* One linear piece: n bytes at byte offset so/do of each side. */
+static CUresult piece(const side *src, size_t so, const side *dst, size_t dof, size_t n, CUstream st, int async)
+{
+    int sh = src->type == CU_MEMORYTYPE_HOST, dh = dst->type == CU_MEMORYTYPE_HOST;
+    if (src->per_thread) {
+        const char *sp = (const char *)src->host + so;
+        char *dp = (char *)dst->host + dof;
+        if (sh && dh) {
+            CUresult rc = async ? cuStreamSynchronize_ptsz(st) : CUDA_SUCCESS;
+            if (rc == CUDA_SUCCESS)
+                memcpy(dp, sp, n);
+            return rc;
+        }
+        if (sh)
+            return async ? cuMemcpyHtoDAsync_v2_ptsz(dst->dev + dof, sp, n, st) : cuMemcpyHtoD_v2_ptds(dst->dev + dof, sp, n);
+        if (dh)
+            return async ? cuMemcpyDtoHAsync_v2_ptsz(dp, src->dev + so, n, st) : cuMemcpyDtoH_v2_ptds(dp, src->dev + so, n);
+        return async ? cuMemcpyDtoDAsync_v2_ptsz(dst->dev + dof, src->dev + so, n, st)
+                     : cuMemcpyDtoD_v2_ptds(dst->dev + dof, src->dev + so, n);
+    }
+    if (sh && dh) {
+        if (async) {
+            CUresult rc = cuStreamSynchronize(st);   /* host copies run in stream order */
+            if (rc != CUDA_SUCCESS)
+                return rc;
+        }
+        memcpy((char *)dst->host + dof, (const char *)src->host + so, n);
+        return CUDA_SUCCESS;
+    }
+    if (sh)
+        return async ? cuMemcpyHtoDAsync_v2(dst->dev + dof, (const char *)src->host + so, n, st)
+                     : cuMemcpyHtoD_v2(dst->dev + dof, (const char *)src->host + so, n);
+    if (dh)
+        return async ? cuMemcpyDtoHAsync_v2((char *)dst->host + dof, src->dev + so, n, st)
+                     : cuMemcpyDtoH_v2((char *)dst->host + dof, src->dev + so, n);
+    return async ? cuMemcpyDtoDAsync_v2(dst->dev + dof, src->dev + so, n, st)
+                 : cuMemcpyDtoD_v2(dst->dev + dof, src->dev + so, n);
+}
+
+/* rows x depth rows of `width` bytes, starting at the given byte offsets. */
+static CUresult copy_rows(const side *src, size_t s0, const side *dst, size_t d0, size_t width, size_t rows,
+                          size_t depth, CUstream st, int async)
+{
+    if (!width || !rows || !depth)
+        return CUDA_SUCCESS;
+    int contiguous = src->pitch == width && dst->pitch == width &&
+                     (depth == 1 || (src->height == rows && dst->height == rows));
+    if (contiguous)
+        return piece(src, s0, dst, d0, width * rows * depth, st, async);
+    for (size_t z = 0; z < depth; z++)
+        for (size_t y = 0; y < rows; y++) {
+            CUresult rc = piece(src, s0 + z * src->height * src->pitch + y * src->pitch, dst,
+                                d0 + z * dst->height * dst->pitch + y * dst->pitch, width, st, async);
+            if (rc != CUDA_SUCCESS)
+                return rc;
+        }
+    return CUDA_SUCCESS;
+}
+
+static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream st, int async, int per_thread, const char *who)
+{
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    side s = { .per_thread = per_thread }, d = { .per_thread = per_thread };
+    if (resolve_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, &s) ||
+        resolve_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, &d)) {
+        gp_warn_unsupported(who);   /* CUDA arrays */
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    /* cuda.h: a pitch of 0 means tightly packed rows (WidthInBytes) */
+    s.pitch = c->srcPitch ? c->srcPitch : c->WidthInBytes;
+    d.pitch = c->dstPitch ? c->dstPitch : c->WidthInBytes;
+    if (s.pitch < c->WidthInBytes || d.pitch < c->WidthInBytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    s.height = d.height = c->Height;
+    return copy_rows(&s, c->srcY * s.pitch + c->srcXInBytes, &d, c->dstY * d.pitch + c->dstXInBytes,
+                     c->WidthInBytes, c->Height, 1, st, async);
+}
+
+static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream st, int async, int per_thread, const char *who)
+{
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    side s = { .per_thread = per_thread }, d = { .per_thread = per_thread };
+    if (resolve_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, &s) ||
+        resolve_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, &d) ||
+        c->srcLOD || c->dstLOD) {
+        gp_warn_unsupported(who);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    s.pitch = c->srcPitch ? c->srcPitch : c->WidthInBytes;
+    d.pitch = c->dstPitch ? c->dstPitch : c->WidthInBytes;
+    s.height = c->srcHeight ? c->srcHeight : c->Height;
+    d.height = c->dstHeight ? c->dstHeight : c->Height;
+    if (s.pitch < c->WidthInBytes || d.pitch < c->WidthInBytes || s.height < c->Height || d.height < c->Height)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t s0 = (c->srcZ * s.height + c->srcY) * s.pitch + c->srcXInBytes;
+    size_t d0 = (c->dstZ * d.height + c->dstY) * d.pitch + c->dstXInBytes;
+    return copy_rows(&s, s0, &d, d0, c->WidthInBytes, c->Height, c->Depth, st, async);
+}
+
+#define COPY_ENTRY(name, fn, args, call) \
+    CUresult gpo_##name args { return fn call; }
+COPY_ENTRY(cuMemcpy2D_v2, copy2d, (const CUDA_MEMCPY2D *c), (c, NULL, 0, 0, "cuMemcpy2D (CUDA arrays)"))
+COPY_ENTRY(cuMemcpy2D_v2_ptds, copy2d, (const CUDA_MEMCPY2D *c), (c, NULL, 0, 1, "cuMemcpy2D (CUDA arrays)"))
+COPY_ENTRY(cuMemcpy2DUnaligned_v2, copy2d, (const CUDA_MEMCPY2D *c),
+           (c, NULL, 0, 0, "cuMemcpy2DUnaligned (CUDA arrays)"))
+COPY_ENTRY(cuMemcpy2DUnaligned_v2_ptds, copy2d, (const CUDA_MEMCPY2D *c),
+           (c, NULL, 0, 1, "cuMemcpy2DUnaligned (CUDA arrays)"))
+COPY_ENTRY(cuMemcpy2DAsync_v2, copy2d, (const CUDA_MEMCPY2D *c, CUstream s),
+           (c, s, 1, 0, "cuMemcpy2DAsync (CUDA arrays)"))
+COPY_ENTRY(cuMemcpy2DAsync_v2_ptsz, copy2d, (const CUDA_MEMCPY2D *c, CUstream s),
+           (c, s, 1, 1, "cuMemcpy2DAsync (CUDA arrays)"))
+COPY_ENTRY(cuMemcpy3D_v2, copy3d, (const CUDA_MEMCPY3D *c), (c, NULL, 0, 0, "cuMemcpy3D (CUDA arrays)"))
+COPY_ENTRY(cuMemcpy3D_v2_ptds, copy3d, (const CUDA_MEMCPY3D *c), (c, NULL, 0, 1, "cuMemcpy3D (CUDA arrays)"))
+COPY_ENTRY(cuMemcpy3DAsync_v2, copy3d, (const CUDA_MEMCPY3D *c, CUstream s),
+           (c, s, 1, 0, "cuMemcpy3DAsync (CUDA arrays)"))
+COPY_ENTRY(cuMemcpy3DAsync_v2_ptsz, copy3d, (const CUDA_MEMCPY3D *c, CUstream s),
+           (c, s, 1, 1, "cuMemcpy3DAsync (CUDA arrays)"))
+
+/* cuMemsetD2D*: Height rows of Width elements, rows dstPitch bytes apart. */
+#define MEMSET2D(name, T, setter, esz)                                                               \
+    CUresult gpo_##name(CUdeviceptr dst, size_t pitch, T v, size_t w, size_t h)                      \
+    {                                                                                                 \
+        if (pitch < w * (esz))                                                                        \
+            return CUDA_ERROR_INVALID_VALUE;                                                          \
+        if (pitch == w * (esz))                                                                       \
+            return setter(dst, v, w * h);                                                             \
+        for (size_t y = 0; y < h; y++) {                                                              \
+            CUresult rc = setter(dst + y * pitch, v, w);                                              \
+            if (rc != CUDA_SUCCESS)                                                                   \
+                return rc;                                                                            \
+        }                                                                                             \
+        return CUDA_SUCCESS;                                                                          \
+    }
+MEMSET2D(cuMemsetD2D8_v2, unsigned char, cuMemsetD8_v2, 1)
+MEMSET2D(cuMemsetD2D16_v2, unsigned short, cuMemsetD16_v2, 2)
+MEMSET2D(cuMemsetD2D32_v2, unsigned int, cuMemsetD32_v2, 4)
+MEMSET2D(cuMemsetD2D8_v2_ptds, unsigned char, cuMemsetD8_v2_ptds, 1)
+MEMSET2D(cuMemsetD2D16_v2_ptds, unsigned short, cuMemsetD16_v2_ptds, 2)
+MEMSET2D(cuMemsetD2D32_v2_ptds, unsigned int, cuMemsetD32_v2_ptds, 4)

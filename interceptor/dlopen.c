@@ -1,0 +1,128 @@
+/* dlopen/dlmopen wrappers: whatever name a program loads the CUDA libraries
+ * by, it gets the shim.
+ *
+ * LD_PRELOAD puts the shim in the process under the sonames libcuda.so.1 and
+ * libcudart.so.13, so a plain dlopen("libcuda.so.1") already finds it (the
+ * loader matches already-loaded objects by soname). Frameworks do not always
+ * ask that way: CuPy and cuda-pathfinder dlopen NVIDIA's runtime by absolute
+ * path (".../nvidia/cu13/lib/libcudart.so.13"), numba asks for "libcuda.so",
+ * and others another soname version. Those requests would load the real
+ * library next to the shim; the real runtime then reaches the driver through
+ * private export tables (cuGetExportTable) that the shim cannot serve. So
+ * dlopen of any libcuda.so[.*] / libcudart.so[.*] name or path answers a
+ * handle of the shim's own library instead, and the real ones are never
+ * loaded.
+ *
+ * Every other name goes to the next dlopen (libc's) as a tail call: glibc's
+ * dlopen resolves relative names with the *caller's* RUNPATH and $ORIGIN,
+ * which it finds from its return address (dlopen(3), "the calling object").
+ * A tail call leaves the original caller's return address in place; a normal
+ * call would make the shim the caller. tests/test_dlopen.py checks this with
+ * a library whose RUNPATH finds its dependency.
+ *
+ * Flags pass through unchanged: RTLD_NOLOAD on a CUDA name answers the shim's
+ * handle (the shim is loaded: it is what stands for that library here).
+ * dlmopen into the base namespace behaves like dlopen; into another
+ * namespace it loads the shim's file there (LD_PRELOAD applies to the base
+ * namespace only, so the real library would otherwise load in it). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp_shim.h"
+
+typedef void *(*dlopen_fn)(const char *, int);
+typedef void *(*dlmopen_fn)(Lmid_t, const char *, int);
+
+static dlopen_fn next_dlopen;
+static dlmopen_fn next_dlmopen;
+static char shim_dir[PATH_MAX];
+
+/* The library a name stands for: 1 libcuda, 2 libcudart, 0 neither. Matches
+ * the file name part only: "libcuda.so", "libcuda.so.1", "libcuda.so.580.95",
+ * "/opt/x/libcudart.so.13" -- and not "libcudadebugger.so.1" or
+ * "libcudart_static.a". */
+static int cuda_lib_kind(const char *file)
+{
+    if (!file)
+        return 0;
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    static const struct { const char *stem; int kind; } names[] = {
+        {"libcuda.so", 1},
+        {"libcudart.so", 2},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        size_t n = strlen(names[i].stem);
+        if (strncmp(base, names[i].stem, n) == 0 && (base[n] == '\0' || base[n] == '.'))
+            return names[i].kind;
+    }
+    return 0;
+}
+
+static void resolve_next(void)
+{
+    /* Racing threads store the same values. */
+    if (!next_dlopen)
+        next_dlopen = (dlopen_fn)dlsym(RTLD_NEXT, "dlopen");
+    if (!next_dlmopen)
+        next_dlmopen = (dlmopen_fn)dlsym(RTLD_NEXT, "dlmopen");
+}
+
+/* Full path of the shim library standing for `kind`, or NULL. Both shim
+ * libraries live in one folder (gpuproxy/interceptor/lib); this file is in
+ * libcuda.so.1, so dladdr on one of its functions names that folder. */
+static const char *shim_path(int kind, char *buf, size_t cap)
+{
+    if (!shim_dir[0]) {
+        Dl_info info;
+        if (!dladdr((void *)&cuda_lib_kind, &info) || !info.dli_fname)
+            return NULL;
+        char tmp[PATH_MAX];
+        snprintf(tmp, sizeof tmp, "%s", info.dli_fname);
+        char *slash = strrchr(tmp, '/');
+        if (!slash)
+            return NULL;
+        *slash = '\0';
+        snprintf(shim_dir, sizeof shim_dir, "%s", tmp);
+    }
+    snprintf(buf, cap, "%s/%s", shim_dir, kind == 1 ? "libcuda.so.1" : "libcudart.so.13");
+    return buf;
+}
+
+static void note_redirect(const char *file, const char *to)
+{
+    if (getenv("GPUPROXY_DEBUG"))
+        fprintf(stderr, "gpuproxy: dlopen(\"%s\") -> %s\n", file, to);
+}
+
+GP_EXPORT void *dlopen(const char *file, int mode)
+{
+    resolve_next();
+    int kind = cuda_lib_kind(file);
+    if (kind) {
+        char path[PATH_MAX];
+        if (shim_path(kind, path, sizeof path)) {
+            note_redirect(file, path);
+            return next_dlopen(path, mode);
+        }
+    }
+    return next_dlopen(file, mode);  /* tail call: see the file comment */
+}
+
+GP_EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode)
+{
+    resolve_next();
+    int kind = cuda_lib_kind(file);
+    if (kind) {
+        char path[PATH_MAX];
+        if (shim_path(kind, path, sizeof path)) {
+            note_redirect(file, path);
+            return next_dlmopen(lmid, path, mode);
+        }
+    }
+    return next_dlmopen(lmid, file, mode);
+}

@@ -1,0 +1,255 @@
+/* Parking the shim around a whole-process checkpoint (CRIU), and going on
+ * after it (docs/checkpoint.md).
+ *
+ * CRIU dumps a process tree with its memory, files and sockets, but it cannot
+ * dump a socket connected to a process outside the tree (proxyd) nor a shared
+ * mapping whose other side lives on elsewhere. So before CRIU runs, the shim
+ * "parks":
+ *  1. proxyd's supervisor sends the park signal (GPUPROXY_PARK_SIGNAL,
+ *     default SIGRTMIN+6); its handler only wakes the park thread;
+ *  2. the park thread takes gp_lock as soon as no CUDA call holds it (a call
+ *     in progress finishes first: its effects must be complete before the
+ *     bytes are taken); every thread that makes a CUDA call from then on
+ *     waits for gp_lock, inside the shim;
+ *  3. it sends what is batched, waits for every answer, and asks the
+ *     supervisor to have the worker wait for the device to be idle (no DMA
+ *     into shared memory may land after its bytes are copied); then it closes the ZeroMQ sockets and terminates the ZeroMQ context (its
+ *     I/O thread ends), and turns every shared segment (staging, pinned host
+ *     memory, the fast channel) into private memory at the same address with
+ *     the same bytes, unlinking its name; then it creates
+ *     /dev/shm/gpuproxy-parked-<token>, which tells the supervisor;
+ *  4. the parked thread waits for /dev/shm/gpuproxy-resume-<token>, which
+ *     proxyd writes (with its endpoint) when the app may go on: after a
+ *     --leave-running dump, or after CRIU restored the process;
+ *  5. going on re-creates the shared segments under their names with their
+ *     bytes, mapped at the same addresses, opens a ZeroMQ context and sockets,
+ *     asks the supervisor where the session's worker is, re-attaches there
+ *     (HELLO with attach, sequence number 0) and resends whatever was not
+ *     answered: the worker executes what it has not executed and answers the
+ *     rest from its record (also kept in the GPU image), so no call is lost
+ *     or run twice.
+ *
+ * Locking: parking and going on run on the park thread with gp_lock held,
+ * so no other thread touches the transport meanwhile. park_requested is read
+ * without the lock (an atomic flag). The signal handler only writes to a
+ * pipe (async-signal-safe). */
+#define _GNU_SOURCE
+#include "gp_shim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+extern const char *gp_session_token(void);
+extern int gp_transport_quiesce(void);                /* transport.c */
+extern int gp_transport_park(void);
+extern int gp_transport_unpark(const char *endpoint);
+extern void gp_hostmem_unshare(void);                 /* hostmem.c */
+extern int gp_hostmem_reshare(void);
+extern void gp_chan_unshare(void);                    /* channel.c */
+extern int gp_chan_reshare(void);
+
+static int park_pipe[2] = { -1, -1 };
+static volatile int park_requested;
+static pid_t park_pid;
+
+int gp_park_requested(void) { return __atomic_load_n(&park_requested, __ATOMIC_ACQUIRE); }
+
+/* ---------------------------------------------------- private <-> shared */
+
+/* Replaces a shared mapping by private memory holding the same bytes at the
+ * same address, and unlinks the segment's name (nothing of the daemon's
+ * stays mapped: what CRIU dumps is ordinary anonymous memory). */
+int gp_shm_to_private(void *base, size_t size, const char *name)
+{
+    void *tmp = malloc(size);
+    if (!tmp)
+        return -1;
+    memcpy(tmp, base, size);
+    void *p = mmap(base, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (p == MAP_FAILED) {
+        free(tmp);
+        return -1;
+    }
+    memcpy(base, tmp, size);
+    free(tmp);
+    if (name && name[0])
+        shm_unlink(name);
+    return 0;
+}
+
+/* The reverse: a segment of that name again, holding the private bytes,
+ * mapped shared at the same address. */
+int gp_shm_from_private(void *base, size_t size, const char *name)
+{
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        shm_unlink(name);      /* left by the original process of a --leave-running dump */
+        fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    }
+    if (fd < 0)
+        return -1;
+    if (ftruncate(fd, (off_t)size) < 0) {
+        close(fd);
+        shm_unlink(name);
+        return -1;
+    }
+    size_t off = 0;
+    while (off < size) {
+        ssize_t w = pwrite(fd, (char *)base + off, size - off, (off_t)off);
+        if (w <= 0) {
+            close(fd);
+            shm_unlink(name);
+            return -1;
+        }
+        off += (size_t)w;
+    }
+    void *p = mmap(base, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        shm_unlink(name);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ park, go on */
+
+static void flag_path(char *out, size_t n, const char *what)
+{
+    snprintf(out, n, "/dev/shm/gpuproxy-%s-%s", what, gp_session_token());
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec t = { ms / 1000, (ms % 1000) * 1000000L };
+    while (nanosleep(&t, &t) < 0 && errno == EINTR)
+        ;
+}
+
+/* Parks, waits to be resumed, goes on. Called with gp_lock held. Returns 0
+ * when the session is connected again. */
+int gp_park_here(void)
+{
+    if (!gp_park_requested())
+        return 0;
+    if (gp_transport_quiesce() != 0) {
+        /* not parked: the supervisor's park command times out and says so */
+        __atomic_store_n(&park_requested, 0, __ATOMIC_RELEASE);
+        return -1;
+    }
+    char parked[160], resume[160];
+    flag_path(parked, sizeof parked, "parked");
+    flag_path(resume, sizeof resume, "resume");
+    gp_transport_park();
+    gp_hostmem_unshare();
+    gp_chan_unshare();
+    int fd = open(parked, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        close(fd);
+    if (gp_debug_enabled())
+        gp_log("parked for a checkpoint; waiting for %s", resume);
+    /* CRIU dumps (and restores) the process while it sleeps here */
+    char endpoint[512] = "";
+    for (;;) {
+        int rfd = open(resume, O_RDONLY | O_CLOEXEC);
+        if (rfd >= 0) {
+            ssize_t n = read(rfd, endpoint, sizeof endpoint - 1);
+            close(rfd);
+            endpoint[n > 0 ? n : 0] = 0;
+            char *nl = strchr(endpoint, '\n');
+            if (nl)
+                *nl = 0;
+            unlink(resume);
+            break;
+        }
+        sleep_ms(20);
+    }
+    unlink(parked);
+    __atomic_store_n(&park_requested, 0, __ATOMIC_RELEASE);
+    int bad = gp_hostmem_reshare() | gp_chan_reshare();
+    if (bad)
+        gp_log("could not share some host memory with proxyd again after the checkpoint; copies use the socket");
+    int rc = gp_transport_unpark(endpoint[0] ? endpoint : NULL);
+    if (gp_debug_enabled())
+        gp_log("resumed after a checkpoint (%s)", rc == 0 ? "connected" : "not connected");
+    return rc;
+}
+
+static void *park_thread(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        char c;
+        ssize_t n = read(park_pipe[0], &c, 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return NULL;
+        __atomic_store_n(&park_requested, 1, __ATOMIC_RELEASE);
+        for (;;) {
+            if (!gp_park_requested())
+                break;
+            if (gp_trylock() == 0) {
+                if (gp_park_requested()) {
+                    gp_park_here();
+                    gp_resend_unanswered();
+                }
+                gp_unlock();
+                break;
+            }
+            sleep_ms(2);
+        }
+    }
+}
+
+static void on_park_signal(int sig)
+{
+    (void)sig;
+    int e = errno;
+    char c = 'p';
+    if (park_pipe[1] >= 0 && write(park_pipe[1], &c, 1) < 0) {
+        /* nothing to do in a signal handler */
+    }
+    errno = e;
+}
+
+/* Called once a session is open: installs the park signal and thread. */
+void gp_park_init(void)
+{
+    if (park_pid == getpid())
+        return;
+    park_pid = getpid();
+    const char *e = getenv("GPUPROXY_PARK_SIGNAL");
+    int sig = (e && *e) ? atoi(e) : SIGRTMIN + 6;
+    if (sig <= 0 || sig >= NSIG)
+        return;
+    if (pipe2(park_pipe, O_CLOEXEC) < 0)
+        return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_park_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, NULL);
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 64 << 10);
+    /* the thread must not take the app's signals */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_create(&t, &a, park_thread, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&a);
+}

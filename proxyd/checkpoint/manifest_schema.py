@@ -1,0 +1,249 @@
+"""The schema of a checkpoint manifest (docs/image-format.md): every field
+that gpuproxy reads, with its type and range, checked before any of it is
+used. An image is untrusted input: its manifest names files (module keys),
+shared-memory objects (the session token, the channel), addresses and sizes,
+and a restore acts on all of them.
+
+The tables are per field and meant to be extended: a new manifest field is
+one entry in MANIFEST (top level) or SESSION (the engine's `session`). Keys
+not in a table are allowed (new keys may be added within a format version)
+but nothing may rely on them before they are given an entry.
+
+    validate_manifest(body)                 # raises SchemaError
+    validate_session(session, strict=True)  # what a restore needs, all present
+
+A SchemaError's message is one line naming the field:
+    manifest field session.modules[0].image: expected a sha256 key (64 lower-case hex digits), got '../../etc/shadow'
+"""
+from __future__ import annotations
+
+import re
+
+
+class SchemaError(Exception):
+    def __init__(self, path: str, what: str):
+        super().__init__(f"manifest field {path}: {what}")
+        self.path = path
+
+
+def _show(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+class Spec:
+    def check(self, v, path: str, strict: bool) -> None:
+        raise NotImplementedError
+
+
+class Any_(Spec):
+    def check(self, v, path, strict):
+        pass
+
+
+class Int(Spec):
+    def __init__(self, lo: int = 0, hi: int = (1 << 64) - 1):
+        self.lo, self.hi = lo, hi
+
+    def check(self, v, path, strict):
+        if type(v) is not int:
+            raise SchemaError(path, f"expected an integer, got {_show(v)}")
+        if not self.lo <= v <= self.hi:
+            raise SchemaError(path, f"{v} is outside [{self.lo}, {self.hi}]")
+
+
+class Bool(Spec):
+    def check(self, v, path, strict):
+        if type(v) is not bool:
+            raise SchemaError(path, f"expected true or false, got {_show(v)}")
+
+
+class Str(Spec):
+    def __init__(self, maxlen: int = 4096, pattern: str | None = None, what: str | None = None):
+        self.maxlen = maxlen
+        self.pattern = re.compile(pattern) if pattern else None
+        self.what = what
+
+    def check(self, v, path, strict):
+        if type(v) is not str:
+            raise SchemaError(path, f"expected {self.what or 'a string'}, got {_show(v)}")
+        if len(v) > self.maxlen:
+            raise SchemaError(path, f"string of {len(v)} characters, at most {self.maxlen}")
+        if "\0" in v or (self.pattern is not None and not self.pattern.fullmatch(v)):
+            raise SchemaError(path, f"expected {self.what or 'a string of ' + self.pattern.pattern}, got {_show(v)}")
+
+
+class Enum(Spec):
+    def __init__(self, *values):
+        self.values = values
+
+    def check(self, v, path, strict):
+        if v not in self.values or type(v) is bool:
+            raise SchemaError(path, f"expected one of {list(self.values)}, got {_show(v)}")
+
+
+class Opt(Spec):
+    """null or spec."""
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+
+    def check(self, v, path, strict):
+        if v is not None:
+            self.spec.check(v, path, strict)
+
+
+class List(Spec):
+    def __init__(self, of: Spec, maxlen: int = 1 << 20):
+        self.of, self.maxlen = of, maxlen
+
+    def check(self, v, path, strict):
+        if type(v) is not list:
+            raise SchemaError(path, f"expected a list, got {_show(v)}")
+        if len(v) > self.maxlen:
+            raise SchemaError(path, f"list of {len(v)} entries, at most {self.maxlen}")
+        for i, x in enumerate(v):
+            self.of.check(x, f"{path}[{i}]", strict)
+
+
+class Tuple(Spec):
+    """A list of fixed length with a spec per position."""
+
+    def __init__(self, *items: Spec):
+        self.items = items
+
+    def check(self, v, path, strict):
+        if type(v) is not list or len(v) != len(self.items):
+            raise SchemaError(path, f"expected a list of {len(self.items)} entries, got {_show(v)}")
+        for i, (x, s) in enumerate(zip(v, self.items)):
+            s.check(x, f"{path}[{i}]", strict)
+
+
+class Map(Spec):
+    """An object whose keys follow `keys` and values `values`."""
+
+    def __init__(self, keys: Str, values: Spec, maxlen: int = 1 << 20):
+        self.keys, self.values, self.maxlen = keys, values, maxlen
+
+    def check(self, v, path, strict):
+        if type(v) is not dict:
+            raise SchemaError(path, f"expected an object, got {_show(v)}")
+        if len(v) > self.maxlen:
+            raise SchemaError(path, f"object of {len(v)} entries, at most {self.maxlen}")
+        for k, x in v.items():
+            self.keys.check(k, f"{path} key {_show(k)}", strict)
+            self.values.check(x, f"{path}.{k}", strict)
+
+
+class Obj(Spec):
+    """An object with known fields: {key: spec} (required) and optional ones.
+    strict: required fields must be present; otherwise only the fields that
+    are present are checked (inspect shows what it can of any image)."""
+
+    def __init__(self, fields: dict[str, Spec], optional: dict[str, Spec] | None = None):
+        self.fields, self.optional = fields, optional or {}
+
+    def check(self, v, path, strict):
+        if type(v) is not dict:
+            raise SchemaError(path, f"expected an object, got {_show(v)}")
+        for k, s in self.fields.items():
+            if k in v:
+                s.check(v[k], f"{path}.{k}" if path else k, strict)
+            elif strict:
+                raise SchemaError(f"{path}.{k}" if path else k, "missing")
+        for k, s in self.optional.items():
+            if k in v:
+                s.check(v[k], f"{path}.{k}" if path else k, strict)
+
+
+# ------------------------------------------------------------------ pieces
+
+U64 = Int(0, (1 << 64) - 1)
+COUNT = Int(0, (1 << 63) - 1)
+SIZE = Int(0, 1 << 48)               # bytes of one object: far above any device's memory, far below overflow
+ID = Int(0, (1 << 32) - 1)           # a per-session object id (the low half of a handle)
+DEVICE = Int(0, 1023)
+HEX64 = Str(64, r"[0-9a-f]{64}", "a sha256 key (64 lower-case hex digits)")
+# a name that becomes part of a file or shared-memory object name: no '/', no
+# '..', nothing but letters, digits and - _ .
+PLAIN = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
+TOKEN = Str(64, PLAIN, "a session token (letters, digits, '-', '_', '.')")
+CHANNEL = Str(96, r"/gpuproxy-" + PLAIN + r"-chan", "a channel name /gpuproxy-<token>-chan")
+SYMBOL = Str(1024, r"[^\x00-\x1f]+", "a symbol name (printable)")
+B64 = Str(1 << 24, r"[A-Za-z0-9+/=]*", "base64 text")
+NUM = Str(20, r"[0-9]+", "a number")   # JSON object keys that stand for numbers
+HANDLE_ARGS = List(Any_(), 64)       # re-checked by the dispatcher's argument types when replayed
+
+# ------------------------------------------------------------------ tables
+
+SESSION = Obj({
+    "token": TOKEN,
+    "pid": Int(0, 1 << 22),                  # Linux pid_max is at most 2^22
+    "slot": Int(0, 62),                      # a session slot (slot 63 is proxyd's own)
+    "last_seq": COUNT,
+    "last_reply": Opt(List(B64, 64)),
+    "next_id": Map(Str(2, r"[0-9]+", "a kind number"), ID, 16),
+    "async_error": Opt(Tuple(Int(-(1 << 31), (1 << 31) - 1), Int(0, 1 << 20), Str(1 << 16))),
+    "contexts": List(Obj({"id": ID, "device": DEVICE, "primary": Bool(), "flags": ID, "refcount": ID},
+                         optional={"limits": Map(NUM, U64, 64),
+                                   "stream_attrs": Map(NUM, Map(NUM, Any_(), 64), 8)}), 4096),
+    "modules": List(Obj({"id": ID, "ctx": ID, "size": SIZE, "image": HEX64, "kernels": List(SYMBOL, 1 << 16),
+                         "globals": Map(SYMBOL, Tuple(U64, SIZE), 1 << 16)}), 1 << 16),
+    "functions": List(Obj({"id": ID, "ctx": ID, "module": ID, "name": SYMBOL,
+                           "layout": List(Tuple(Int(0, 1 << 16), Int(0, 1 << 16)), 4096)}), 1 << 20),
+    "streams": List(Obj({"id": ID, "ctx": ID, "create": Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS)},
+                        optional={"attrs": Map(NUM, Any_(), 64)}), 1 << 16),
+    "events": List(Obj({"id": ID, "ctx": ID, "create": Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS)},
+                       optional={"recorded": Bool()}), 1 << 20),
+    "arena": Obj({"base": U64, "size": U64,
+                  "chunks": List(Tuple(U64, SIZE, DEVICE, Bool()), 1 << 22),
+                  "allocations": List(Tuple(U64, SIZE, SIZE), 1 << 24)}),
+    "shm": Obj({"staging": Opt(ID), "registered": List(ID, 1 << 16)}),
+    "channel": Opt(CHANNEL),
+    "addr_map": List(Tuple(U64, SIZE, U64), 1 << 16),
+}, optional={
+    "exe": Str(4096),
+    "pidns": Opt(Str(64, r"pid:\[[0-9]+\]", "a pid namespace pid:[N]")),
+    "start_time": Opt(COUNT),               # the process's start time (clock ticks after boot)
+    "uid": Opt(Int(0, (1 << 32) - 1)),
+    # settings recorded from `restore: replay` calls (docs/spec-format.md):
+    # [function id, context handle, arguments], re-checked by the dispatcher
+    "replay": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 1 << 16),
+    "primary_flags": Map(NUM, ID, 1024),
+})
+
+MANIFEST = Obj({
+    "format_version": Int(1, 1),
+    "kind": Enum("pre-dump", "dump"),
+    "created": Str(64),
+    "parent": Opt(Obj({"path": Str(4096), "manifest_sha256": HEX64})),
+    "ancestors": List(HEX64, 1 << 16),
+    "chunk_size": Int(1, 1 << 32),
+    "hash": Enum("gp64"),
+    "session": Obj({}),                      # its fields: SESSION, below
+    "modules": Map(HEX64, Obj({"size": SIZE, "image": Int(0, 1 << 16)}), 1 << 16),
+    "memory": Obj({k: COUNT for k in ("chunks", "bytes", "stored_chunks", "stored_bytes")},
+                  optional={k: COUNT for k in ("referenced_chunks", "referenced_bytes", "global_chunks",
+                                               "global_bytes")}),
+    "files": Obj({"chunks.idx": Obj({"size": SIZE, "sha256": HEX64}), "memory.bin": Obj({"size": SIZE})}),
+    "stats": Obj({}),
+}, optional={
+    "gpuproxy_version": Str(64),
+    "backend": Opt(Str(16, r"[a-z0-9_]+", "a backend name")),
+    "driver_version": Opt(Int(0, 1 << 31)),
+    "devices": List(Obj({"index": DEVICE, "name": Str(256), "total_memory": SIZE},
+                        optional={"uuid": Str(64)}), 1024),
+})
+
+
+def validate_manifest(body: dict) -> None:
+    """Checks a manifest body (top level strictly, the session's fields where
+    present); SchemaError naming the first bad field."""
+    MANIFEST.check(body, "", True)
+    SESSION.check(body["session"], "session", False)
+
+
+def validate_session(session: dict, strict: bool = True) -> None:
+    """Checks the engine's session description; strict: every field a
+    restore needs must be present."""
+    SESSION.check(session, "session", strict)

@@ -1,0 +1,201 @@
+"""The Python-framework part of the GPU check (scripts/gpu_check.py --python).
+
+1. installs pycuda from .carry/pycuda (scripts/install-pycuda --from; the GPU
+   machine has no network) into gpuproxy's private site folder;
+2. examples/train_mlp_pycuda.py natively and under the proxy: the loss curves
+   must be identical; seconds per epoch of both go to python-epoch-times.json
+   (docs/benchmarks.md);
+3. tests/test_pycuda.py on the GPU (curve vs the numpy reference, and a
+   mid-training dump / fresh proxyd / restore with a byte-identical curve);
+4. pycuda's own test_driver.py, test_gpuarray.py, test_cumath.py (from the
+   sdist) natively and proxied, per-test outcomes compared
+   (pycuda-tests.json: counts, and every test that passes natively but not
+   under the proxy);
+5. CuPy and cuda-python feature checks (scripts/pyframeworks/*) natively and
+   proxied (cupy.json, cuda-python.json).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from proxy import Daemon  # noqa: E402
+
+PYCUDA_VERSION = "2026.1"
+PYCUDA_TESTS = ["test_driver.py", "test_gpuarray.py", "test_cumath.py"]
+
+
+def _site() -> str:
+    return os.environ.get("GPUPROXY_SITE", "/tmp/gpuproxy-site")
+
+
+def _env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    cuda_bin = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin")
+    env["PATH"] = cuda_bin + os.pathsep + env.get("PATH", "")   # SourceModule needs nvcc
+    env.pop("LD_PRELOAD", None)
+    env.update(extra or {})
+    return env
+
+
+def install_pycuda(log, out: Path, carry: Path) -> bool:
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "install-pycuda"), "--from", str(carry)],
+                       capture_output=True, text=True, timeout=1500,
+                       env=_env({"PYTHON": sys.executable, "PYCUDA_TARGET": _site()}))
+    (out / "install-pycuda.log").write_text(r.stdout + r.stderr)
+    log(f"install-pycuda: rc={r.returncode}")
+    if r.returncode != 0:
+        log(r.stdout[-3000:] + r.stderr[-3000:])
+    return r.returncode == 0
+
+
+def _epochs(stdout: str):
+    curve, times = [], []
+    for line in stdout.splitlines():
+        m = re.match(r"^epoch (\d+) loss (\S+) time (\S+)$", line)
+        if m:
+            curve.append(m.group(2))
+            times.append(float(m.group(3)))
+    return curve, times
+
+
+def example(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
+    argv = [sys.executable, str(ROOT / "examples" / "train_mlp_pycuda.py"), "--epochs", "20", "--time"]
+    nat = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=_env())
+    prx = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=d.env_for_client(_env()))
+    (out / "example-native.log").write_text(nat.stdout + nat.stderr)
+    (out / "example-proxied.log").write_text(prx.stdout + prx.stderr)
+    cn, tn = _epochs(nat.stdout)
+    cp, tp = _epochs(prx.stdout)
+    same = nat.returncode == 0 and prx.returncode == 0 and cn == cp and len(cn) == 20
+    # the first epoch includes the module load and warm-up: report the rest
+    med = (lambda t: sorted(t[1:])[len(t[1:]) // 2] if len(t) > 1 else None)
+    times = {"native_s_per_epoch_median": med(tn), "proxied_s_per_epoch_median": med(tp),
+             "native": tn, "proxied": tp}
+    (out / "python-epoch-times.json").write_text(json.dumps(times, indent=1))
+    log(f"pycuda example: curves {'identical' if same else 'DIFFER'}; s/epoch native {med(tn)} proxied {med(tp)}")
+    if not same:
+        log(nat.stdout[-1500:] + nat.stderr[-1500:] + "\n---\n" + prx.stdout[-1500:] + prx.stderr[-1500:])
+    return [("pycuda example native == proxied", "PASS" if same else "FAIL")]
+
+
+def test_pycuda_on_gpu(log, out: Path) -> list[tuple[str, str]]:
+    env = _env({"GPUPROXY_TEST_GPU": "1", "GPUPROXY_TEST_BACKEND": "cuda"})
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        str(ROOT / "tests" / "test_pycuda.py")], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=1200)
+    (out / "test_pycuda-gpu.log").write_text(r.stdout + r.stderr)
+    tail = (r.stdout.strip().splitlines() or ["(no output)"])[-1]
+    log(f"tests/test_pycuda.py on the GPU (incl. mid-training dump/restore): {tail}")
+    return [("tests/test_pycuda.py (cuda backend)", "PASS" if r.returncode == 0 else f"FAIL ({tail})")]
+
+
+def _junit(path: Path) -> dict[str, str]:
+    res = {}
+    if not path.exists():
+        return res
+    for tc in ET.parse(path).getroot().iter("testcase"):
+        name = f"{tc.get('classname')}::{tc.get('name')}"
+        kids = {c.tag for c in tc}
+        res[name] = ("failed" if kids & {"failure", "error"} else "skipped" if "skipped" in kids else "passed")
+    return res
+
+
+def pycuda_suite(log, out: Path, carry: Path, d: Daemon) -> list[tuple[str, str]]:
+    tmp = Path(tempfile.mkdtemp(prefix="pycuda-src-"))
+    with tarfile.open(carry / f"pycuda-{PYCUDA_VERSION}.tar.gz") as t:
+        t.extractall(tmp, filter="data")
+    tdir = tmp / f"pycuda-{PYCUDA_VERSION}" / "test"
+    summary, results = {}, []
+    for fname in PYCUDA_TESTS:
+        runs = {}
+        for mode in ("native", "proxied"):
+            xml = out / f"pycuda-{fname[:-3]}-{mode}.xml"
+            env = _env() if mode == "native" else d.env_for_client(_env())
+            # run from the test folder, not the source tree: `import pycuda` must be the installed one
+            r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
+                                fname], capture_output=True, text=True, env=env, cwd=tdir, timeout=1500)
+            (out / f"pycuda-{fname[:-3]}-{mode}.log").write_text(r.stdout + r.stderr)
+            runs[mode] = _junit(xml)
+        nat, prx = runs["native"], runs["proxied"]
+        count = lambda r, s: sum(1 for v in r.values() if v == s)  # noqa: E731
+        regress = sorted(n for n, v in nat.items() if v == "passed" and prx.get(n) != "passed")
+        summary[fname] = {"native": {s: count(nat, s) for s in ("passed", "failed", "skipped")},
+                          "proxied": {s: count(prx, s) for s in ("passed", "failed", "skipped")},
+                          "pass_natively_not_proxied": regress}
+        log(f"pycuda {fname}: native {summary[fname]['native']} proxied {summary[fname]['proxied']}; "
+            f"{len(regress)} pass natively only")
+        results.append((f"pycuda {fname} proxied >= native", "PASS" if not regress else f"FAIL ({len(regress)})"))
+    (out / "pycuda-tests.json").write_text(json.dumps(summary, indent=1))
+    return results
+
+
+def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
+    results = []
+    for name, script, module in (("cupy", "cupy_check.py", "cupy"),
+                                 ("cuda-python", "cuda_python_check.py", "cuda.bindings.driver")):
+        if subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, env=_env()).returncode:
+            log(f"{name}: not installed on this machine")
+            results.append((f"{name} checks", "FAIL (not installed)"))
+            continue
+        rec = {}
+        for mode in ("native", "proxied"):
+            env = _env() if mode == "native" else d.env_for_client(_env())
+            r = subprocess.run([sys.executable, str(ROOT / "scripts" / "pyframeworks" / script)], capture_output=True,
+                               text=True, env=env, timeout=900)
+            (out / f"{name}-{mode}.log").write_text(r.stdout + r.stderr)
+            try:
+                rec[mode] = json.loads(r.stdout)
+            except ValueError:
+                rec[mode] = {"(script)": f"FAIL: rc={r.returncode} {r.stderr.strip().splitlines()[-1:]}"}
+        (out / f"{name}.json").write_text(json.dumps(rec, indent=1))
+        for check, v in rec["native"].items():
+            log(f"{name}: {check}: native {v} | proxied {rec['proxied'].get(check)}")
+        # recorded, not judged: the results go to docs/compatibility.md
+        results.append((f"{name} checks (see {name}.json)", "done"))
+    return results
+
+
+STEPS = ("example", "suite", "frameworks", "tests")
+
+
+def _pycuda_installed() -> bool:
+    return subprocess.run([sys.executable, "-c", "import pycuda.driver"], capture_output=True,
+                          env=_env()).returncode == 0
+
+
+def run(log, out: Path, carry: Path, steps=STEPS) -> list[tuple[str, str]]:
+    """steps: any of STEPS (so that a run can be split across several calls
+    of a time-limited runner; the install is skipped when pycuda imports)."""
+    if _pycuda_installed():
+        log("pycuda already installed")
+    elif not install_pycuda(log, out, carry):
+        return [("install pycuda", "FAIL")]
+    results = [("install pycuda", "PASS")]
+    d = Daemon(backend="cuda", log_path=str(out / "proxyd-python.log"))
+    d.start()
+    try:
+        for name, step in (("example", lambda: example(log, out, d)),
+                           ("suite", lambda: pycuda_suite(log, out, carry, d)),
+                           ("frameworks", lambda: feature_checks(log, out, d))):
+            if name not in steps:
+                continue
+            try:
+                results += step()
+            except Exception as e:   # one failing step must not hide the others' results
+                log(f"{name} failed: {type(e).__name__}: {e}")
+                results.append((name, "ERROR"))
+    finally:
+        d.stop()
+    if "tests" in steps:
+        results += test_pycuda_on_gpu(log, out)
+    return results

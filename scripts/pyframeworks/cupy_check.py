@@ -1,0 +1,130 @@
+"""CuPy feature checks, run natively and under gpuproxy by scripts/gpu_check.py
+(--python). Each check computes something on the GPU and compares it with
+numpy; prints one JSON object {check: "ok" | "FAIL: ..."}.
+
+cupy.matmul goes through cuBLAS, which gpuproxy does not remote yet: its
+entry is expected to fail under the proxy with the not-supported error.
+"""
+import json
+import sys
+import traceback
+
+import numpy as np
+
+results = {}
+
+
+def check(name):
+    def deco(fn):
+        try:
+            fn()
+            results[name] = "ok"
+        except Exception as e:  # record and go on: one line per check
+            results[name] = "FAIL: " + (f"{type(e).__name__}: {e}".splitlines() or ["?"])[0][:300]
+            traceback.print_exc(file=sys.stderr)
+        return fn
+    return deco
+
+
+import cupy as cp  # noqa: E402
+
+
+@check("runtime.getDeviceCount")
+def _():
+    assert cp.cuda.runtime.getDeviceCount() >= 1
+
+
+@check("runtime.getDeviceProperties/memGetInfo")
+def _():
+    p = cp.cuda.runtime.getDeviceProperties(0)
+    free, total = cp.cuda.runtime.memGetInfo()
+    assert p["totalGlobalMem"] > 0 and 0 < free <= total
+
+
+@check("array creation + copy back")
+def _():
+    a = np.arange(1 << 20, dtype=np.float32)
+    assert np.array_equal(cp.asnumpy(cp.asarray(a)), a)
+    assert float(cp.zeros(10).sum()) == 0.0 and float(cp.ones((4, 4)).sum()) == 16.0
+
+
+@check("elementwise (NVRTC)")
+def _():
+    x = cp.linspace(0, 1, 1000, dtype=cp.float32)
+    y = cp.sin(x) * 2 + cp.exp(x)
+    assert np.allclose(cp.asnumpy(y), np.sin(np.linspace(0, 1, 1000, dtype=np.float32)) * 2
+                       + np.exp(np.linspace(0, 1, 1000, dtype=np.float32)), rtol=1e-5)
+
+
+@check("ElementwiseKernel")
+def _():
+    k = cp.ElementwiseKernel("float32 x, float32 y", "float32 z", "z = x * y + 1", "gp_fma1")
+    a = cp.arange(100, dtype=cp.float32)
+    assert np.allclose(cp.asnumpy(k(a, a)), np.arange(100, dtype=np.float32) ** 2 + 1)
+
+
+@check("reduction")
+def _():
+    a = np.random.default_rng(0).random((300, 200)).astype(np.float32)
+    g = cp.asarray(a)
+    assert np.allclose(cp.asnumpy(g.sum(axis=0)), a.sum(axis=0), rtol=1e-4)
+    assert abs(float(g.max()) - a.max()) == 0
+
+
+@check("ReductionKernel")
+def _():
+    k = cp.ReductionKernel("float32 x", "float32 y", "x * x", "a + b", "y = a", "0", "gp_sumsq")
+    a = cp.arange(1000, dtype=cp.float32)
+    assert float(k(a)) == float(np.sum(np.arange(1000, dtype=np.float64) ** 2))
+
+
+@check("RawKernel")
+def _():
+    k = cp.RawKernel(r'''extern "C" __global__ void twice(const float *a, float *b, int n)
+    { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) b[i] = 2 * a[i]; }''', "twice")
+    a = cp.arange(1000, dtype=cp.float32)
+    b = cp.empty_like(a)
+    k((4,), (256,), (a, b, cp.int32(1000)))
+    assert np.array_equal(cp.asnumpy(b), 2 * np.arange(1000, dtype=np.float32))
+
+
+@check("streams + events")
+def _():
+    s = cp.cuda.Stream(non_blocking=True)
+    e1, e2 = cp.cuda.Event(), cp.cuda.Event()
+    with s:
+        e1.record()
+        a = cp.arange(1 << 20, dtype=cp.float32) * 3
+        e2.record()
+    s.synchronize()
+    assert cp.cuda.get_elapsed_time(e1, e2) >= 0
+    assert float(a[10]) == 30.0
+
+
+@check("memory pool")
+def _():
+    pool = cp.get_default_memory_pool()
+    a = cp.zeros(1 << 22, dtype=cp.uint8)
+    used = pool.used_bytes()
+    del a
+    pool.free_all_blocks()
+    assert used >= 1 << 22 and pool.used_bytes() < used
+
+
+@check("pinned memory + async copy")
+def _():
+    pinned = cp.cuda.alloc_pinned_memory(4096)
+    h = np.frombuffer(pinned, np.float32, 1024)
+    h[:] = np.arange(1024)
+    d = cp.empty(1024, cp.float32)
+    d.set(h, stream=cp.cuda.Stream.null)
+    assert float(d.sum()) == float(np.arange(1024).sum())
+
+
+@check("matmul (cuBLAS: unsupported under the proxy)")
+def _():
+    a = cp.ones((64, 64), cp.float32)
+    assert float((a @ a)[0, 0]) == 64.0
+
+
+print(json.dumps(results, indent=1))

@@ -1,0 +1,72 @@
+"""Every corpus program with `checkpoints:` in corpus.yaml is dumped after
+each of those iterations, proxyd is killed, a fresh one restores the image,
+and the program must end with exactly its expected output (state that a
+restore loses -- stream attributes, limits, events, launch state -- makes
+the program's own checks fail).
+
+Emulated backend in CI; GPUPROXY_TEST_BACKEND=cuda (scripts/gpu-check) runs
+the same on the GPU.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import corpus  # noqa: E402
+from paced import PacedRun  # noqa: E402
+from proxy import Daemon  # noqa: E402
+
+BACKEND = os.environ.get("GPUPROXY_TEST_BACKEND", "emu")
+pytestmark = [pytest.mark.gpu] if BACKEND == "cuda" else []
+
+PROGRAMS = [p for p in corpus.load_corpus() if p.checkpoints]
+
+
+def _daemon(tmp: Path, name: str) -> Daemon:
+    kernels = [str(corpus.PROGRAMS_DIR / p.emu) for p in corpus.load_corpus() if p.emu] if BACKEND == "emu" else ()
+    return Daemon(backend=BACKEND, emu_kernels=kernels, endpoint=f"ipc://{tmp}/proxyd.sock",
+                  log_path=str(tmp / f"{name}.log")).start()
+
+
+def _ctl(d, cmd, **args):
+    from gpuproxy.cli.client import ControlClient
+    return ControlClient(d.endpoint, timeout_s=120).call(cmd, args)
+
+
+@pytest.fixture
+def tmp():
+    d = Path(f"/tmp/gpc-{os.getpid()}-{time.monotonic_ns() % 10**9}")   # ipc paths must stay short
+    d.mkdir()
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("name", [p.name for p in PROGRAMS])
+def test_program_survives_dump_and_restore(name, tmp, shim_installed):
+    if not corpus.nvcc_path():
+        pytest.skip("nvcc not found")
+    prog = corpus.get_program(name)
+    assert prog.pace, f"{name}: checkpoints need a paced program"
+    b = corpus.build(prog, corpus.default_build_dir())
+    d = _daemon(tmp, "proxyd")
+    try:
+        with PacedRun(b, d) as run:
+            for i, k in enumerate(prog.checkpoints):
+                run.step_to(k)
+                img = tmp / f"img{k}"
+                st = _ctl(d, "dump", pid=run.pid, dir=str(img))
+                assert st["released"], st
+                d.kill()
+                d = _daemon(tmp, f"proxyd{i}")
+                assert _ctl(d, "restore", dir=str(img))["pid"] == run.pid
+            out = run.finish()
+            assert out == prog.expected_output, f"{out}\n--- stderr\n{run.stderr()}\n--- proxyd\n{d.log()[-3000:]}"
+            assert run.stderr() == "", run.stderr()
+    finally:
+        d.cleanup()
