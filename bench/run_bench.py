@@ -118,6 +118,7 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT") or "bench-out")
     ap.add_argument("--suite", default="micro")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--whole-gib", default="8,2", help="whole suite: device GiB,host GiB")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -134,6 +135,11 @@ def main(argv=None):
             from checkpoint_bench import checkpoint_suite, checkpoint_table
             results["checkpoint"] = checkpoint_suite(a.backend, work)
             md += ["### Checkpoint and restore", "", checkpoint_table(results["checkpoint"]), ""]
+        if "whole" in a.suite:
+            from whole_process_bench import whole_suite, table, image_root
+            dev, host = (float(x) for x in a.whole_gib.split(","))
+            results["whole"] = whole_suite(a.backend, work, dev, host, image_root(work, dev + host))
+            md += ["### Whole-process dump and restore", "", table(results["whole"]), ""]
     (out / "bench.json").write_text(json.dumps(results, indent=2))
     (out / "bench.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))

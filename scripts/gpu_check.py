@@ -182,7 +182,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "gpu-check-out"))
     ap.add_argument("--skip", default="", help="comma list of: corpus,whole,pytest,bench")
-    ap.add_argument("--bench-suites", default="micro,checkpoint")
+    ap.add_argument("--bench-suites", default="micro,checkpoint,whole")
     ap.add_argument("--python", action="store_true", help="also the Python-framework checks (gpu_check_python.py)")
     ap.add_argument("--pycuda-from", default=str(ROOT / ".carry" / "pycuda"),
                     help="folder with pycuda's sdist and its dependencies' wheels (no network on the GPU machine)")

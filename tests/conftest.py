@@ -183,3 +183,14 @@ def proxy_cli(shim_installed) -> list[str]:
         return [found]
     pytest.fail("the proxy-cli console script is not installed next to this Python "
                 f"(looked in {', '.join(str(c.parent) for c in candidates)} and on PATH)")
+
+
+@pytest.fixture(scope="module")
+def usable_criu():
+    """A usable CRIU (proxyd/checkpoint/criu.py's choice), or a visible skip
+    saying why there is none."""
+    from gpuproxy.proxyd.checkpoint import criu
+    try:
+        return criu.usable()
+    except criu.CriuError as e:
+        pytest.skip(f"CRIU cannot be used on this machine: {e}")

@@ -33,14 +33,6 @@ COUNTER = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def usable_criu():
-    try:
-        return criu.usable()
-    except criu.CriuError as e:
-        pytest.skip(f"CRIU cannot be used on this machine: {e}")
-
-
 def lines(path: Path) -> list[tuple[int, int]]:
     out = []
     for ln in path.read_text().splitlines():

@@ -55,14 +55,6 @@ def programs(shim_installed, nvcc):
     return out
 
 
-@pytest.fixture(scope="module")
-def usable_criu():
-    try:
-        return criu.usable()
-    except criu.CriuError as e:
-        pytest.skip(f"CRIU cannot be used on this machine: {e}")
-
-
 @pytest.fixture
 def tmp():
     d = Path(f"/tmp/gwp-{os.getpid()}-{time.monotonic_ns() % 10**9}")     # ipc paths must stay short

@@ -22,14 +22,6 @@ from test_criu import (lines, start_counter, wait_lines, kill_and_wait,  # noqa:
                        runner_session_visible, SHELL_JOB_ENV)
 
 
-@pytest.fixture(scope="module")
-def usable_criu():
-    try:
-        return criu.usable()
-    except criu.CriuError as e:
-        pytest.skip(f"CRIU cannot be used on this machine: {e}")
-
-
 class Proxyd:
     """Answers the control commands the flow sends, as proxyd's interface
     says, writing a real (small) GPU image on dump; records every command."""
