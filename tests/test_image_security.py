@@ -3,7 +3,6 @@ every manifest field validated before use, the keyed seal, and restores that
 would leave a phantom session refused."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil

@@ -246,7 +246,7 @@ def test_seed_004_counter_walkthrough(programs, usable_criu, proxy_cli, tmp):
         assert s is None or released(s)                # its GPU resources are released
         assert_private(img)
         text = ok(cli(proxy_cli, d, "inspect", img))
-        assert f"process    CRIU dump in criu/: complete" in text and f"pids {pid}" in text
+        assert "process    CRIU dump in criu/: complete" in text and f"pids {pid}" in text
         out = ok(cli(proxy_cli, d, "--restore", "--dir", img))
         assert f"restored pid {pid}" in out
         assert criu.pid_alive(pid)

@@ -19,7 +19,7 @@ from gpuproxy.proxyd.checkpoint.image import Image, ImageWriter
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_criu import (lines, start_counter, wait_lines, kill_and_wait,  # noqa: E402
-                       runner_session_visible, SHELL_JOB_ENV)
+                       SHELL_JOB_ENV)
 
 
 class Proxyd:
