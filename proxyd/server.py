@@ -32,6 +32,13 @@ import zmq
 from . import __version__
 from . import protocol as P
 from ._generated import FUNCTIONS
+
+# Functions whose work may print (device printf): the driver writes a
+# kernel's output at a later synchronisation point (CUDA C Programming
+# Guide, "Formatted Output"), so the worker drains its stdout at sync replies
+# only while a session has launched something since its last context-wide
+# synchronisation (StdoutCapture.take costs a flush and a read per reply).
+PRINTING_FIDS = frozenset(fid for fid, f in FUNCTIONS.items() if "Launch" in f.name)
 from .arena import Arena
 from .channel import Channel, ChannelError, fence
 from .dispatch import Dispatcher
@@ -577,10 +584,18 @@ class Server:
         else:
             ac, afid, amsg = s.take_async_error()
         reply = [seq, code, outs, ac, afid, msg or amsg]
-        if self.stdout_capture is not None and last is not None and last.sync:
-            printed = self.stdout_capture.take()
-            if printed:
-                reply.append(printed)     # the shim writes it to the app's stdout
+        if self.stdout_capture is not None:
+            if not s.may_print and any(isinstance(op, list) and op and op[0] in PRINTING_FIDS for op in ops):
+                s.may_print = True
+            if s.may_print and last is not None and last.sync:
+                printed = self.stdout_capture.take()
+                if printed:
+                    reply.append(printed)     # the shim writes it to the app's stdout
+                if last.name == "cuCtxSynchronize":
+                    # every kernel of the context has ended and the driver has
+                    # flushed its printf buffer: nothing more can come until
+                    # the next launch, so later sync calls skip the flush+read
+                    s.may_print = False
         frames = self.packer.pack(reply)
         s.last_reply = frames
         if via_chan and s.chan is not None and len(frames) == 1 and s.chan.reply(seq, frames[0]):

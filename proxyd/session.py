@@ -77,6 +77,9 @@ class Session:
         self.pid = pid
         self.exe = exe
         self.slot = slot
+        # a launch since the last context-wide sync: device printf output may
+        # still arrive (server.PRINTING_FIDS; loop thread only)
+        self.may_print = False
         self.arena = arena
         self.created = time.time()
         self.last_active = self.created
