@@ -38,6 +38,7 @@ log = logging.getLogger("proxyd")
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_NOT_READY = 600
+CUDA_ERROR_NOT_SUPPORTED = 801
 
 HAND_CDEF = """
 typedef unsigned long long CUdeviceptr;
@@ -93,6 +94,7 @@ int cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, si
 int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
 int cuMemFree_v2(CUdeviceptr p);
 int cuMemHostRegister_v2(void *p, size_t n, unsigned int flags);
+int cuMemHostGetDevicePointer_v2(unsigned long long *pdptr, void *p, unsigned int flags);
 int cuMemHostUnregister(void *p);
 int cuMemHostAlloc(void **pp, size_t n, unsigned int flags);
 int cuMemFreeHost(void *p);
@@ -132,6 +134,7 @@ CU_MEM_LOCATION_TYPE_DEVICE = 1
 CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
 CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0
 CU_MEMHOSTREGISTER_PORTABLE = 1
+CU_MEMHOSTREGISTER_DEVICEMAP = 2
 CU_MEMHOSTREGISTER_READ_ONLY = 8
 CU_LAUNCH_PARAM_BUFFER_POINTER = 1
 CU_LAUNCH_PARAM_BUFFER_SIZE = 2
@@ -337,7 +340,30 @@ class CudaBackend(Backend):
 
     def host_unregister(self, token):
         self._set(self.mgmt[0])
+        if isinstance(token, tuple) and token[0] == "hostmap":
+            self.lib.cuMemHostUnregister(self.ffi.cast("void *", token[1]))
+            return
         self.lib.cuMemHostUnregister(token)
+
+    def host_map(self, addr, buf):
+        """Registers the client's segment, mapped here at the client's
+        address, for device access. With unified addressing the device
+        pointer of registered memory is its host address where the device
+        reports CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+        (cuda.h, cuMemHostRegister); checked, since the client hands that
+        address to kernels."""
+        self._set(self.mgmt[0])
+        p = self.ffi.cast("void *", addr)
+        self.check(self.lib.cuMemHostRegister_v2(p, len(buf), CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
+                   f"cuMemHostRegister({addr:#x}, {len(buf)})")
+        d = self.ffi.new("unsigned long long *")
+        r = self.lib.cuMemHostGetDevicePointer_v2(d, p, 0)
+        if r != CUDA_SUCCESS or d[0] != addr:
+            self.lib.cuMemHostUnregister(p)
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED if r == CUDA_SUCCESS else r,
+                            f"registered host memory at {addr:#x} has device address "
+                            f"{d[0]:#x}: the device cannot use host pointers for registered memory")
+        return ("hostmap", addr)
 
     def _buf(self, data, writable=False):
         if data is None:

@@ -85,7 +85,9 @@ def describe(sess: Session) -> dict:
         "streams": [],
         "events": [],
         "arena": sess.arena.describe(),
-        "shm": {"staging": sess.staging_seg, "registered": sorted(set(sess.shm.registered) | sess.shm_pending) if sess.shm else []},
+        "shm": {"staging": sess.staging_seg, "registered": sorted(set(sess.shm.registered) | sess.shm_pending) if sess.shm else [],
+                # GPU-visible host segments: [segment, address, length, kind, flags]
+                "maps": [[seg, *v] for seg, v in sorted(sess.shm.fixed.items())] if sess.shm else []},
         "channel": sess.chan.name if sess.chan is not None else None,
         # addresses of __device__ variables that earlier restores moved
         "addr_map": [list(x) for x in sess.addr_map],
@@ -795,8 +797,14 @@ class Engine:
         if desc.get("async_error"):
             sess.async_error = tuple(desc["async_error"])
         sess.staging_seg = desc["shm"]["staging"]
+        for seg, addr, length, kind, flags in desc["shm"].get("maps", []):
+            sess.shm.fixed[int(seg)] = (int(addr), int(length), int(kind), int(flags))
         for seg in desc["shm"]["registered"]:
             try:
+                if int(seg) in sess.shm.fixed:
+                    from ..hostmap import map_again
+                    map_again(b, sess, int(seg))       # at the client's address
+                    continue
                 view = memoryview(sess.shm.open(int(seg)))
                 sess.shm.registered[int(seg)] = b.host_register(view)
             except Exception as e:

@@ -151,6 +151,16 @@ class EmuBackend(Backend):
                 return arr[off:off + n]
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"device range {addr:#x}+{n} is not inside one allocation")
 
+    def host_map(self, addr: int, buf):
+        # the worker's mapping of the client's segment, at the client's
+        # address: emulated kernels read and write the shared bytes
+        self._register(addr, np.frombuffer(buf, np.uint8))
+        return ("hostmap", addr)
+
+    def host_unregister(self, token):
+        if isinstance(token, tuple) and token[0] == "hostmap":
+            self._unregister(token[1])
+
     def map_chunk(self, dev: int, addr: int, size: int):
         # Like cuMemCreate on a GPU: CUDA_ERROR_OUT_OF_MEMORY when the device's
         # memory (EMU_TOTAL_MEM each) is used up, or when the host cannot back
