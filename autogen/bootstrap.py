@@ -684,6 +684,10 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuMemPrefetchAsync_v2": P("devPtr=device_ptr; count=scalar; location=scalar; flags=scalar; hStream=handle:stream",
                                "stream:use"),
     "cuMemAdvise_v2": P("devPtr=device_ptr; count=scalar; advice=scalar; location=scalar"),
+    # issue 10, group 8: IPC between clients of one proxyd (proxyd/ipc.py)
+    "cuIpcGetMemHandle": P("pHandle=out_value; dptr=device_ptr"),
+    "cuIpcOpenMemHandle_v2": P("pdptr=out_value:memory; handle=scalar; Flags=scalar", "memory:create"),
+    "cuIpcCloseMemHandle": P("dptr=device_ptr"),
 }
 
 DRIVER_ASYNC = {
@@ -746,6 +750,8 @@ DRIVER_HANDLERS = {
     "cuStreamSetAttribute": "stream_set_attribute", "cuStreamCopyAttributes": "stream_copy_attributes",
     "cuCtxSetLimit": "ctx_set_limit", "cuEventRecord": "event_record", "cuEventRecordWithFlags": "event_record",
     "cuMemHostRegister_v2": "host_map", "cuMemHostUnregister": "host_unmap",
+    "cuIpcGetMemHandle": "ipc_get_mem_handle", "cuIpcOpenMemHandle_v2": "ipc_open_mem_handle",
+    "cuIpcCloseMemHandle": "ipc_close_mem_handle",
 }
 
 STREAM = "stream=handle:stream"
@@ -882,6 +888,10 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaMemPrefetchAsync": P(f"devPtr=device_ptr; count=scalar; location=scalar; flags=scalar; {STREAM}",
                               "stream:use"),
     "cudaMemAdvise": P("devPtr=device_ptr; count=scalar; advice=scalar; location=scalar"),
+    # issue 10, group 8 (interceptor/rt_ipc.c)
+    "cudaIpcGetMemHandle": P("handle=out_value; devPtr=device_ptr"),
+    "cudaIpcOpenMemHandle": P("devPtr=out_value:memory; handle=scalar; flags=scalar", "memory:create"),
+    "cudaIpcCloseMemHandle": P("devPtr=device_ptr"),
 }
 
 RUNTIME_ASYNC = {

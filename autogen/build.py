@@ -40,7 +40,7 @@ DRIVER_SOURCES = ["gp_msgpack.c", "transport.c", "hostmem.c", "context.c", "func
                   "hostmap_api.c"]
 # libc functions that libcuda.so.1 interposes (interceptor/dlopen.c).
 INTERPOSED_LIBC = ["dlopen", "dlmopen"]
-RUNTIME_SOURCES = ["rt_state.c", "rt_register.c", "rt_api.c", "rt_hostmap.c"]
+RUNTIME_SOURCES = ["rt_state.c", "rt_register.c", "rt_api.c", "rt_hostmap.c", "rt_ipc.c"]
 
 
 class BuildError(RuntimeError):

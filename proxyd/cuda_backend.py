@@ -88,6 +88,8 @@ int cuMemAddressFree(CUdeviceptr ptr, size_t size);
 int cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int option);
 int cuMemCreate(unsigned long long *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
 int cuMemRelease(unsigned long long handle);
+int cuMemExportToShareableHandle(void *shareableHandle, unsigned long long handle, int handleType, unsigned long long flags);
+int cuMemImportFromShareableHandle(unsigned long long *handle, void *osHandle, int shHandleType);
 int cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long long handle, unsigned long long flags);
 int cuMemUnmap(CUdeviceptr ptr, size_t size);
 int cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
@@ -130,6 +132,7 @@ int cuEventDestroy_v2(void *e);
 
 # constants from cuda.h
 CU_MEM_ALLOCATION_TYPE_PINNED = 1
+CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1
 CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
 CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0
@@ -310,7 +313,18 @@ class CudaBackend(Backend):
     def map_chunk(self, dev: int, addr: int, size: int):
         self._set(self.mgmt[dev])
         h = self.ffi.new("unsigned long long *")
-        self.check(self.lib.cuMemCreate(h, size, self._prop(dev), 0), f"cuMemCreate({size} bytes)")
+        # shareable as a file descriptor, so that CUDA IPC can hand the chunk
+        # to another session's worker (proxyd/ipc.py); where the driver
+        # refuses that, plain memory (IPC export then answers not-supported)
+        prop = self._prop(dev)
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+        r = self.lib.cuMemCreate(h, size, prop, 0) if self._shareable else 1
+        if r != CUDA_SUCCESS:
+            if self._shareable and r != 2:      # not out of memory: the handle type is not available
+                log.info("VMM memory shareable as a file descriptor is not available (%s); CUDA IPC exports "
+                         "will answer not-supported", self.err_name(r))
+                self._shareable = False
+            self.check(self.lib.cuMemCreate(h, size, self._prop(dev), 0), f"cuMemCreate({size} bytes)")
         r = self.lib.cuMemMap(addr, size, 0, h[0], 0)
         if r != CUDA_SUCCESS:
             self.lib.cuMemRelease(h[0])
@@ -344,6 +358,43 @@ class CudaBackend(Backend):
             self.lib.cuMemHostUnregister(self.ffi.cast("void *", token[1]))
             return
         self.lib.cuMemHostUnregister(token)
+
+    _shareable = True
+
+    # CUDA IPC (proxyd/ipc.py)
+    def chunk_export_fd(self, backing) -> int:
+        addr, size, h, dev = backing
+        self._set(self.mgmt[dev])
+        fd = self.ffi.new("int *")
+        r = self.lib.cuMemExportToShareableHandle(fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
+        if r != CUDA_SUCCESS:
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"cannot export device memory at {addr:#x} as a file "
+                                                      f"descriptor ({self.err_name(r)})")
+        return fd[0]
+
+    def import_fd_at(self, dev: int, base: int, size: int, fd: int):
+        self._set(self.mgmt[dev])
+        h = self.ffi.new("unsigned long long *")
+        self.check(self.lib.cuMemImportFromShareableHandle(h, self.ffi.cast("void *", fd),
+                                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                   "cuMemImportFromShareableHandle")
+        r = self.lib.cuMemMap(base, size, 0, h[0], 0)
+        if r != CUDA_SUCCESS:
+            self.lib.cuMemRelease(h[0])
+            self.check(r, f"cuMemMap at {base:#x}")
+        desc = self.ffi.new("CUmemAccessDesc *")
+        desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE
+        desc.location.id = dev
+        desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        r = self.lib.cuMemSetAccess(base, size, desc, 1)
+        if r != CUDA_SUCCESS:
+            self.lib.cuMemUnmap(base, size)
+            self.lib.cuMemRelease(h[0])
+            self.check(r, f"cuMemSetAccess at {base:#x}")
+        return (base, size, h[0], dev)
+
+    def unimport(self, token):
+        self.unmap_chunk(token)
 
     def host_map(self, addr, buf):
         """Registers the client's segment, mapped here at the client's

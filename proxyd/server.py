@@ -408,6 +408,8 @@ class Server:
         """Frees everything a session holds in proxyd and on the device."""
         from .handlers import destroy_context
         try:
+            from . import ipc
+            ipc.release(self.dispatcher, s)
             for c in list(s.contexts.values()):
                 destroy_context(self.dispatcher, s, c)
             s.arena.release_all()

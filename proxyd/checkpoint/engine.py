@@ -232,6 +232,12 @@ class Engine:
             raise CheckpointError("a concurrent dump keeps the app running, so it cannot release the session: "
                                   "add leave_running (--leave-running), or dump without concurrent to stop "
                                   "the app and release its GPU state")
+        from ..ipc import check_checkpointable
+        try:
+            check_checkpointable(sess)
+        except RuntimeError as e:
+            self.server.call_in_loop(lambda: self.server.unreserve_checkpoint(sess)).result()
+            raise CheckpointError(str(e)) from None
         stats = {"kind": kind, "concurrent": concurrent, "leave_running": leave_running}
         resumed = False
         sess.ckpt_phase = "preparing"
