@@ -104,13 +104,17 @@ def _run(env, mode):
     return json.loads(r.stdout.splitlines()[-1]), r.stderr
 
 
-emu_only = pytest.mark.skipif(BACKEND != "emu", reason="driver-call checks run against the emulated backend")
 gpu_when_cuda = [pytest.mark.gpu] if BACKEND == "cuda" else []
 
 
-@emu_only
-def test_bad_input_and_limits(shim_installed, emu_daemon):
-    got, err = _run(client_env(emu_daemon), "shm")
+def _backend_daemon(fresh_daemon):
+    # GPUPROXY_TEST_BACKEND=cuda (scripts/gpu-check): the driver's answers, on the GPU
+    return fresh_daemon(backend=BACKEND, **({} if BACKEND == "emu" else {"emu_kernels": ()}))
+
+
+@pytest.mark.parametrize("variant", [pytest.param("shm", marks=gpu_when_cuda)])
+def test_bad_input_and_limits(variant, shim_installed, fresh_daemon):
+    got, err = _run(client_env(_backend_daemon(fresh_daemon)), "shm")
     want = {
         "register_unreadable": 1,            # CUDA_ERROR_INVALID_VALUE: not mapped
         "register_iomemory": 801,            # CUDA_ERROR_NOT_SUPPORTED
@@ -136,9 +140,9 @@ def test_bad_input_and_limits(shim_installed, emu_daemon):
     assert lines == ["gpuproxy: cuMemHostRegister with CU_MEMHOSTREGISTER_IOMEMORY is not supported"], err
 
 
-@emu_only
-def test_needs_shared_memory(shim_installed, emu_daemon):
-    got, err = _run(client_env(emu_daemon, {"GPUPROXY_SHM": "0"}), "noshm")
+@pytest.mark.parametrize("variant", [pytest.param("noshm", marks=gpu_when_cuda)])
+def test_needs_shared_memory(variant, shim_installed, fresh_daemon):
+    got, err = _run(client_env(_backend_daemon(fresh_daemon), {"GPUPROXY_SHM": "0"}), "noshm")
     assert got == {"managed_no_shm": 801, "host_alloc_no_shm": 0, "mapped_no_shm": 801, "register_no_shm": 801}
     lines = [x for x in err.splitlines() if x.strip()]
     assert len(lines) == 3 and all("needs proxyd on the same host" in x for x in lines), err

@@ -5,6 +5,7 @@ with a clear error and leaves both running; bad handles are refused.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import client_env  # noqa: E402
+
+# GPUPROXY_TEST_BACKEND=cuda (scripts/gpu-check): the same on the GPU
+BACKEND = os.environ.get("GPUPROXY_TEST_BACKEND", "emu")
+pytestmark = [pytest.mark.gpu] if BACKEND == "cuda" else []
 
 _SIDE = r'''
 import ctypes, sys
@@ -53,7 +58,7 @@ if sys.argv[1] == "import":
 
 def test_dump_of_an_ipc_pair_is_refused(shim_installed, fresh_daemon, tmp_path):
     from gpuproxy.cli.client import ControlClient, ControlError
-    d = fresh_daemon()
+    d = fresh_daemon(backend=BACKEND, **({} if BACKEND == "emu" else {"emu_kernels": ()}))
     env = client_env(d)
     a = subprocess.Popen([sys.executable, "-c", _SIDE, "export"], env=env, stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
