@@ -674,6 +674,20 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuOccupancyMaxPotentialBlockSize": P("minGridSize=out_value; blockSize=out_value; func=handle:function; blockSizeToDynamicSMemSize=callback; dynamicSMemSize=scalar; blockSizeLimit=scalar", "function:use"),
     "cuOccupancyMaxPotentialBlockSizeWithFlags": P("minGridSize=out_value; blockSize=out_value; func=handle:function; blockSizeToDynamicSMemSize=callback; dynamicSMemSize=scalar; blockSizeLimit=scalar; flags=scalar", "function:use"),
     "cuOccupancyAvailableDynamicSMemPerBlock": P("dynamicSmemSize=out_value; func=handle:function; numBlocks=scalar; blockSize=scalar", "function:use"),
+    # issue 10, group 1: host memory the GPU reaches (interceptor/hostmap_api.c)
+    "cuMemHostRegister": P("p=host_ptr; bytesize=scalar; Flags=scalar"),
+    "cuMemHostRegister_v2": P("p=host_ptr; bytesize=scalar; Flags=scalar"),
+    "cuMemHostUnregister": P("p=host_ptr"),
+    "cuMemHostGetDevicePointer_v2": P("pdptr=out_value; p=host_ptr; Flags=scalar"),
+    "cuMemHostGetFlags": P("pFlags=out_value; p=host_ptr"),
+    "cuMemAllocManaged": P("dptr=out_value:memory; bytesize=scalar; flags=scalar", "memory:create"),
+    "cuMemPrefetchAsync_v2": P("devPtr=device_ptr; count=scalar; location=scalar; flags=scalar; hStream=handle:stream",
+                               "stream:use"),
+    "cuMemAdvise_v2": P("devPtr=device_ptr; count=scalar; advice=scalar; location=scalar"),
+    # issue 10, group 8: IPC between clients of one proxyd (proxyd/ipc.py)
+    "cuIpcGetMemHandle": P("pHandle=out_value; dptr=device_ptr"),
+    "cuIpcOpenMemHandle_v2": P("pdptr=out_value:memory; handle=scalar; Flags=scalar", "memory:create"),
+    "cuIpcCloseMemHandle": P("dptr=device_ptr"),
 }
 
 DRIVER_ASYNC = {
@@ -695,6 +709,9 @@ DRIVER_SHIM_LOCAL = {
     "cuCtxGetDevice", "cuDriverGetVersion", "cuFuncGetParamInfo", "cuFuncGetName",
     "cuProfilerStart", "cuProfilerStop", "cuOccupancyMaxPotentialBlockSize",
     "cuOccupancyMaxPotentialBlockSizeWithFlags",
+    # answered in the shim, or sent as cuMemHostRegister_v2's op (interceptor/hostmap_api.c)
+    "cuMemHostRegister", "cuMemHostGetDevicePointer_v2", "cuMemHostGetFlags", "cuMemAllocManaged",
+    "cuMemPrefetchAsync_v2", "cuMemPrefetchAsync_v2_ptsz", "cuMemAdvise_v2",
 }
 
 DRIVER_SHIM_OVERRIDE = {
@@ -704,6 +721,7 @@ DRIVER_SHIM_OVERRIDE = {
     "cuCtxDestroy_v2", "cuDevicePrimaryCtxRetain", "cuInit",
     "cuMemAllocHost_v2", "cuMemFreeHost", "cuMemHostAlloc",
     "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
+    "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemFree_v2",
 }
 
 DRIVER_HANDLERS = {
@@ -731,6 +749,9 @@ DRIVER_HANDLERS = {
     "cuLaunchKernelEx": "launch_kernel_ex", "cuLaunchCooperativeKernel": "launch_cooperative",
     "cuStreamSetAttribute": "stream_set_attribute", "cuStreamCopyAttributes": "stream_copy_attributes",
     "cuCtxSetLimit": "ctx_set_limit", "cuEventRecord": "event_record", "cuEventRecordWithFlags": "event_record",
+    "cuMemHostRegister_v2": "host_map", "cuMemHostUnregister": "host_unmap",
+    "cuIpcGetMemHandle": "ipc_get_mem_handle", "cuIpcOpenMemHandle_v2": "ipc_open_mem_handle",
+    "cuIpcCloseMemHandle": "ipc_close_mem_handle",
 }
 
 STREAM = "stream=handle:stream"
@@ -858,6 +879,19 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaLaunchCooperativeKernel": P("func=host_ptr; gridDim=scalar; blockDim=scalar; args=in_buffer@?; sharedMem=scalar; stream=handle:stream", "stream:use"),
     "cudaOccupancyAvailableDynamicSMemPerBlock": P("dynamicSmemSize=out_value; func=host_ptr; numBlocks=scalar; blockSize=scalar"),
     "cudaGetFuncBySymbol": P("functionPtr=out_value:function; symbolPtr=host_ptr", "function:create"),
+    # issue 10, group 1 (interceptor/rt_hostmap.c)
+    "cudaHostRegister": P("ptr=host_ptr; size=scalar; flags=scalar"),
+    "cudaHostUnregister": P("ptr=host_ptr"),
+    "cudaHostGetDevicePointer": P("pDevice=out_value; pHost=host_ptr; flags=scalar"),
+    "cudaHostGetFlags": P("pFlags=out_value; pHost=host_ptr"),
+    "cudaMallocManaged": P("devPtr=out_value:memory; size=scalar; flags=scalar", "memory:create"),
+    "cudaMemPrefetchAsync": P(f"devPtr=device_ptr; count=scalar; location=scalar; flags=scalar; {STREAM}",
+                              "stream:use"),
+    "cudaMemAdvise": P("devPtr=device_ptr; count=scalar; advice=scalar; location=scalar"),
+    # issue 10, group 8 (interceptor/rt_ipc.c)
+    "cudaIpcGetMemHandle": P("handle=out_value; devPtr=device_ptr"),
+    "cudaIpcOpenMemHandle": P("devPtr=out_value:memory; handle=scalar; flags=scalar", "memory:create"),
+    "cudaIpcCloseMemHandle": P("devPtr=device_ptr"),
 }
 
 RUNTIME_ASYNC = {

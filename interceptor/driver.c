@@ -563,35 +563,36 @@ CUresult gpo_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUst
 
 /* ----------------------------------------------------------- host memory */
 
+CUresult gp_hostmap_new(void **pp, size_t size, int kind, unsigned flags, const char *fn);
+int gp_hostmap_free_host(void *p, CUresult *rc);
+int gp_host_free_plain(void *p);
+
+/* Page-locked host memory. With proxyd on this host it is a GPU-visible
+ * segment at the same address in the worker (hostmap_api.c), which makes it
+ * mapped as well, as unified addressing makes every page-locked allocation
+ * (CUDA Driver API, "Unified Addressing"); otherwise ordinary memory whose
+ * copies travel in the messages. */
 static CUresult host_alloc(uint32_t fid, void **pp, size_t bytesize, unsigned int flags, int with_flags)
 {
-    if (!pp)
+    (void)with_flags;
+    if (!pp || (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)))
         return CUDA_ERROR_INVALID_VALUE;
     GP_ENTER();
-    void *p = gp_host_alloc(bytesize);
-    if (!p)
-        GP_LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
-    CUresult rc = CUDA_SUCCESS;
-    uint32_t seg;
-    const char *name;
-    size_t size;
-    if (gp_shm_ok() && gp_host_segment(p, &seg, &name, &size) == 0) {
-        /* proxyd maps and page-locks the segment now, as the real call does */
-        gp_buf *b = gp_op_begin(fid, with_flags ? 3 : 2);
-        gp_put_shm(b, seg, 0, size);
-        mp_uint(b, bytesize);
-        if (with_flags)
-            mp_uint(b, flags);
-        gp_reply r;
-        rc = gp_op_sync(&r);
-        gp_reply_done(&r);
-        if (rc != CUDA_SUCCESS) {
-            gp_host_free(p);
-            p = NULL;
-        }
+    if (gp_shm_ok()) {
+        void *p = NULL;
+        CUresult rc = gp_hostmap_new(&p, bytesize, GP_HM_HOST, flags,
+                                     fid == GP_FID_cuMemHostAlloc ? "cuMemHostAlloc" : "cuMemAllocHost");
+        *pp = rc == CUDA_SUCCESS ? p : NULL;
+        GP_LEAVE(rc);
     }
+    if (flags & CU_MEMHOSTALLOC_DEVICEMAP) {
+        fprintf(stderr, "gpuproxy: cuMemHostAlloc with CU_MEMHOSTALLOC_DEVICEMAP needs proxyd on the same host "
+                        "(shared memory); not supported over this endpoint\n");
+        GP_LEAVE(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    void *p = gp_host_alloc(bytesize);
     *pp = p;
-    GP_LEAVE(rc);
+    GP_LEAVE(p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY);
 }
 
 CUresult gpo_cuMemAllocHost_v2(void **pp, size_t bytesize)
@@ -607,21 +608,9 @@ CUresult gpo_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 CUresult gpo_cuMemFreeHost(void *p)
 {
     GP_ENTER();
-    uint32_t seg;
-    const char *name;
-    size_t size;
-    if (gp_host_segment(p, &seg, &name, &size) != 0)
-        GP_LEAVE(CUDA_ERROR_INVALID_VALUE);
-    CUresult rc = CUDA_SUCCESS;
-    if (gp_shm_ok() && name[0]) {
-        /* work that still reads or writes the buffer finishes first, as with
-         * the real cuMemFreeHost */
-        gp_buf *b = gp_op_begin(GP_FID_cuMemFreeHost, 1);
-        gp_put_shm(b, seg, 0, size);
-        gp_reply r;
-        rc = gp_op_sync(&r);
-        gp_reply_done(&r);
-    }
-    gp_host_free(p);
-    GP_LEAVE(rc);
+    CUresult rc;
+    if (gp_hostmap_free_host(p, &rc) == 0)
+        GP_LEAVE(rc);
+    /* memory of the socket-only path */
+    GP_LEAVE(gp_host_free_plain(p) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
 }

@@ -142,6 +142,15 @@ int gp_host_free(void *p);
 int gp_host_lookup(const void *p, uint32_t *seg, uint64_t *off, uint64_t *avail);
 int gp_host_segment(const void *p, uint32_t *id, const char **name, size_t *size);
 int gp_shm_ok(void);
+/* GPU-visible host memory (docs/host-memory.md): shared segments at the same
+ * address in the application and its worker. */
+enum { GP_HM_HOST = 1, GP_HM_MANAGED = 2, GP_HM_REGISTERED = 3 };
+void *gp_hostmap_alloc(size_t size, int kind, unsigned flags);
+int gp_hostmap_adopt(void *p, size_t size, unsigned flags);
+int gp_hostmap_info(const void *p, int *kind, unsigned *flags, void **user, size_t *user_size,
+                    uint32_t *id, void **base, size_t *size);
+int gp_hostmap_registered(const void *p);
+int gp_hostmap_free(void *base);
 size_t gp_staging_size(void);
 void *gp_staging_base(void);
 uint32_t gp_staging_id(void);

@@ -31,6 +31,10 @@ typedef struct gp_seg {
     void *base;
     size_t size;
     char name[96];
+    int kind;           /* GP_HM_*: 0 for staging and unmapped pinned memory */
+    unsigned flags;     /* the flags the application passed */
+    void *user;         /* the application's pointer (cuMemHostRegister: not page-aligned) */
+    size_t user_size;
 } gp_seg;
 
 static gp_seg segs[GP_MAX_SEGS];
@@ -97,6 +101,7 @@ static gp_seg *seg_create(size_t size)
     if (nsegs == GP_MAX_SEGS)
         return NULL;
     gp_seg *s = &segs[nsegs];
+    memset(s, 0, sizeof *s);
     s->id = next_seg_id++;
     snprintf(s->name, sizeof s->name, "/gpuproxy-%s-%u", gp_session_token(), s->id);
     int fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -124,6 +129,9 @@ static gp_seg *seg_create(size_t size)
 }
 
 static gp_seg *staging;
+
+extern int gp_shm_to_private(void *base, size_t size, const char *name);
+extern int gp_shm_from_private(void *base, size_t size, const char *name);
 
 /* proxyd never answered the HELLO: no daemon maps these segments, so their
  * names go now, and a process killed later leaves nothing behind. A later
@@ -240,9 +248,6 @@ void gp_hello_reply(gp_rd *rd)
     }
 }
 
-extern int gp_shm_to_private(void *base, size_t size, const char *name);
-extern int gp_shm_from_private(void *base, size_t size, const char *name);
-
 /* Parking (park.c): every named segment becomes private memory with the same
  * bytes at the same address; going on shares it again under its name. */
 void gp_hostmem_unshare(void)
@@ -285,6 +290,7 @@ void *gp_host_alloc(size_t size)
             return NULL;
         }
         gp_seg *s = &segs[nsegs++];
+        memset(s, 0, sizeof *s);
         s->id = next_seg_id++;
         s->base = p;
         s->size = size;
@@ -321,7 +327,11 @@ int gp_host_free(void *p)
     int i = seg_find(p);
     if (i < 0 || segs[i].base != p)
         return -1;
-    if (segs[i].name[0]) {
+    if (segs[i].kind == GP_HM_REGISTERED) {
+        /* the application's own memory: it stays, private again */
+        if (gp_shm_to_private(segs[i].base, segs[i].size, segs[i].name) < 0)
+            gp_log("cannot make registered memory at %p private again", segs[i].base);
+    } else if (segs[i].name[0]) {
         munmap(segs[i].base, segs[i].size);
         shm_unlink(segs[i].name);
     } else {
@@ -369,4 +379,240 @@ int gp_is_device_ptr(const void *p)
         if (a >= ranges[i].base && a < ranges[i].base + ranges[i].size)
             return 1;
     return 0;
+}
+
+/* ------------------------------------------------ memory the GPU reaches
+ *
+ * Host memory that kernels read and write directly (docs/host-memory.md):
+ * page-locked allocations (cuMemHostAlloc and cuMemAllocHost: with unified
+ * addressing every one of them is mapped, CUDA Driver API, "Unified
+ * Addressing"), managed allocations (cuMemAllocManaged) and the
+ * application's own memory registered with cuMemHostRegister. Each is a
+ * shared segment mapped at the same virtual address in the application and
+ * in its worker, which registers it with the driver there: the device
+ * pointer the driver gives it is that same address (unified addressing), so
+ * a pointer the application holds is valid in kernels, and both processes
+ * see the same bytes.
+ *
+ * New allocations take addresses in a window of their own, far from where
+ * the kernel puts mmap()s and heaps and from proxyd's arena slots
+ * (0x2000_0000_0000 up), so that the worker finds the range free too:
+ * GPUPROXY_HOSTMAP_BASE (hex) moves it. Addresses are taken first fit, in
+ * 64 KiB steps. Locking: all under gp_lock. */
+
+#define GP_HM_WINDOW_DEFAULT 0x100000000000ull      /* 16 TiB */
+#define GP_HM_WINDOW_SIZE    0x100000000000ull
+#define GP_HM_ALIGN          (64u << 10)
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+static uint64_t window_base(void)
+{
+    static uint64_t base;
+    if (!base) {
+        const char *e = getenv("GPUPROXY_HOSTMAP_BASE");
+        base = (e && *e) ? strtoull(e, NULL, 16) : GP_HM_WINDOW_DEFAULT;
+        base &= ~(uint64_t)(GP_HM_ALIGN - 1);
+    }
+    return base;
+}
+
+/* Lowest address >= from in the window where size bytes overlap no segment. */
+static uint64_t window_fit(uint64_t from, size_t size)
+{
+    uint64_t a = from;
+    for (int pass = 0; pass < nsegs + 1; pass++) {
+        int moved = 0;
+        for (int i = 0; i < nsegs; i++) {
+            uint64_t b = (uint64_t)(uintptr_t)segs[i].base, e = b + segs[i].size;
+            if (a < e && b < a + size) {
+                a = (e + GP_HM_ALIGN - 1) & ~(uint64_t)(GP_HM_ALIGN - 1);
+                moved = 1;
+            }
+        }
+        if (!moved)
+            break;
+    }
+    return a;
+}
+
+static int open_new_seg(gp_seg *s, size_t size)
+{
+    snprintf(s->name, sizeof s->name, "/gpuproxy-%s-%u", gp_session_token(), s->id);
+    int fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    if (ftruncate(fd, (off_t)size) < 0) {
+        close(fd);
+        shm_unlink(s->name);
+        return -1;
+    }
+    return fd;
+}
+
+static gp_seg *new_slot(void)
+{
+    if (nsegs == GP_MAX_SEGS)
+        return NULL;
+    gp_seg *s = &segs[nsegs];
+    memset(s, 0, sizeof *s);
+    s->id = next_seg_id++;
+    return s;
+}
+
+static void remember(gp_seg *s)
+{
+    (void)s;     /* s is segs[nsegs], filled in */
+    nsegs++;
+    if (!atexit_set) {
+        atexit(unlink_all);
+        atexit_set = 1;
+    }
+}
+
+/* A new segment of size bytes (zero-filled, as cuMemHostAlloc's memory is
+ * not, but cuMemAllocManaged's is not promised either) at a window address. */
+void *gp_hostmap_alloc(size_t size, int kind, unsigned flags)
+{
+    if (!shm_ok)
+        return NULL;
+    if (size == 0)
+        size = 1;
+    size_t len = (size + 4095) & ~(size_t)4095;
+    gp_seg *s = new_slot();
+    if (!s)
+        return NULL;
+    int fd = open_new_seg(s, len);
+    if (fd < 0)
+        return NULL;
+    uint64_t end = window_base() + GP_HM_WINDOW_SIZE;
+    uint64_t a = window_base();
+    void *p = MAP_FAILED;
+    /* something of the application's may sit in the window: skip it */
+    for (int tries = 0; tries < 64 && p == MAP_FAILED; tries++) {
+        a = window_fit(a, len);
+        if (a + len > end)
+            break;
+        p = mmap((void *)(uintptr_t)a, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+        if (p != MAP_FAILED && p != (void *)(uintptr_t)a) {
+            munmap(p, len);      /* a kernel older than 4.17 took the address as a hint */
+            p = MAP_FAILED;
+        }
+        if (p == MAP_FAILED)
+            a += (len + GP_HM_ALIGN - 1) & ~(uint64_t)(GP_HM_ALIGN - 1);
+    }
+    close(fd);
+    if (p == MAP_FAILED) {
+        shm_unlink(s->name);
+        return NULL;
+    }
+    s->base = p;
+    s->size = len;
+    s->kind = kind;
+    s->flags = flags;
+    s->user = p;
+    s->user_size = size;
+    remember(s);
+    return p;
+}
+
+/* cuMemHostRegister: the application's pages [p, p + size), rounded out to
+ * whole pages, become a shared segment holding the same bytes at the same
+ * address (the mapping is replaced in place with MAP_FIXED). Returns 0, or a
+ * CUresult: CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED when the pages overlap
+ * memory already shared, CUDA_ERROR_INVALID_VALUE when they are not all
+ * mapped. Other threads must not write the range meanwhile (a write between
+ * the copy and the remapping would be lost): registering memory that another
+ * thread is filling is a race natively too. */
+int gp_hostmap_adopt(void *p, size_t size, unsigned flags)
+{
+    if (!shm_ok)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    uintptr_t b = (uintptr_t)p & ~(uintptr_t)4095;
+    uintptr_t e = ((uintptr_t)p + size + 4095) & ~(uintptr_t)4095;
+    size_t len = e - b;
+    for (int i = 0; i < nsegs; i++) {
+        uintptr_t sb = (uintptr_t)segs[i].base, se = sb + segs[i].size;
+        if (b < se && sb < e)
+            return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    }
+    gp_seg *s = new_slot();
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    int fd = open_new_seg(s, len);
+    if (fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = pwrite(fd, (char *)b + off, len - off, (off_t)off);
+        if (w <= 0) {      /* EFAULT: part of the range is not mapped */
+            close(fd);
+            shm_unlink(s->name);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        off += (size_t)w;
+    }
+    void *q = mmap((void *)b, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    close(fd);
+    if (q == MAP_FAILED) {
+        shm_unlink(s->name);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    s->base = q;
+    s->size = len;
+    s->kind = GP_HM_REGISTERED;
+    s->flags = flags;
+    s->user = p;
+    s->user_size = size;
+    remember(s);
+    return 0;
+}
+
+/* The GPU-visible segment holding p (any kind but staging/unmapped pinned):
+ * its index, or -1. */
+static int hostmap_find(const void *p)
+{
+    int i = seg_find(p);
+    if (i < 0 || segs[i].kind == 0)
+        return -1;
+    return i;
+}
+
+int gp_hostmap_info(const void *p, int *kind, unsigned *flags, void **user, size_t *user_size,
+                    uint32_t *id, void **base, size_t *size)
+{
+    int i = hostmap_find(p);
+    if (i < 0)
+        return -1;
+    if (kind) *kind = segs[i].kind;
+    if (flags) *flags = segs[i].flags;
+    if (user) *user = segs[i].user;
+    if (user_size) *user_size = segs[i].user_size;
+    if (id) *id = segs[i].id;
+    if (base) *base = segs[i].base;
+    if (size) *size = segs[i].size;
+    return 0;
+}
+
+/* The registered segment whose application pointer is exactly p. */
+int gp_hostmap_registered(const void *p)
+{
+    for (int i = 0; i < nsegs; i++)
+        if (segs[i].kind == GP_HM_REGISTERED && segs[i].user == p)
+            return 0;
+    return -1;
+}
+
+/* Frees a segment by its base (gp_host_free does the work). */
+int gp_hostmap_free(void *base) { return gp_host_free(base); }
+
+/* cuMemFreeHost of memory from the socket-only path (never a named segment). */
+int gp_host_free_plain(void *p)
+{
+    int i = seg_find(p);
+    if (i < 0 || segs[i].base != p || segs[i].name[0])
+        return -1;
+    return gp_host_free(p);
 }

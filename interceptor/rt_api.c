@@ -584,11 +584,18 @@ cudaError_t gpo_cudaPointerGetAttributes(struct cudaPointerAttributes *attribute
     memset(attributes, 0, sizeof *attributes);
     uint32_t seg;
     uint64_t off, avail;
+    int kind;
     gp_lock();
     if (gp_is_device_ptr(ptr)) {
         attributes->type = cudaMemoryTypeDevice;
         attributes->device = gp_rt_ctx_device();
         attributes->devicePointer = (void *)ptr;
+    } else if (gp_hostmap_info(ptr, &kind, NULL, NULL, NULL, NULL, NULL, NULL) == 0) {
+        /* GPU-visible host memory: the same address on both sides */
+        attributes->type = kind == GP_HM_MANAGED ? cudaMemoryTypeManaged : cudaMemoryTypeHost;
+        attributes->device = gp_rt_ctx_device();
+        attributes->devicePointer = (void *)ptr;
+        attributes->hostPointer = (void *)ptr;
     } else if (gp_host_lookup(ptr, &seg, &off, &avail) == 0) {
         attributes->type = cudaMemoryTypeHost;
         attributes->device = gp_rt_ctx_device();

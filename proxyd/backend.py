@@ -92,6 +92,10 @@ class Backend:
         raise NotImplementedError
     def host_register(self, buf) -> Any: return None
     def host_unregister(self, token: Any) -> None: ...
+    # GPU-visible host memory (docs/host-memory.md): buf is mapped at addr in
+    # this process; afterwards kernels, copies and memsets reach it at addr.
+    # host_unregister(token) withdraws it.
+    def host_map(self, addr: int, buf) -> Any: raise NotImplementedError
 
     # ---- modules and launches
     def module_load(self, ctx: Any, image: bytes, parsed) -> Any: raise NotImplementedError

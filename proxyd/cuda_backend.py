@@ -38,6 +38,7 @@ log = logging.getLogger("proxyd")
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_NOT_READY = 600
+CUDA_ERROR_NOT_SUPPORTED = 801
 
 HAND_CDEF = """
 typedef unsigned long long CUdeviceptr;
@@ -87,12 +88,15 @@ int cuMemAddressFree(CUdeviceptr ptr, size_t size);
 int cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int option);
 int cuMemCreate(unsigned long long *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
 int cuMemRelease(unsigned long long handle);
+int cuMemExportToShareableHandle(void *shareableHandle, unsigned long long handle, int handleType, unsigned long long flags);
+int cuMemImportFromShareableHandle(unsigned long long *handle, void *osHandle, int shHandleType);
 int cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long long handle, unsigned long long flags);
 int cuMemUnmap(CUdeviceptr ptr, size_t size);
 int cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
 int cuMemFree_v2(CUdeviceptr p);
 int cuMemHostRegister_v2(void *p, size_t n, unsigned int flags);
+int cuMemHostGetDevicePointer_v2(unsigned long long *pdptr, void *p, unsigned int flags);
 int cuMemHostUnregister(void *p);
 int cuMemHostAlloc(void **pp, size_t n, unsigned int flags);
 int cuMemFreeHost(void *p);
@@ -128,10 +132,12 @@ int cuEventDestroy_v2(void *e);
 
 # constants from cuda.h
 CU_MEM_ALLOCATION_TYPE_PINNED = 1
+CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1
 CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
 CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0
 CU_MEMHOSTREGISTER_PORTABLE = 1
+CU_MEMHOSTREGISTER_DEVICEMAP = 2
 CU_MEMHOSTREGISTER_READ_ONLY = 8
 CU_LAUNCH_PARAM_BUFFER_POINTER = 1
 CU_LAUNCH_PARAM_BUFFER_SIZE = 2
@@ -307,7 +313,18 @@ class CudaBackend(Backend):
     def map_chunk(self, dev: int, addr: int, size: int):
         self._set(self.mgmt[dev])
         h = self.ffi.new("unsigned long long *")
-        self.check(self.lib.cuMemCreate(h, size, self._prop(dev), 0), f"cuMemCreate({size} bytes)")
+        # shareable as a file descriptor, so that CUDA IPC can hand the chunk
+        # to another session's worker (proxyd/ipc.py); where the driver
+        # refuses that, plain memory (IPC export then answers not-supported)
+        prop = self._prop(dev)
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+        r = self.lib.cuMemCreate(h, size, prop, 0) if self._shareable else 1
+        if r != CUDA_SUCCESS:
+            if self._shareable and r != 2:      # not out of memory: the handle type is not available
+                log.info("VMM memory shareable as a file descriptor is not available (%s); CUDA IPC exports "
+                         "will answer not-supported", self.err_name(r))
+                self._shareable = False
+            self.check(self.lib.cuMemCreate(h, size, self._prop(dev), 0), f"cuMemCreate({size} bytes)")
         r = self.lib.cuMemMap(addr, size, 0, h[0], 0)
         if r != CUDA_SUCCESS:
             self.lib.cuMemRelease(h[0])
@@ -337,7 +354,67 @@ class CudaBackend(Backend):
 
     def host_unregister(self, token):
         self._set(self.mgmt[0])
+        if isinstance(token, tuple) and token[0] == "hostmap":
+            self.lib.cuMemHostUnregister(self.ffi.cast("void *", token[1]))
+            return
         self.lib.cuMemHostUnregister(token)
+
+    _shareable = True
+
+    # CUDA IPC (proxyd/ipc.py)
+    def chunk_export_fd(self, backing) -> int:
+        addr, size, h, dev = backing
+        self._set(self.mgmt[dev])
+        fd = self.ffi.new("int *")
+        r = self.lib.cuMemExportToShareableHandle(fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
+        if r != CUDA_SUCCESS:
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"cannot export device memory at {addr:#x} as a file "
+                                                      f"descriptor ({self.err_name(r)})")
+        return fd[0]
+
+    def import_fd_at(self, dev: int, base: int, size: int, fd: int):
+        self._set(self.mgmt[dev])
+        h = self.ffi.new("unsigned long long *")
+        self.check(self.lib.cuMemImportFromShareableHandle(h, self.ffi.cast("void *", fd),
+                                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                   "cuMemImportFromShareableHandle")
+        r = self.lib.cuMemMap(base, size, 0, h[0], 0)
+        if r != CUDA_SUCCESS:
+            self.lib.cuMemRelease(h[0])
+            self.check(r, f"cuMemMap at {base:#x}")
+        desc = self.ffi.new("CUmemAccessDesc *")
+        desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE
+        desc.location.id = dev
+        desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        r = self.lib.cuMemSetAccess(base, size, desc, 1)
+        if r != CUDA_SUCCESS:
+            self.lib.cuMemUnmap(base, size)
+            self.lib.cuMemRelease(h[0])
+            self.check(r, f"cuMemSetAccess at {base:#x}")
+        return (base, size, h[0], dev)
+
+    def unimport(self, token):
+        self.unmap_chunk(token)
+
+    def host_map(self, addr, buf):
+        """Registers the client's segment, mapped here at the client's
+        address, for device access. With unified addressing the device
+        pointer of registered memory is its host address where the device
+        reports CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+        (cuda.h, cuMemHostRegister); checked, since the client hands that
+        address to kernels."""
+        self._set(self.mgmt[0])
+        p = self.ffi.cast("void *", addr)
+        self.check(self.lib.cuMemHostRegister_v2(p, len(buf), CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
+                   f"cuMemHostRegister({addr:#x}, {len(buf)})")
+        d = self.ffi.new("unsigned long long *")
+        r = self.lib.cuMemHostGetDevicePointer_v2(d, p, 0)
+        if r != CUDA_SUCCESS or d[0] != addr:
+            self.lib.cuMemHostUnregister(p)
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED if r == CUDA_SUCCESS else r,
+                            f"registered host memory at {addr:#x} has device address "
+                            f"{d[0]:#x}: the device cannot use host pointers for registered memory")
+        return ("hostmap", addr)
 
     def _buf(self, data, writable=False):
         if data is None:

@@ -96,6 +96,8 @@ class Dispatcher:
         self.backend = backend
         # imported for their @handler registrations
         from . import handlers  # noqa: F401
+        from . import hostmap  # noqa: F401
+        from . import ipc  # noqa: F401
         # Kernel launches are the hottest op by far (a training step issues
         # thousands): they get a direct path that skips the generic
         # bookkeeping but makes the same checks.

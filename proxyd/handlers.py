@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import logging
 
+from . import hostmap
+from . import ipc
 from . import protocol as P
 from .arena import ArenaError
 from .dispatch import CUDA_SUCCESS, handler
@@ -243,6 +245,10 @@ def check_range(sess, fn, addr: int, n: int, what: str) -> None:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: negative size {n}")
     if n == 0:
         return
+    if hostmap.contains(sess, addr, n):
+        return       # GPU-visible host memory of the session (hostmap.py)
+    if ipc.imported_range(sess, addr, n):
+        return       # another session's memory opened through CUDA IPC (ipc.py)
     if sess.arena.contains(addr):
         hit = sess.arena.find(addr)
         if hit is not None:

@@ -30,6 +30,7 @@ import uuid
 import zmq
 
 from . import __version__
+from . import hostmap
 from . import protocol as P
 from ._generated import FUNCTIONS
 
@@ -414,6 +415,8 @@ class Server:
         """Frees everything a session holds in proxyd and on the device."""
         from .handlers import destroy_context
         try:
+            from . import ipc
+            ipc.release(self.dispatcher, s)
             for c in list(s.contexts.values()):
                 destroy_context(self.dispatcher, s, c)
             s.arena.release_all()
@@ -491,7 +494,10 @@ class Server:
             # pinned host segments to page-lock again (a restore, or an
             # attach after parking, found them unmapped)
             try:
-                s.shm.registered[seg] = self.backend.host_register(memoryview(s.shm.open(seg)))
+                if seg in s.shm.fixed:
+                    hostmap.map_again(self.backend, s, seg)      # at the client's address
+                else:
+                    s.shm.registered[seg] = self.backend.host_register(memoryview(s.shm.open(seg)))
                 s.shm_pending.discard(seg)
             except Exception as e:
                 log.warning("session %s: pinned segment %s not mapped again (%s)", token, seg, e)

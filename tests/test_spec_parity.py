@@ -232,8 +232,9 @@ def test_bootstrap_is_idempotent_and_keeps_annotations(tmp_path):
     ent["cuMemAllocPitch_v2"]["params"][2]["role"] = "host_ptr"
     ent["cuMemAllocPitch_v2"]["restore"] = "memory"
     ent["cuMemFree_v2"]["sync"] = False
-    old_id = ent["cuMemHostRegister_v2"]["id"]
-    data["functions"] = [e for e in data["functions"] if e["name"] != "cuMemHostRegister_v2"]
+    # an unsupported function (the 32-bit pointer version) taken out and put back
+    old_id = ent["cuMemHostGetDevicePointer"]["id"]
+    data["functions"] = [e for e in data["functions"] if e["name"] != "cuMemHostGetDevicePointer"]
     data["functions"].append({"name": "cuMemGone", "id": 9000, "returns": "CUresult",
                               "params": [], "objects": [], "sync": True,
                               "status": "unsupported"})
@@ -250,7 +251,7 @@ def test_bootstrap_is_idempotent_and_keeps_annotations(tmp_path):
     assert ent["cuMemFree_v2"]["sync"] is False
     # a removed-from-the-headers symbol is kept, a re-added one gets a fresh id
     assert "cuMemGone" in ent
-    assert ent["cuMemHostRegister_v2"]["id"] == max_id + 1 != old_id
+    assert ent["cuMemHostGetDevicePointer"]["id"] == max_id + 1 != old_id
     first = _snapshot(work)
     assert bootstrap.main(["--cuda-home", CUDA_HOME, "--specs", str(work), "-q"]) == 0
     assert _snapshot(work) == first

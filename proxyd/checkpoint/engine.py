@@ -85,7 +85,9 @@ def describe(sess: Session) -> dict:
         "streams": [],
         "events": [],
         "arena": sess.arena.describe(),
-        "shm": {"staging": sess.staging_seg, "registered": sorted(set(sess.shm.registered) | sess.shm_pending) if sess.shm else []},
+        "shm": {"staging": sess.staging_seg, "registered": sorted(set(sess.shm.registered) | sess.shm_pending) if sess.shm else [],
+                # GPU-visible host segments: [segment, address, length, kind, flags]
+                "maps": [[seg, *v] for seg, v in sorted(sess.shm.fixed.items())] if sess.shm else []},
         "channel": sess.chan.name if sess.chan is not None else None,
         # addresses of __device__ variables that earlier restores moved
         "addr_map": [list(x) for x in sess.addr_map],
@@ -230,6 +232,12 @@ class Engine:
             raise CheckpointError("a concurrent dump keeps the app running, so it cannot release the session: "
                                   "add leave_running (--leave-running), or dump without concurrent to stop "
                                   "the app and release its GPU state")
+        from ..ipc import check_checkpointable
+        try:
+            check_checkpointable(sess)
+        except RuntimeError as e:
+            self.server.call_in_loop(lambda: self.server.unreserve_checkpoint(sess)).result()
+            raise CheckpointError(str(e)) from None
         stats = {"kind": kind, "concurrent": concurrent, "leave_running": leave_running}
         resumed = False
         sess.ckpt_phase = "preparing"
@@ -795,8 +803,14 @@ class Engine:
         if desc.get("async_error"):
             sess.async_error = tuple(desc["async_error"])
         sess.staging_seg = desc["shm"]["staging"]
+        for seg, addr, length, kind, flags in desc["shm"].get("maps", []):
+            sess.shm.fixed[int(seg)] = (int(addr), int(length), int(kind), int(flags))
         for seg in desc["shm"]["registered"]:
             try:
+                if int(seg) in sess.shm.fixed:
+                    from ..hostmap import map_again
+                    map_again(b, sess, int(seg))       # at the client's address
+                    continue
                 view = memoryview(sess.shm.open(int(seg)))
                 sess.shm.registered[int(seg)] = b.host_register(view)
             except Exception as e:

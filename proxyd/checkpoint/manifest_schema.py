@@ -198,7 +198,10 @@ SESSION = Obj({
     "arena": Obj({"base": U64, "size": U64,
                   "chunks": List(Tuple(U64, SIZE, DEVICE, Bool()), 1 << 22),
                   "allocations": List(Tuple(U64, SIZE, SIZE), 1 << 24)}),
-    "shm": Obj({"staging": Opt(ID), "registered": List(ID, 1 << 16)}),
+    "shm": Obj({"staging": Opt(ID), "registered": List(ID, 1 << 16)},
+               # GPU-visible host segments (docs/host-memory.md): segment, address, length, kind, flags
+               optional={"maps": List(Tuple(ID, Int(4096, (1 << 48) - 1), Int(1, 1 << 47), Int(1, 3),
+                                            Int(0, (1 << 32) - 1)), 1 << 16)}),
     "channel": Opt(CHANNEL),
     "addr_map": List(Tuple(U64, SIZE, U64), 1 << 16),
 }, optional={

@@ -16,6 +16,7 @@ import os
 import bisect
 import os
 import logging
+import mmap
 import struct
 import time
 import traceback
@@ -129,6 +130,15 @@ class EmuBackend(Backend):
         self._null = {v: EmuStream(special=v) for v in (0, 1, 2)}
         self._cur: EmuContext | None = None     # the context make_current chose
         self._mapped: dict[int, int] = {}                  # device -> bytes of arena chunks mapped
+        self._memfd: dict[int, int] = {}                   # chunk address -> its memfd (IPC export)
+        # one descriptor per chunk: allow as many as the hard limit does
+        try:
+            import resource
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            if soft != hard:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ImportError, ValueError, OSError):
+            pass
         self._chunk_dev: dict[int, tuple[int, int]] = {}   # chunk address -> (device, size)
 
     # ------------------------------------------------------------- memory
@@ -151,6 +161,37 @@ class EmuBackend(Backend):
                 return arr[off:off + n]
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"device range {addr:#x}+{n} is not inside one allocation")
 
+    # CUDA IPC (proxyd/ipc.py): a chunk's memfd, and another worker's chunk
+    # mapped at base in this one
+    def chunk_export_fd(self, backing) -> int:
+        fd = self._memfd.get(backing)
+        if fd is None:
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED, "this memory cannot be exported")
+        return os.dup(fd)
+
+    def import_fd_at(self, dev: int, base: int, size: int, fd: int):
+        mm = mmap.mmap(fd, size)
+        self._register(base, np.frombuffer(mm, np.uint8))
+        return ("ipc", base, mm)
+
+    def unimport(self, token):
+        _kind, base, mm = token
+        self._unregister(base)
+        try:
+            mm.close()
+        except BufferError:
+            pass       # a view of it is still referenced; it goes with the last one
+
+    def host_map(self, addr: int, buf):
+        # the worker's mapping of the client's segment, at the client's
+        # address: emulated kernels read and write the shared bytes
+        self._register(addr, np.frombuffer(buf, np.uint8))
+        return ("hostmap", addr)
+
+    def host_unregister(self, token):
+        if isinstance(token, tuple) and token[0] == "hostmap":
+            self._unregister(token[1])
+
     def map_chunk(self, dev: int, addr: int, size: int):
         # Like cuMemCreate on a GPU: CUDA_ERROR_OUT_OF_MEMORY when the device's
         # memory (EMU_TOTAL_MEM each) is used up, or when the host cannot back
@@ -159,11 +200,21 @@ class EmuBackend(Backend):
         if used + size > EMU_TOTAL_MEM:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of memory: {size} bytes requested, {EMU_TOTAL_MEM - used} "
                                                       f"of {EMU_TOTAL_MEM} free on emulated device {dev}")
+        # Backed by a memfd (zero-filled, like np.zeros) so that CUDA IPC can
+        # hand the chunk to another session's worker (proxyd/ipc.py)
         try:
-            arr = np.zeros(size, np.uint8)
-        except (MemoryError, ValueError) as e:
+            fd = os.memfd_create(f"gpuproxy-emu-{addr:x}", os.MFD_CLOEXEC)
+            try:
+                os.ftruncate(fd, size)
+                mm = mmap.mmap(fd, size)
+            except BaseException:
+                os.close(fd)
+                raise
+            arr = np.frombuffer(mm, np.uint8)
+        except (MemoryError, ValueError, OSError) as e:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of memory: cannot back {size} bytes of emulated device "
                                                       f"memory ({e})") from None
+        self._memfd[addr] = fd
         self._register(addr, arr)
         self._mapped[dev] = used + size
         self._chunk_dev[addr] = (dev, size)
@@ -171,6 +222,9 @@ class EmuBackend(Backend):
 
     def unmap_chunk(self, backing):
         self._unregister(backing)
+        fd = self._memfd.pop(backing, None)
+        if fd is not None:
+            os.close(fd)
         dev, size = self._chunk_dev.pop(backing, (0, 0))
         self._mapped[dev] = self._mapped.get(dev, 0) - size
 

@@ -1,8 +1,8 @@
 // unsupported: calls functions that the proxy does not support and checks that
 // the process stays healthy afterwards.
 //   cudaGraphCreate                      -> proxy: 801 cudaErrorNotSupported
-//   cuMemAllocManaged (driver, obtained  -> proxy: 801 CUDA_ERROR_NOT_SUPPORTED
-//   through cudaGetDriverEntryPointByVersion)
+//   cuDeviceGetByPCIBusId (driver,       -> proxy: 801 CUDA_ERROR_NOT_SUPPORTED
+//   obtained through cudaGetDriverEntryPointByVersion)
 // Natively both calls succeed (0); the program then frees what they created and
 // still passes, but its output differs from the expected (proxy) output, so the
 // corpus marks this program proxy_only. Any other error code is a failure.
@@ -24,8 +24,7 @@
         }                                                                       \
     } while (0)
 
-typedef CUresult (*PFN_memAllocManaged)(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
-typedef CUresult (*PFN_memFree)(CUdeviceptr dptr);
+typedef CUresult (*PFN_deviceGetByPCIBusId)(CUdevice *dev, const char *pciBusId);
 typedef CUresult (*PFN_getErrorName)(CUresult error, const char **pStr);
 
 // x[i] = x[i] * x[i] + 1
@@ -64,22 +63,23 @@ int main(void)
     }
     (void)cudaGetLastError();   // clear the (non-sticky) error
 
-    // ---- driver: managed memory through a driver entry point
-    PFN_memAllocManaged memAllocManaged = (PFN_memAllocManaged)entry_point("cuMemAllocManaged");
-    PFN_memFree memFree = (PFN_memFree)entry_point("cuMemFree");
+    // ---- driver: a device by its PCI bus id, through a driver entry point
+    PFN_deviceGetByPCIBusId deviceGetByPCIBusId = (PFN_deviceGetByPCIBusId)entry_point("cuDeviceGetByPCIBusId");
     PFN_getErrorName getErrorName = (PFN_getErrorName)entry_point("cuGetErrorName");
-    CUdeviceptr managed = 0;
-    CUresult r = memAllocManaged(&managed, 4096, CU_MEM_ATTACH_GLOBAL);
+    char bus[64] = "";
+    CHECK(cudaDeviceGetPCIBusId(bus, (int)sizeof bus, 0));
+    CUdevice dev = -1;
+    CUresult r = deviceGetByPCIBusId(&dev, bus);
     const char *rname = NULL;
     if (getErrorName(r, &rname) != CUDA_SUCCESS || rname == NULL) rname = "?";
-    printf("cuMemAllocManaged -> %d %s\n", (int)r, rname);
+    printf("cuDeviceGetByPCIBusId -> %d %s\n", (int)r, rname);
     if (r == CUDA_SUCCESS) {
-        if (memFree(managed) != CUDA_SUCCESS) {
-            printf("FAIL " NAME ": cuMemFree of the managed allocation failed\n");
+        if (dev != 0) {
+            printf("FAIL " NAME ": cuDeviceGetByPCIBusId found device %d, want 0\n", (int)dev);
             return 1;
         }
     } else if (r != CUDA_ERROR_NOT_SUPPORTED) {
-        printf("FAIL " NAME ": cuMemAllocManaged returned an unexpected error\n");
+        printf("FAIL " NAME ": cuDeviceGetByPCIBusId returned an unexpected error\n");
         return 1;
     }
 

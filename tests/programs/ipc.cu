@@ -1,0 +1,132 @@
+// ipc: CUDA IPC between two processes of one host (issue 10, group 8). The
+// program forks before any CUDA call; the parent allocates device memory,
+// fills it, exports it with cudaIpcGetMemHandle and sends the handle through
+// a pipe; the child opens it with cudaIpcOpenMemHandle, checks what the
+// parent wrote, adds to every element with a kernel, closes the handle and
+// tells the parent, which then checks the child's writes in its own
+// allocation. Under gpuproxy the two processes are two sessions in two
+// worker processes of the same proxyd.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cuda_runtime.h>
+
+#define NAME "ipc"
+#define CHECK(call)                                                             \
+    do {                                                                        \
+        cudaError_t err_ = (call);                                              \
+        if (err_ != cudaSuccess) {                                              \
+            printf("FAIL " NAME " (%s): %s -> %s (%s) at %s:%d\n", who, #call,  \
+                   cudaGetErrorName(err_), cudaGetErrorString(err_),            \
+                   __FILE__, __LINE__);                                         \
+            fflush(stdout);                                                     \
+            exit(1);                                                            \
+        }                                                                       \
+    } while (0)
+#define EXPECT(cond, ...)                                                       \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            printf("FAIL " NAME " (%s): ", who);                                \
+            printf(__VA_ARGS__);                                                \
+            printf("\n");                                                       \
+            fflush(stdout);                                                     \
+            exit(1);                                                            \
+        }                                                                       \
+    } while (0)
+
+static const int N = 1 << 18;
+static const char *who = "parent";
+
+// x[i] = x[i] + add
+__global__ void add_const(int *x, int n, int add)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] += add;
+}
+
+static void read_all(int fd, void *p, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, (char *)p + got, n - got);
+        EXPECT(r > 0, "pipe closed");
+        got += (size_t)r;
+    }
+}
+
+static int child(int from_parent, int to_parent)
+{
+    who = "child";
+    cudaIpcMemHandle_t h;
+    read_all(from_parent, &h, sizeof h);
+    int *p = NULL;
+    CHECK(cudaIpcOpenMemHandle((void **)&p, h, cudaIpcMemLazyEnablePeerAccess));
+    std::vector<int> v(N);
+    CHECK(cudaMemcpy(v.data(), p, N * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < N; ++i)
+        EXPECT(v[i] == 3 * i + 1, "element %d is %d before the child's kernel, want %d", i, v[i], 3 * i + 1);
+    add_const<<<(N + 255) / 256, 256>>>(p, N, 1000);
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaIpcCloseMemHandle(p));
+    char ok = 'k';
+    EXPECT(write(to_parent, &ok, 1) == 1, "pipe write");
+    return 0;
+}
+
+int main(void)
+{
+    int p2c[2], c2p[2];
+    if (pipe(p2c) != 0 || pipe(c2p) != 0) {
+        printf("FAIL " NAME ": pipe\n");
+        return 1;
+    }
+    fflush(stdout);
+    pid_t pid = fork();     // before any CUDA call, as CUDA requires
+    if (pid < 0) {
+        printf("FAIL " NAME ": fork\n");
+        return 1;
+    }
+    if (pid == 0) {
+        close(p2c[1]);
+        close(c2p[0]);
+        _exit(child(p2c[0], c2p[1]));
+    }
+    close(p2c[0]);
+    close(c2p[1]);
+
+    int *d = NULL;
+    CHECK(cudaMalloc((void **)&d, N * sizeof(int)));
+    std::vector<int> v(N);
+    for (int i = 0; i < N; ++i)
+        v[i] = 3 * i + 1;
+    CHECK(cudaMemcpy(d, v.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+    cudaIpcMemHandle_t h;
+    CHECK(cudaIpcGetMemHandle(&h, d));
+    EXPECT(write(p2c[1], &h, sizeof h) == (ssize_t)sizeof h, "pipe write");
+    char ok = 0;
+    EXPECT(read(c2p[0], &ok, 1) == 1 && ok == 'k', "the child did not finish");
+    int status = 0;
+    EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed");
+    printf("child opened the handle and wrote through it\n");
+
+    CHECK(cudaMemcpy(v.data(), d, N * sizeof(int), cudaMemcpyDeviceToHost));
+    long long sum = 0;
+    for (int i = 0; i < N; ++i) {
+        EXPECT(v[i] == 3 * i + 1 + 1000, "element %d is %d after the child's kernel, want %d", i, v[i],
+               3 * i + 1 + 1000);
+        sum += v[i];
+    }
+    // the parent's own kernel on the same memory still works
+    add_const<<<(N + 255) / 256, 256>>>(d, N, 1);
+    CHECK(cudaMemcpy(v.data(), d, N * sizeof(int), cudaMemcpyDeviceToHost));
+    EXPECT(v[N - 1] == 3 * (N - 1) + 1 + 1001, "parent kernel");
+    printf("sum %lld\n", sum);
+    CHECK(cudaFree(d));
+    printf("PASS " NAME "\n");
+    return 0;
+}
