@@ -30,6 +30,7 @@ import uuid
 import zmq
 
 from . import __version__
+from . import curve
 from . import protocol as P
 from ._generated import FUNCTIONS
 from .arena import Arena
@@ -178,6 +179,20 @@ class Server:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
+        # tcp: CURVE, admitting the supervisor's key and the clients listed
+        # in authorized_keys (curve.py); self.meta is the frame of the
+        # message being handled, whose properties say who sent it
+        self.zap = None
+        self.meta = None
+        if curve.is_tcp(endpoint):
+            sup = os.environ.get("GPUPROXY_SUPERVISOR_CURVE_KEY", "").encode()
+            try:
+                secret, self.zap = curve.start_server_security(
+                    self.zctx, endpoint, extra={sup: curve.SUPERVISOR_USER} if sup else None)
+            except curve.CurveError as e:
+                self.zctx.destroy(linger=0)
+                raise EndpointInUse(f"cannot serve {endpoint}: {e}") from None
+            curve.secure_server(self.sock, endpoint, secret)
         self._bind()
         # workers wake the loop through this pair after posting to the outbox
         self.wake_addr = f"inproc://wake-{uuid.uuid4().hex}"
@@ -201,6 +216,8 @@ class Server:
             self.close_session(s)
         self.sock.close(0)
         self.wake_r.close(0)
+        if self.zap is not None:
+            self.zap.stop()
         if self.endpoint.startswith("ipc://"):
             try:
                 os.unlink(self.endpoint[len("ipc://"):])
@@ -269,6 +286,8 @@ class Server:
                         frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
+                    if self.zap is not None and len(frames) > 1:
+                        self.meta = frames[1]
                     self.handle(frames[0].bytes, [f.buffer for f in frames[1:]])
                 spin_until = time.monotonic() + self.spin_s
             if self.wake_r in events:
@@ -476,6 +495,16 @@ class Server:
                 return
             log.info("session %s: pid %s %s (slot %d)", token, s.pid, s.exe, s.slot)
             s.pidns = str(info.get("pidns") or "")
+            if self.zap is not None and curve.peer_address(self.meta) not in curve.LOOPBACK:
+                # a client on another host has a pid of another kernel (and
+                # the same name for its initial pid namespace): never looked
+                # up here
+                s.pidns = ""
+        if self.zap is not None and s.key_uid is None:
+            # keyed tcp: the session is its key's user's (a restored one:
+            # from its client's attach)
+            ku = curve.user_id(self.meta)
+            s.key_uid = int(ku) if ku and ku.isdigit() else None
         # HELLO takes a sequence number of the session like any message
         s.last_seq = max(s.last_seq, seq)
         shm_ok = False
