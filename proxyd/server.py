@@ -353,13 +353,29 @@ class Server:
         except Exception as e:
             RATE.event("malformed message", "malformed message from %r: %s", rid[:40], e)
             return
+        # the body's shape is checked here, so that a type-confused message
+        # is a (rate-limited) malformed message, not an internal error with
+        # a traceback (docs/protocol.md: CALL [1, seq, [op...]], HELLO
+        # [0, seq, [info]], CTL [10, seq, cmd, args])
+        body = msg[2] if len(msg) > 2 else None
+        bad = None
+        if mtype == P.MSG_CALL and not isinstance(body, list):
+            bad = "CALL without a list of operations"
+        elif mtype == P.MSG_HELLO and body and not (isinstance(body, list) and isinstance(body[0], dict)):
+            bad = "HELLO without [info]"
+        elif mtype == P.MSG_CTL and (not isinstance(body, str) or (len(msg) > 3 and not isinstance(msg[3], dict))):
+            bad = "CTL without a command name and an argument map"
+        if bad is not None:
+            RATE.event("malformed message", "malformed message from %r: %s", rid[:40], bad)
+            self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, f"malformed message: {bad}"])
+            return
         try:
             if mtype == P.MSG_CALL:
-                self.on_call(rid, seq, msg[2], via_chan, frames[0])
+                self.on_call(rid, seq, body, via_chan, frames[0])
             elif mtype == P.MSG_DOORBELL:
                 pass   # only wakes the loop; the request is in the channel
             elif mtype == P.MSG_HELLO:
-                self.on_hello(rid, seq, msg[2][0] if msg[2] else {})
+                self.on_hello(rid, seq, body[0] if body else {})
             elif mtype == P.MSG_BYE:
                 self.on_bye(rid, seq)
             elif mtype == P.MSG_CTL:
