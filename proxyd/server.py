@@ -184,6 +184,7 @@ class Server:
         # message being handled, whose properties say who sent it
         self.zap = None
         self.meta = None
+        self.expected: dict | None = None     # keyed tcp worker: the session the supervisor gave it (control.py)
         if curve.is_tcp(endpoint):
             sup = os.environ.get("GPUPROXY_SUPERVISOR_CURVE_KEY", "").encode()
             try:
@@ -502,6 +503,14 @@ class Server:
             # made anew (same names, new files), so map it again. The attach
             # takes no sequence number (seq 0).
             self.detach_shared(s)
+        if s is None and self.worker and self.zap is not None:
+            exp = self.expected or {}
+            ku = curve.user_id(self.meta)
+            if exp.get("token") != token or (exp.get("uid") is not None and str(exp["uid"]) != ku):
+                RATE.event("unexpected session", "worker: HELLO for a session its supervisor did not give it (%r)",
+                           rid[:40])
+                self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, "this proxyd worker was not given to this session"])
+                return
         if s is None:
             try:
                 s = self.new_session(token, int(info.get("pid", 0)), str(info.get("exe", "")))

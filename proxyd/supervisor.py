@@ -526,11 +526,27 @@ class Supervisor:
                 return
             wk.token = token
             e.worker = wk
-            e.state = "running"
             log.info("session of pid %s %s: worker pid %d", e.pid, e.exe, wk.pid)
-            for r, s in e.hello:
-                self._answer_hello(e, r, s)
-            e.hello = []
+
+            def answer():
+                e.state = "running"
+                for r, s in e.hello:
+                    self._answer_hello(e, r, s)
+                e.hello = []
+            if self.zap is None:
+                answer()
+                return
+
+            def expected(code, result):
+                # keyed tcp: the worker takes this session only (control.py "expect")
+                if code == 0:
+                    answer()
+                    return
+                e.state, e.why = "dead", f"its worker did not take it: {result}"
+                for r, s in e.hello:
+                    self.send(r, [s, P.REPLY_PROTOCOL_ERROR, f"cannot open a session: {e.why}"])
+                e.hello = []
+            self.forward(wk, "expect", {"token": token, "uid": e.uid}, expected, timeout_s=10)
         self.with_worker(got)
 
     def _answer_hello(self, e: Entry, rid: bytes, seq: int):

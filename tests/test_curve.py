@@ -222,3 +222,59 @@ def test_remote_control_of_own_sessions_only(keyed, programs, tmp_path, monkeypa
             assert out == expected(b), run.stderr()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _listening_ports(pid: int) -> set[int]:
+    """tcp ports a process listens on (its socket inodes in /proc/net/tcp)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            t = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if t.startswith("socket:["):
+            inodes.add(t[8:-1])
+    ports = set()
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            p = line.split()
+            if p[3] == "0A" and p[9] in inodes:
+                ports.add(int(p[1].split(":")[1], 16))
+    return ports
+
+
+def test_spare_worker_takes_only_its_session(keyed, corpus_built):
+    """A worker's tcp port can be found by anyone on the host; a client with
+    an admitted key that goes to a spare worker directly, past the
+    supervisor, is refused, and the worker still serves the session the
+    supervisor gives it."""
+    from gpuproxy.proxyd import curve
+    d, keys = keyed
+    env = keys(os.geteuid())
+    deadline = time.monotonic() + 20
+    workers = []
+    while not workers and time.monotonic() < deadline:     # the spare worker, started ahead of need
+        with open(f"/proc/{d.proc.pid}/task/{d.proc.pid}/children") as f:
+            workers = [int(c) for c in f.read().split()]
+        ports = {p for w in workers for p in _listening_ports(w)}
+        time.sleep(0.1)
+    assert ports, "no worker listens on tcp"
+    kp = (env["GPUPROXY_CURVE_SERVERKEY"].encode(), *curve._parse_pair(Path(env["GPUPROXY_CURVE_KEY_FILE"]).read_text(),
+                                                                         "client key"))
+    token = f"{os.urandom(8).hex()}-{os.getpid()}"
+    for port in ports:
+        s = zmq.Context.instance().socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.ROUTING_ID, b"c:" + token.encode())
+        curve.secure_client(s, "tcp://", kp)
+        s.connect(f"tcp://127.0.0.1:{port}")
+        try:
+            s.send(msgpack.packb([0, 1, [{"pid": os.getpid(), "token": token, "exe": "intruder"}]]))
+            assert s.poll(10000), "no answer from the worker"
+            rep = msgpack.unpackb(s.recv(), raw=False)
+            assert rep[1] != 0 and "not given to this session" in rep[2], rep
+        finally:
+            s.close(0)
+    b = corpus_built["vector_add"]
+    r = corpus.run_program(b, env=client_env(d, env), timeout=120)
+    assert r.returncode == 0 and r.stdout == b.program.expected_output, r.stderr[-2000:]
