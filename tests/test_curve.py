@@ -278,3 +278,22 @@ def test_spare_worker_takes_only_its_session(keyed, corpus_built):
     b = corpus_built["vector_add"]
     r = corpus.run_program(b, env=client_env(d, env), timeout=120)
     assert r.returncode == 0 and r.stdout == b.program.expected_output, r.stderr[-2000:]
+
+
+def test_authorized_keys_must_be_private(tmp_path, shim_installed):
+    """An authorized_keys file that others may read or write could admit
+    anyone: proxyd refuses to serve tcp with it, in one line."""
+    from proxy import Daemon
+    kdir = tmp_path / "keys"
+    kdir.mkdir(mode=0o700)
+    (kdir / "authorized_keys").write_text(f"{zmq.curve_keypair()[0].decode()} {os.geteuid()}\n")
+    (kdir / "authorized_keys").chmod(0o644)
+    d = Daemon(backend="emu", endpoint=f"tcp://127.0.0.1:{free_tcp_port()}",
+               env={**os.environ, "GPUPROXY_KEY_DIR": str(kdir)})
+    try:
+        with pytest.raises(RuntimeError) as e:
+            d.start(timeout_s=20)
+        assert "authorized_keys must be a regular file of this user with mode 0600" in str(e.value), str(e.value)
+        assert d.proc.returncode != 0
+    finally:
+        d.cleanup()
