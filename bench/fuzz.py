@@ -5,7 +5,11 @@ million) on the data and control paths (tests/fuzzing.py), and reports
 throughput, proxyd's memory before and after, its log size, and whether a
 well-behaved client is still served afterwards.
 
-    python3 bench/fuzz.py [--count 1000000] [--seed 1] [--endpoint E]
+    python3 bench/fuzz.py [--count 1000000] [--seed 1] [--endpoint E | --tcp]
+
+--tcp starts proxyd on a keyed tcp endpoint (127.0.0.1; this user's own
+CURVE keys, docs/security.md): the hostile messages then travel through
+CURVE and the ZAP handler too.
 """
 from __future__ import annotations
 
@@ -100,13 +104,20 @@ def main():
     ap.add_argument("--count", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--endpoint")
+    ap.add_argument("--tcp", action="store_true", help="start proxyd on a keyed tcp endpoint")
     ap.add_argument("--keep-log", metavar="FILE", help="copy proxyd's log here (it is removed with the daemon)")
     a = ap.parse_args()
     d = None
     if a.endpoint:
         ep = a.endpoint
     else:
-        d = Daemon(backend="emu", env={**os.environ, "GPUPROXY_EMU_TOTAL_MB": "256"}).start()
+        endpoint = None
+        if a.tcp:
+            import socket
+            with socket.socket() as so:
+                so.bind(("127.0.0.1", 0))
+                endpoint = f"tcp://127.0.0.1:{so.getsockname()[1]}"
+        d = Daemon(backend="emu", endpoint=endpoint, env={**os.environ, "GPUPROXY_EMU_TOTAL_MB": "256"}).start()
         ep = d.endpoint
     try:
         rss0 = rss(d.proc.pid) if d else 0
