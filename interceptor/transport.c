@@ -894,6 +894,7 @@ CUresult gp_session(void)
         if (!G.warned_unreachable)
             gp_log("cannot send to proxyd at %s: %s", G.endpoint, zmq_strerror(zmq_errno()));
         G.warned_unreachable = 1;
+        gp_hostmem_unreachable();   /* as below: no daemon maps our segments */
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
     }
     gp_reply r;
