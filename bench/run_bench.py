@@ -1,6 +1,10 @@
 """Runs gpuproxy's benchmarks natively and under the proxy, in the same run.
 
-    python bench/run_bench.py [--backend cuda|emu] [--out DIR] [--suite micro,checkpoint]
+    python bench/run_bench.py [--backend cuda|emu] [--out DIR] [--suite micro,checkpoint] [--tcp]
+
+--tcp: the proxied micro benchmarks over a keyed (CURVE) tcp endpoint on
+127.0.0.1 instead of the default ipc one (docs/security.md, "Remote
+clients"): what encryption and going without shared memory cost.
 
 Writes DIR/bench.json (all numbers, device, driver, date) and DIR/bench.md
 (a markdown table for docs/benchmarks.md). Timing is never pass/fail.
@@ -80,7 +84,7 @@ MICRO_ROWS = [
 ]
 
 
-def micro(backend: str, work: Path, repeat: int) -> dict:
+def micro(backend: str, work: Path, repeat: int, tcp: bool = False) -> dict:
     exe = build(HERE / "cuda_bench.cu", work)
     env = dict(os.environ)
     if backend == "emu":
@@ -89,7 +93,14 @@ def micro(backend: str, work: Path, repeat: int) -> dict:
     if backend == "cuda":
         native = run([str(exe)], env=env)
     proxied_runs = []
-    with Daemon(backend=backend, env=env, emu_kernels=[HERE / "cuda_bench_emu.py"] if backend == "emu" else []) as d:
+    endpoint = None
+    if tcp:
+        import socket
+        with socket.socket() as so:
+            so.bind(("127.0.0.1", 0))
+            endpoint = f"tcp://127.0.0.1:{so.getsockname()[1]}"   # keyed with this user's own keys
+    with Daemon(backend=backend, env=env, endpoint=endpoint,
+                emu_kernels=[HERE / "cuda_bench_emu.py"] if backend == "emu" else []) as d:
         for _ in range(repeat):
             proxied_runs.append(run([str(exe)], env=d.env_for_client(env)))
     # the best of the repeated proxied runs per metric is reported, and all are kept
@@ -119,6 +130,7 @@ def main(argv=None):
     ap.add_argument("--suite", default="micro")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--whole-gib", default="8,2", help="whole suite: device GiB,host GiB")
+    ap.add_argument("--tcp", action="store_true", help="proxied runs over a keyed tcp endpoint (micro suite)")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -129,8 +141,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if "micro" in a.suite:
-            results["micro"] = micro(a.backend, work, a.repeat)
-            md += ["### Call path and copies", "", micro_table(results["micro"]), ""]
+            results["micro"] = micro(a.backend, work, a.repeat, a.tcp)
+            md += ["### Call path and copies" + (" (keyed tcp)" if a.tcp else ""), "", micro_table(results["micro"]), ""]
         if "checkpoint" in a.suite:
             from checkpoint_bench import checkpoint_suite, checkpoint_table
             results["checkpoint"] = checkpoint_suite(a.backend, work)

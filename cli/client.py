@@ -7,6 +7,11 @@ missing socket file, a refused connection and a permission refusal (EACCES
 on an ipc socket of another user) apart, at once. While a long command runs
 (a dump), the probe is repeated every few seconds, so a daemon that dies
 meanwhile ends the wait at once instead of at the timeout.
+
+A tcp endpoint is keyed (proxyd/curve.py): the socket is a CURVE client with
+this user's key, and a socket monitor reports a refused key at once
+("permission denied: proxyd refused this client's CURVE key ...") instead of
+letting ZeroMQ retry in silence until the timeout.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import uuid
 import msgpack
 import zmq
 
+from gpuproxy.proxyd import curve
 from gpuproxy.proxyd import protocol as P
 
 PROBE_EVERY_S = 2.0
@@ -119,7 +125,17 @@ class ControlClient:
         s = self.ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.ROUTING_ID, b"ctl:" + uuid.uuid4().hex.encode())
-        proof = make_proof()
+        mon = None
+        try:
+            curve.secure_client(s, self.endpoint)
+            if curve.is_tcp(self.endpoint):
+                mon = s.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                                           | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+        except curve.CurveError as e:
+            s.close(0)
+            raise ControlError(f"cannot connect to proxyd at {self.endpoint}: {e}") from None
+        # a proof file means something on ipc only: over tcp the key says who we are
+        proof = make_proof() if not curve.is_tcp(self.endpoint) else (None, {})
         try:
             s.connect(self.endpoint)
             self.seq += 1
@@ -129,7 +145,20 @@ class ControlClient:
                 if left <= 0:
                     raise ControlError(f"no answer from proxyd at {self.endpoint} within {t:g} s "
                                        f"(command {cmd!r}; --timeout sets the limit)")
-                if s.poll(int(min(left, PROBE_EVERY_S) * 1000) + 1):
+                if mon is not None:
+                    poller = zmq.Poller()
+                    poller.register(s, zmq.POLLIN)
+                    poller.register(mon, zmq.POLLIN)
+                    ev = dict(poller.poll(int(min(left, PROBE_EVERY_S) * 1000) + 1))
+                    if mon in ev:
+                        why = curve.handshake_failure(mon)
+                        if why:
+                            raise ControlError(f"permission denied: {why} (at {self.endpoint})")
+                    if s in ev:
+                        break
+                    if mon in ev:
+                        continue
+                elif s.poll(int(min(left, PROBE_EVERY_S) * 1000) + 1):
                     break
                 if deadline - time.monotonic() > 0:
                     try:
@@ -141,6 +170,9 @@ class ControlClient:
             except Exception as e:
                 raise ControlError(f"garbled answer from proxyd at {self.endpoint}: {e}") from None
         finally:
+            if mon is not None:
+                s.disable_monitor()
+                mon.close(0)
             s.close(0)
             drop_proof(proof[0])
         if isinstance(reply, list) and len(reply) >= 3 and reply[1] == 0:

@@ -10,6 +10,8 @@
                                             --gpu-only: the GPU state alone)
     proxy-cli inspect DIR [--json]          print and verify a checkpoint image
     proxy-cli migrate --pid PID --to-device N
+    proxy-cli keygen [--out FILE] [--force]  make a CURVE client key pair for tcp endpoints (0600) and
+                                            print the line proxyd's authorized_keys needs
 """
 from __future__ import annotations
 
@@ -97,6 +99,34 @@ def cmd_status(a):
     return 0
 
 
+def cmd_keygen(a):
+    """A client key pair for keyed tcp endpoints (gpuproxy/proxyd/curve.py):
+    written 0600 (in the key directory unless --out says where), and the
+    authorized_keys line that admits it, for proxyd's administrator."""
+    import pwd
+
+    from gpuproxy.proxyd import curve, keys
+    try:
+        path = a.out or os.path.join(keys.key_dir(create=True), curve.CLIENT_KEY_FILE)
+        if a.force and os.path.exists(path):
+            os.unlink(path)
+        existed = os.path.exists(path)
+        pub, _sec = curve.make_pair_file(path, "client key pair")
+    except (curve.CurveError, keys.KeyError_, OSError) as e:
+        print(f"proxy-cli keygen: {e}", file=sys.stderr)
+        return 1
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = str(os.geteuid())
+    print(f"{'kept the existing' if existed else 'wrote a new'} client key pair {path} (mode 0600)", file=sys.stderr)
+    if a.out:
+        print(f"use it with GPUPROXY_CURVE_KEY_FILE={path}", file=sys.stderr)
+    print("add this line to proxyd's authorized_keys (in proxyd's key directory) to admit it:", file=sys.stderr)
+    print(f"{pub.decode()} {user}")
+    return 0
+
+
 def build_parser():
     ap = argparse.ArgumentParser(prog="proxy-cli", description="Drive gpuproxy: run programs under the shim, "
                                  "inspect sessions, checkpoint and restore their GPU state.")
@@ -112,6 +142,10 @@ def build_parser():
     s = sub.add_parser("status", help="sessions served by proxyd")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_status)
+    k = sub.add_parser("keygen", help="make a CURVE client key pair for tcp endpoints")
+    k.add_argument("--out", help="where to write it (default: curve-client.key in the key directory)")
+    k.add_argument("--force", action="store_true", help="replace an existing key pair")
+    k.set_defaults(fn=cmd_keygen)
     try:
         from . import checkpoint_cmds
         checkpoint_cmds.add_parsers(sub)

@@ -158,6 +158,12 @@ uint32_t gp_staging_id(void);
 /* ---- diagnostics ---- */
 void gp_warn_unsupported(const char *fn);
 void gp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* curve.c: keyed tcp (CURVE client keys, handshake monitor) */
+int gp_curve_setup(void *so, const char *endpoint);
+void *gp_curve_monitor(void *zctx, void *so, const char *endpoint);
+const char *gp_curve_failure(void *mon, long wait_ms);
+void gp_curve_monitor_close(void *so, void *mon);
 int gp_debug_enabled(void);
 
 /* Generated (build/gen): symbol lookup for cuGetProcAddress. */

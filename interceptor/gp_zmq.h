@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#define ZMQ_PAIR 0
 #define ZMQ_DEALER 5
 #define ZMQ_ROUTER 6
 
@@ -22,6 +23,15 @@
 #define ZMQ_RCVHWM 24
 #define ZMQ_IMMEDIATE 39
 #define ZMQ_BLOCKY 70
+#define ZMQ_CURVE_PUBLICKEY 48
+#define ZMQ_CURVE_SECRETKEY 49
+#define ZMQ_CURVE_SERVERKEY 50
+
+/* socket monitor events (zmq_socket_monitor) */
+#define ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL 0x0800
+#define ZMQ_EVENT_HANDSHAKE_SUCCEEDED 0x1000
+#define ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL 0x2000
+#define ZMQ_EVENT_HANDSHAKE_FAILED_AUTH 0x4000
 
 #define ZMQ_IO_THREADS 1
 #define ZMQ_POLLIN 1
@@ -47,6 +57,7 @@ int zmq_close(void *s);
 int zmq_setsockopt(void *s, int option, const void *optval, size_t optvallen);
 int zmq_getsockopt(void *s, int option, void *optval, size_t *optvallen);
 int zmq_connect(void *s, const char *addr);
+int zmq_socket_monitor(void *s, const char *addr, int events);
 int zmq_send(void *s, const void *buf, size_t len, int flags);
 int zmq_msg_init(zmq_msg_t *msg);
 int zmq_msg_init_size(zmq_msg_t *msg, size_t size);

@@ -78,6 +78,7 @@ static struct {
     void *zctx;
     void *sock;                 /* to the worker (during the first HELLO: the supervisor) */
     void *sup;                  /* to the supervisor */
+    void *sup_mon;              /* tcp: handshake failures of `sup` until the first answer (curve.c) */
     int in_session;             /* HELLO done: silences are probed with WHERE */
     int planned;                /* the supervisor said: dumped, waiting for a restore */
     uint64_t planned_since;
@@ -157,6 +158,7 @@ static void child_after_fork(void)
     G.zctx = NULL;
     G.sock = NULL;
     G.sup = NULL;
+    G.sup_mon = NULL;
     G.in_session = 0;
     G.planned = 0;
     G.ninflight = 0;
@@ -216,7 +218,7 @@ static void noop_free(void *data, void *hint) { (void)data; (void)hint; }
 
 /* Sends message m. Large frames go zero-copy: their memory stays valid until
  * the message is answered (owned copies, or the caller's buffer of a sync op). */
-static int zmq_send_msg(gp_msg *m);
+static int zmq_send_msg(gp_msg *m, int nowait);
 
 /* Sends m through the fast channel when it can go that way (one frame that
  * fits, the slot free), else through ZeroMQ. Resends always use ZeroMQ. */
@@ -237,15 +239,20 @@ static int msg_send(gp_msg *m)
             return 0;
         }
     }
-    return zmq_send_msg(m);
+    return zmq_send_msg(m, 0);
 }
 
-static int zmq_send_msg(gp_msg *m)
+/* nowait: fail (EAGAIN) rather than block when the socket has no pipe to
+ * its peer. A DEALER whose tcp handshake was refused (curve.c: a key proxyd
+ * does not admit) has none until ZeroMQ reconnects, and a plain send would
+ * wait for it forever; resends and first contacts use nowait and are tried
+ * again later. Once the first frame is queued, the rest of the message is. */
+static int zmq_send_msg(gp_msg *m, int nowait)
 {
     zmq_msg_t zm;
     int more = m->nframes ? ZMQ_SNDMORE : 0;
     size_t n0 = m->head.len - m->head_off;
-    if (zmq_send(G.sock, m->head.p + m->head_off, n0, more) < 0)
+    if (zmq_send(G.sock, m->head.p + m->head_off, n0, more | (nowait ? ZMQ_DONTWAIT : 0)) < 0)
         return -1;
     for (int i = 0; i < m->nframes; i++) {
         int flags = (i + 1 < m->nframes) ? ZMQ_SNDMORE : 0;
@@ -441,9 +448,9 @@ static void inflight_remove(int i)
 static void resend_all(gp_msg *sync_msg)
 {
     for (int i = 0; i < G.ninflight; i++)
-        zmq_send_msg(&G.inflight[i]);
+        zmq_send_msg(&G.inflight[i], 1);
     if (sync_msg)
-        zmq_send_msg(sync_msg);
+        zmq_send_msg(sync_msg, 1);
 }
 
 static int where_probe(void);
@@ -572,7 +579,9 @@ static void make_token(void)
              rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7], (int)getpid());
 }
 
-static void *new_dealer(const char *endpoint)
+/* A DEALER connected to endpoint (a CURVE client on tcp, curve.c); mon, when
+ * not NULL, gets a monitor of its handshakes, set up before it connects. */
+static void *new_dealer(const char *endpoint, void **mon)
 {
     void *so = zmq_socket(G.zctx, ZMQ_DEALER);
     if (!so)
@@ -586,8 +595,18 @@ static void *new_dealer(const char *endpoint)
     zmq_setsockopt(so, ZMQ_RECONNECT_IVL_MAX, &ivlmax, sizeof ivlmax);
     zmq_setsockopt(so, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(so, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    if (gp_curve_setup(so, endpoint) < 0) {     /* it said why */
+        zmq_close(so);
+        return NULL;
+    }
+    if (mon)
+        *mon = gp_curve_monitor(G.zctx, so, endpoint);
     if (zmq_connect(so, endpoint) < 0) {
         gp_log("cannot use endpoint %s: %s", endpoint, zmq_strerror(zmq_errno()));
+        if (mon) {
+            gp_curve_monitor_close(so, *mon);
+            *mon = NULL;
+        }
         zmq_close(so);
         return NULL;
     }
@@ -601,7 +620,7 @@ static int open_socket(void)
         return -1;
     zmq_ctx_set(G.zctx, ZMQ_IO_THREADS, 1);
     zmq_ctx_set(G.zctx, ZMQ_BLOCKY, 0);
-    G.sup = new_dealer(G.endpoint);
+    G.sup = new_dealer(G.endpoint, &G.sup_mon);
     G.sock = G.sup;
     return G.sup ? 0 : -1;
 }
@@ -666,7 +685,7 @@ static int hello_worker(int attach, long limit_ms);
 static int reconnect_worker(void)
 {
     void *old = G.sock;
-    G.sock = new_dealer(G.wendpoint);
+    G.sock = new_dealer(G.wendpoint, NULL);
     if (!G.sock) {
         G.sock = old;
         return -1;
@@ -813,7 +832,7 @@ static int hello_worker(int attach, long limit_ms)
     G.in_session = 0;        /* no WHERE probes from inside this wait */
     gp_reply r;
     int rc = -1;
-    if (zmq_send_msg(&m) == 0)
+    if (zmq_send_msg(&m, 1) == 0)
         rc = pump(&m, &r, 0, limit_ms, 1);
     msg_free(&m);
     G.in_session = in;
@@ -869,10 +888,13 @@ CUresult gp_session(void)
     gp_hello_info(&m.head);
     msg_seal(&m, GP_MSG_HELLO, 1);
     long limit = G.state == 2 ? 200 : G.connect_ms;   /* after one failure, fail fast */
-    if (msg_send(&m) < 0) {
+    if (zmq_send_msg(&m, 1) < 0) {     /* never through the channel: there is none yet */
         msg_free(&m);
         G.state = 2;
-        gp_log("cannot send to proxyd at %s: %s", G.endpoint, zmq_strerror(zmq_errno()));
+        if (!G.warned_unreachable)
+            gp_log("cannot send to proxyd at %s: %s", G.endpoint, zmq_strerror(zmq_errno()));
+        G.warned_unreachable = 1;
+        gp_hostmem_unreachable();   /* as below: no daemon maps our segments */
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
     }
     gp_reply r;
@@ -884,8 +906,11 @@ CUresult gp_session(void)
     if (rc != 0 || r.code != 0 || !have_ep) {
         if (rc == 0)
             gp_reply_done(&r);
+        const char *refused = gp_curve_failure(G.sup_mon, 0);
         if (rc == 0 && r.code != 0)
             ;   /* pump printed proxyd's reason */
+        else if (refused)
+            gp_log("cannot reach proxyd at %s: %s", G.endpoint, refused);
         else if (!G.warned_unreachable || G.state != 2)
             gp_log("cannot reach proxyd at %s (no answer within %ld ms); start it with `proxyd` or set GPUPROXY_ENDPOINT",
                    G.endpoint, limit);
@@ -895,7 +920,9 @@ CUresult gp_session(void)
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
     }
     gp_reply_done(&r);
-    G.sock = new_dealer(G.wendpoint);
+    gp_curve_monitor_close(G.sup, G.sup_mon);    /* admitted: nothing more to learn from it */
+    G.sup_mon = NULL;
+    G.sock = new_dealer(G.wendpoint, NULL);
     if (!G.sock || hello_worker(0, G.connect_ms > 5000 ? G.connect_ms : 5000) < 0) {
         gp_log("cannot open a session with proxyd's worker at %s", G.wendpoint);
         G.state = 2;
@@ -921,6 +948,8 @@ CUresult gp_session(void)
  * unanswered stays in `inflight` and the current batch stays in `cur`. */
 int gp_transport_park(void)
 {
+    gp_curve_monitor_close(G.sup, G.sup_mon);     /* before the context ends: it would wait for it */
+    G.sup_mon = NULL;
     if (G.sock && G.sock != G.sup)
         zmq_close(G.sock);
     if (G.sup)
@@ -947,6 +976,10 @@ int gp_transport_unpark(const char *endpoint)
     uint64_t end = now_us() + (uint64_t)(G.timeout_ms > 0 ? G.timeout_ms : 5000) * 1000u;
     while (now_us() < end) {
         int w = where_probe();     /* reconnects when it learns the endpoint */
+        if (w < 0 || w == 2) {
+            gp_curve_monitor_close(G.sup, G.sup_mon);
+            G.sup_mon = NULL;
+        }
         if (w < 0)
             return -1;
         if (w == 2)
@@ -954,6 +987,8 @@ int gp_transport_unpark(const char *endpoint)
         struct timespec t = { 0, 100 * 1000000L };   /* the worker may still be starting */
         nanosleep(&t, NULL);
     }
+    gp_curve_monitor_close(G.sup, G.sup_mon);
+    G.sup_mon = NULL;
     gp_log("proxyd at %s did not take this session back after the checkpoint", G.endpoint);
     return -1;
 }

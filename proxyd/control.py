@@ -66,6 +66,15 @@ def register(server):
                 server.backend.ctx_sync(c.real)
         server.ctl_reply(rid, seq, {"idle": True})
 
+    @ctl("expect")
+    def expect(rid, seq, args):
+        """The supervisor gives this worker to a session (keyed tcp): only a
+        HELLO with this token and a key of this user may open it. A worker's
+        tcp port can be found by anyone; without this, a client with any
+        admitted key could take a spare worker past the supervisor."""
+        server.expected = {"token": str(args.get("token", "")), "uid": args.get("uid")}
+        server.ctl_reply(rid, seq, {"expecting": True})
+
     @ctl("shutdown")
     def shutdown(rid, seq, args):
         server.ctl_reply(rid, seq, {"stopping": True})

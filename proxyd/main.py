@@ -123,10 +123,19 @@ def main(argv=None):
     ap.add_argument("--users", choices=["self", "all"], default=os.environ.get("GPUPROXY_USERS", "self"),
                     help="who may connect to an ipc endpoint: proxyd's own user (default), or every local user "
                          "(a node daemon; each user then sees and controls only their own sessions)")
+    ap.add_argument("--server-key", action="store_true",
+                    help="print proxyd's public CURVE key (made if missing) for tcp clients, and exit")
     ap.add_argument("--log-level", default=os.environ.get("GPUPROXY_LOG", "INFO"))
     ap.add_argument("--version", action="version", version=f"proxyd {__version__}")
     a = ap.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="proxyd: %(message)s", stream=sys.stderr)
+    if a.server_key:
+        from .curve import CurveError, server_keypair
+        try:
+            print(server_keypair(create=True)[0].decode())
+        except CurveError as e:
+            sys.exit(f"proxyd: {e}")
+        return
     files = [os.path.abspath(f) for f in a.emu_kernels]
     for f in files:   # fail here, once, rather than in every worker
         if not os.path.isfile(f):

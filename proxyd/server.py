@@ -30,16 +30,11 @@ import uuid
 import zmq
 
 from . import __version__
+from . import curve
 from . import hostmap
 from . import protocol as P
 from ._generated import FUNCTIONS
 
-# Functions whose work may print (device printf): the driver writes a
-# kernel's output at a later synchronisation point (CUDA C Programming
-# Guide, "Formatted Output"), so the worker drains its stdout at sync replies
-# only while a session has launched something since its last context-wide
-# synchronisation (StdoutCapture.take costs a flush and a read per reply).
-PRINTING_FIDS = frozenset(fid for fid, f in FUNCTIONS.items() if "Launch" in f.name)
 from .arena import Arena
 from .channel import Channel, ChannelError, fence
 from .dispatch import Dispatcher
@@ -58,6 +53,12 @@ MAX_SLOTS = 63                    # slot 63 is proxyd's own (backend.SCRATCH_SLO
 
 ORPHAN_GRACE_S = float(os.environ.get("GPUPROXY_ORPHAN_GRACE_S", "60"))
 REAP_INTERVAL_S = 2.0
+# Functions whose work may print (device printf): the driver writes a
+# kernel's output at a later synchronisation point (CUDA C Programming
+# Guide, "Formatted Output"), so the worker drains its stdout at sync replies
+# only while a session has launched something since its last context-wide
+# synchronisation (StdoutCapture.take costs a flush and a read per reply).
+PRINTING_FIDS = frozenset(fid for fid, f in FUNCTIONS.items() if "Launch" in f.name)
 
 
 try:
@@ -186,6 +187,21 @@ class Server:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
+        # tcp: CURVE, admitting the supervisor's key and the clients listed
+        # in authorized_keys (curve.py); self.meta is the frame of the
+        # message being handled, whose properties say who sent it
+        self.zap = None
+        self.meta = None
+        self.expected: dict | None = None     # keyed tcp worker: the session the supervisor gave it (control.py)
+        if curve.is_tcp(endpoint):
+            sup = os.environ.get("GPUPROXY_SUPERVISOR_CURVE_KEY", "").encode()
+            try:
+                secret, self.zap = curve.start_server_security(
+                    self.zctx, endpoint, extra={sup: curve.SUPERVISOR_USER} if sup else None)
+            except curve.CurveError as e:
+                self.zctx.destroy(linger=0)
+                raise EndpointInUse(f"cannot serve {endpoint}: {e}") from None
+            curve.secure_server(self.sock, endpoint, secret)
         self._bind()
         # workers wake the loop through this pair after posting to the outbox
         self.wake_addr = f"inproc://wake-{uuid.uuid4().hex}"
@@ -209,6 +225,8 @@ class Server:
             self.close_session(s)
         self.sock.close(0)
         self.wake_r.close(0)
+        if self.zap is not None:
+            self.zap.stop()
         if self.endpoint.startswith("ipc://"):
             try:
                 os.unlink(self.endpoint[len("ipc://"):])
@@ -277,6 +295,8 @@ class Server:
                         frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
+                    if self.zap is not None and len(frames) > 1:
+                        self.meta = frames[1]
                     self.handle(frames[0].bytes, [f.buffer for f in frames[1:]])
                 spin_until = time.monotonic() + self.spin_s
             if self.wake_r in events:
@@ -342,13 +362,29 @@ class Server:
         except Exception as e:
             RATE.event("malformed message", "malformed message from %r: %s", rid[:40], e)
             return
+        # the body's shape is checked here, so that a type-confused message
+        # is a (rate-limited) malformed message, not an internal error with
+        # a traceback (docs/protocol.md: CALL [1, seq, [op...]], HELLO
+        # [0, seq, [info]], CTL [10, seq, cmd, args])
+        body = msg[2] if len(msg) > 2 else None
+        bad = None
+        if mtype == P.MSG_CALL and not isinstance(body, list):
+            bad = "CALL without a list of operations"
+        elif mtype == P.MSG_HELLO and body and not (isinstance(body, list) and isinstance(body[0], dict)):
+            bad = "HELLO without [info]"
+        elif mtype == P.MSG_CTL and (not isinstance(body, str) or (len(msg) > 3 and not isinstance(msg[3], dict))):
+            bad = "CTL without a command name and an argument map"
+        if bad is not None:
+            RATE.event("malformed message", "malformed message from %r: %s", rid[:40], bad)
+            self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, f"malformed message: {bad}"])
+            return
         try:
             if mtype == P.MSG_CALL:
-                self.on_call(rid, seq, msg[2], via_chan, frames[0])
+                self.on_call(rid, seq, body, via_chan, frames[0])
             elif mtype == P.MSG_DOORBELL:
                 pass   # only wakes the loop; the request is in the channel
             elif mtype == P.MSG_HELLO:
-                self.on_hello(rid, seq, msg[2][0] if msg[2] else {})
+                self.on_hello(rid, seq, body[0] if body else {})
             elif mtype == P.MSG_BYE:
                 self.on_bye(rid, seq)
             elif mtype == P.MSG_CTL:
@@ -477,6 +513,14 @@ class Server:
             # made anew (same names, new files), so map it again. The attach
             # takes no sequence number (seq 0).
             self.detach_shared(s)
+        if s is None and self.worker and self.zap is not None:
+            exp = self.expected or {}
+            ku = curve.user_id(self.meta)
+            if exp.get("token") != token or (exp.get("uid") is not None and str(exp["uid"]) != ku):
+                RATE.event("unexpected session", "worker: HELLO for a session its supervisor did not give it (%r)",
+                           rid[:40])
+                self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, "this proxyd worker was not given to this session"])
+                return
         if s is None:
             try:
                 s = self.new_session(token, int(info.get("pid", 0)), str(info.get("exe", "")))
@@ -486,6 +530,16 @@ class Server:
                 return
             log.info("session %s: pid %s %s (slot %d)", token, s.pid, s.exe, s.slot)
             s.pidns = str(info.get("pidns") or "")
+            if self.zap is not None and curve.peer_address(self.meta) not in curve.LOOPBACK:
+                # a client on another host has a pid of another kernel (and
+                # the same name for its initial pid namespace): never looked
+                # up here
+                s.pidns = ""
+        if self.zap is not None and s.key_uid is None:
+            # keyed tcp: the session is its key's user's (a restored one:
+            # from its client's attach)
+            ku = curve.user_id(self.meta)
+            s.key_uid = int(ku) if ku and ku.isdigit() else None
         # HELLO takes a sequence number of the session like any message
         s.last_seq = max(s.last_seq, seq)
         shm_ok = False

@@ -117,6 +117,7 @@ class Session:
         self.chan = None                # fast channel (channel.py), same host only
         self.calls = 0
         self.pidns = ""                 # the client's pid namespace (reaping by pid)
+        self.key_uid = None             # keyed tcp: the uid of the client key's user (curve.py)
 
     # ------------------------------------------------------------- objects
     def new_id(self, kind: int) -> int:

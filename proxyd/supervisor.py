@@ -44,6 +44,7 @@ import msgpack
 import zmq
 
 from . import __version__
+from . import curve
 from . import protocol as P
 from .ratelog import RATE
 from .server import OWN_PIDNS, EndpointInUse, bind_router, remove_client_segments
@@ -219,7 +220,31 @@ class Supervisor:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
-        self._bind()
+        # tcp: CURVE with a ZAP handler (curve.py) on this endpoint and the
+        # workers'; the supervisor reaches its workers with a key pair of
+        # its own, made here, which they admit as "supervisor".
+        self.zap = None
+        self.curve_client = None
+        if curve.is_tcp(endpoint):
+            try:
+                secret, self.zap = curve.start_server_security(self.zctx, endpoint)
+                server_pub, _ = curve.server_keypair(create=False)
+            except curve.CurveError as e:
+                self.zctx.destroy(linger=0)
+                raise EndpointInUse(f"cannot serve {endpoint}: {e}") from None
+            curve.secure_server(self.sock, endpoint, secret)
+            sup_pub, sup_sec = zmq.curve_keypair()
+            self.curve_client = (server_pub, sup_pub, sup_sec)
+            log.info("tcp endpoint keyed with CURVE; server public key %s (clients: GPUPROXY_CURVE_SERVERKEY)",
+                     server_pub.decode())
+        try:
+            self._bind()
+        except EndpointInUse:
+            if self.zap is not None:
+                self.zap.stop()
+            self.sock.close(0)
+            self.zctx.term()
+            raise
         # Workers' sockets: in a folder others may pass through but not list
         # (0711), under names nobody can guess; a worker takes control
         # commands only from the routing id that carries this secret, which
@@ -286,6 +311,8 @@ class Supervisor:
         env.pop("GPUPROXY_EMU_KERNELS", None) if s.emu_kernels else None
         env["GPUPROXY_WORKER_SECRET"] = self.secret
         env["GPUPROXY_WORKER_SOCKET_MODE"] = "666" if self.users == "all" else ""
+        if self.curve_client is not None:
+            env["GPUPROXY_SUPERVISOR_CURVE_KEY"] = self.curve_client[1].decode()   # a public key
         try:
             proc = subprocess.Popen(cmd, pass_fds=[w], stdin=subprocess.DEVNULL, env=env,
                                     preexec_fn=None if os.environ.get("GPUPROXY_WORKER_ASLR") == "1" else _fixed_layout)
@@ -321,6 +348,7 @@ class Supervisor:
         wk.sock = self.zctx.socket(zmq.DEALER)
         wk.sock.setsockopt(zmq.LINGER, 0)
         wk.sock.setsockopt(zmq.ROUTING_ID, b"ctl:sup-" + self.secret.encode())
+        curve.secure_client(wk.sock, ep, self.curve_client)
         wk.sock.connect(ep)
         self.start_failures = 0
         if self.backend_info is None:
@@ -453,7 +481,7 @@ class Supervisor:
         except (OSError, AttributeError):
             e.pidfd = None
 
-    def on_hello(self, rid: bytes, seq: int, info: dict):
+    def on_hello(self, rid: bytes, seq: int, info: dict, key_user: str | None = None, peer: str | None = None):
         token = self._entry_of(rid)
         if not token or str(info.get("token", "")) != token:
             self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, "HELLO token does not match the routing id"])
@@ -474,7 +502,16 @@ class Supervisor:
         except (TypeError, ValueError):
             pid = 0
         e = Entry(token, pid, str(info.get("exe", "")), str(info.get("pidns") or ""))
-        e.uid = _uid_of(pid) if e.pidns == OWN_PIDNS else None
+        if self.zap is not None:
+            # keyed tcp: the session is the key's user's. A client on
+            # another host has a pid of another kernel (and every host's
+            # initial pid namespace has the same name): never look it up
+            # here; its session ends with its BYE or its worker.
+            e.uid = int(key_user) if key_user and key_user.isdigit() else None
+            if peer not in curve.LOOPBACK:
+                e.pidns = f"remote:{peer}"
+        else:
+            e.uid = _uid_of(pid) if e.pidns == OWN_PIDNS else None
         e.hello.append((rid, seq))
         self.entries[token] = e
         self._open_pidfd(e)
@@ -489,11 +526,27 @@ class Supervisor:
                 return
             wk.token = token
             e.worker = wk
-            e.state = "running"
             log.info("session of pid %s %s: worker pid %d", e.pid, e.exe, wk.pid)
-            for r, s in e.hello:
-                self._answer_hello(e, r, s)
-            e.hello = []
+
+            def answer():
+                e.state = "running"
+                for r, s in e.hello:
+                    self._answer_hello(e, r, s)
+                e.hello = []
+            if self.zap is None:
+                answer()
+                return
+
+            def expected(code, result):
+                # keyed tcp: the worker takes this session only (control.py "expect")
+                if code == 0:
+                    answer()
+                    return
+                e.state, e.why = "dead", f"its worker did not take it: {result}"
+                for r, s in e.hello:
+                    self.send(r, [s, P.REPLY_PROTOCOL_ERROR, f"cannot open a session: {e.why}"])
+                e.hello = []
+            self.forward(wk, "expect", {"token": token, "uid": e.uid}, expected, timeout_s=10)
         self.with_worker(got)
 
     def _answer_hello(self, e: Entry, rid: bytes, seq: int):
@@ -501,13 +554,16 @@ class Supervisor:
         self.send(rid, [seq, 0, [{"endpoint": wk.info["endpoint"], "worker_pid": wk.pid,
                                   "version": __version__}], 0, 0, ""])
 
-    def on_where(self, rid: bytes, seq: int, info: dict):
+    def on_where(self, rid: bytes, seq: int, info: dict, peer: str | None = None):
         token = self._entry_of(rid)
         e = self.entries.get(token) if token else None
         if e is None:
             ans = {"state": "unknown"}
         else:
-            if e.pidfd is None and info.get("pid"):
+            remote = self.zap is not None and peer not in curve.LOOPBACK
+            if remote:
+                e.restored_at = None     # a restored remote client is back (it cannot be watched by pid)
+            if e.pidfd is None and info.get("pid") and not remote:
                 # a restored session's client is back: watch it from now on
                 try:
                     e.pid = int(info["pid"])
@@ -595,9 +651,14 @@ class Supervisor:
             pid = int(args["pid"])
         except (KeyError, TypeError, ValueError):
             raise LookupError("the command needs a pid") from None
-        for e in self.entries.values():
-            if e.pid == pid and e.state != "dead":
+        # pids are not unique across pid namespaces and hosts (tcp clients):
+        # the asker's own session of that pid comes first
+        found = [e for e in self.entries.values() if e.pid == pid and e.state != "dead"]
+        for e in found:
+            if self.may_control(self.asker, e):
                 return e
+        if found:
+            return found[0]
         raise LookupError(f"no session of pid {pid} in this proxyd (see proxy-cli status)")
 
     # -------------------------------------------------------- authorisation
@@ -830,6 +891,10 @@ class Supervisor:
         except (LookupError, TypeError, ValueError) as x:
             self.reply(rid, seq, error=str(x))
             return
+        if e.pidns.startswith("remote:"):
+            self.reply(rid, seq, error=f"session of pid {e.pid} is a client on another host ({e.pidns[7:]}): "
+                                       f"it cannot be parked from here (use --gpu-only)")
+            return
         if e.parked:
             self.reply(rid, seq, {"token": e.token, "pid": e.pid, "parked": True})
             return
@@ -881,7 +946,10 @@ class Supervisor:
         self.reply(rid, seq, {"token": e.token, "pid": e.pid, "resumed": True})
 
     # ---------------------------------------------------------------- loop
-    def handle(self, rid: bytes, raw: bytes):
+    def handle(self, rid: bytes, raw: bytes, key_user: str | None = None, peer: str | None = None):
+        """One message from the public endpoint. On a keyed tcp endpoint,
+        key_user is what the ZAP handler made of the sender's key (a uid) and
+        peer its address."""
         try:
             msg = msgpack.unpackb(raw, raw=False, strict_map_key=False)
             mtype, seq = P.header(msg)
@@ -891,9 +959,10 @@ class Supervisor:
         try:
             if mtype == P.MSG_HELLO:
                 p = msg[2] if len(msg) > 2 else None
-                self.on_hello(rid, seq, p[0] if isinstance(p, list) and p and isinstance(p[0], dict) else {})
+                self.on_hello(rid, seq, p[0] if isinstance(p, list) and p and isinstance(p[0], dict) else {},
+                              key_user, peer)
             elif mtype == P.MSG_WHERE:
-                self.on_where(rid, seq, msg[2] if len(msg) > 2 and isinstance(msg[2], dict) else {})
+                self.on_where(rid, seq, msg[2] if len(msg) > 2 and isinstance(msg[2], dict) else {}, peer)
             elif mtype == P.MSG_QUIESCE:
                 self.on_quiesce(rid, seq)
             elif mtype == P.MSG_CTL:
@@ -903,10 +972,15 @@ class Supervisor:
                 if h is None:
                     self.reply(rid, seq, error=f"unknown command {str(cmd)[:80]!r}")
                     return
-                self.asker = requester_uid(msg[4] if len(msg) > 4 else None)
+                if self.zap is not None:
+                    # keyed tcp: the key is the identity (a proof file would
+                    # name a file on the requester's host, not ours)
+                    self.asker = int(key_user) if key_user and key_user.isdigit() else None
+                else:
+                    self.asker = requester_uid(msg[4] if len(msg) > 4 else None)
                 if cmd != "ping" and self.asker is None:
                     self.reply(rid, seq, error="permission denied: proxyd could not tell who is asking (proxy-cli "
-                                               "proves it with a file in /tmp; from another host, control is refused)")
+                                               "proves it with a file in /tmp, or on tcp with its CURVE key)")
                     return
                 why = self.authorise(cmd, args)
                 if why:
@@ -944,11 +1018,14 @@ class Supervisor:
             if self.sock in events:
                 while True:
                     try:
-                        frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                        frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
                     if len(frames) >= 2:
-                        self.handle(frames[0], frames[1])
+                        key_user = peer = None
+                        if self.zap is not None:
+                            key_user, peer = curve.user_id(frames[1]), curve.peer_address(frames[1])
+                        self.handle(frames[0].bytes, frames[1].bytes, key_user, peer)
             for wk in list(self.workers):
                 if wk.ready_fd >= 0 and wk.ready_fd in events:
                     self._on_ready_data(wk)
@@ -978,6 +1055,8 @@ class Supervisor:
             if e.pidfd is not None:
                 os.close(e.pidfd)
         self.sock.close(0)
+        if self.zap is not None:
+            self.zap.stop()
         if self.endpoint.startswith("ipc://"):
             try:
                 os.unlink(self.endpoint[len("ipc://"):])

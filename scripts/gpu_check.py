@@ -7,7 +7,10 @@
    descriptor or mapping (what lets stock CRIU dump it);
 3. the GPU-marked pytest tests (tests/test_whole_process.py among them);
 4. the benchmarks (bench/run_bench.py), native and proxied in the same run;
-5. with --python: pycuda (installed from .carry/pycuda), its example and test
+5. with --tcp: the corpus again under the proxy over a keyed (CURVE) tcp
+   endpoint, the client with a key of its own listed in authorized_keys, as
+   a remote client would be (docs/security.md, "Remote clients");
+6. with --python: pycuda (installed from .carry/pycuda), its example and test
    suite, CuPy and cuda-python, natively and proxied (gpu_check_python.py).
 Prints a summary and writes logs under --out ($OUT when set).
 """
@@ -49,6 +52,45 @@ def run_program(b, env=None, timeout=180):
         return out, "", 0
     r = subprocess.run(b.argv(), capture_output=True, text=True, env=env, timeout=timeout)
     return r.stdout, r.stderr, r.returncode
+
+
+def tcp_check(log, out: Path) -> list[tuple[str, str]]:
+    """The corpus over a keyed tcp endpoint (cuda backend): proxyd's own keys
+    in a private key directory, the client with a key pair made by proxy-cli
+    keygen, listed for this user, and given by environment only."""
+    import socket
+    import tempfile
+    results = []
+    kdir = Path(tempfile.mkdtemp(prefix="gpuproxy-gpucheck-keys-")) / "keys"
+    env = {**os.environ, "GPUPROXY_KEY_DIR": str(kdir)}
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    d = Daemon(backend="cuda", endpoint=f"tcp://127.0.0.1:{port}", env=env, log_path=str(out / "proxyd-tcp.log"))
+    os.environ["GPUPROXY_KEY_DIR"] = str(kdir)      # Daemon.start's ping uses the daemon's own client key
+    try:
+        d.start()
+        ck = kdir.parent / "client.key"
+        r = subprocess.run([sys.executable, "-m", "gpuproxy.cli", "keygen", "--out", str(ck)], capture_output=True,
+                           text=True, env=env, timeout=60)
+        (kdir / "authorized_keys").write_text(r.stdout)
+        (kdir / "authorized_keys").chmod(0o600)
+        cenv = d.env_for_client({"GPUPROXY_CURVE_KEY_FILE": str(ck), "GPUPROXY_KEY_DIR": str(kdir.parent / "none"),
+                                 "GPUPROXY_CURVE_SERVERKEY": (kdir / "curve-server.pub").read_text().strip()})
+        built = {b.program.name: b for b in corpus.build_all()}
+        for name, b in built.items():
+            t = time.time()
+            o, e, rc = run_program(b, env=cenv)
+            ok = rc == 0 and o == b.program.expected_output
+            results.append((f"keyed tcp {name}", "PASS" if ok else "FAIL"))
+            log(f"keyed tcp {name}: {'PASS' if ok else 'FAIL'} ({time.time() - t:.2f} s)")
+            if not ok:
+                log(f"  rc={rc}\n--- stdout\n{o[-1500:]}\n--- stderr\n{e[-3000:]}")
+    finally:
+        d.stop()
+        os.environ.pop("GPUPROXY_KEY_DIR", None)
+        shutil.rmtree(kdir.parent, ignore_errors=True)
+    return results
 
 
 def corpus_check(log, out: Path, daemon_args=()) -> list[tuple[str, str]]:
@@ -183,6 +225,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "gpu-check-out"))
     ap.add_argument("--skip", default="", help="comma list of: corpus,whole,pytest,bench")
     ap.add_argument("--bench-suites", default="micro,checkpoint,whole")
+    ap.add_argument("--tcp", action="store_true", help="also the corpus over a keyed (CURVE) tcp endpoint")
     ap.add_argument("--python", action="store_true", help="also the Python-framework checks (gpu_check_python.py)")
     ap.add_argument("--pycuda-from", default=str(ROOT / ".carry" / "pycuda"),
                     help="folder with pycuda's sdist and its dependencies' wheels (no network on the GPU machine)")
@@ -202,8 +245,9 @@ def main():
                      ("whole", lambda: whole_process_check(log, out)),
                      ("pytest", lambda: pytest_gpu(log, out)),
                      ("bench", lambda: bench(log, out, a.bench_suites)),
+                     ("tcp", lambda: tcp_check(log, out)),
                      ("python", lambda: python_frameworks(log, out, Path(a.pycuda_from), a.python_steps.split(",")))):
-        if name in skip or (name == "python" and not a.python):
+        if name in skip or (name == "python" and not a.python) or (name == "tcp" and not a.tcp):
             continue
         t = time.time()
         try:

@@ -54,6 +54,8 @@ class Fuzzer:
         s = self.ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.ROUTING_ID, rid)
+        from gpuproxy.proxyd import curve
+        curve.secure_client(s, endpoint or self.endpoint)     # keyed tcp: this user's keys
         s.connect(endpoint or self.endpoint)
         return s
 

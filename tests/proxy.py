@@ -30,6 +30,14 @@ def ping(endpoint: str, timeout_s: float = 0.3) -> bool:
     s.setsockopt(zmq.LINGER, 0)
     s.setsockopt(zmq.ROUTING_ID, b"ctl:test-" + uuid.uuid4().hex[:8].encode())
     try:
+        if endpoint.startswith("tcp://"):
+            # keyed tcp (proxyd/curve.py): the daemon's own user's keys, which
+            # it makes in the key directory before it answers
+            from gpuproxy.proxyd import curve
+            try:
+                curve.secure_client(s, endpoint)
+            except curve.CurveError:
+                return False       # not made yet
         s.connect(endpoint)
         s.send(msgpack.packb([10, 1, "ping", {}]))
         return bool(s.poll(int(timeout_s * 1000)))

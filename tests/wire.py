@@ -30,6 +30,8 @@ class WireClient:
         self.sock = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTING_ID, b"c:" + self.token.encode())
+        from gpuproxy.proxyd import curve
+        curve.secure_client(self.sock, endpoint)      # keyed tcp: this user's keys
         self.sock.connect(endpoint)
 
     def __enter__(self):
@@ -90,6 +92,8 @@ class WireClient:
         so = zmq.Context.instance().socket(zmq.DEALER)
         so.setsockopt(zmq.LINGER, 0)
         so.setsockopt(zmq.ROUTING_ID, b"c:" + self.token.encode())
+        from gpuproxy.proxyd import curve
+        curve.secure_client(so, endpoint)
         so.connect(endpoint)
         return so
 

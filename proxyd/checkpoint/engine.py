@@ -105,6 +105,8 @@ def describe(sess: Session) -> dict:
         out["start_time"] = procinfo.start_time(sess.pid)
         who = procinfo.owner(sess.pid)
         out["uid"] = who[0] if who else None
+    if getattr(sess, "key_uid", None) is not None:
+        out["uid"] = sess.key_uid      # keyed tcp (curve.py): the client key's user is the session's
     for o in sess.of_kind(P.K_MODULE):
         parsed = o.info["parsed"]
         out["modules"].append({"id": o.id, "ctx": o.ctx, "size": len(o.info["image"]),
@@ -306,7 +308,8 @@ class Engine:
             stats["changed_chunks"] = sum(1 for p in pieces if p.changed)
             stats["changed_bytes"] = sum(p.n for p in pieces if p.changed)
             t_w = time.monotonic()
-            self._write(path, kind, parent_img, modules, desc, pieces, globals_, stats)
+            self._write(path, kind, parent_img, modules, desc, pieces, globals_, stats,
+                        key_uid=getattr(sess, "key_uid", None))
             stats["write_ms"] = _ms(t_w, time.monotonic())
             if not leave_running and kind != "pre-dump":
                 self.release(sess)
@@ -430,7 +433,7 @@ class Engine:
             if p.hash is None and p.host is not None:
                 p.hash = hashing.gp64(p.host)
 
-    def _write(self, path, kind, parent_img, modules, desc, pieces, globals_, stats):
+    def _write(self, path, kind, parent_img, modules, desc, pieces, globals_, stats, key_uid=None):
         b = self.backend
         meta = {
             "gpuproxy_version": __version__,
@@ -440,7 +443,7 @@ class Engine:
                         for d in range(b.device_count())],
         }
         w = ImageWriter(path, kind, meta, parent=parent_img, chunk_size=CHUNK, seal_key=self.seal_key(),
-                        owner=self.image_owner(desc))
+                        owner=self.image_owner(desc, key_uid))
         for md, image in zip(desc["modules"], modules, strict=True):
             md["image"] = w.add_module(image)
         for p in pieces:
@@ -467,12 +470,19 @@ class Engine:
             log.warning("images are written without a seal: %s", e)
             return None
 
-    def image_owner(self, desc: dict) -> tuple[int, int] | None:
+    def image_owner(self, desc: dict, key_uid: int | None = None) -> tuple[int, int] | None:
         """(uid, gid) to give a new image: when root dumps another user's
         session the image is that user's (docs/security.md); None keeps the
-        writer's own."""
+        writer's own. A keyed tcp session (curve.py) is its key's user's,
+        wherever the client runs."""
         if os.geteuid() != 0 or not desc.get("uid"):
             return None
+        if key_uid is not None and key_uid == desc["uid"]:
+            import pwd
+            try:
+                return key_uid, pwd.getpwuid(key_uid).pw_gid
+            except KeyError:
+                return key_uid, key_uid
         pid = int(desc["pid"])
         who = procinfo.owner(pid)
         if who is None or who[0] != desc["uid"] or procinfo.start_time(pid) != desc.get("start_time"):
