@@ -253,7 +253,11 @@ def test_spare_worker_takes_only_its_session(keyed, corpus_built):
     env = keys(os.geteuid())
     deadline = time.monotonic() + 20
     workers = []
-    while not workers and time.monotonic() < deadline:     # the spare worker, started ahead of need
+    # the spare worker, started ahead of need, once the workers of earlier
+    # tests' sessions have ended (one of those may be busy ending, and would
+    # not answer as a spare does)
+    ports = set()
+    while (len(workers) != 1 or not ports) and time.monotonic() < deadline:
         with open(f"/proc/{d.proc.pid}/task/{d.proc.pid}/children") as f:
             workers = [int(c) for c in f.read().split()]
         ports = {p for w in workers for p in _listening_ports(w)}
