@@ -17,6 +17,7 @@
 #include "gp_launch.h"
 #include "gp_memcpy.h"
 #include "gp_shim.h"
+#include "gp_export_tables.h"
 
 #define GP_ENTER()                                   \
     gp_lock();                                       \
@@ -178,6 +179,42 @@ CUresult gpo_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     GP_LEAVE(rc);
 }
 
+/* cuda.h maps cuDevicePrimaryCtxRelease/Reset to their _v2 forms; the
+ * unversioned symbols (CUDA 7.0) have the same parameters and are what the
+ * static CUDA runtime resolves through cuGetProcAddress. */
+CUresult gpo_cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+
+CUresult gpo_cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+
+/* A reset destroys the primary context: values that the static runtime kept
+ * in its context-local storage go with it (export_tables.c). */
+CUresult gpo_cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    CUcontext primary = NULL;
+    unsigned int flags;
+    int active = 0;
+    if (cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active)
+        cuDevicePrimaryCtxRetain(&primary, dev);
+    GP_ENTER();
+    CUresult rc = gpg_cuDevicePrimaryCtxReset_v2(dev);
+    gp_unlock();
+    if (rc == CUDA_SUCCESS && primary)
+        gp_cls_context_gone(primary);
+    return rc;
+}
+
+/* cuCtxGetDevice_v2 (CUDA 13): the device of ctx, or of the current context
+ * when ctx is NULL (cuda.h). */
+CUresult gpo_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUcontext c = ctx ? ctx : gp_ctx_current();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return gp_ctx_device(c, device) ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
+}
+
 CUresult gpo_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
 {
     if (!pctx)
@@ -209,7 +246,10 @@ CUresult gpo_cuCtxDestroy_v2(CUcontext ctx)
     CUresult rc = gpg_cuCtxDestroy_v2(ctx);
     if (rc == CUDA_SUCCESS)
         gp_ctx_forget(ctx);
-    GP_LEAVE(rc);
+    gp_unlock();
+    if (rc == CUDA_SUCCESS)
+        gp_cls_context_gone(ctx);   /* outside the lock: destructors may call the driver */
+    return rc;
 }
 
 /* --------------------------------------------------------------- modules */
