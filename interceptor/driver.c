@@ -215,6 +215,21 @@ CUresult gpo_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
     return gp_ctx_device(c, device) ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
 }
 
+/* cuCtxSynchronize_v2 (CUDA 13): waits for ctx, or for the current context
+ * when ctx is NULL (cuda.h). Another context is made current for the call
+ * and the thread's stack is put back afterwards. */
+CUresult gpo_cuCtxSynchronize_v2(CUcontext ctx)
+{
+    CUcontext cur = gp_ctx_current();
+    if (!ctx || ctx == cur)
+        return cur ? cuCtxSynchronize() : CUDA_ERROR_INVALID_CONTEXT;
+    if (gp_ctx_push(ctx) < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = cuCtxSynchronize();
+    gp_ctx_pop();
+    return rc;
+}
+
 CUresult gpo_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
 {
     if (!pctx)
