@@ -140,10 +140,13 @@ def test_cupy_arrays_under_emu(emu_daemon):
     libcudart dependency). Device count, memory info, allocation through its
     pool, host<->device copies and a stream work on the emulated backend;
     kernels (NVRTC-compiled) cannot run there."""
-    probe = subprocess.run([sys.executable, "-c", "import cupy"], capture_output=True, text=True)
+    # $GPUPROXY_CUPY_PYTHON: an interpreter with cupy-cuda13x and numpy (the
+    # wheel is cp312-only); default: the one running the tests
+    python = os.environ.get("GPUPROXY_CUPY_PYTHON", sys.executable)
+    probe = subprocess.run([python, "-c", "import cupy, numpy"], capture_output=True, text=True)
     if probe.returncode != 0:
-        pytest.skip("cupy is not importable: " + (probe.stderr.strip().splitlines() or ["?"])[-1])
-    r = subprocess.run([sys.executable, "-c", CUPY_SCRIPT], env=client_env(emu_daemon),
+        pytest.skip(f"cupy is not importable by {python}: " + (probe.stderr.strip().splitlines() or ["?"])[-1])
+    r = subprocess.run([python, "-c", CUPY_SCRIPT], env=client_env(emu_daemon),
                        capture_output=True, text=True, timeout=120)
     what = f"exit {r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr[-3000:]}\n{emu_daemon.log()[-2000:]}"
     assert r.returncode == 0, what
