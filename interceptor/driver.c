@@ -411,6 +411,7 @@ CUresult gpo_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *n
 
 CUresult gpo_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
+    GP_RESOLVE_FUNCTION(func);
     gp_lock();
     gp_fninfo *fi = gp_fn_lookup(func);
     CUresult rc = CUDA_ERROR_INVALID_HANDLE;
@@ -430,6 +431,7 @@ CUresult gpo_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *para
 
 CUresult gpo_cuFuncGetName(const char **name, CUfunction hfunc)
 {
+    GP_RESOLVE_FUNCTION(hfunc);
     if (!name)
         return CUDA_ERROR_INVALID_VALUE;
     gp_lock();
@@ -502,6 +504,7 @@ static CUresult launch_kernel(uint32_t fid, CUfunction f, unsigned gx, unsigned 
                               unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream s,
                               void **kernelParams, void **extra)
 {
+    GP_RESOLVE_FUNCTION(f);
     GP_ENTER();
     const unsigned grid[3] = { gx, gy, gz }, block[3] = { bx, by, bz };
     uint8_t small[4096];

@@ -238,6 +238,8 @@ static CUresult cls_get(void **value, CUcontext ctx, void *key)
 
 void gp_cls_context_gone(CUcontext ctx)
 {
+    /* the library modules and kernel functions of ctx went with it */
+    gp_library_context_gone(ctx);
     /* One entry at a time, lock released around each destructor: it may call
      * the driver (and so take gp_lock) or store into another context. */
     for (;;) {

@@ -6,7 +6,8 @@
 
 #include <cuda.h>
 
-/* A context was destroyed or reset: runs the destructors of the values the
+/* A context was destroyed or reset: forgets the library modules and kernel
+ * functions loaded in it (library.c), runs the destructors of the values the
  * static CUDA runtime stored for it and forgets them. Call without gp_lock
  * held (the destructors may call the driver API). */
 void gp_cls_context_gone(CUcontext ctx);
