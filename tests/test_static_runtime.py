@@ -14,6 +14,9 @@ embed the same runtime.
   restore, like their shared-runtime builds (tests/test_corpus_checkpoint.py);
 * MD2 against RFC 1319's test suite;
 * CuPy on the emulated backend, where the cupy-cuda13x wheel is installed.
+
+GPUPROXY_TEST_BACKEND=cuda (scripts/gpu-check's pytest step) runs the same
+against the GPU.
 """
 from __future__ import annotations
 
@@ -33,6 +36,18 @@ from paced import PacedRun
 from proxy import Daemon
 
 PROGRAMS = [p for p in corpus.load_corpus() if p.driver is None]
+BACKEND = os.environ.get("GPUPROXY_TEST_BACKEND", "emu")
+pytestmark = [pytest.mark.gpu] if BACKEND == "cuda" else []
+
+
+@pytest.fixture(scope="module")
+def daemon(shim_installed, emu_kernel_files):
+    d = Daemon(backend=BACKEND, emu_kernels=emu_kernel_files if BACKEND == "emu" else ())
+    try:
+        d.start()
+        yield d
+    finally:
+        d.cleanup()
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +61,9 @@ def static_built(nvcc, shim_installed) -> dict:
 
 
 @pytest.mark.parametrize("name", [p.name for p in PROGRAMS])
-def test_static_runtime_program_under_emu(name, static_built, emu_daemon):
+def test_static_runtime_program_under_emu(name, static_built, daemon):
     built = static_built[name]
-    r = corpus.run_program(built, env=client_env(emu_daemon), timeout=120)
+    r = corpus.run_program(built, env=client_env(daemon), timeout=120)
     what = f"exit {r.returncode}\n--- stdout\n{r.stdout[-2000:]}\n--- stderr\n{r.stderr[-3000:]}"
     assert r.returncode == 0, what
     assert r.stdout == built.program.expected_output, what
@@ -74,8 +89,8 @@ def tmp():
 
 
 def _daemon(tmp: Path, name: str) -> Daemon:
-    kernels = [str(p.emu_path) for p in corpus.load_corpus() if p.emu_path is not None]
-    return Daemon(backend="emu", emu_kernels=kernels, endpoint=f"ipc://{tmp}/proxyd.sock",
+    kernels = [str(p.emu_path) for p in corpus.load_corpus() if p.emu_path is not None] if BACKEND == "emu" else ()
+    return Daemon(backend=BACKEND, emu_kernels=kernels, endpoint=f"ipc://{tmp}/proxyd.sock",
                   log_path=str(tmp / f"{name}.log")).start()
 
 
@@ -135,7 +150,7 @@ print(n, a.get().tolist(), b.get().tolist(), c.get().tolist(), total > 0)
 """
 
 
-def test_cupy_arrays_under_emu(emu_daemon):
+def test_cupy_arrays_under_emu(daemon):
     """CuPy 14 embeds the static runtime (cupy_backends' runtime module has no
     libcudart dependency). Device count, memory info, allocation through its
     pool, host<->device copies and a stream work on the emulated backend;
@@ -146,9 +161,9 @@ def test_cupy_arrays_under_emu(emu_daemon):
     probe = subprocess.run([python, "-c", "import cupy, numpy"], capture_output=True, text=True)
     if probe.returncode != 0:
         pytest.skip(f"cupy is not importable by {python}: " + (probe.stderr.strip().splitlines() or ["?"])[-1])
-    r = subprocess.run([python, "-c", CUPY_SCRIPT], env=client_env(emu_daemon),
+    r = subprocess.run([python, "-c", CUPY_SCRIPT], env=client_env(daemon),
                        capture_output=True, text=True, timeout=120)
-    what = f"exit {r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr[-3000:]}\n{emu_daemon.log()[-2000:]}"
+    what = f"exit {r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr[-3000:]}\n{daemon.log()[-2000:]}"
     assert r.returncode == 0, what
     assert r.stdout.strip() == ("1 [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] [10, 11, 12, 13, 14, 15, 16, 17, 18, 19] "
                                 "[7.0, 7.0, 7.0, 7.0] True"), what
