@@ -724,7 +724,12 @@ DRIVER_SHIM_LOCAL = {
     "cuCtxGetDevice", "cuDriverGetVersion", "cuFuncGetParamInfo", "cuFuncGetName",
     "cuProfilerStart", "cuProfilerStop", "cuOccupancyMaxPotentialBlockSize",
     "cuOccupancyMaxPotentialBlockSizeWithFlags",
+    # static CUDA runtime: answered in the shim, on other (remoted) driver calls
     "cuGetExportTable", "cuCtxGetDevice_v2", "cuPointerGetAttributes", "cuStreamIsCapturing", "cuLibraryLoadData",
+    "cuCtxSynchronize_v2", "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxReset",
+    "cuLibraryUnload", "cuLibraryGetKernel", "cuLibraryGetModule", "cuKernelGetFunction", "cuLibraryGetGlobal",
+    "cuKernelGetAttribute", "cuKernelSetAttribute", "cuKernelSetCacheConfig", "cuKernelGetName",
+    "cuKernelGetParamInfo",
 }
 
 DRIVER_SHIM_OVERRIDE = {
@@ -734,10 +739,7 @@ DRIVER_SHIM_OVERRIDE = {
     "cuCtxDestroy_v2", "cuDevicePrimaryCtxRetain", "cuInit",
     "cuMemAllocHost_v2", "cuMemFreeHost", "cuMemHostAlloc",
     "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
-    "cuCtxSynchronize_v2", "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2",
-    "cuLibraryUnload", "cuLibraryGetKernel", "cuLibraryGetModule", "cuKernelGetFunction", "cuLibraryGetGlobal",
-    "cuKernelGetAttribute", "cuKernelSetAttribute", "cuKernelSetCacheConfig", "cuKernelGetName",
-    "cuKernelGetParamInfo",
+    "cuDevicePrimaryCtxReset_v2",
 }
 
 DRIVER_HANDLERS = {

@@ -175,7 +175,7 @@ CUresult gpo_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     GP_ENTER();
     CUresult rc = gpg_cuDevicePrimaryCtxRetain(pctx, dev);
     if (rc == CUDA_SUCCESS && pctx)
-        gp_ctx_note_device(*pctx, dev);
+        gp_ctx_note_primary(*pctx, dev);
     GP_LEAVE(rc);
 }
 
@@ -190,11 +190,7 @@ CUresult gpo_cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxRe
  * in its context-local storage go with it (export_tables.c). */
 CUresult gpo_cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    CUcontext primary = NULL;
-    unsigned int flags;
-    int active = 0;
-    if (cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active)
-        cuDevicePrimaryCtxRetain(&primary, dev);
+    CUcontext primary = gp_ctx_primary_of(dev);
     GP_ENTER();
     CUresult rc = gpg_cuDevicePrimaryCtxReset_v2(dev);
     gp_unlock();

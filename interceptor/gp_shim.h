@@ -146,6 +146,10 @@ CUcontext gp_ctx_pop(void);
 void gp_ctx_note_device(CUcontext ctx, CUdevice dev);
 int gp_ctx_device(CUcontext ctx, CUdevice *dev);
 void gp_ctx_forget(CUcontext ctx);
+/* Primary contexts: noted at cuDevicePrimaryCtxRetain; proxyd keeps a
+ * device's primary handle across resets, so the handle stays known. */
+void gp_ctx_note_primary(CUcontext ctx, CUdevice dev);
+CUcontext gp_ctx_primary_of(CUdevice dev);   /* NULL: never retained */
 /* Adds delta to ctx's cuCtxAttach/cuCtxDetach usage count; returns the new count, -1 if unknown. */
 int gp_ctx_add_use(CUcontext ctx, int delta);
 
