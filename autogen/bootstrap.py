@@ -688,6 +688,35 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuIpcGetMemHandle": P("pHandle=out_value; dptr=device_ptr"),
     "cuIpcOpenMemHandle_v2": P("pdptr=out_value:memory; handle=scalar; Flags=scalar", "memory:create"),
     "cuIpcCloseMemHandle": P("dptr=device_ptr"),
+    # static CUDA runtime (interceptor/export_tables.c, library.c, pointer_attrs.c, capture.c)
+    "cuGetExportTable": P("ppExportTable=out_value; pExportTableId=in_buffer@sizeof(CUuuid)"),
+    "cuCtxGetDevice_v2": P("device=out_value:device; ctx=handle:context", "context:use"),
+    "cuCtxSynchronize_v2": P("ctx=handle:context", "context:use"),
+    "cuDevicePrimaryCtxRelease": P(DEV, "context:destroy; device:use"),
+    "cuDevicePrimaryCtxReset": P(DEV, "context:destroy; device:use"),
+    "cuPointerGetAttributes": P("numAttributes=scalar; attributes=in_buffer@numAttributes * sizeof(CUpointer_attribute); "
+                                "data=out_buffer@numAttributes * sizeof(void *); ptr=device_ptr"),
+    "cuStreamIsCapturing": P("hStream=handle:stream; captureStatus=out_value", "stream:use"),
+    "cuLibraryLoadData": P("library=out_value:library; code=in_buffer@?; "
+                           "jitOptions=in_buffer@numJitOptions * sizeof(CUjit_option); jitOptionsValues=in_buffer@?; "
+                           "numJitOptions=scalar; "
+                           "libraryOptions=in_buffer@numLibraryOptions * sizeof(CUlibraryOption); "
+                           "libraryOptionValues=in_buffer@?; numLibraryOptions=scalar", "library:create"),
+    "cuLibraryUnload": P("library=handle:library", "library:destroy"),
+    "cuLibraryGetKernel": P("pKernel=out_value:kernel; library=handle:library; name=in_buffer@strlen(name) + 1",
+                            "kernel:create; library:use"),
+    "cuLibraryGetModule": P("pMod=out_value:module; library=handle:library", "library:use"),
+    "cuKernelGetFunction": P("pFunc=out_value:function; kernel=handle:kernel", "function:create; kernel:use"),
+    "cuLibraryGetGlobal": P("dptr=out_value; bytes=out_value; library=handle:library; name=in_buffer@strlen(name) + 1",
+                            "library:use"),
+    "cuKernelGetAttribute": P("pi=out_value; attrib=scalar; kernel=handle:kernel; dev=handle:device",
+                              "kernel:use; device:use"),
+    "cuKernelSetAttribute": P("attrib=scalar; val=scalar; kernel=handle:kernel; dev=handle:device",
+                              "kernel:use; device:use"),
+    "cuKernelSetCacheConfig": P("kernel=handle:kernel; config=scalar; dev=handle:device", "kernel:use; device:use"),
+    "cuKernelGetName": P("name=out_value; hfunc=handle:kernel", "kernel:use"),
+    "cuKernelGetParamInfo": P("kernel=handle:kernel; paramIndex=scalar; paramOffset=out_value; paramSize=out_value",
+                              "kernel:use"),
 }
 
 DRIVER_ASYNC = {
@@ -712,6 +741,12 @@ DRIVER_SHIM_LOCAL = {
     # answered in the shim, or sent as cuMemHostRegister_v2's op (interceptor/hostmap_api.c)
     "cuMemHostRegister", "cuMemHostGetDevicePointer_v2", "cuMemHostGetFlags", "cuMemAllocManaged",
     "cuMemPrefetchAsync_v2", "cuMemPrefetchAsync_v2_ptsz", "cuMemAdvise_v2",
+    # static CUDA runtime: answered in the shim, on other (remoted) driver calls
+    "cuGetExportTable", "cuCtxGetDevice_v2", "cuPointerGetAttributes", "cuStreamIsCapturing", "cuLibraryLoadData",
+    "cuCtxSynchronize_v2", "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxReset",
+    "cuLibraryUnload", "cuLibraryGetKernel", "cuLibraryGetModule", "cuKernelGetFunction", "cuLibraryGetGlobal",
+    "cuKernelGetAttribute", "cuKernelSetAttribute", "cuKernelSetCacheConfig", "cuKernelGetName",
+    "cuKernelGetParamInfo",
 }
 
 DRIVER_SHIM_OVERRIDE = {
@@ -722,6 +757,7 @@ DRIVER_SHIM_OVERRIDE = {
     "cuMemAllocHost_v2", "cuMemFreeHost", "cuMemHostAlloc",
     "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
     "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemFree_v2",
+    "cuDevicePrimaryCtxReset_v2",
 }
 
 DRIVER_HANDLERS = {

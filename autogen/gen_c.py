@@ -122,6 +122,10 @@ def generic_body(f, types: dict[str, CType]) -> str:
                 lines.append(f"    GP_PUT_SCALAR(b_, {pn});")
         elif role == "device_ptr":
             lines.append(f"    mp_uint(b_, (uint64_t)(uintptr_t){pn});")
+        elif role == "handle" and g(p, "kind") == "function":
+            # a CUkernel passed where a CUfunction goes (cuda.h allows it):
+            # the kernel's function in the current context (interceptor/library.c)
+            lines.append(f"    mp_uint(b_, (uint64_t)(uintptr_t)gp_function_of({pn}));")
         elif role == "handle":
             lines.append(f"    mp_uint(b_, (uint64_t)(uintptr_t){pn});")
         elif role == "in_buffer":

@@ -41,7 +41,7 @@ CUcontext gp_ctx_pop(void) { return depth ? stack[--depth] : NULL; }
 /* uses: the usage count of the deprecated cuCtxAttach/cuCtxDetach pair
  * (cuda.h: a created context starts at 1, attach adds one, detach removes
  * one and destroys the context at 0). */
-static struct { CUcontext ctx; CUdevice dev; int uses; } devs[GP_MAX_CTX];
+static struct { CUcontext ctx; CUdevice dev; int uses; int primary; } devs[GP_MAX_CTX];
 static int ndevs;
 
 void gp_ctx_note_device(CUcontext ctx, CUdevice dev)
@@ -102,4 +102,25 @@ int gp_ctx_add_use(CUcontext ctx, int delta)
         }
     gp_unlock();
     return uses;
+}
+
+void gp_ctx_note_primary(CUcontext ctx, CUdevice dev)
+{
+    gp_ctx_note_device(ctx, dev);
+    gp_lock();
+    for (int i = 0; i < ndevs; i++)
+        if (devs[i].ctx == ctx)
+            devs[i].primary = 1;
+    gp_unlock();
+}
+
+CUcontext gp_ctx_primary_of(CUdevice dev)
+{
+    CUcontext c = NULL;
+    gp_lock();
+    for (int i = 0; i < ndevs; i++)
+        if (devs[i].primary && devs[i].dev == dev)
+            c = devs[i].ctx;
+    gp_unlock();
+    return c;
 }

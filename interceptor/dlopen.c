@@ -7,11 +7,13 @@
  * ask that way: CuPy and cuda-pathfinder dlopen NVIDIA's runtime by absolute
  * path (".../nvidia/cu13/lib/libcudart.so.13"), numba asks for "libcuda.so",
  * and others another soname version. Those requests would load the real
- * library next to the shim; the real runtime then reaches the driver through
- * private export tables (cuGetExportTable) that the shim cannot serve. So
- * dlopen of any libcuda.so[.*] / libcudart.so[.*] name or path answers a
- * handle of the shim's own library instead, and the real ones are never
- * loaded.
+ * library next to the shim: the real libcuda.so would talk to the GPU behind
+ * gpuproxy's back, and the real libcudart.so would keep its own registrations
+ * beside the shim's runtime. So dlopen of any libcuda.so[.*] /
+ * libcudart.so[.*] name or path answers a handle of the shim's own library
+ * instead, and the real ones are never loaded. (NVIDIA's runtime linked
+ * statically into a program or library cannot be replaced this way; it
+ * runs on the shim's driver API and private tables: export_tables.c.)
  *
  * Every other name goes to the next dlopen (libc's) as a tail call: glibc's
  * dlopen resolves relative names with the *caller's* RUNPATH and $ORIGIN,

@@ -17,6 +17,7 @@
 #include "gp_launch.h"
 #include "gp_memcpy.h"
 #include "gp_shim.h"
+#include "gp_export_tables.h"
 
 #define GP_ENTER()                                   \
     gp_lock();                                       \
@@ -174,8 +175,55 @@ CUresult gpo_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     GP_ENTER();
     CUresult rc = gpg_cuDevicePrimaryCtxRetain(pctx, dev);
     if (rc == CUDA_SUCCESS && pctx)
-        gp_ctx_note_device(*pctx, dev);
+        gp_ctx_note_primary(*pctx, dev);
     GP_LEAVE(rc);
+}
+
+/* cuda.h maps cuDevicePrimaryCtxRelease/Reset to their _v2 forms; the
+ * unversioned symbols (CUDA 7.0) have the same parameters and are what the
+ * static CUDA runtime resolves through cuGetProcAddress. */
+CUresult gpo_cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+
+CUresult gpo_cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+
+/* A reset destroys the primary context: values that the static runtime kept
+ * in its context-local storage go with it (export_tables.c). */
+CUresult gpo_cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    CUcontext primary = gp_ctx_primary_of(dev);
+    GP_ENTER();
+    CUresult rc = gpg_cuDevicePrimaryCtxReset_v2(dev);
+    gp_unlock();
+    if (rc == CUDA_SUCCESS && primary)
+        gp_cls_context_gone(primary);
+    return rc;
+}
+
+/* cuCtxGetDevice_v2 (CUDA 13): the device of ctx, or of the current context
+ * when ctx is NULL (cuda.h). */
+CUresult gpo_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUcontext c = ctx ? ctx : gp_ctx_current();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return gp_ctx_device(c, device) ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
+}
+
+/* cuCtxSynchronize_v2 (CUDA 13): waits for ctx, or for the current context
+ * when ctx is NULL (cuda.h). Another context is made current for the call
+ * and the thread's stack is put back afterwards. */
+CUresult gpo_cuCtxSynchronize_v2(CUcontext ctx)
+{
+    CUcontext cur = gp_ctx_current();
+    if (!ctx || ctx == cur)
+        return cur ? cuCtxSynchronize() : CUDA_ERROR_INVALID_CONTEXT;
+    if (gp_ctx_push(ctx) < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = cuCtxSynchronize();
+    gp_ctx_pop();
+    return rc;
 }
 
 CUresult gpo_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
@@ -209,7 +257,10 @@ CUresult gpo_cuCtxDestroy_v2(CUcontext ctx)
     CUresult rc = gpg_cuCtxDestroy_v2(ctx);
     if (rc == CUDA_SUCCESS)
         gp_ctx_forget(ctx);
-    GP_LEAVE(rc);
+    gp_unlock();
+    if (rc == CUDA_SUCCESS)
+        gp_cls_context_gone(ctx);   /* outside the lock: destructors may call the driver */
+    return rc;
 }
 
 /* --------------------------------------------------------------- modules */
@@ -356,6 +407,7 @@ CUresult gpo_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *n
 
 CUresult gpo_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
+    GP_RESOLVE_FUNCTION(func);
     gp_lock();
     gp_fninfo *fi = gp_fn_lookup(func);
     CUresult rc = CUDA_ERROR_INVALID_HANDLE;
@@ -375,6 +427,7 @@ CUresult gpo_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *para
 
 CUresult gpo_cuFuncGetName(const char **name, CUfunction hfunc)
 {
+    GP_RESOLVE_FUNCTION(hfunc);
     if (!name)
         return CUDA_ERROR_INVALID_VALUE;
     gp_lock();
@@ -447,6 +500,7 @@ static CUresult launch_kernel(uint32_t fid, CUfunction f, unsigned gx, unsigned 
                               unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream s,
                               void **kernelParams, void **extra)
 {
+    GP_RESOLVE_FUNCTION(f);
     GP_ENTER();
     const unsigned grid[3] = { gx, gy, gz }, block[3] = { bx, by, bz };
     uint8_t small[4096];

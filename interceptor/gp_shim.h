@@ -32,7 +32,27 @@ enum gp_kind {
     GP_K_FUNCTION = 3,
     GP_K_STREAM = 4,
     GP_K_EVENT = 5,
+    /* kinds the shim hands out itself (never sent to proxyd): CUlibrary and
+     * CUkernel of the library API (library.c) */
+    GP_K_LIBRARY = 16,
+    GP_K_KERNEL = 17,
 };
+
+/* The function a CUfunction argument stands for: f itself, or, for a CUkernel
+ * (which cuda.h lets callers pass as a CUfunction), that kernel's function in
+ * the calling thread's current context, loaded there on first use; NULL when
+ * it cannot be had. library.c. */
+CUfunction gp_function_of(CUfunction f);
+/* A context was destroyed or reset: forget the library modules and kernel
+ * functions loaded in it (they went with it in proxyd). library.c. */
+void gp_library_context_gone(CUcontext ctx);
+/* At the top of an entry point taking a CUfunction f (before the lock): a
+ * CUkernel becomes its function in the current context. */
+#define GP_RESOLVE_FUNCTION(f)                                                  \
+    do {                                                                        \
+        if (((uint64_t)(uintptr_t)(f) >> 32) == GP_K_KERNEL && !((f) = gp_function_of(f))) \
+            return CUDA_ERROR_INVALID_HANDLE;                                   \
+    } while (0)
 
 /* Message types, client -> daemon. */
 enum { GP_MSG_HELLO = 0, GP_MSG_CALL = 1, GP_MSG_BYE = 2, GP_MSG_DOORBELL = 3, GP_MSG_WHERE = 4, GP_MSG_QUIESCE = 5 };
@@ -126,6 +146,10 @@ CUcontext gp_ctx_pop(void);
 void gp_ctx_note_device(CUcontext ctx, CUdevice dev);
 int gp_ctx_device(CUcontext ctx, CUdevice *dev);
 void gp_ctx_forget(CUcontext ctx);
+/* Primary contexts: noted at cuDevicePrimaryCtxRetain; proxyd keeps a
+ * device's primary handle across resets, so the handle stays known. */
+void gp_ctx_note_primary(CUcontext ctx, CUdevice dev);
+CUcontext gp_ctx_primary_of(CUdevice dev);   /* NULL: never retained */
 /* Adds delta to ctx's cuCtxAttach/cuCtxDetach usage count; returns the new count, -1 if unknown. */
 int gp_ctx_add_use(CUcontext ctx, int delta);
 

@@ -95,6 +95,7 @@ static CUresult launch_ex(uint32_t fid, const CUlaunchConfig *config, CUfunction
 {
     if (!config)
         return CUDA_ERROR_INVALID_VALUE;
+    GP_RESOLVE_FUNCTION(f);
     GP_ENTER();
     const unsigned grid[3] = { config->gridDimX, config->gridDimY, config->gridDimZ };
     const unsigned block[3] = { config->blockDimX, config->blockDimY, config->blockDimZ };

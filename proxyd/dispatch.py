@@ -29,6 +29,7 @@ CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_INVALID_CONTEXT = 201
 CUDA_ERROR_NOT_SUPPORTED = 801
+CUDA_ERROR_CONTEXT_IS_DESTROYED = 709
 # An exception inside proxyd while executing a call (a bug, or input it did
 # not foresee) answers CUDA_ERROR_UNKNOWN (cudaErrorUnknown in the runtime),
 # with the message "<function>: internal error in proxyd: ..." (docs/protocol.md,
@@ -155,6 +156,17 @@ class Dispatcher:
         bad = bad_argument(fn, args)
         if bad:
             return CUDA_ERROR_INVALID_VALUE, None, bad
+        if ctxh and sess.is_reset_primary(ctxh):
+            # The thread's current context is a primary context that
+            # cuDevicePrimaryCtxReset destroyed; its handle stays valid and
+            # comes back with the next retain (Session.primary_ident). Calls
+            # that use no context (device queries, that retain) run without
+            # one; the others fail as the driver fails them (cuda.h,
+            # CUDA_ERROR_CONTEXT_IS_DESTROYED: "a primary context which has
+            # not yet been initialized").
+            if any(kind == "context" and effect == "use" for kind, effect in fn.objects):
+                return CUDA_ERROR_CONTEXT_IS_DESTROYED, None, f"{fn.name}: the current primary context was reset"
+            ctxh = 0
         try:
             ctx = sess.context(ctxh) if ctxh else None
             if ctx is not None:

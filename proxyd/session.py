@@ -86,6 +86,12 @@ class Session:
         self.objects: dict[tuple[int, int], Obj] = {}
         self.contexts: dict[int, Context] = {}
         self.primary: dict[int, int] = {}          # device -> context id
+        # device -> the id its primary context had: a primary context made
+        # again after cuDevicePrimaryCtxReset gets it back, because the
+        # driver's primary context keeps its handle across resets and NVIDIA's
+        # runtime (the static one, through cuGetExportTable) relies on it: it
+        # compares the thread's current context with the retained one.
+        self.primary_ident: dict[int, int] = {}
         self.next_id = {k: 1 for k in P.KIND_NAMES}
         # reliability (docs/protocol.md): calls up to last_seq are executed
         self.last_seq = 0
@@ -168,6 +174,9 @@ class Session:
 
     # ------------------------------------------------------------ contexts
     def add_context(self, device: int, real: Any, primary: bool, flags: int = 0, ident: int | None = None) -> Context:
+        if ident is None and primary and device in self.primary_ident \
+                and self.primary_ident[device] not in self.contexts:
+            ident = self.primary_ident[device]
         if ident is None:
             ident = self.new_id(P.K_CONTEXT)
         else:
@@ -176,9 +185,16 @@ class Session:
         self.contexts[ident] = c
         if primary:
             self.primary[device] = ident
+            self.primary_ident[device] = ident
         if self.observer:
             self.observer(P.K_CONTEXT, ident, real)
         return c
+
+    def is_reset_primary(self, handle: int) -> bool:
+        """handle names a primary context that a reset destroyed and no
+        retain has made again yet."""
+        k, i = P.split_handle(handle)
+        return k == P.K_CONTEXT and i not in self.contexts and i in self.primary_ident.values()
 
     def context(self, handle: int) -> Context:
         k, i = P.split_handle(handle)

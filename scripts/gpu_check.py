@@ -1,7 +1,8 @@
 """Every check that needs the GPU, in one run (scripts/gpu-check calls this).
 
 1. the whole tests/programs corpus natively, then under the proxy (cuda
-   backend), comparing outputs byte for byte;
+   backend), comparing outputs byte for byte; then the same programs built
+   with NVIDIA's static runtime (-cudart static; step "static");
 2. whole-process prerequisites: CRIU usable (installed from .carry/criu by
    scripts/gpu-check), and a proxied CUDA program holds no /dev/nvidia* file
    descriptor or mapping (what lets stock CRIU dump it);
@@ -93,11 +94,28 @@ def tcp_check(log, out: Path) -> list[tuple[str, str]]:
     return results
 
 
-def corpus_check(log, out: Path, daemon_args=()) -> list[tuple[str, str]]:
+def _isolation_first(log, d) -> list[tuple[str, str]]:
+    results = []
+    src = ROOT / "tests" / "programs_extra" / "isolation.cu"
+    iso = corpus.build(corpus.Program(name="isolation", source=src.name, link=(), cubins=(), args=(), emu=None,
+                                      expected="", driver=None, pace=False, proxy_only=False, source_path=src),
+                       corpus.default_build_dir() / "programs_extra").binary
+    r = subprocess.run([str(iso), "assert"], env=d.env_for_client(), capture_output=True, text=True, timeout=120)
+    ok = r.returncode == 0 and r.stdout.strip() == "after assert: cudaErrorAssert"
+    results.append(("proxied device assert before the corpus", "PASS" if ok else "FAIL"))
+    log(f"proxied assert: {r.stdout.strip()} {r.stderr.strip()[-300:]}")
+    return results
+
+
+def corpus_check(log, out: Path, daemon_args=(), cudart: str = "shared") -> list[tuple[str, str]]:
+    """cudart "static": the same programs with NVIDIA's runtime linked in
+    (-cudart static), which reaches the shim through cuGetExportTable."""
     results = []
     t = time.time()
-    built = {b.program.name: b for b in corpus.build_all()}
-    log(f"corpus built in {time.time() - t:.1f} s ({len(built)} programs)")
+    tag = "" if cudart == "shared" else f" [cudart {cudart}]"
+    programs = [p for p in corpus.load_corpus() if cudart == "shared" or p.driver is None]
+    built = {b.program.name: b for b in corpus.build_all(programs=programs, cudart=cudart)}
+    log(f"corpus{tag} built in {time.time() - t:.1f} s ({len(built)} programs)")
     native = {}
     for name, b in built.items():
         if b.program.proxy_only:
@@ -105,30 +123,24 @@ def corpus_check(log, out: Path, daemon_args=()) -> list[tuple[str, str]]:
         o, e, rc = run_program(b)
         native[name] = o
         ok = rc == 0 and o == b.program.expected_output
-        results.append((f"native {name}", "PASS" if ok else "FAIL"))
+        results.append((f"native {name}{tag}", "PASS" if ok else "FAIL"))
         if not ok:
-            log(f"native {name}: rc={rc}\n{o[-1500:]}\n{e[-1500:]}")
-    d = Daemon(backend="cuda", extra_args=list(daemon_args), log_path=str(out / "proxyd-corpus.log"))
+            log(f"native {name}{tag}: rc={rc}\n{o[-1500:]}\n{e[-1500:]}")
+    d = Daemon(backend="cuda", extra_args=list(daemon_args), log_path=str(out / f"proxyd-corpus-{cudart}.log"))
     d.start()
     try:
         # issue 7: a device-side assert (a sticky error in its CUDA context)
         # first, in the same proxyd: with a worker per session it must not
         # reach any program that follows
-        src = ROOT / "tests" / "programs_extra" / "isolation.cu"
-        iso = corpus.build(corpus.Program(name="isolation", source=src.name, link=(), cubins=(), args=(), emu=None,
-                                          expected="", driver=None, pace=False, proxy_only=False, source_path=src),
-                           corpus.default_build_dir() / "programs_extra").binary
-        r = subprocess.run([str(iso), "assert"], env=d.env_for_client(), capture_output=True, text=True, timeout=120)
-        ok = r.returncode == 0 and r.stdout.strip() == "after assert: cudaErrorAssert"
-        results.append(("proxied device assert before the corpus", "PASS" if ok else "FAIL"))
-        log(f"proxied assert: {r.stdout.strip()} {r.stderr.strip()[-300:]}")
+        if cudart == "shared":
+            results += _isolation_first(log, d)
         for name, b in built.items():
             t = time.time()
             o, e, rc = run_program(b, env=d.env_for_client())
             want = b.program.expected_output if b.program.proxy_only else native.get(name)
             ok = rc == 0 and o == want and o == b.program.expected_output
-            results.append((f"proxied {name}", "PASS" if ok else "FAIL"))
-            log(f"proxied {name}: {'PASS' if ok else 'FAIL'} ({time.time() - t:.2f} s)")
+            results.append((f"proxied {name}{tag}", "PASS" if ok else "FAIL"))
+            log(f"proxied {name}{tag}: {'PASS' if ok else 'FAIL'} ({time.time() - t:.2f} s)")
             if not ok:
                 log(f"  rc={rc}\n--- stdout\n{o[-1500:]}\n--- stderr\n{e[-3000:]}")
     finally:
@@ -223,7 +235,7 @@ def python_frameworks(log, out: Path, carry: Path, steps) -> list[tuple[str, str
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "gpu-check-out"))
-    ap.add_argument("--skip", default="", help="comma list of: corpus,whole,pytest,bench")
+    ap.add_argument("--skip", default="", help="comma list of: corpus,static,whole,pytest,bench")
     ap.add_argument("--bench-suites", default="micro,checkpoint,whole")
     ap.add_argument("--tcp", action="store_true", help="also the corpus over a keyed (CURVE) tcp endpoint")
     ap.add_argument("--python", action="store_true", help="also the Python-framework checks (gpu_check_python.py)")
@@ -242,6 +254,7 @@ def main():
     skip = set(a.skip.split(","))
     results: list[tuple[str, str]] = []
     for name, fn in (("corpus", lambda: corpus_check(log, out)),
+                     ("static", lambda: corpus_check(log, out, cudart="static")),
                      ("whole", lambda: whole_process_check(log, out)),
                      ("pytest", lambda: pytest_gpu(log, out)),
                      ("bench", lambda: bench(log, out, a.bench_suites)),

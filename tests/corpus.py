@@ -260,15 +260,22 @@ def _make_libcuda_stub(obj: Path, stub_dir: Path) -> None:
 # --------------------------------------------------------------------------- build
 
 
-def _base_flags(arch: str) -> list[str]:
-    return ["-cudart", "shared", f"-arch={arch}", "-O2"]
+CUDARTS = ("shared", "static")
 
 
-def _cache_key(program: Program, nvcc: str, arch: str) -> str:
+def _base_flags(arch: str, cudart: str = "shared") -> list[str]:
+    # "static": NVIDIA's runtime linked into the program (libcudart_static.a),
+    # which reaches the shim through cuGetExportTable (interceptor/export_tables.c)
+    if cudart not in CUDARTS:
+        raise ValueError(f"cudart must be one of {CUDARTS}, not {cudart!r}")
+    return ["-cudart", cudart, f"-arch={arch}", "-O2"]
+
+
+def _cache_key(program: Program, nvcc: str, arch: str, cudart: str = "shared") -> str:
     h = hashlib.sha256()
     h.update(b"gpuproxy-corpus-v1\0")
     h.update(_nvcc_version(nvcc).encode() + b"\0")
-    h.update(repr((_base_flags(arch), program.compile_flags, program.link, program.cubins)).encode() + b"\0")
+    h.update(repr((_base_flags(arch, cudart), program.compile_flags, program.link, program.cubins)).encode() + b"\0")
     for path in (program.source_path,) + tuple(program.cubin_paths):
         h.update(path.name.encode() + b"\0")
         h.update(path.read_bytes() + b"\0")
@@ -283,8 +290,9 @@ def _built(program: Program, final: Path) -> BuiltProgram:
     )
 
 
-def build(program: Program, out_dir: Path | str) -> BuiltProgram:
+def build(program: Program, out_dir: Path | str, cudart: str = "shared") -> BuiltProgram:
     """Compile one program (and its cubins) into out_dir/<name>/<hash>/; cached.
+    cudart: "shared" (the default, what the shim stands in for) or "static".
 
     Raises BuildError with nvcc's stderr on failure."""
     nvcc = nvcc_path()
@@ -292,7 +300,7 @@ def build(program: Program, out_dir: Path | str) -> BuiltProgram:
         raise BuildError("nvcc not found (set $NVCC or put it on PATH)")
     arch = nvcc_arch()
     out_dir = Path(out_dir)
-    key = _cache_key(program, nvcc, arch)
+    key = _cache_key(program, nvcc, arch, cudart)
     final = out_dir / program.name / key
     if (final / ".ok").exists():
         return _built(program, final)
@@ -301,7 +309,7 @@ def build(program: Program, out_dir: Path | str) -> BuiltProgram:
     work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=out_dir / program.name))
     try:
         binary = work / program.name
-        flags = _base_flags(arch)
+        flags = _base_flags(arch, cudart)
         link = list(program.link)
         needs_stub = "-lcuda" in link and _find_libcuda_stub_dir(nvcc) is None
         if "-lcuda" in link and not needs_stub:
@@ -336,12 +344,12 @@ def build(program: Program, out_dir: Path | str) -> BuiltProgram:
 
 
 def build_all(out_dir: Path | str | None = None, jobs: int = 2,
-              programs: Optional[list[Program]] = None) -> list[BuiltProgram]:
+              programs: Optional[list[Program]] = None, cudart: str = "shared") -> list[BuiltProgram]:
     """Build every program (in manifest order) with `jobs` parallel nvcc's."""
     out_dir = Path(out_dir) if out_dir is not None else default_build_dir()
     programs = load_corpus() if programs is None else programs
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(build, p, out_dir) for p in programs]
+        futures = [pool.submit(build, p, out_dir, cudart) for p in programs]
         return [f.result() for f in futures]
 
 

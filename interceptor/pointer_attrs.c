@@ -1,0 +1,84 @@
+/* cuPointerGetAttributes, answered in the shim from what the client knows
+ * about its addresses: the session's device arena and module globals
+ * (gp_is_device_ptr) and its page-locked host segments (gp_host_lookup).
+ * NVIDIA's static runtime implements cudaPointerGetAttributes with it
+ * (CuPy asks it of every host array it copies, to learn whether it is
+ * pinned).
+ *
+ * cuda.h, cuPointerGetAttributes: an address that is not CUDA memory is no
+ * error; its attributes get their NULL/zero values (memory type 0, context
+ * NULL, pointers NULL, ordinal -2 as for cudaMemoryTypeUnregistered).
+ *
+ * Limits: the context of a device address is the calling thread's current
+ * one and its device that context's device (the shim does not record which
+ * context made each allocation; one context per device is the common case).
+ * Attributes the shim cannot answer (P2P tokens, buffer ids, mempools, ...)
+ * fail the call with CUDA_ERROR_NOT_SUPPORTED and one stderr line naming
+ * the attribute.
+ *
+ * Locking: the address tables are read under gp_lock. */
+#include <stdio.h>
+#include <string.h>
+
+#include "gp_gen.h"
+#include "gp_shim.h"
+
+CUresult gpo_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data,
+                                    CUdeviceptr ptr)
+{
+    if (numAttributes && (!attributes || !data))
+        return CUDA_ERROR_INVALID_VALUE;
+    const void *p = (const void *)(uintptr_t)ptr;
+    uint32_t seg;
+    uint64_t off, avail;
+    gp_lock();
+    int device = gp_is_device_ptr(p);
+    int host = !device && gp_host_lookup(p, &seg, &off, &avail) == 0;
+    gp_unlock();
+    CUcontext ctx = (device || host) ? gp_ctx_current() : NULL;
+    CUdevice dev = -2;
+    if (ctx && gp_ctx_device(ctx, &dev))
+        dev = -2;
+    for (unsigned int i = 0; i < numAttributes; i++) {
+        void *out = data[i];
+        if (!out)
+            return CUDA_ERROR_INVALID_VALUE;
+        switch (attributes[i]) {
+        case CU_POINTER_ATTRIBUTE_CONTEXT:
+            *(CUcontext *)out = ctx;
+            break;
+        case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+            *(unsigned int *)out = device ? CU_MEMORYTYPE_DEVICE : host ? CU_MEMORYTYPE_HOST : 0;
+            break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+            /* unified addressing: host segments are mapped at the same address */
+            *(CUdeviceptr *)out = (device || host) ? ptr : 0;
+            break;
+        case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+            *(void **)out = host ? (void *)p : NULL;
+            break;
+        case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+            *(unsigned int *)out = 0;    /* no managed memory (README limits) */
+            break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+            *(int *)out = dev;
+            break;
+        case CU_POINTER_ATTRIBUTE_MAPPED:
+            *(unsigned int *)out = (unsigned int)(device || host);
+            break;
+        case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+            *(unsigned int *)out = 0;    /* no IPC (README limits) */
+            break;
+        case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+            *(unsigned int *)out = 1;    /* proxyd orders every copy on its stream */
+            break;
+        default: {
+            char name[80];
+            snprintf(name, sizeof name, "cuPointerGetAttributes (attribute %d)", (int)attributes[i]);
+            gp_warn_unsupported(name);
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        }
+    }
+    return CUDA_SUCCESS;
+}
