@@ -1,6 +1,8 @@
 /* cuPointerGetAttributes, answered in the shim from what the client knows
  * about its addresses: the session's device arena and module globals
- * (gp_is_device_ptr) and its page-locked host segments (gp_host_lookup).
+ * (gp_is_device_ptr), its GPU-visible host segments (gp_hostmap_info:
+ * mapped, registered and managed memory, docs/host-memory.md) and its
+ * page-locked staging segments (gp_host_lookup).
  * NVIDIA's static runtime implements cudaPointerGetAttributes with it
  * (CuPy asks it of every host array it copies, to learn whether it is
  * pinned).
@@ -31,9 +33,12 @@ CUresult gpo_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attrib
     const void *p = (const void *)(uintptr_t)ptr;
     uint32_t seg;
     uint64_t off, avail;
+    int kind = 0;
     gp_lock();
     int device = gp_is_device_ptr(p);
-    int host = !device && gp_host_lookup(p, &seg, &off, &avail) == 0;
+    int mapped = !device && gp_hostmap_info(p, &kind, NULL, NULL, NULL, NULL, NULL, NULL) == 0;
+    int managed = mapped && kind == GP_HM_MANAGED;
+    int host = !device && (mapped || gp_host_lookup(p, &seg, &off, &avail) == 0);
     gp_unlock();
     CUcontext ctx = (device || host) ? gp_ctx_current() : NULL;
     CUdevice dev = -2;
@@ -48,7 +53,8 @@ CUresult gpo_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attrib
             *(CUcontext *)out = ctx;
             break;
         case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-            *(unsigned int *)out = device ? CU_MEMORYTYPE_DEVICE : host ? CU_MEMORYTYPE_HOST : 0;
+            /* cuda.h: managed memory reports CU_MEMORYTYPE_DEVICE with IS_MANAGED set */
+            *(unsigned int *)out = (device || managed) ? CU_MEMORYTYPE_DEVICE : host ? CU_MEMORYTYPE_HOST : 0;
             break;
         case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
             /* unified addressing: host segments are mapped at the same address */
@@ -58,7 +64,7 @@ CUresult gpo_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attrib
             *(void **)out = host ? (void *)p : NULL;
             break;
         case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-            *(unsigned int *)out = 0;    /* no managed memory (README limits) */
+            *(unsigned int *)out = (unsigned int)managed;
             break;
         case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
             *(int *)out = dev;
