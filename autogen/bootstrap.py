@@ -674,6 +674,9 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuOccupancyMaxPotentialBlockSize": P("minGridSize=out_value; blockSize=out_value; func=handle:function; blockSizeToDynamicSMemSize=callback; dynamicSMemSize=scalar; blockSizeLimit=scalar", "function:use"),
     "cuOccupancyMaxPotentialBlockSizeWithFlags": P("minGridSize=out_value; blockSize=out_value; func=handle:function; blockSizeToDynamicSMemSize=callback; dynamicSMemSize=scalar; blockSizeLimit=scalar; flags=scalar", "function:use"),
     "cuOccupancyAvailableDynamicSMemPerBlock": P("dynamicSmemSize=out_value; func=handle:function; numBlocks=scalar; blockSize=scalar", "function:use"),
+    # issue 10, group 2: host functions (interceptor/hostfn.c)
+    "cuLaunchHostFunc": P("hStream=handle:stream; fn=callback; userData=host_ptr", "stream:use"),
+    "cuStreamAddCallback": P("hStream=handle:stream; callback=callback; userData=host_ptr; flags=scalar", "stream:use"),
 }
 
 DRIVER_ASYNC = {
@@ -682,6 +685,7 @@ DRIVER_ASYNC = {
     "cuMemsetD32Async", "cuEventRecord", "cuEventRecordWithFlags", "cuStreamWaitEvent",
     "cuEventDestroy_v2", "cuStreamDestroy_v2", "cuFuncSetAttribute", "cuFuncSetCacheConfig",
     "cuCtxSetCacheConfig", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
+    "cuLaunchHostFunc", "cuStreamAddCallback",
 }
 
 DRIVER_SHIM_LOCAL = {
@@ -703,7 +707,7 @@ DRIVER_SHIM_OVERRIDE = {
     "cuMemcpyDtoH_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuCtxCreate_v4",
     "cuCtxDestroy_v2", "cuDevicePrimaryCtxRetain", "cuInit",
     "cuMemAllocHost_v2", "cuMemFreeHost", "cuMemHostAlloc",
-    "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
+    "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuLaunchHostFunc", "cuStreamAddCallback",
 }
 
 DRIVER_HANDLERS = {
@@ -731,6 +735,7 @@ DRIVER_HANDLERS = {
     "cuLaunchKernelEx": "launch_kernel_ex", "cuLaunchCooperativeKernel": "launch_cooperative",
     "cuStreamSetAttribute": "stream_set_attribute", "cuStreamCopyAttributes": "stream_copy_attributes",
     "cuCtxSetLimit": "ctx_set_limit", "cuEventRecord": "event_record", "cuEventRecordWithFlags": "event_record",
+    "cuLaunchHostFunc": "host_func", "cuStreamAddCallback": "host_func",
 }
 
 STREAM = "stream=handle:stream"
@@ -858,6 +863,9 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaLaunchCooperativeKernel": P("func=host_ptr; gridDim=scalar; blockDim=scalar; args=in_buffer@?; sharedMem=scalar; stream=handle:stream", "stream:use"),
     "cudaOccupancyAvailableDynamicSMemPerBlock": P("dynamicSmemSize=out_value; func=host_ptr; numBlocks=scalar; blockSize=scalar"),
     "cudaGetFuncBySymbol": P("functionPtr=out_value:function; symbolPtr=host_ptr", "function:create"),
+    # issue 10, group 2
+    "cudaLaunchHostFunc": P(f"{STREAM}; fn=callback; userData=host_ptr", "stream:use"),
+    "cudaStreamAddCallback": P(f"{STREAM}; callback=callback; userData=host_ptr; flags=scalar", "stream:use"),
 }
 
 RUNTIME_ASYNC = {

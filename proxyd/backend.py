@@ -109,6 +109,10 @@ class Backend:
     def stream(self, special: int) -> Any:
         """The backend's value for the NULL / legacy / per-thread stream handle."""
         raise NotImplementedError
+    def launch_host_func(self, stream: Any, run) -> None:
+        """Enqueues run() (a Python callable, no arguments) in stream, in
+        stream order: work enqueued later waits until it returned."""
+        raise NotImplementedError
     def stream_sync(self, stream: Any) -> None: raise NotImplementedError
     def event_sync(self, event: Any) -> None: raise NotImplementedError
     def event_mark_complete(self, event: Any) -> None:

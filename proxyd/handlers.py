@@ -543,3 +543,29 @@ def h_event_record(d, sess, fn, ctx, args, fid=0, ctxh=0, **kw):
     if code == CUDA_SUCCESS:
         sess.get(P.K_EVENT, int(args[0])).info["recorded"] = True
     return code, outs
+
+
+# ------------------------------------------------------------ host functions
+
+@handler("host_func")
+def h_host_func(d, sess, fn, ctx, args, **kw):
+    """cuLaunchHostFunc / cuStreamAddCallback (and _ptsz): the shim sends
+    [stream, id, gate] (+ flags), where id names the application's function
+    in the shim's table (the `fn`/`callback` slot) and gate is a shared-memory
+    reference (the `userData` slot): the function and its data never leave
+    the application's process (interceptor/hostfn.c, proxyd/hostfn.py).
+    The backend enqueues a host function of the worker's own in the stream,
+    which has the client run the application's and waits for it."""
+    from .hostfn import gate_for
+    stream = stream_of(d, sess, args[0])
+    ident, ref = args[1], args[2]
+    if type(ident) is not int or ident <= 0 or not isinstance(ref, P.ShmRef):
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: malformed host function op")
+    if len(args) > 3 and int(args[3] or 0) != 0:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: flags must be 0")
+    try:
+        gate = gate_for(sess, ref)
+    except Exception as e:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: no host function gate ({e})") from e
+    d.backend.launch_host_func(stream, lambda: gate.run(ident))
+    return CUDA_SUCCESS, []

@@ -406,7 +406,9 @@ class Server:
     def _release(self, s: Session, unreserve: bool = True):
         """Frees everything a session holds in proxyd and on the device."""
         from .handlers import destroy_context
+        from .hostfn import close_gates
         try:
+            close_gates(s)      # first: a pending host function would hold the context's synchronisation
             for c in list(s.contexts.values()):
                 destroy_context(self.dispatcher, s, c)
             s.arena.release_all()
@@ -518,6 +520,8 @@ class Server:
     def detach_shared(self, s: Session):
         """Drops this worker's mappings of the client's shared memory (the
         client re-creates it; on_hello maps the new files)."""
+        from .hostfn import close_gates
+        close_gates(s)
         for seg, tok in list(s.shm.registered.items()):
             if tok is not None:
                 try:

@@ -112,6 +112,9 @@ class Session:
         # session has not created yet: the flags it will be created with
         self.primary_flags: dict[int, int] = {}
         self.chan = None                # fast channel (channel.py), same host only
+        # client segment id -> hostfn.Gate: where host functions are handed
+        # to the client (hostfn.py)
+        self.hostfn_gates: dict = {}
         self.calls = 0
         self.pidns = ""                 # the client's pid namespace (reaping by pid)
 

@@ -252,6 +252,11 @@ class EmuBackend(Backend):
     def stream_sync(self, stream):
         pass
 
+    def launch_host_func(self, stream, run):
+        # every emulated stream runs in order on the main loop: the host
+        # function runs now, and the loop executes nothing else until it returned
+        run()
+
     def event_sync(self, event):
         pass
 
