@@ -677,6 +677,23 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     # issue 10, group 2: host functions (interceptor/hostfn.c)
     "cuLaunchHostFunc": P("hStream=handle:stream; fn=callback; userData=host_ptr", "stream:use"),
     "cuStreamAddCallback": P("hStream=handle:stream; callback=callback; userData=host_ptr; flags=scalar", "stream:use"),
+    # issue 10, group 4: stream-ordered allocator and pools (proxyd/mempool.py)
+    "cuMemAllocAsync": P("dptr=out_value:memory; bytesize=scalar; hStream=handle:stream", "memory:create; stream:use"),
+    "cuMemFreeAsync": P("dptr=device_ptr; hStream=handle:stream", "memory:destroy; stream:use"),
+    "cuMemAllocFromPoolAsync": P("dptr=out_value:memory; bytesize=scalar; pool=handle:mem_pool; hStream=handle:stream",
+                                 "memory:create; mem_pool:use; stream:use"),
+    "cuMemPoolTrimTo": P("pool=handle:mem_pool; minBytesToKeep=scalar", "mem_pool:use"),
+    "cuMemPoolSetAttribute": P("pool=handle:mem_pool; attr=scalar; value=in_buffer@?", "mem_pool:use"),
+    "cuMemPoolGetAttribute": P("pool=handle:mem_pool; attr=scalar; value=out_buffer@?", "mem_pool:use"),
+    "cuMemPoolSetAccess": P("pool=handle:mem_pool; map=in_buffer@count * sizeof(CUmemAccessDesc); count=scalar",
+                            "mem_pool:use"),
+    "cuMemPoolGetAccess": P("flags=out_value; memPool=handle:mem_pool; location=in_buffer@sizeof(CUmemLocation)",
+                            "mem_pool:use"),
+    "cuMemPoolCreate": P("pool=out_value:mem_pool; poolProps=in_buffer@sizeof(CUmemPoolProps)", "mem_pool:create"),
+    "cuMemPoolDestroy": P("pool=handle:mem_pool", "mem_pool:destroy"),
+    "cuDeviceSetMemPool": P(f"{DEV}; pool=handle:mem_pool", "device:use; mem_pool:use"),
+    "cuDeviceGetMemPool": P(f"pool=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
+    "cuDeviceGetDefaultMemPool": P(f"pool_out=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
 }
 
 DRIVER_ASYNC = {
@@ -708,6 +725,7 @@ DRIVER_SHIM_OVERRIDE = {
     "cuCtxDestroy_v2", "cuDevicePrimaryCtxRetain", "cuInit",
     "cuMemAllocHost_v2", "cuMemFreeHost", "cuMemHostAlloc",
     "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuLaunchHostFunc", "cuStreamAddCallback",
+    "cuMemPoolSetAttribute", "cuMemPoolGetAttribute",
 }
 
 DRIVER_HANDLERS = {
@@ -736,6 +754,13 @@ DRIVER_HANDLERS = {
     "cuStreamSetAttribute": "stream_set_attribute", "cuStreamCopyAttributes": "stream_copy_attributes",
     "cuCtxSetLimit": "ctx_set_limit", "cuEventRecord": "event_record", "cuEventRecordWithFlags": "event_record",
     "cuLaunchHostFunc": "host_func", "cuStreamAddCallback": "host_func",
+    "cuMemAllocAsync": "mem_alloc_async", "cuMemFreeAsync": "mem_free_async",
+    "cuMemAllocFromPoolAsync": "mem_alloc_from_pool_async", "cuMemPoolTrimTo": "mem_pool_trim_to",
+    "cuMemPoolSetAttribute": "mem_pool_set_attribute", "cuMemPoolGetAttribute": "mem_pool_get_attribute",
+    "cuMemPoolSetAccess": "mem_pool_set_access", "cuMemPoolGetAccess": "mem_pool_get_access",
+    "cuMemPoolCreate": "mem_pool_create", "cuMemPoolDestroy": "mem_pool_destroy",
+    "cuDeviceSetMemPool": "device_set_mem_pool", "cuDeviceGetMemPool": "device_get_mem_pool",
+    "cuDeviceGetDefaultMemPool": "device_get_default_mem_pool",
 }
 
 STREAM = "stream=handle:stream"
@@ -866,6 +891,24 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     # issue 10, group 2
     "cudaLaunchHostFunc": P(f"{STREAM}; fn=callback; userData=host_ptr", "stream:use"),
     "cudaStreamAddCallback": P(f"{STREAM}; callback=callback; userData=host_ptr; flags=scalar", "stream:use"),
+    # issue 10, group 4
+    "cudaMallocAsync": P("devPtr=out_value:memory; size=scalar; hStream=handle:stream", "memory:create; stream:use"),
+    "cudaFreeAsync": P("devPtr=device_ptr; hStream=handle:stream", "memory:destroy; stream:use"),
+    "cudaMallocFromPoolAsync": P("ptr=out_value:memory; size=scalar; memPool=handle:mem_pool; stream=handle:stream",
+                                 "memory:create; mem_pool:use; stream:use"),
+    "cudaMemPoolTrimTo": P("memPool=handle:mem_pool; minBytesToKeep=scalar", "mem_pool:use"),
+    "cudaMemPoolSetAttribute": P("memPool=handle:mem_pool; attr=scalar; value=in_buffer@?", "mem_pool:use"),
+    "cudaMemPoolGetAttribute": P("memPool=handle:mem_pool; attr=scalar; value=out_buffer@?", "mem_pool:use"),
+    "cudaMemPoolSetAccess": P("memPool=handle:mem_pool; descList=in_buffer@count * sizeof(struct cudaMemAccessDesc); "
+                              "count=scalar", "mem_pool:use"),
+    "cudaMemPoolGetAccess": P("flags=out_value; memPool=handle:mem_pool; "
+                              "location=in_buffer@sizeof(struct cudaMemLocation)", "mem_pool:use"),
+    "cudaMemPoolCreate": P("memPool=out_value:mem_pool; poolProps=in_buffer@sizeof(struct cudaMemPoolProps)",
+                           "mem_pool:create"),
+    "cudaMemPoolDestroy": P("memPool=handle:mem_pool", "mem_pool:destroy"),
+    "cudaDeviceGetDefaultMemPool": P("memPool=out_value:mem_pool; device=scalar", "mem_pool:create"),
+    "cudaDeviceSetMemPool": P("device=scalar; memPool=handle:mem_pool", "mem_pool:use"),
+    "cudaDeviceGetMemPool": P("memPool=out_value:mem_pool; device=scalar", "mem_pool:create"),
 }
 
 RUNTIME_ASYNC = {

@@ -213,6 +213,8 @@ def h_mem_free(d, sess, fn, ctx, args, **kw):
         sess.arena.free(addr)
     except ArenaError as e:
         raise CudaError(e.code, f"cuMemFree: {e}") from e
+    from .mempool import forget_allocation
+    forget_allocation(sess, addr)
     return CUDA_SUCCESS, []
 
 

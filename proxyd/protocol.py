@@ -46,9 +46,10 @@ K_MODULE = 2
 K_FUNCTION = 3
 K_STREAM = 4
 K_EVENT = 5
+K_MEM_POOL = 6      # proxyd-side objects (mempool.py); the shim never looks inside
 
 KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
-              "stream": K_STREAM, "event": K_EVENT}
+              "stream": K_STREAM, "event": K_EVENT, "mem_pool": K_MEM_POOL}
 KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
 
 # special stream handle values (cuda.h)

@@ -115,6 +115,10 @@ class Session:
         # client segment id -> hostfn.Gate: where host functions are handed
         # to the client (hostfn.py)
         self.hostfn_gates: dict = {}
+        # stream-ordered allocator (mempool.py): allocation address -> id of
+        # the pool it came from; device -> its current pool (cuDeviceSetMemPool)
+        self.pool_allocs: dict[int, int] = {}
+        self.mem_pool_current: dict[int, int] = {}
         self.calls = 0
         self.pidns = ""                 # the client's pid namespace (reaping by pid)
 

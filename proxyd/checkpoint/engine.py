@@ -93,6 +93,9 @@ def describe(sess: Session) -> dict:
         "replay": [[fid, ctxh, [_jsonable(a) for a in args]] for fid, ctxh, args in sess.replay.values()],
         "primary_flags": {str(d): f for d, f in sess.primary_flags.items()},
     }
+    from ..mempool import describe as describe_pools
+    # memory pools of the stream-ordered allocator (their allocations are in the arena)
+    out["mem_pools"], out["mem_pool_current"] = describe_pools(sess)
     # who the process is, where this proxyd can tell (its pid namespace):
     # a restore refuses a process that is gone or whose pid now names
     # another process, and a root dump gives the image to the process's user
@@ -684,6 +687,8 @@ class Engine:
         arena_desc = dict(desc["arena"])
         arena_desc["chunks"] = [[s, n, dmap(d), small] for s, n, d, small in desc["arena"]["chunks"]]
         sess.arena.rebuild(arena_desc)
+        from ..mempool import rebuild as rebuild_pools
+        rebuild_pools(sess, desc.get("mem_pools", []), desc.get("mem_pool_current", {}), dmap)
         for f in desc["functions"]:
             mod = sess.objects[(P.K_MODULE, f["module"])]
             b.make_current(ctxs[f["ctx"]].real)

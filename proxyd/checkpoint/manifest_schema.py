@@ -210,6 +210,11 @@ SESSION = Obj({
     # [function id, context handle, arguments], re-checked by the dispatcher
     "replay": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 1 << 16),
     "primary_flags": Map(NUM, ID, 1024),
+    # stream-ordered allocator pools (proxyd/mempool.py) and each device's current pool
+    "mem_pools": List(Obj({"id": ID, "device": DEVICE, "default": Bool(), "attrs": Map(NUM, U64, 16),
+                           "access": Map(NUM, Int(0, 3), 1024), "allocs": List(Tuple(U64, SIZE), 1 << 24),
+                           "used_high": U64}), 1 << 16),
+    "mem_pool_current": Map(NUM, ID, 1024),
 })
 
 MANIFEST = Obj({
