@@ -694,6 +694,21 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuDeviceSetMemPool": P(f"{DEV}; pool=handle:mem_pool", "device:use; mem_pool:use"),
     "cuDeviceGetMemPool": P(f"pool=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
     "cuDeviceGetDefaultMemPool": P(f"pool_out=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
+    # issue 10, group 4: the application's VMM (proxyd/vmm.py)
+    "cuMemAddressReserve": P("ptr=out_value:memory; size=scalar; alignment=scalar; addr=device_ptr; flags=scalar",
+                             "memory:create"),
+    "cuMemAddressFree": P("ptr=device_ptr; size=scalar", "memory:destroy"),
+    "cuMemCreate": P("handle=out_value:mem_handle; size=scalar; prop=in_buffer@sizeof(CUmemAllocationProp); "
+                     "flags=scalar", "mem_handle:create"),
+    "cuMemRelease": P("handle=handle:mem_handle", "mem_handle:destroy"),
+    "cuMemMap": P("ptr=device_ptr; size=scalar; offset=scalar; handle=handle:mem_handle; flags=scalar",
+                  "mem_handle:use"),
+    "cuMemUnmap": P("ptr=device_ptr; size=scalar"),
+    "cuMemSetAccess": P("ptr=device_ptr; size=scalar; desc=in_buffer@count * sizeof(CUmemAccessDesc); count=scalar"),
+    "cuMemGetAccess": P("flags=out_value; location=in_buffer@sizeof(CUmemLocation); ptr=device_ptr"),
+    "cuMemGetAllocationGranularity": P("granularity=out_value; prop=in_buffer@sizeof(CUmemAllocationProp); "
+                                       "option=scalar"),
+    "cuMemGetAllocationPropertiesFromHandle": P("prop=out_value; handle=handle:mem_handle", "mem_handle:use"),
 }
 
 DRIVER_ASYNC = {
@@ -761,6 +776,10 @@ DRIVER_HANDLERS = {
     "cuMemPoolCreate": "mem_pool_create", "cuMemPoolDestroy": "mem_pool_destroy",
     "cuDeviceSetMemPool": "device_set_mem_pool", "cuDeviceGetMemPool": "device_get_mem_pool",
     "cuDeviceGetDefaultMemPool": "device_get_default_mem_pool",
+    "cuMemAddressReserve": "vmm_reserve", "cuMemAddressFree": "vmm_address_free", "cuMemCreate": "vmm_create",
+    "cuMemRelease": "vmm_release", "cuMemMap": "vmm_map", "cuMemUnmap": "vmm_unmap",
+    "cuMemSetAccess": "vmm_set_access", "cuMemGetAccess": "vmm_get_access",
+    "cuMemGetAllocationGranularity": "vmm_granularity", "cuMemGetAllocationPropertiesFromHandle": "vmm_get_prop",
 }
 
 STREAM = "stream=handle:stream"

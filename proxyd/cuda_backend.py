@@ -330,6 +330,14 @@ class CudaBackend(Backend):
         self.check(self.lib.cuMemUnmap(addr, size), "cuMemUnmap")
         self.check(self.lib.cuMemRelease(h), "cuMemRelease")
 
+    def set_access(self, addr: int, size: int, device: int, flags: int):
+        desc = self.ffi.new("CUmemAccessDesc *")
+        desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE
+        desc.location.id = device
+        desc.flags = flags
+        self._set(self.mgmt[0])
+        self.check(self.lib.cuMemSetAccess(addr, size, desc, 1), f"cuMemSetAccess at {addr:#x} for device {device}")
+
     def host_register(self, buf):
         b = self.ffi.from_buffer(buf, require_writable=True)
         self._set(self.mgmt[0])

@@ -95,7 +95,7 @@ class Dispatcher:
     def __init__(self, backend):
         self.backend = backend
         # imported for their @handler registrations
-        from . import handlers, mempool  # noqa: F401
+        from . import handlers, mempool, vmm  # noqa: F401
         # Kernel launches are the hottest op by far (a training step issues
         # thousands): they get a direct path that skips the generic
         # bookkeeping but makes the same checks.

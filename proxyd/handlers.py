@@ -103,7 +103,7 @@ def destroy_context(d, sess, c):
         if o.ctx == c.id:
             release_object(d, sess, o)
     for a in [a for a in sess.arena.allocs.values() if a.chunk.device == c.device and c.primary]:
-        sess.arena.free(a.addr)
+        sess.arena.free(a.addr, vmm=a.chunk.vmm)
     d.backend.ctx_destroy(c.real)
     sess.drop_context(c)
 
@@ -232,6 +232,17 @@ def h_mem_range(d, sess, fn, ctx, args, **kw):
     return CUDA_SUCCESS, [a.addr if args[0] else None, a.size if args[1] else None]
 
 
+def _vmm_contiguous(sess, c, end: int) -> bool:
+    """The application's mappings (cuMemMap) are one range where they follow
+    each other without a hole, as on a GPU."""
+    while c.end < end:
+        nxt = sess.arena.chunk_at(c.end)
+        if nxt is None or not nxt.vmm:
+            return False
+        c = nxt
+    return True
+
+
 def check_range(sess, fn, addr: int, n: int, what: str) -> None:
     """[addr, addr + n) must lie inside one allocation of this session (or
     one __device__ variable it looked up): the driver refuses copies and
@@ -250,6 +261,8 @@ def check_range(sess, fn, addr: int, n: int, what: str) -> None:
         if hit is not None:
             a, off = hit
             if off + n <= max(a.extent, a.size):
+                return
+            if a.chunk.vmm and _vmm_contiguous(sess, a.chunk, addr + n):
                 return
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"{fn.name}: {what} of {n} bytes at {addr:#x} runs past the end of its allocation "

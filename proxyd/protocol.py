@@ -47,9 +47,11 @@ K_FUNCTION = 3
 K_STREAM = 4
 K_EVENT = 5
 K_MEM_POOL = 6      # proxyd-side objects (mempool.py); the shim never looks inside
+K_MEM_HANDLE = 7    # the application's physical allocations (cuMemCreate, vmm.py)
 
 KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
-              "stream": K_STREAM, "event": K_EVENT, "mem_pool": K_MEM_POOL}
+              "stream": K_STREAM, "event": K_EVENT, "mem_pool": K_MEM_POOL,
+              "mem_handle": K_MEM_HANDLE}
 KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
 
 # special stream handle values (cuda.h)

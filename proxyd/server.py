@@ -383,7 +383,9 @@ class Server:
 
     def _session_object(self, token: str, pid: int, exe: str, slot: int) -> Session:
         base = ARENA_BASE + slot * SLOT_SIZE
-        s = Session(token, pid, exe, slot, Arena(base, SLOT_SIZE, self.backend.map_chunk, self.backend.unmap_chunk))
+        s = Session(token, pid, exe, slot, Arena(base, SLOT_SIZE, self.backend.map_chunk, self.backend.unmap_chunk,
+                                                 on_reserve=getattr(self.backend, "vmm_reserve", None),
+                                                 on_release=getattr(self.backend, "vmm_release", None)))
         s.shm = ShmMap(token)
         nat = getattr(self.backend, "native", None)
         if nat is not None:

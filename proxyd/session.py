@@ -119,6 +119,8 @@ class Session:
         # the pool it came from; device -> its current pool (cuDeviceSetMemPool)
         self.pool_allocs: dict[int, int] = {}
         self.mem_pool_current: dict[int, int] = {}
+        # the application's VMM (vmm.py): mapped address -> id of its mem_handle
+        self.vmm_mapped: dict[int, int] = {}
         self.calls = 0
         self.pidns = ""                 # the client's pid namespace (reaping by pid)
 

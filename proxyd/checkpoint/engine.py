@@ -96,6 +96,8 @@ def describe(sess: Session) -> dict:
     from ..mempool import describe as describe_pools
     # memory pools of the stream-ordered allocator (their allocations are in the arena)
     out["mem_pools"], out["mem_pool_current"] = describe_pools(sess)
+    from ..vmm import describe as describe_vmm
+    out["mem_handles"] = describe_vmm(sess)     # the app's physical allocations (cuMemCreate)
     # who the process is, where this proxyd can tell (its pid namespace):
     # a restore refuses a process that is gone or whose pid now names
     # another process, and a root dump gives the image to the process's user
@@ -689,6 +691,8 @@ class Engine:
         sess.arena.rebuild(arena_desc)
         from ..mempool import rebuild as rebuild_pools
         rebuild_pools(sess, desc.get("mem_pools", []), desc.get("mem_pool_current", {}), dmap)
+        from ..vmm import rebuild as rebuild_vmm
+        rebuild_vmm(sess, desc.get("mem_handles", []), dmap)
         for f in desc["functions"]:
             mod = sess.objects[(P.K_MODULE, f["module"])]
             b.make_current(ctxs[f["ctx"]].real)

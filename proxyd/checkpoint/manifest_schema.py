@@ -197,7 +197,9 @@ SESSION = Obj({
                        optional={"recorded": Bool()}), 1 << 20),
     "arena": Obj({"base": U64, "size": U64,
                   "chunks": List(Tuple(U64, SIZE, DEVICE, Bool()), 1 << 22),
-                  "allocations": List(Tuple(U64, SIZE, SIZE), 1 << 24)}),
+                  "allocations": List(Tuple(U64, SIZE, SIZE), 1 << 24)},
+                 optional={"reservations": List(Tuple(U64, SIZE), 1 << 20),     # the app's VMM (vmm.py)
+                           "vmm_chunks": List(U64, 1 << 22)}),
     "shm": Obj({"staging": Opt(ID), "registered": List(ID, 1 << 16)}),
     "channel": Opt(CHANNEL),
     "addr_map": List(Tuple(U64, SIZE, U64), 1 << 16),
@@ -215,6 +217,9 @@ SESSION = Obj({
                            "access": Map(NUM, Int(0, 3), 1024), "allocs": List(Tuple(U64, SIZE), 1 << 24),
                            "used_high": U64}), 1 << 16),
     "mem_pool_current": Map(NUM, ID, 1024),
+    # the application's physical allocations (cuMemCreate, proxyd/vmm.py)
+    "mem_handles": List(Obj({"id": ID, "size": SIZE, "device": DEVICE, "mapped": Opt(U64), "used": Bool(),
+                             "prop": Str(64, r"[0-9a-f]*", "hex bytes")}), 1 << 20),
 })
 
 MANIFEST = Obj({

@@ -130,6 +130,7 @@ class EmuBackend(Backend):
         self._cur: EmuContext | None = None     # the context make_current chose
         self._mapped: dict[int, int] = {}                  # device -> bytes of arena chunks mapped
         self._chunk_dev: dict[int, tuple[int, int]] = {}   # chunk address -> (device, size)
+        self._reserved: dict[int, int] = {}                # the app's reservations: start -> size
 
     # ------------------------------------------------------------- memory
     def _register(self, addr: int, arr: np.ndarray):
@@ -151,6 +152,24 @@ class EmuBackend(Backend):
                 return arr[off:off + n]
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"device range {addr:#x}+{n} is not inside one allocation")
 
+    # The application's VMM (proxyd/vmm.py): a reservation is one array
+    # (anonymous memory, not committed until touched), and a mapping inside
+    # it is a slice of that array, so that contiguous mappings form one range
+    # for copies and kernels, as on a GPU. Reading an unmapped part of a
+    # reservation is not caught here (a GPU would fault).
+    def vmm_reserve(self, start: int, size: int):
+        import mmap
+        mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0))
+        self._register(start, np.frombuffer(mm, np.uint8))
+        self._reserved[start] = size
+
+    def vmm_release(self, start: int, size: int):
+        if self._reserved.pop(start, None) is not None:
+            self._unregister(start)
+
+    def _in_reservation(self, addr: int, size: int) -> bool:
+        return any(s <= addr and addr + size <= s + n for s, n in self._reserved.items())
+
     def map_chunk(self, dev: int, addr: int, size: int):
         # Like cuMemCreate on a GPU: CUDA_ERROR_OUT_OF_MEMORY when the device's
         # memory (EMU_TOTAL_MEM each) is used up, or when the host cannot back
@@ -159,6 +178,11 @@ class EmuBackend(Backend):
         if used + size > EMU_TOTAL_MEM:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of memory: {size} bytes requested, {EMU_TOTAL_MEM - used} "
                                                       f"of {EMU_TOTAL_MEM} free on emulated device {dev}")
+        if self._in_reservation(addr, size):
+            self.resolve(addr, size)[:] = 0          # fresh physical memory
+            self._mapped[dev] = used + size
+            self._chunk_dev[addr] = (dev, size)
+            return ("vmm", addr)
         try:
             arr = np.zeros(size, np.uint8)
         except (MemoryError, ValueError) as e:
@@ -170,7 +194,10 @@ class EmuBackend(Backend):
         return addr
 
     def unmap_chunk(self, backing):
-        self._unregister(backing)
+        if isinstance(backing, tuple):       # a mapping inside a reservation: the array stays
+            backing = backing[1]
+        else:
+            self._unregister(backing)
         dev, size = self._chunk_dev.pop(backing, (0, 0))
         self._mapped[dev] = self._mapped.get(dev, 0) - size
 
@@ -178,6 +205,9 @@ class EmuBackend(Backend):
         return None
 
     def chunk_array(self, backing) -> np.ndarray:
+        if isinstance(backing, tuple):       # a mapping inside a reservation
+            addr = backing[1]
+            return self.resolve(addr, self._chunk_dev[addr][1])
         return self._regions[backing]
 
     def copy_dtod(self, dev, dst, src, n):
