@@ -709,6 +709,19 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuMemGetAllocationGranularity": P("granularity=out_value; prop=in_buffer@sizeof(CUmemAllocationProp); "
                                        "option=scalar"),
     "cuMemGetAllocationPropertiesFromHandle": P("prop=out_value; handle=handle:mem_handle", "mem_handle:use"),
+    # issue 10, group 3: graphs from stream capture (proxyd/graphs.py)
+    "cuStreamBeginCapture_v2": P("hStream=handle:stream; mode=scalar", "stream:use"),
+    "cuStreamEndCapture": P("hStream=handle:stream; phGraph=out_value:graph", "graph:create; stream:use"),
+    "cuStreamIsCapturing": P("hStream=handle:stream; captureStatus=out_value", "stream:use"),
+    "cuThreadExchangeStreamCaptureMode": P("mode=out_value"),
+    "cuGraphInstantiateWithFlags": P("phGraphExec=out_value:graph_exec; hGraph=handle:graph; flags=scalar",
+                                     "graph_exec:create; graph:use"),
+    "cuGraphInstantiate_v2": P("phGraphExec=out_value:graph_exec; hGraph=handle:graph; "
+                               "phErrorNode=out_value:graph_node; logBuffer=out_buffer@bufferSize; bufferSize=scalar",
+                               "graph_exec:create; graph_node:create; graph:use"),
+    "cuGraphLaunch": P("hGraphExec=handle:graph_exec; hStream=handle:stream", "graph_exec:use; stream:use"),
+    "cuGraphDestroy": P("hGraph=handle:graph", "graph:destroy"),
+    "cuGraphExecDestroy": P("hGraphExec=handle:graph_exec", "graph_exec:destroy"),
 }
 
 DRIVER_ASYNC = {
@@ -717,7 +730,7 @@ DRIVER_ASYNC = {
     "cuMemsetD32Async", "cuEventRecord", "cuEventRecordWithFlags", "cuStreamWaitEvent",
     "cuEventDestroy_v2", "cuStreamDestroy_v2", "cuFuncSetAttribute", "cuFuncSetCacheConfig",
     "cuCtxSetCacheConfig", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
-    "cuLaunchHostFunc", "cuStreamAddCallback",
+    "cuLaunchHostFunc", "cuStreamAddCallback", "cuGraphLaunch",
 }
 
 DRIVER_SHIM_LOCAL = {
@@ -730,7 +743,7 @@ DRIVER_SHIM_LOCAL = {
     "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuCtxSetCurrent", "cuCtxGetCurrent",
     "cuCtxGetDevice", "cuDriverGetVersion", "cuFuncGetParamInfo", "cuFuncGetName",
     "cuProfilerStart", "cuProfilerStop", "cuOccupancyMaxPotentialBlockSize",
-    "cuOccupancyMaxPotentialBlockSizeWithFlags",
+    "cuOccupancyMaxPotentialBlockSizeWithFlags", "cuThreadExchangeStreamCaptureMode",
 }
 
 DRIVER_SHIM_OVERRIDE = {
@@ -780,6 +793,10 @@ DRIVER_HANDLERS = {
     "cuMemRelease": "vmm_release", "cuMemMap": "vmm_map", "cuMemUnmap": "vmm_unmap",
     "cuMemSetAccess": "vmm_set_access", "cuMemGetAccess": "vmm_get_access",
     "cuMemGetAllocationGranularity": "vmm_granularity", "cuMemGetAllocationPropertiesFromHandle": "vmm_get_prop",
+    "cuStreamBeginCapture_v2": "graph_begin_capture", "cuStreamEndCapture": "graph_end_capture",
+    "cuStreamIsCapturing": "graph_is_capturing", "cuGraphInstantiateWithFlags": "graph_instantiate",
+    "cuGraphInstantiate_v2": "graph_instantiate", "cuGraphLaunch": "graph_launch", "cuGraphDestroy": "graph_destroy",
+    "cuGraphExecDestroy": "graph_exec_destroy",
 }
 
 STREAM = "stream=handle:stream"
@@ -928,6 +945,18 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaDeviceGetDefaultMemPool": P("memPool=out_value:mem_pool; device=scalar", "mem_pool:create"),
     "cudaDeviceSetMemPool": P("device=scalar; memPool=handle:mem_pool", "mem_pool:use"),
     "cudaDeviceGetMemPool": P("memPool=out_value:mem_pool; device=scalar", "mem_pool:create"),
+    # issue 10, group 3
+    "cudaStreamBeginCapture": P(f"{STREAM}; mode=scalar", "stream:use"),
+    "cudaStreamEndCapture": P(f"{STREAM}; pGraph=out_value:graph", "graph:create; stream:use"),
+    "cudaStreamIsCapturing": P(f"{STREAM}; pCaptureStatus=out_value", "stream:use"),
+    "cudaThreadExchangeStreamCaptureMode": P("mode=out_value"),
+    "cudaGraphInstantiate": P("pGraphExec=out_value:graph_exec; graph=handle:graph; flags=scalar",
+                              "graph_exec:create; graph:use"),
+    "cudaGraphInstantiateWithFlags": P("pGraphExec=out_value:graph_exec; graph=handle:graph; flags=scalar",
+                                       "graph_exec:create; graph:use"),
+    "cudaGraphLaunch": P(f"graphExec=handle:graph_exec; {STREAM}", "graph_exec:use; stream:use"),
+    "cudaGraphDestroy": P("graph=handle:graph", "graph:destroy"),
+    "cudaGraphExecDestroy": P("graphExec=handle:graph_exec", "graph_exec:destroy"),
 }
 
 RUNTIME_ASYNC = {

@@ -101,6 +101,16 @@ static hf_entry *take(uint64_t id)
     return e;
 }
 
+static hf_entry *find(uint64_t id)
+{
+    pthread_mutex_lock(&tab_mu);
+    hf_entry *e = tab;
+    while (e && e->id != id)
+        e = e->next;
+    pthread_mutex_unlock(&tab_mu);
+    return e;
+}
+
 static void run_entry(hf_entry *e)
 {
     switch (e->kind) {
@@ -131,10 +141,15 @@ static void *hostfn_thread(void *arg)
             continue;
         }
         uint64_t id = __atomic_load_n(&gate->id, __ATOMIC_ACQUIRE);
-        hf_entry *e = take(id);
+        /* bit 63: a node of an executable graph, which runs again at every
+         * launch (proxyd/graphs.py): the entry stays in the table */
+        int keep = (int)(id >> 63);
+        id &= ~(1ULL << 63);
+        hf_entry *e = keep ? find(id) : take(id);
         if (e) {
             run_entry(e);
-            free(e);
+            if (!keep)
+                free(e);
         } else {
             gp_log("host function %llu requested by proxyd is unknown; the stream goes on",
                    (unsigned long long)id);

@@ -582,5 +582,8 @@ def h_host_func(d, sess, fn, ctx, args, **kw):
         gate = gate_for(sess, ref)
     except Exception as e:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: no host function gate ({e})") from e
-    d.backend.launch_host_func(stream, lambda: gate.run(ident))
+    # ops of an executable graph run again at every launch: the shim keeps
+    # the function in its table (bit 63 of the id, interceptor/hostfn.c)
+    ident_sent = ident | (1 << 63) if sess.graph_replay else ident
+    d.backend.launch_host_func(stream, lambda: gate.run(ident_sent))
     return CUDA_SUCCESS, []

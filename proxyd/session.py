@@ -121,6 +121,12 @@ class Session:
         self.mem_pool_current: dict[int, int] = {}
         # the application's VMM (vmm.py): mapped address -> id of its mem_handle
         self.vmm_mapped: dict[int, int] = {}
+        # stream capture (graphs.py): capturing stream value -> graph id, and
+        # events recorded inside a capture -> graph id; graph_replay is true
+        # while an executable graph's ops run
+        self.capture: dict[int, int] = {}
+        self.capture_events: dict[int, int] = {}
+        self.graph_replay = False
         self.calls = 0
         self.pidns = ""                 # the client's pid namespace (reaping by pid)
 

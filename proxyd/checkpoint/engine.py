@@ -98,6 +98,10 @@ def describe(sess: Session) -> dict:
     out["mem_pools"], out["mem_pool_current"] = describe_pools(sess)
     from ..vmm import describe as describe_vmm
     out["mem_handles"] = describe_vmm(sess)     # the app's physical allocations (cuMemCreate)
+    from ..graphs import describe as describe_graphs
+    out["graphs"] = describe_graphs(sess)         # graphs and executable graphs with their ops
+    out["capture"] = {str(k): v for k, v in sess.capture.items()}
+    out["capture_events"] = {str(k): v for k, v in sess.capture_events.items()}
     # who the process is, where this proxyd can tell (its pid namespace):
     # a restore refuses a process that is gone or whose pid now names
     # another process, and a root dump gives the image to the process's user
@@ -693,6 +697,8 @@ class Engine:
         rebuild_pools(sess, desc.get("mem_pools", []), desc.get("mem_pool_current", {}), dmap)
         from ..vmm import rebuild as rebuild_vmm
         rebuild_vmm(sess, desc.get("mem_handles", []), dmap)
+        from ..graphs import rebuild as rebuild_graphs
+        rebuild_graphs(sess, desc.get("graphs", []), desc.get("capture", {}), desc.get("capture_events", {}))
         for f in desc["functions"]:
             mod = sess.objects[(P.K_MODULE, f["module"])]
             b.make_current(ctxs[f["ctx"]].real)

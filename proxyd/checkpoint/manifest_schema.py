@@ -220,6 +220,13 @@ SESSION = Obj({
     # the application's physical allocations (cuMemCreate, proxyd/vmm.py)
     "mem_handles": List(Obj({"id": ID, "size": SIZE, "device": DEVICE, "mapped": Opt(U64), "used": Bool(),
                              "prop": Str(64, r"[0-9a-f]*", "hex bytes")}), 1 << 20),
+    # graphs and executable graphs (proxyd/graphs.py): their ops, re-checked
+    # by the dispatcher's argument types when launched
+    "graphs": List(Obj({"id": ID, "kind": Enum("graph", "exec"), "ctx": ID,
+                        "nodes": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 1 << 20)},
+                       optional={"origin": U64, "capturing": Bool(), "graph": ID}), 1 << 16),
+    "capture": Map(NUM, ID, 1 << 16),
+    "capture_events": Map(NUM, ID, 1 << 16),
 })
 
 MANIFEST = Obj({
