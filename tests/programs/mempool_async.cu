@@ -1,6 +1,6 @@
 // mempool_async: the stream-ordered allocator (issue 10, group 4):
 // cudaMallocAsync / cudaFreeAsync from the default pool, an explicit pool
-// (cudaMemPoolCreate) with its attributes and access map,
+// (cudaMemPoolCreate) with its attributes and its device's access,
 // cudaMallocFromPoolAsync, cudaDeviceSetMemPool / GetMemPool /
 // GetDefaultMemPool. An accumulator allocated with cudaMallocAsync before
 // the loop lives through every iteration (and through the checkpoints of
@@ -89,12 +89,8 @@ int main(int argc, char **argv)
     CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr));
     int follow = 0;
     CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseFollowEventDependencies, &follow));
-    cudaMemAccessDesc acc_desc;
-    memset(&acc_desc, 0, sizeof acc_desc);
-    acc_desc.location.type = cudaMemLocationTypeDevice;
-    acc_desc.location.id = 0;
-    acc_desc.flags = cudaMemAccessFlagsProtReadWrite;
-    CHECK(cudaMemPoolSetAccess(pool, &acc_desc, 1));
+    // (cudaMemPoolSetAccess is for other devices than the pool's own; this
+    // program runs on one. The pool's own device reads it read-write below.)
 
     int *acc;
     CHECK(cudaMallocAsync(&acc, N * sizeof(int), s));
