@@ -587,3 +587,8 @@ def h_host_func(d, sess, fn, ctx, args, **kw):
     ident_sent = ident | (1 << 63) if sess.graph_replay else ident
     d.backend.launch_host_func(stream, lambda: gate.run(ident_sent))
     return CUDA_SUCCESS, []
+
+
+# The handlers of the stream-ordered allocator, the application's VMM and
+# graphs live in modules of their own; importing this module registers them too.
+from . import graphs, mempool, vmm  # noqa: E402,F401
