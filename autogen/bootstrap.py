@@ -696,7 +696,6 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuDevicePrimaryCtxReset": P(DEV, "context:destroy; device:use"),
     "cuPointerGetAttributes": P("numAttributes=scalar; attributes=in_buffer@numAttributes * sizeof(CUpointer_attribute); "
                                 "data=out_buffer@numAttributes * sizeof(void *); ptr=device_ptr"),
-    "cuStreamIsCapturing": P("hStream=handle:stream; captureStatus=out_value", "stream:use"),
     "cuLibraryLoadData": P("library=out_value:library; code=in_buffer@?; "
                            "jitOptions=in_buffer@numJitOptions * sizeof(CUjit_option); jitOptionsValues=in_buffer@?; "
                            "numJitOptions=scalar; "
@@ -717,6 +716,54 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuKernelGetName": P("name=out_value; hfunc=handle:kernel", "kernel:use"),
     "cuKernelGetParamInfo": P("kernel=handle:kernel; paramIndex=scalar; paramOffset=out_value; paramSize=out_value",
                               "kernel:use"),
+    # issue 10, group 2: host functions (interceptor/hostfn.c)
+    "cuLaunchHostFunc": P("hStream=handle:stream; fn=callback; userData=host_ptr", "stream:use"),
+    "cuStreamAddCallback": P("hStream=handle:stream; callback=callback; userData=host_ptr; flags=scalar", "stream:use"),
+    # issue 10, group 4: stream-ordered allocator and pools (proxyd/mempool.py)
+    "cuMemAllocAsync": P("dptr=out_value:memory; bytesize=scalar; hStream=handle:stream", "memory:create; stream:use"),
+    "cuMemFreeAsync": P("dptr=device_ptr; hStream=handle:stream", "memory:destroy; stream:use"),
+    "cuMemAllocFromPoolAsync": P("dptr=out_value:memory; bytesize=scalar; pool=handle:mem_pool; hStream=handle:stream",
+                                 "memory:create; mem_pool:use; stream:use"),
+    "cuMemPoolTrimTo": P("pool=handle:mem_pool; minBytesToKeep=scalar", "mem_pool:use"),
+    "cuMemPoolSetAttribute": P("pool=handle:mem_pool; attr=scalar; value=in_buffer@?", "mem_pool:use"),
+    "cuMemPoolGetAttribute": P("pool=handle:mem_pool; attr=scalar; value=out_buffer@?", "mem_pool:use"),
+    "cuMemPoolSetAccess": P("pool=handle:mem_pool; map=in_buffer@count * sizeof(CUmemAccessDesc); count=scalar",
+                            "mem_pool:use"),
+    "cuMemPoolGetAccess": P("flags=out_value; memPool=handle:mem_pool; location=in_buffer@sizeof(CUmemLocation)",
+                            "mem_pool:use"),
+    "cuMemPoolCreate": P("pool=out_value:mem_pool; poolProps=in_buffer@sizeof(CUmemPoolProps)", "mem_pool:create"),
+    "cuMemPoolDestroy": P("pool=handle:mem_pool", "mem_pool:destroy"),
+    "cuDeviceSetMemPool": P(f"{DEV}; pool=handle:mem_pool", "device:use; mem_pool:use"),
+    "cuDeviceGetMemPool": P(f"pool=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
+    "cuDeviceGetDefaultMemPool": P(f"pool_out=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
+    # issue 10, group 4: the application's VMM (proxyd/vmm.py)
+    "cuMemAddressReserve": P("ptr=out_value:memory; size=scalar; alignment=scalar; addr=device_ptr; flags=scalar",
+                             "memory:create"),
+    "cuMemAddressFree": P("ptr=device_ptr; size=scalar", "memory:destroy"),
+    "cuMemCreate": P("handle=out_value:mem_handle; size=scalar; prop=in_buffer@sizeof(CUmemAllocationProp); "
+                     "flags=scalar", "mem_handle:create"),
+    "cuMemRelease": P("handle=handle:mem_handle", "mem_handle:destroy"),
+    "cuMemMap": P("ptr=device_ptr; size=scalar; offset=scalar; handle=handle:mem_handle; flags=scalar",
+                  "mem_handle:use"),
+    "cuMemUnmap": P("ptr=device_ptr; size=scalar"),
+    "cuMemSetAccess": P("ptr=device_ptr; size=scalar; desc=in_buffer@count * sizeof(CUmemAccessDesc); count=scalar"),
+    "cuMemGetAccess": P("flags=out_value; location=in_buffer@sizeof(CUmemLocation); ptr=device_ptr"),
+    "cuMemGetAllocationGranularity": P("granularity=out_value; prop=in_buffer@sizeof(CUmemAllocationProp); "
+                                       "option=scalar"),
+    "cuMemGetAllocationPropertiesFromHandle": P("prop=out_value; handle=handle:mem_handle", "mem_handle:use"),
+    # issue 10, group 3: graphs from stream capture (proxyd/graphs.py)
+    "cuStreamBeginCapture_v2": P("hStream=handle:stream; mode=scalar", "stream:use"),
+    "cuStreamEndCapture": P("hStream=handle:stream; phGraph=out_value:graph", "graph:create; stream:use"),
+    "cuStreamIsCapturing": P("hStream=handle:stream; captureStatus=out_value", "stream:use"),
+    "cuThreadExchangeStreamCaptureMode": P("mode=out_value"),
+    "cuGraphInstantiateWithFlags": P("phGraphExec=out_value:graph_exec; hGraph=handle:graph; flags=scalar",
+                                     "graph_exec:create; graph:use"),
+    "cuGraphInstantiate_v2": P("phGraphExec=out_value:graph_exec; hGraph=handle:graph; "
+                               "phErrorNode=out_value:graph_node; logBuffer=out_buffer@bufferSize; bufferSize=scalar",
+                               "graph_exec:create; graph_node:create; graph:use"),
+    "cuGraphLaunch": P("hGraphExec=handle:graph_exec; hStream=handle:stream", "graph_exec:use; stream:use"),
+    "cuGraphDestroy": P("hGraph=handle:graph", "graph:destroy"),
+    "cuGraphExecDestroy": P("hGraphExec=handle:graph_exec", "graph_exec:destroy"),
 }
 
 DRIVER_ASYNC = {
@@ -725,6 +772,7 @@ DRIVER_ASYNC = {
     "cuMemsetD32Async", "cuEventRecord", "cuEventRecordWithFlags", "cuStreamWaitEvent",
     "cuEventDestroy_v2", "cuStreamDestroy_v2", "cuFuncSetAttribute", "cuFuncSetCacheConfig",
     "cuCtxSetCacheConfig", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
+    "cuLaunchHostFunc", "cuStreamAddCallback", "cuGraphLaunch",
 }
 
 DRIVER_SHIM_LOCAL = {
@@ -737,12 +785,12 @@ DRIVER_SHIM_LOCAL = {
     "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuCtxSetCurrent", "cuCtxGetCurrent",
     "cuCtxGetDevice", "cuDriverGetVersion", "cuFuncGetParamInfo", "cuFuncGetName",
     "cuProfilerStart", "cuProfilerStop", "cuOccupancyMaxPotentialBlockSize",
-    "cuOccupancyMaxPotentialBlockSizeWithFlags",
+    "cuOccupancyMaxPotentialBlockSizeWithFlags", "cuThreadExchangeStreamCaptureMode",
     # answered in the shim, or sent as cuMemHostRegister_v2's op (interceptor/hostmap_api.c)
     "cuMemHostRegister", "cuMemHostGetDevicePointer_v2", "cuMemHostGetFlags", "cuMemAllocManaged",
     "cuMemPrefetchAsync_v2", "cuMemPrefetchAsync_v2_ptsz", "cuMemAdvise_v2",
     # static CUDA runtime: answered in the shim, on other (remoted) driver calls
-    "cuGetExportTable", "cuCtxGetDevice_v2", "cuPointerGetAttributes", "cuStreamIsCapturing", "cuLibraryLoadData",
+    "cuGetExportTable", "cuCtxGetDevice_v2", "cuPointerGetAttributes", "cuLibraryLoadData",
     "cuCtxSynchronize_v2", "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxReset",
     "cuLibraryUnload", "cuLibraryGetKernel", "cuLibraryGetModule", "cuKernelGetFunction", "cuLibraryGetGlobal",
     "cuKernelGetAttribute", "cuKernelSetAttribute", "cuKernelSetCacheConfig", "cuKernelGetName",
@@ -755,9 +803,12 @@ DRIVER_SHIM_OVERRIDE = {
     "cuMemcpyDtoH_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuCtxCreate_v4",
     "cuCtxDestroy_v2", "cuDevicePrimaryCtxRetain", "cuInit",
     "cuMemAllocHost_v2", "cuMemFreeHost", "cuMemHostAlloc",
-    "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
+    "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuLaunchHostFunc", "cuStreamAddCallback",
+    "cuMemPoolSetAttribute", "cuMemPoolGetAttribute",
     "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemFree_v2",
     "cuDevicePrimaryCtxReset_v2",
+    # capture queries answered locally until this process has begun a capture (interceptor/capture.c)
+    "cuStreamIsCapturing", "cuStreamBeginCapture_v2",
 }
 
 DRIVER_HANDLERS = {
@@ -788,6 +839,22 @@ DRIVER_HANDLERS = {
     "cuMemHostRegister_v2": "host_map", "cuMemHostUnregister": "host_unmap",
     "cuIpcGetMemHandle": "ipc_get_mem_handle", "cuIpcOpenMemHandle_v2": "ipc_open_mem_handle",
     "cuIpcCloseMemHandle": "ipc_close_mem_handle",
+    "cuLaunchHostFunc": "host_func", "cuStreamAddCallback": "host_func",
+    "cuMemAllocAsync": "mem_alloc_async", "cuMemFreeAsync": "mem_free_async",
+    "cuMemAllocFromPoolAsync": "mem_alloc_from_pool_async", "cuMemPoolTrimTo": "mem_pool_trim_to",
+    "cuMemPoolSetAttribute": "mem_pool_set_attribute", "cuMemPoolGetAttribute": "mem_pool_get_attribute",
+    "cuMemPoolSetAccess": "mem_pool_set_access", "cuMemPoolGetAccess": "mem_pool_get_access",
+    "cuMemPoolCreate": "mem_pool_create", "cuMemPoolDestroy": "mem_pool_destroy",
+    "cuDeviceSetMemPool": "device_set_mem_pool", "cuDeviceGetMemPool": "device_get_mem_pool",
+    "cuDeviceGetDefaultMemPool": "device_get_default_mem_pool",
+    "cuMemAddressReserve": "vmm_reserve", "cuMemAddressFree": "vmm_address_free", "cuMemCreate": "vmm_create",
+    "cuMemRelease": "vmm_release", "cuMemMap": "vmm_map", "cuMemUnmap": "vmm_unmap",
+    "cuMemSetAccess": "vmm_set_access", "cuMemGetAccess": "vmm_get_access",
+    "cuMemGetAllocationGranularity": "vmm_granularity", "cuMemGetAllocationPropertiesFromHandle": "vmm_get_prop",
+    "cuStreamBeginCapture_v2": "graph_begin_capture", "cuStreamEndCapture": "graph_end_capture",
+    "cuStreamIsCapturing": "graph_is_capturing", "cuGraphInstantiateWithFlags": "graph_instantiate",
+    "cuGraphInstantiate_v2": "graph_instantiate", "cuGraphLaunch": "graph_launch", "cuGraphDestroy": "graph_destroy",
+    "cuGraphExecDestroy": "graph_exec_destroy",
 }
 
 STREAM = "stream=handle:stream"
@@ -928,6 +995,39 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaIpcGetMemHandle": P("handle=out_value; devPtr=device_ptr"),
     "cudaIpcOpenMemHandle": P("devPtr=out_value:memory; handle=scalar; flags=scalar", "memory:create"),
     "cudaIpcCloseMemHandle": P("devPtr=device_ptr"),
+    # issue 10, group 2
+    "cudaLaunchHostFunc": P(f"{STREAM}; fn=callback; userData=host_ptr", "stream:use"),
+    "cudaStreamAddCallback": P(f"{STREAM}; callback=callback; userData=host_ptr; flags=scalar", "stream:use"),
+    # issue 10, group 4
+    "cudaMallocAsync": P("devPtr=out_value:memory; size=scalar; hStream=handle:stream", "memory:create; stream:use"),
+    "cudaFreeAsync": P("devPtr=device_ptr; hStream=handle:stream", "memory:destroy; stream:use"),
+    "cudaMallocFromPoolAsync": P("ptr=out_value:memory; size=scalar; memPool=handle:mem_pool; stream=handle:stream",
+                                 "memory:create; mem_pool:use; stream:use"),
+    "cudaMemPoolTrimTo": P("memPool=handle:mem_pool; minBytesToKeep=scalar", "mem_pool:use"),
+    "cudaMemPoolSetAttribute": P("memPool=handle:mem_pool; attr=scalar; value=in_buffer@?", "mem_pool:use"),
+    "cudaMemPoolGetAttribute": P("memPool=handle:mem_pool; attr=scalar; value=out_buffer@?", "mem_pool:use"),
+    "cudaMemPoolSetAccess": P("memPool=handle:mem_pool; descList=in_buffer@count * sizeof(struct cudaMemAccessDesc); "
+                              "count=scalar", "mem_pool:use"),
+    "cudaMemPoolGetAccess": P("flags=out_value; memPool=handle:mem_pool; "
+                              "location=in_buffer@sizeof(struct cudaMemLocation)", "mem_pool:use"),
+    "cudaMemPoolCreate": P("memPool=out_value:mem_pool; poolProps=in_buffer@sizeof(struct cudaMemPoolProps)",
+                           "mem_pool:create"),
+    "cudaMemPoolDestroy": P("memPool=handle:mem_pool", "mem_pool:destroy"),
+    "cudaDeviceGetDefaultMemPool": P("memPool=out_value:mem_pool; device=scalar", "mem_pool:create"),
+    "cudaDeviceSetMemPool": P("device=scalar; memPool=handle:mem_pool", "mem_pool:use"),
+    "cudaDeviceGetMemPool": P("memPool=out_value:mem_pool; device=scalar", "mem_pool:create"),
+    # issue 10, group 3
+    "cudaStreamBeginCapture": P(f"{STREAM}; mode=scalar", "stream:use"),
+    "cudaStreamEndCapture": P(f"{STREAM}; pGraph=out_value:graph", "graph:create; stream:use"),
+    "cudaStreamIsCapturing": P(f"{STREAM}; pCaptureStatus=out_value", "stream:use"),
+    "cudaThreadExchangeStreamCaptureMode": P("mode=out_value"),
+    "cudaGraphInstantiate": P("pGraphExec=out_value:graph_exec; graph=handle:graph; flags=scalar",
+                              "graph_exec:create; graph:use"),
+    "cudaGraphInstantiateWithFlags": P("pGraphExec=out_value:graph_exec; graph=handle:graph; flags=scalar",
+                                       "graph_exec:create; graph:use"),
+    "cudaGraphLaunch": P(f"graphExec=handle:graph_exec; {STREAM}", "graph_exec:use; stream:use"),
+    "cudaGraphDestroy": P("graph=handle:graph", "graph:destroy"),
+    "cudaGraphExecDestroy": P("graphExec=handle:graph_exec", "graph_exec:destroy"),
 }
 
 RUNTIME_ASYNC = {

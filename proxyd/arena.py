@@ -14,6 +14,12 @@ Backing is the backend's business: `map_chunk(dev, addr, size)` returns an
 opaque handle (VMM memory on a GPU, a numpy array on the emulated backend),
 `unmap_chunk(handle)` releases it.
 
+The application's own virtual memory management (cuMemAddressReserve,
+cuMemMap, ...: proxyd/vmm.py) lives here too: a reservation takes a range of
+the slice like a chunk would, and a mapping inside it is a chunk of its own
+(`vmm`), with one allocation covering it, so that checkpoints store and
+restore it like any other memory, at the same address.
+
 Locking: an Arena belongs to one session and is used by the daemon's main
 loop only; checkpoint code reads it while the session is quiesced.
 """
@@ -102,6 +108,7 @@ class Chunk:
     backing: Any = None
     free: _Ranges | None = None
     live: int = 0
+    vmm: bool = False      # mapped by the application (cuMemMap) inside one of its reservations
 
     @property
     def end(self) -> int:
@@ -124,9 +131,14 @@ class Arena:
     unmap_chunk: Callable[[Any], None]
     chunks: dict[int, Chunk] = field(default_factory=dict)
     allocs: dict[int, Allocation] = field(default_factory=dict)
+    # told of the application's reservations (the emulated backend backs a
+    # reservation with one array, so that contiguous mappings are one range)
+    on_reserve: Callable[[int, int], None] | None = None
+    on_release: Callable[[int, int], None] | None = None
 
     def __post_init__(self):
         self._va = _Ranges(self.base, self.base + self.size)
+        self.reservations: dict[int, int] = {}     # start -> size (cuMemAddressReserve)
         self._chunk_starts: list[int] = []
         self._alloc_starts: list[int] = []
 
@@ -158,8 +170,10 @@ class Arena:
         return self.base <= addr < self.base + self.size
 
     # ------------------------------------------------------------- mutation
-    def _new_chunk(self, size: int, device: int, small: bool, start: int | None = None) -> Chunk:
-        if start is None:
+    def _new_chunk(self, size: int, device: int, small: bool, start: int | None = None, vmm: bool = False) -> Chunk:
+        if vmm:
+            pass        # inside a reservation, whose range _va already counts as used
+        elif start is None:
             start = self._va.take(size, GRANULARITY)
             if start is None:
                 raise ArenaError(CUDA_ERROR_OUT_OF_MEMORY, "session address space exhausted")
@@ -168,9 +182,10 @@ class Arena:
         try:
             backing = self.map_chunk(device, start, size)
         except Exception:
-            self._va.give(start, start + size)
+            if not vmm:
+                self._va.give(start, start + size)
             raise
-        c = Chunk(start, size, device, small, backing, _Ranges(start, start + size) if small else None)
+        c = Chunk(start, size, device, small, backing, _Ranges(start, start + size) if small else None, vmm=vmm)
         self.chunks[start] = c
         bisect.insort(self._chunk_starts, start)
         return c
@@ -179,7 +194,8 @@ class Arena:
         self.unmap_chunk(c.backing)
         del self.chunks[c.start]
         self._chunk_starts.remove(c.start)
-        self._va.give(c.start, c.end)
+        if not c.vmm:
+            self._va.give(c.start, c.end)
 
     def alloc(self, size: int, device: int = 0) -> int:
         if size <= 0:
@@ -205,10 +221,15 @@ class Arena:
         bisect.insort(self._alloc_starts, addr)
         return addr
 
-    def free(self, addr: int) -> Allocation:
-        a = self.allocs.pop(addr, None)
+    def free(self, addr: int, vmm: bool = False) -> Allocation:
+        a = self.allocs.get(addr)
         if a is None:
             raise ArenaError(CUDA_ERROR_INVALID_VALUE, f"{addr:#x} is not the start of a live allocation")
+        if a.chunk.vmm != vmm:
+            raise ArenaError(CUDA_ERROR_INVALID_VALUE,
+                             f"{addr:#x} was mapped with cuMemMap: cuMemUnmap releases it" if a.chunk.vmm else
+                             f"{addr:#x} was not mapped with cuMemMap")
+        del self.allocs[addr]
         self._alloc_starts.remove(addr)
         c = a.chunk
         c.live -= 1
@@ -220,9 +241,71 @@ class Arena:
             self._drop_chunk(c)
         return a
 
+    # ---------------------------------------- the application's VMM (vmm.py)
+    def reserve_range(self, size: int, alignment: int = 0, hint: int = 0) -> int:
+        """cuMemAddressReserve: size is a multiple of the granularity; the
+        hint is honoured when that range is free (cuda.h: "hint")."""
+        if size <= 0 or size % GRANULARITY:
+            raise ArenaError(CUDA_ERROR_INVALID_VALUE, f"reservation of {size} bytes (not a multiple of "
+                                                       f"{GRANULARITY})")
+        align = max(GRANULARITY, alignment or 0)
+        if align & (align - 1):
+            raise ArenaError(CUDA_ERROR_INVALID_VALUE, f"alignment {alignment} is not a power of two")
+        start = None
+        if hint and hint % align == 0 and self.contains(hint) and self.contains(hint + size - 1):
+            try:
+                self._va.reserve(hint, hint + size)
+                start = hint
+            except ArenaError:
+                start = None
+        if start is None:
+            start = self._va.take(size, align)
+            if start is None:
+                raise ArenaError(CUDA_ERROR_OUT_OF_MEMORY, "session address space exhausted")
+        self.reservations[start] = size
+        if self.on_reserve:
+            self.on_reserve(start, size)
+        return start
+
+    def reservation_of(self, addr: int, size: int) -> int | None:
+        for s, n in self.reservations.items():
+            if s <= addr and addr + size <= s + n:
+                return s
+        return None
+
+    def free_range(self, start: int, size: int):
+        """cuMemAddressFree: the whole reservation, with nothing mapped in it."""
+        if self.reservations.get(start) != size:
+            raise ArenaError(CUDA_ERROR_INVALID_VALUE, f"{start:#x}+{size:#x} is not a reservation")
+        if any(c.vmm and start <= c.start < start + size for c in self.chunks.values()):
+            raise ArenaError(CUDA_ERROR_INVALID_VALUE, f"reservation {start:#x} still has mappings")
+        del self.reservations[start]
+        self._va.give(start, start + size)
+        if self.on_release:
+            self.on_release(start, size)
+
+    def map_in_reservation(self, addr: int, size: int, device: int) -> Allocation:
+        """cuMemMap of a whole physical allocation: a chunk of its own at addr."""
+        if addr % GRANULARITY or size <= 0 or size % GRANULARITY:
+            raise ArenaError(CUDA_ERROR_INVALID_VALUE, f"mapping {addr:#x}+{size:#x} is not granularity-aligned")
+        if self.reservation_of(addr, size) is None:
+            raise ArenaError(CUDA_ERROR_INVALID_VALUE, f"{addr:#x}+{size:#x} is not inside one reservation")
+        for c in self.chunks.values():
+            if c.start < addr + size and addr < c.end:
+                raise ArenaError(CUDA_ERROR_INVALID_VALUE, f"{addr:#x}+{size:#x} overlaps a mapping at {c.start:#x}")
+        c = self._new_chunk(size, device, small=False, start=addr, vmm=True)
+        c.live = 1
+        a = self.allocs[addr] = Allocation(addr, size, c, size)
+        bisect.insort(self._alloc_starts, addr)
+        return a
+
     def release_all(self):
         for c in list(self.chunks.values()):
             self.unmap_chunk(c.backing)
+        if self.on_release:
+            for s, n in self.reservations.items():
+                self.on_release(s, n)
+        self.reservations.clear()
         self.chunks.clear()
         self.allocs.clear()
         self._chunk_starts.clear()
@@ -237,14 +320,25 @@ class Arena:
             "size": self.size,
             "chunks": [[c.start, c.size, c.device, c.small] for c in sorted(self.chunks.values(), key=lambda c: c.start)],
             "allocations": [[a.addr, a.size, a.extent] for a in sorted(self.allocs.values(), key=lambda a: a.addr)],
+            # the application's reservations and the chunks it mapped in them
+            "reservations": [[s, n] for s, n in sorted(self.reservations.items())],
+            "vmm_chunks": sorted(c.start for c in self.chunks.values() if c.vmm),
         }
 
     def rebuild(self, desc: dict):
         """Re-creates chunks and allocations at their recorded addresses."""
         if self.chunks:
             raise ArenaError(CUDA_ERROR_INVALID_VALUE, "rebuild into a non-empty arena")
+        for start, size in desc.get("reservations", []):
+            self._va.reserve(start, start + size)
+            self.reservations[start] = size
+            if self.on_reserve:
+                self.on_reserve(start, size)
+        vmm = set(desc.get("vmm_chunks", []))
         for start, size, device, small in desc["chunks"]:
-            self._new_chunk(size, device, small, start=start)
+            if start in vmm and self.reservation_of(start, size) is None:
+                raise ArenaError(CUDA_ERROR_INVALID_VALUE, f"mapping {start:#x} outside every reservation")
+            self._new_chunk(size, device, small, start=start, vmm=start in vmm)
         for addr, size, extent in desc["allocations"]:
             c = self.chunk_at(addr)
             if c is None:

@@ -113,6 +113,14 @@ class Backend:
     def stream(self, special: int) -> Any:
         """The backend's value for the NULL / legacy / per-thread stream handle."""
         raise NotImplementedError
+    def set_access(self, addr: int, size: int, device: int, flags: int) -> None:
+        """cuMemSetAccess of [addr, addr + size) for another device (the
+        application's VMM mappings, vmm.py)."""
+
+    def launch_host_func(self, stream: Any, run) -> None:
+        """Enqueues run() (a Python callable, no arguments) in stream, in
+        stream order: work enqueued later waits until it returned."""
+        raise NotImplementedError
     def stream_sync(self, stream: Any) -> None: raise NotImplementedError
     def event_sync(self, event: Any) -> None: raise NotImplementedError
     def event_mark_complete(self, event: Any) -> None:

@@ -128,6 +128,7 @@ int cuEventRecord(void *e, void *s);
 int cuEventSynchronize(void *e);
 int cuEventQuery(void *e);
 int cuEventDestroy_v2(void *e);
+int cuLaunchHostFunc(void *s, void (*fn)(void *), void *userData);
 """
 
 # constants from cuda.h
@@ -345,6 +346,14 @@ class CudaBackend(Backend):
         self._set(self.mgmt[dev])
         self.check(self.lib.cuMemUnmap(addr, size), "cuMemUnmap")
         self.check(self.lib.cuMemRelease(h), "cuMemRelease")
+
+    def set_access(self, addr: int, size: int, device: int, flags: int):
+        desc = self.ffi.new("CUmemAccessDesc *")
+        desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE
+        desc.location.id = device
+        desc.flags = flags
+        self._set(self.mgmt[0])
+        self.check(self.lib.cuMemSetAccess(addr, size, desc, 1), f"cuMemSetAccess at {addr:#x} for device {device}")
 
     def host_register(self, buf):
         b = self.ffi.from_buffer(buf, require_writable=True)
@@ -689,6 +698,39 @@ class CudaBackend(Backend):
     # ------------------------------------------------------------- streams
     def stream(self, special: int):
         return special      # NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD are their own values
+
+    def launch_host_func(self, stream, run):
+        """cuLaunchHostFunc with a worker-side function: the driver calls it
+        on its own thread when the stream reaches it, and the stream waits
+        until it returned (CUDA Driver API, cuLaunchHostFunc). It must not
+        call CUDA, and does not: it only waits for the client (hostfn.py).
+        One cffi callback for all; userData is a key into _host_calls."""
+        if getattr(self, "_host_cb", None) is None:
+            self._host_calls = {}
+            self._host_next = 0
+            self._host_mu = threading.Lock()
+
+            @self.ffi.callback("void(void *)")
+            def _host_cb(user):
+                key = int(self.ffi.cast("uintptr_t", user))
+                with self._host_mu:
+                    fn = self._host_calls.pop(key, None)
+                if fn is None:
+                    return
+                try:
+                    fn()
+                except Exception:       # never let an exception into the driver's thread
+                    log.exception("host function failed in proxyd")
+            self._host_cb = _host_cb
+        with self._host_mu:
+            self._host_next += 1
+            key = self._host_next
+            self._host_calls[key] = run
+        r = self.lib.cuLaunchHostFunc(self.vp(stream), self._host_cb, self.vp(key))
+        if r != CUDA_SUCCESS:
+            with self._host_mu:
+                self._host_calls.pop(key, None)
+            self.check(r, "cuLaunchHostFunc")
 
     def stream_sync(self, stream):
         self.check(self.lib.cuStreamSynchronize(self.vp(stream)), "cuStreamSynchronize")

@@ -96,9 +96,8 @@ class Dispatcher:
     def __init__(self, backend):
         self.backend = backend
         # imported for their @handler registrations
-        from . import handlers  # noqa: F401
-        from . import hostmap  # noqa: F401
-        from . import ipc  # noqa: F401
+        from . import graphs, handlers, hostmap, ipc, mempool, vmm  # noqa: F401
+        self._capture_op = graphs.capture_op
         # Kernel launches are the hottest op by far (a training step issues
         # thousands): they get a direct path that skips the generic
         # bookkeeping but makes the same checks.
@@ -257,7 +256,7 @@ class Dispatcher:
         fast = self.fast
         if not isinstance(ops, list):
             return CUDA_ERROR_INVALID_VALUE, None, "malformed message: the ops are not a list"
-        nat = getattr(self.backend, "native", None) if raw is not None else None
+        nat = getattr(self.backend, "native", None) if raw is not None and not sess.capture else None
         if nat is not None and not any(isinstance(op, list) and op and type(op[0]) is int and op[0] in fast
                                        for op in ops):
             nat = None      # no launch in this message
@@ -269,6 +268,24 @@ class Dispatcher:
         i, nops = 0, len(ops)
         while i < nops:
             op = ops[i]
+            if sess.capture:
+                # a stream is capturing (graphs.py): its ops go into the graph
+                captured, c, m = self._capture_op(self, sess, op)
+                if captured:
+                    sess.calls += 1
+                    fid = op[0]
+                    fn = FUNCTIONS.get(fid)
+                    if i == nops - 1 and fn is not None and fn.sync:
+                        code, outs, msg = c, ([None] * sum(1 for p in fn.params if p[1] in ("out_value", "out_buffer"))
+                                              if c == CUDA_SUCCESS else None), m
+                    elif c != CUDA_SUCCESS:
+                        sess.note_async_error(c, fid, m)
+                    if nat is not None:
+                        off = nat.skip(raw, off)
+                        if off < 0:
+                            nat = None
+                    i += 1
+                    continue
             h = fast.get(op[0]) if isinstance(op, list) and op and type(op[0]) is int else None
             if h is not None and nat is not None:
                 done, off2, err, erri = self.backend.native_launches(sess.slot, raw, off, nops - i)

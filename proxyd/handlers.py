@@ -105,7 +105,7 @@ def destroy_context(d, sess, c):
         if o.ctx == c.id:
             release_object(d, sess, o)
     for a in [a for a in sess.arena.allocs.values() if a.chunk.device == c.device and c.primary]:
-        sess.arena.free(a.addr)
+        sess.arena.free(a.addr, vmm=a.chunk.vmm)
     d.backend.ctx_destroy(c.real)
     sess.drop_context(c)
 
@@ -215,6 +215,8 @@ def h_mem_free(d, sess, fn, ctx, args, **kw):
         sess.arena.free(addr)
     except ArenaError as e:
         raise CudaError(e.code, f"cuMemFree: {e}") from e
+    from .mempool import forget_allocation
+    forget_allocation(sess, addr)
     return CUDA_SUCCESS, []
 
 
@@ -230,6 +232,17 @@ def h_mem_range(d, sess, fn, ctx, args, **kw):
         raise CudaError(CUDA_ERROR_NOT_FOUND, f"{addr:#x} is not inside a device allocation")
     a, _off = hit
     return CUDA_SUCCESS, [a.addr if args[0] else None, a.size if args[1] else None]
+
+
+def _vmm_contiguous(sess, c, end: int) -> bool:
+    """The application's mappings (cuMemMap) are one range where they follow
+    each other without a hole, as on a GPU."""
+    while c.end < end:
+        nxt = sess.arena.chunk_at(c.end)
+        if nxt is None or not nxt.vmm:
+            return False
+        c = nxt
+    return True
 
 
 def check_range(sess, fn, addr: int, n: int, what: str) -> None:
@@ -254,6 +267,8 @@ def check_range(sess, fn, addr: int, n: int, what: str) -> None:
         if hit is not None:
             a, off = hit
             if off + n <= max(a.extent, a.size):
+                return
+            if a.chunk.vmm and _vmm_contiguous(sess, a.chunk, addr + n):
                 return
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"{fn.name}: {what} of {n} bytes at {addr:#x} runs past the end of its allocation "
@@ -549,3 +564,37 @@ def h_event_record(d, sess, fn, ctx, args, fid=0, ctxh=0, **kw):
     if code == CUDA_SUCCESS:
         sess.get(P.K_EVENT, int(args[0])).info["recorded"] = True
     return code, outs
+
+
+# ------------------------------------------------------------ host functions
+
+@handler("host_func")
+def h_host_func(d, sess, fn, ctx, args, **kw):
+    """cuLaunchHostFunc / cuStreamAddCallback (and _ptsz): the shim sends
+    [stream, id, gate] (+ flags), where id names the application's function
+    in the shim's table (the `fn`/`callback` slot) and gate is a shared-memory
+    reference (the `userData` slot): the function and its data never leave
+    the application's process (interceptor/hostfn.c, proxyd/hostfn.py).
+    The backend enqueues a host function of the worker's own in the stream,
+    which has the client run the application's and waits for it."""
+    from .hostfn import gate_for
+    stream = stream_of(d, sess, args[0])
+    ident, ref = args[1], args[2]
+    if type(ident) is not int or ident <= 0 or not isinstance(ref, P.ShmRef):
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: malformed host function op")
+    if len(args) > 3 and int(args[3] or 0) != 0:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: flags must be 0")
+    try:
+        gate = gate_for(sess, ref)
+    except Exception as e:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: no host function gate ({e})") from e
+    # ops of an executable graph run again at every launch: the shim keeps
+    # the function in its table (bit 63 of the id, interceptor/hostfn.c)
+    ident_sent = ident | (1 << 63) if sess.graph_replay else ident
+    d.backend.launch_host_func(stream, lambda: gate.run(ident_sent))
+    return CUDA_SUCCESS, []
+
+
+# The handlers of the stream-ordered allocator, the application's VMM and
+# graphs live in modules of their own; importing this module registers them too.
+from . import graphs, mempool, vmm  # noqa: E402,F401

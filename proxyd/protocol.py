@@ -46,9 +46,14 @@ K_MODULE = 2
 K_FUNCTION = 3
 K_STREAM = 4
 K_EVENT = 5
+K_MEM_POOL = 6      # proxyd-side objects (mempool.py); the shim never looks inside
+K_MEM_HANDLE = 7    # the application's physical allocations (cuMemCreate, vmm.py)
+K_GRAPH = 8         # graphs and executable graphs (graphs.py)
+K_GRAPH_EXEC = 9
 
 KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
-              "stream": K_STREAM, "event": K_EVENT}
+              "stream": K_STREAM, "event": K_EVENT, "mem_pool": K_MEM_POOL,
+              "mem_handle": K_MEM_HANDLE, "graph": K_GRAPH, "graph_exec": K_GRAPH_EXEC}
 KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
 
 # special stream handle values (cuda.h)

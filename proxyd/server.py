@@ -427,7 +427,9 @@ class Server:
 
     def _session_object(self, token: str, pid: int, exe: str, slot: int) -> Session:
         base = ARENA_BASE + slot * SLOT_SIZE
-        s = Session(token, pid, exe, slot, Arena(base, SLOT_SIZE, self.backend.map_chunk, self.backend.unmap_chunk))
+        s = Session(token, pid, exe, slot, Arena(base, SLOT_SIZE, self.backend.map_chunk, self.backend.unmap_chunk,
+                                                 on_reserve=getattr(self.backend, "vmm_reserve", None),
+                                                 on_release=getattr(self.backend, "vmm_release", None)))
         s.shm = ShmMap(token)
         nat = getattr(self.backend, "native", None)
         if nat is not None:
@@ -450,7 +452,9 @@ class Server:
     def _release(self, s: Session, unreserve: bool = True):
         """Frees everything a session holds in proxyd and on the device."""
         from .handlers import destroy_context
+        from .hostfn import close_gates
         try:
+            close_gates(s)      # first: a pending host function would hold the context's synchronisation
             from . import ipc
             ipc.release(self.dispatcher, s)
             for c in list(s.contexts.values()):
@@ -585,6 +589,8 @@ class Server:
     def detach_shared(self, s: Session):
         """Drops this worker's mappings of the client's shared memory (the
         client re-creates it; on_hello maps the new files)."""
+        from .hostfn import close_gates
+        close_gates(s)
         for seg, tok in list(s.shm.registered.items()):
             if tok is not None:
                 try:

@@ -121,6 +121,21 @@ class Session:
         # session has not created yet: the flags it will be created with
         self.primary_flags: dict[int, int] = {}
         self.chan = None                # fast channel (channel.py), same host only
+        # client segment id -> hostfn.Gate: where host functions are handed
+        # to the client (hostfn.py)
+        self.hostfn_gates: dict = {}
+        # stream-ordered allocator (mempool.py): allocation address -> id of
+        # the pool it came from; device -> its current pool (cuDeviceSetMemPool)
+        self.pool_allocs: dict[int, int] = {}
+        self.mem_pool_current: dict[int, int] = {}
+        # the application's VMM (vmm.py): mapped address -> id of its mem_handle
+        self.vmm_mapped: dict[int, int] = {}
+        # stream capture (graphs.py): capturing stream value -> graph id, and
+        # events recorded inside a capture -> graph id; graph_replay is true
+        # while an executable graph's ops run
+        self.capture: dict[int, int] = {}
+        self.capture_events: dict[int, int] = {}
+        self.graph_replay = False
         self.calls = 0
         self.pidns = ""                 # the client's pid namespace (reaping by pid)
         self.key_uid = None             # keyed tcp: the uid of the client key's user (curve.py)

@@ -865,8 +865,20 @@ class Supervisor:
                     self.reply(rid, seq, error=f"session of pid {old.pid} is live in this proxyd; dump it "
                                                f"without --leave-running first")
                     return
+                pid = int(result.get("pid") or 0)
+                other = next((x for t, x in self.entries.items() if t != token and pid and x.pid == pid
+                              and x.state in ("running", "released")), None)
+                if other is not None:
+                    # the image names another session than the one this pid
+                    # has here (an edited token, or another process's image):
+                    # two sessions for one pid would make --pid ambiguous
+                    wk.exit_reason = "restore refused"
+                    self._stop_worker(wk)
+                    self.reply(rid, seq, error=f"the image's session {token} is not the session of pid {pid} in "
+                                               f"this proxyd ({other.token}, {other.state})")
+                    return
                 wk.token = token
-                e = Entry(token, int(result.get("pid") or 0), str(result.get("exe", "")))
+                e = Entry(token, pid, str(result.get("exe", "")))
                 e.uid = image_uid if image_uid is not None else asker
                 if old is not None:
                     e.exe, e.pidns, e.pidfd = old.exe or e.exe, old.pidns, old.pidfd

@@ -305,7 +305,7 @@ def test_specload_rejects_handle_without_kind(tmp_path):
      r"cuStreamGetFlags: param hStream: kind 'teapot'"),
     (lambda d: _entry(d, "cuStreamQuery").update(objects=[{"kind": "stream", "effect": "eat"}]),
      r"cuStreamQuery: object effect"),
-    (lambda d: _entry(d, "cuStreamAddCallback").update(status="supported"),
+    (lambda d: [_entry(d, "cuStreamAddCallback").pop(k) for k in ("handler", "shim")],
      r"cuStreamAddCallback: supported without a handler, but param callback is a callback"),
 ])
 def test_specload_rejects_bad_entries(tmp_path, edit, pattern):

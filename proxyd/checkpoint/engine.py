@@ -95,6 +95,15 @@ def describe(sess: Session) -> dict:
         "replay": [[fid, ctxh, [_jsonable(a) for a in args]] for fid, ctxh, args in sess.replay.values()],
         "primary_flags": {str(d): f for d, f in sess.primary_flags.items()},
     }
+    from ..mempool import describe as describe_pools
+    # memory pools of the stream-ordered allocator (their allocations are in the arena)
+    out["mem_pools"], out["mem_pool_current"] = describe_pools(sess)
+    from ..vmm import describe as describe_vmm
+    out["mem_handles"] = describe_vmm(sess)     # the app's physical allocations (cuMemCreate)
+    from ..graphs import describe as describe_graphs
+    out["graphs"] = describe_graphs(sess)         # graphs and executable graphs with their ops
+    out["capture"] = {str(k): v for k, v in sess.capture.items()}
+    out["capture_events"] = {str(k): v for k, v in sess.capture_events.items()}
     # who the process is, where this proxyd can tell (its pid namespace):
     # a restore refuses a process that is gone or whose pid now names
     # another process, and a root dump gives the image to the process's user
@@ -702,6 +711,12 @@ class Engine:
         arena_desc = dict(desc["arena"])
         arena_desc["chunks"] = [[s, n, dmap(d), small] for s, n, d, small in desc["arena"]["chunks"]]
         sess.arena.rebuild(arena_desc)
+        from ..mempool import rebuild as rebuild_pools
+        rebuild_pools(sess, desc.get("mem_pools", []), desc.get("mem_pool_current", {}), dmap)
+        from ..vmm import rebuild as rebuild_vmm
+        rebuild_vmm(sess, desc.get("mem_handles", []), dmap)
+        from ..graphs import rebuild as rebuild_graphs
+        rebuild_graphs(sess, desc.get("graphs", []), desc.get("capture", {}), desc.get("capture_events", {}))
         for f in desc["functions"]:
             mod = sess.objects[(P.K_MODULE, f["module"])]
             b.make_current(ctxs[f["ctx"]].real)

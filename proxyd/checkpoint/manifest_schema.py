@@ -197,7 +197,9 @@ SESSION = Obj({
                        optional={"recorded": Bool()}), 1 << 20),
     "arena": Obj({"base": U64, "size": U64,
                   "chunks": List(Tuple(U64, SIZE, DEVICE, Bool()), 1 << 22),
-                  "allocations": List(Tuple(U64, SIZE, SIZE), 1 << 24)}),
+                  "allocations": List(Tuple(U64, SIZE, SIZE), 1 << 24)},
+                 optional={"reservations": List(Tuple(U64, SIZE), 1 << 20),     # the app's VMM (vmm.py)
+                           "vmm_chunks": List(U64, 1 << 22)}),
     "shm": Obj({"staging": Opt(ID), "registered": List(ID, 1 << 16)},
                # GPU-visible host segments (docs/host-memory.md): segment, address, length, kind, flags
                optional={"maps": List(Tuple(ID, Int(4096, (1 << 48) - 1), Int(1, 1 << 47), Int(1, 3),
@@ -213,6 +215,21 @@ SESSION = Obj({
     # [function id, context handle, arguments], re-checked by the dispatcher
     "replay": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 1 << 16),
     "primary_flags": Map(NUM, ID, 1024),
+    # stream-ordered allocator pools (proxyd/mempool.py) and each device's current pool
+    "mem_pools": List(Obj({"id": ID, "device": DEVICE, "default": Bool(), "attrs": Map(NUM, U64, 16),
+                           "access": Map(NUM, Int(0, 3), 1024), "allocs": List(Tuple(U64, SIZE), 1 << 24),
+                           "used_high": U64}), 1 << 16),
+    "mem_pool_current": Map(NUM, ID, 1024),
+    # the application's physical allocations (cuMemCreate, proxyd/vmm.py)
+    "mem_handles": List(Obj({"id": ID, "size": SIZE, "device": DEVICE, "mapped": Opt(U64), "used": Bool(),
+                             "prop": Str(64, r"[0-9a-f]*", "hex bytes")}), 1 << 20),
+    # graphs and executable graphs (proxyd/graphs.py): their ops, re-checked
+    # by the dispatcher's argument types when launched
+    "graphs": List(Obj({"id": ID, "kind": Enum("graph", "exec"), "ctx": ID,
+                        "nodes": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 1 << 20)},
+                       optional={"origin": U64, "capturing": Bool(), "graph": ID}), 1 << 16),
+    "capture": Map(NUM, ID, 1 << 16),
+    "capture_events": Map(NUM, ID, 1 << 16),
 })
 
 MANIFEST = Obj({

@@ -12,7 +12,6 @@ never run concurrently.
 """
 from __future__ import annotations
 
-import os
 import bisect
 import os
 import logging
@@ -140,6 +139,7 @@ class EmuBackend(Backend):
         except (ImportError, ValueError, OSError):
             pass
         self._chunk_dev: dict[int, tuple[int, int]] = {}   # chunk address -> (device, size)
+        self._reserved: dict[int, int] = {}                # the app's reservations: start -> size
 
     # ------------------------------------------------------------- memory
     def _register(self, addr: int, arr: np.ndarray):
@@ -192,6 +192,24 @@ class EmuBackend(Backend):
         if isinstance(token, tuple) and token[0] == "hostmap":
             self._unregister(token[1])
 
+    # The application's VMM (proxyd/vmm.py): a reservation is one array
+    # (anonymous memory, not committed until touched), and a mapping inside
+    # it is a slice of that array, so that contiguous mappings form one range
+    # for copies and kernels, as on a GPU. Reading an unmapped part of a
+    # reservation is not caught here (a GPU would fault).
+    def vmm_reserve(self, start: int, size: int):
+        import mmap
+        mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0))
+        self._register(start, np.frombuffer(mm, np.uint8))
+        self._reserved[start] = size
+
+    def vmm_release(self, start: int, size: int):
+        if self._reserved.pop(start, None) is not None:
+            self._unregister(start)
+
+    def _in_reservation(self, addr: int, size: int) -> bool:
+        return any(s <= addr and addr + size <= s + n for s, n in self._reserved.items())
+
     def map_chunk(self, dev: int, addr: int, size: int):
         # Like cuMemCreate on a GPU: CUDA_ERROR_OUT_OF_MEMORY when the device's
         # memory (EMU_TOTAL_MEM each) is used up, or when the host cannot back
@@ -200,6 +218,11 @@ class EmuBackend(Backend):
         if used + size > EMU_TOTAL_MEM:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of memory: {size} bytes requested, {EMU_TOTAL_MEM - used} "
                                                       f"of {EMU_TOTAL_MEM} free on emulated device {dev}")
+        if self._in_reservation(addr, size):
+            self.resolve(addr, size)[:] = 0          # fresh physical memory
+            self._mapped[dev] = used + size
+            self._chunk_dev[addr] = (dev, size)
+            return ("vmm", addr)
         # Backed by a memfd (zero-filled, like np.zeros) so that CUDA IPC can
         # hand the chunk to another session's worker (proxyd/ipc.py)
         try:
@@ -221,10 +244,13 @@ class EmuBackend(Backend):
         return addr
 
     def unmap_chunk(self, backing):
-        self._unregister(backing)
-        fd = self._memfd.pop(backing, None)
-        if fd is not None:
-            os.close(fd)
+        if isinstance(backing, tuple):       # a mapping inside a reservation: the array stays
+            backing = backing[1]
+        else:
+            self._unregister(backing)
+            fd = self._memfd.pop(backing, None)
+            if fd is not None:
+                os.close(fd)
         dev, size = self._chunk_dev.pop(backing, (0, 0))
         self._mapped[dev] = self._mapped.get(dev, 0) - size
 
@@ -232,6 +258,9 @@ class EmuBackend(Backend):
         return None
 
     def chunk_array(self, backing) -> np.ndarray:
+        if isinstance(backing, tuple):       # a mapping inside a reservation
+            addr = backing[1]
+            return self.resolve(addr, self._chunk_dev[addr][1])
         return self._regions[backing]
 
     def copy_dtod(self, dev, dst, src, n):
@@ -297,14 +326,16 @@ class EmuBackend(Backend):
     def ctx_sync(self, ctx):
         pass
 
-    def make_current(self, ctx):
-        self._cur = ctx
-
     def stream(self, special: int):
         return self._null[special]
 
     def stream_sync(self, stream):
         pass
+
+    def launch_host_func(self, stream, run):
+        # every emulated stream runs in order on the main loop: the host
+        # function runs now, and the loop executes nothing else until it returned
+        run()
 
     def event_sync(self, event):
         pass

@@ -1,0 +1,109 @@
+/* The runtime's stream-ordered allocator and memory pools, on the driver
+ * API (cuda_runtime_api.h, "Stream Ordered Memory Allocator"). The runtime
+ * types are the driver's under other names with the same layout and values
+ * (cudaMemPool_t is CUmemoryPool, cudaMemPoolProps is CUmemPoolProps,
+ * cudaMemAccessDesc is CUmemAccessDesc, cudaMemPoolAttr is
+ * CUmemPool_attribute), so the calls pass straight through.
+ *
+ * Locking: each driver call takes gp_lock itself. */
+#include "gp_rt.h"
+
+#define RT_INIT()                                   \
+    do {                                            \
+        cudaError_t e_ = gp_rt_init_thread();       \
+        if (e_ != cudaSuccess)                      \
+            return gp_rt_ret(e_);                   \
+    } while (0)
+
+cudaError_t gpo_cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
+{
+    if (!devPtr)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    RT_RETURN_CU(cuMemAllocAsync((CUdeviceptr *)devPtr, size, gp_rt_stream(hStream)));
+}
+
+cudaError_t gpo_cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
+{
+    if (!ptr)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    RT_RETURN_CU(cuMemAllocFromPoolAsync((CUdeviceptr *)ptr, size, (CUmemoryPool)memPool, gp_rt_stream(stream)));
+}
+
+cudaError_t gpo_cudaFreeAsync(void *devPtr, cudaStream_t hStream)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuMemFreeAsync((CUdeviceptr)(uintptr_t)devPtr, gp_rt_stream(hStream)));
+}
+
+cudaError_t gpo_cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps)
+{
+    if (!memPool || !poolProps)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    RT_RETURN_CU(cuMemPoolCreate((CUmemoryPool *)memPool, (const CUmemPoolProps *)poolProps));
+}
+
+cudaError_t gpo_cudaMemPoolDestroy(cudaMemPool_t memPool)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuMemPoolDestroy((CUmemoryPool)memPool));
+}
+
+cudaError_t gpo_cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuMemPoolTrimTo((CUmemoryPool)memPool, minBytesToKeep));
+}
+
+cudaError_t gpo_cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuMemPoolSetAttribute((CUmemoryPool)memPool, (CUmemPool_attribute)attr, value));
+}
+
+cudaError_t gpo_cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuMemPoolGetAttribute((CUmemoryPool)memPool, (CUmemPool_attribute)attr, value));
+}
+
+cudaError_t gpo_cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList, size_t count)
+{
+    if (!descList && count)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    RT_RETURN_CU(cuMemPoolSetAccess((CUmemoryPool)memPool, (const CUmemAccessDesc *)descList, count));
+}
+
+cudaError_t gpo_cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t memPool,
+                                     struct cudaMemLocation *location)
+{
+    if (!flags || !location)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    RT_RETURN_CU(cuMemPoolGetAccess((CUmemAccess_flags *)flags, (CUmemoryPool)memPool, (CUmemLocation *)location));
+}
+
+cudaError_t gpo_cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
+{
+    if (!memPool)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    RT_RETURN_CU(cuDeviceGetDefaultMemPool((CUmemoryPool *)memPool, device));
+}
+
+cudaError_t gpo_cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
+{
+    if (!memPool)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    RT_RETURN_CU(cuDeviceGetMemPool((CUmemoryPool *)memPool, device));
+}
+
+cudaError_t gpo_cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuDeviceSetMemPool(device, (CUmemoryPool)memPool));
+}
