@@ -343,9 +343,12 @@ def build(program: Program, out_dir: Path | str, cudart: str = "shared") -> Buil
     return _built(program, final)
 
 
-def build_all(out_dir: Path | str | None = None, jobs: int = 2,
+def build_all(out_dir: Path | str | None = None, jobs: int | None = None,
               programs: Optional[list[Program]] = None, cudart: str = "shared") -> list[BuiltProgram]:
-    """Build every program (in manifest order) with `jobs` parallel nvcc's."""
+    """Build every program (in manifest order) with `jobs` parallel nvcc's
+    (default: one per core, at most 8)."""
+    if jobs is None:
+        jobs = min(8, os.cpu_count() or 2)
     out_dir = Path(out_dir) if out_dir is not None else default_build_dir()
     programs = load_corpus() if programs is None else programs
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
