@@ -149,6 +149,7 @@ def run_one(exe: Path, env: dict, timeout: float) -> dict:
 def run(bins: Path, results: Path | None, timeout: float, only: set[str] | None, jobs: int = 4) -> dict:
     sys.path.insert(0, str(ROOT / "tests"))
     from proxy import Daemon
+    bins = bins.resolve()
     info = json.loads((bins / "built.json").read_text())
     names = [n for s in info["samples"] for n in s.get("built", [])]
     if only:
