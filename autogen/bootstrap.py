@@ -667,6 +667,7 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuStreamSetAttribute": P("hStream=handle:stream; attr=scalar; value=in_buffer@sizeof(CUstreamAttrValue)", "stream:use"),
     "cuStreamCopyAttributes": P("dst=handle:stream; src=handle:stream", "stream:use"),
     "cuProfilerStart": P(""),
+    "cuCtxResetPersistingL2Cache": P(""),
     "cuProfilerStop": P(""),
     "cuDeviceGetP2PAttribute": P("value=out_value; attrib=scalar; srcDevice=handle:device; dstDevice=handle:device", "device:use"),
     "cuLaunchKernelEx": P("config=in_buffer@sizeof(CUlaunchConfig); f=handle:function; kernelParams=in_buffer@?; extra=in_buffer@?", "function:use"),
@@ -887,6 +888,8 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaFreeHost": P("ptr=host_ptr"),
     # dst/src are unified addresses (host or device, per `kind`)
     "cudaMemcpy": P("dst=device_ptr; src=device_ptr; count=scalar; kind=scalar"),
+    "cudaMemcpy2D": P("dst=device_ptr; dpitch=scalar; src=device_ptr; spitch=scalar; width=scalar; height=scalar; "
+                      "kind=scalar"),
     "cudaMemcpyAsync": P(f"dst=device_ptr; src=device_ptr; count=scalar; kind=scalar; {STREAM}",
                          "stream:use"),
     "cudaMemset": P("devPtr=device_ptr; value=scalar; count=scalar"),
@@ -976,6 +979,8 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaStreamSetAttribute": P("hStream=handle:stream; attr=scalar; value=in_buffer@sizeof(cudaLaunchAttributeValue)", "stream:use"),
     "cudaStreamCopyAttributes": P("dst=handle:stream; src=handle:stream", "stream:use"),
     "cudaProfilerStart": P(""),
+    "cudaCtxResetPersistingL2Cache": P(""),
+    "cudaMallocPitch": P("devPtr=out_value:memory; pitch=out_value; width=scalar; height=scalar", "memory:create"),
     "cudaProfilerStop": P(""),
     "cudaDeviceGetP2PAttribute": P("value=out_value; attr=scalar; srcDevice=scalar; dstDevice=scalar"),
     "cudaLaunchKernelExC": P("config=in_buffer@sizeof(cudaLaunchConfig_t); func=host_ptr; args=in_buffer@?"),

@@ -408,6 +408,25 @@ cudaError_t gpo_cudaMalloc(void **devPtr, size_t size)
     RT_RETURN_CU(r);
 }
 
+/* cuda_runtime_api.h, cudaMallocPitch: width in bytes, height in rows; the
+ * pitch is the driver's (cuMemAllocPitch, answered in the shim, copy2d.c).
+ * A zero width or height allocates nothing, as cudaMalloc(0) does. */
+cudaError_t gpo_cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
+{
+    if (!devPtr || !pitch)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    if (width == 0 || height == 0) {
+        *devPtr = NULL;
+        *pitch = 0;
+        return cudaSuccess;
+    }
+    CUdeviceptr p = 0;
+    CUresult r = cuMemAllocPitch(&p, pitch, width, height, 16);
+    *devPtr = (void *)(uintptr_t)p;
+    RT_RETURN_CU(r);
+}
+
 cudaError_t gpo_cudaFree(void *devPtr)
 {
     RT_INIT();     /* cudaFree(0) is the customary way to initialise the runtime */
@@ -481,6 +500,65 @@ cudaError_t gpo_cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMe
 cudaError_t gpo_cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
     return memcpy_kind(dst, src, count, kind, stream, 1);
+}
+
+/* cuda_runtime_api.h, cudaMemcpy2D: height rows of width bytes between two
+ * pitched ranges, through the driver's cuMemcpy2D (answered in the shim,
+ * copy2d.c). cudaMemcpyDefault takes each side's kind from its address
+ * (unified addressing): the shim's device ranges are device memory, anything
+ * else host memory. Synchronous, like cudaMemcpy. */
+CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *);     /* copy2d.c (cuda.h declares it under CUDA_API_PER_THREAD_DEFAULT_STREAM) */
+
+static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                            enum cudaMemcpyKind kind, int per_thread)
+{
+    RT_INIT();
+    if (width > dpitch || width > spitch)
+        return gp_rt_ret(cudaErrorInvalidPitchValue);
+    int sdev, ddev;
+    switch (kind) {
+    case cudaMemcpyHostToHost: sdev = 0; ddev = 0; break;
+    case cudaMemcpyHostToDevice: sdev = 0; ddev = 1; break;
+    case cudaMemcpyDeviceToHost: sdev = 1; ddev = 0; break;
+    case cudaMemcpyDeviceToDevice: sdev = 1; ddev = 1; break;
+    case cudaMemcpyDefault:
+        gp_lock();
+        sdev = gp_is_device_ptr(src);
+        ddev = gp_is_device_ptr(dst);
+        gp_unlock();
+        break;
+    default:
+        return gp_rt_ret(cudaErrorInvalidMemcpyDirection);
+    }
+    CUDA_MEMCPY2D c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = sdev ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+    if (sdev)
+        c.srcDevice = (CUdeviceptr)(uintptr_t)src;
+    else
+        c.srcHost = src;
+    c.srcPitch = spitch;
+    c.dstMemoryType = ddev ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+    if (ddev)
+        c.dstDevice = (CUdeviceptr)(uintptr_t)dst;
+    else
+        c.dstHost = dst;
+    c.dstPitch = dpitch;
+    c.WidthInBytes = width;
+    c.Height = height;
+    RT_RETURN_CU(per_thread ? cuMemcpy2D_v2_ptds(&c) : cuMemcpy2D(&c));
+}
+
+cudaError_t gpo_cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                             enum cudaMemcpyKind kind)
+{
+    return memcpy2d(dst, dpitch, src, spitch, width, height, kind, gp_rt_ptds());
+}
+
+cudaError_t gpo_cudaMemcpy2D_ptds(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                  size_t height, enum cudaMemcpyKind kind)
+{
+    return memcpy2d(dst, dpitch, src, spitch, width, height, kind, 1);
 }
 
 cudaError_t gpo_cudaMemset(void *devPtr, int value, size_t count)
@@ -843,6 +921,12 @@ cudaError_t gpo_cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *sym
 /* ---------------------------------------------------------------- profiler */
 
 /* Nothing to switch: see gpo_cuProfilerStart (launch_ex.c). */
+cudaError_t gpo_cudaCtxResetPersistingL2Cache(void)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuCtxResetPersistingL2Cache());
+}
+
 cudaError_t gpo_cudaProfilerStart(void) { return cudaSuccess; }
 cudaError_t gpo_cudaProfilerStop(void) { return cudaSuccess; }
 

@@ -495,6 +495,10 @@ class EmuBackend(Backend):
     # max L2 fetch granularity, persisting L2 cache size)
     LIMIT_DEFAULTS = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 32, 6: 0}
 
+    def drv_cuCtxResetPersistingL2Cache(self):
+        self._ctx()          # needs a current context, as the driver does; no L2 to reset here
+        return CUDA_SUCCESS, []
+
     def drv_cuCtxSetLimit(self, limit, value):
         if int(limit) not in self.LIMIT_DEFAULTS:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cuCtxSetLimit: unknown limit {int(limit)}")
