@@ -1476,11 +1476,25 @@ def main(argv=None) -> int:
     ap.add_argument("--specs", default=None, help="spec directory (default: <repo>/specs)")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if files would change")
     ap.add_argument("-q", "--quiet", action="store_true")
+    ap.add_argument("--libraries", action="store_true",
+                    help="write the library families (specs/cublas, cublaslt, nvml) instead (libbootstrap.py)")
+    ap.add_argument("--lib-include", action="append", default=None,
+                    help="folder with cublas*.h / nvml.h (NVIDIA's wheels: nvidia/cu13/include); repeatable")
+    ap.add_argument("--lib-dir", action="append", default=None,
+                    help="folder with the real libcublas.so.13 etc., for their exports; repeatable")
     a = ap.parse_args(argv)
     home = hdr.cuda_home(a.cuda_home)
     spec_dir = Path(a.specs) if a.specs else Path(__file__).resolve().parents[1] / "specs"
     report = Report()
-    outputs = build(home, spec_dir, report)
+    if a.libraries:
+        try:
+            from . import libbootstrap
+        except ImportError:
+            import libbootstrap  # type: ignore
+        outputs = libbootstrap.build(spec_dir, a.lib_include or libbootstrap.default_includes(),
+                                     a.lib_dir or libbootstrap.default_lib_dirs(), os.path.join(home, "include"), report)
+    else:
+        outputs = build(home, spec_dir, report)
     changed = []
     for path, text in sorted(outputs.items()):
         old = path.read_text() if path.exists() else None

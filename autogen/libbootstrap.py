@@ -1,0 +1,603 @@
+"""Writes the library spec families (specs/cublas, specs/cublaslt, specs/nvml)
+from NVIDIA's headers and, where installed, the real libraries' exports.
+
+    python autogen/bootstrap.py --libraries [--lib-include DIR ...] [--lib-dir DIR ...] [--check]
+
+The headers come from NVIDIA's PyPI wheels (nvidia-cublas for CUDA 13:
+nvidia/cu13/include/cublas*.h; nvidia-nvml-dev: nvidia/cu13/include/nvml.h);
+the real libraries from the same wheels (libcublas.so.13, libcublasLt.so.13)
+or the driver (libnvidia-ml.so.1). Like bootstrap.py for the driver and the
+runtime, it keeps every existing entry exactly as it is and appends what is
+new with the next free id, `status: unsupported`; entries listed in
+SUPPORTED below get their hand-written description when they are first
+written. Each file also records, in `types`, the size, alignment and class
+of every named type its prototypes use (asked of the compiler), so that the
+build writes the shim's prototypes from the spec alone: `pip install .`
+needs no NVIDIA wheel (docs/libraries.md).
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+try:
+    from . import header as hdr
+except ImportError:  # run as a script
+    import header as hdr  # type: ignore
+
+# api -> how its file is made. ids: the api's id range (autogen/specload.py).
+LIBS = {
+    "cublas": {
+        "library": "libcublas.so.13", "header": "cublas.h", "own": ("cublas_api.h", "cublas.h"),
+        "defines": [], "prefix": "cublas", "status_type": "cublasStatus_t",
+        # cublas_api.h: CUBLAS_STATUS_SUCCESS 0, _NOT_SUPPORTED 15,
+        # _EXECUTION_FAILED 13 (what a call answers when proxyd is gone)
+        "errors": {"success": 0, "not_supported": 15, "unavailable": 13},
+    },
+    "cublaslt": {
+        "library": "libcublasLt.so.13", "header": "cublasLt.h", "own": ("cublasLt.h",),
+        "defines": [], "prefix": "cublasLt", "status_type": "cublasStatus_t",
+        "errors": {"success": 0, "not_supported": 15, "unavailable": 13},
+    },
+    "nvml": {
+        # both the versioned names (nvmlInit_v2) and the old ones (nvmlInit),
+        # which the library exports too (nvml.h, NVML_NO_UNVERSIONED_FUNC_DEFS)
+        "library": "libnvidia-ml.so.1", "header": "nvml.h", "own": ("nvml.h",),
+        "defines": ["-DNVML_NO_UNVERSIONED_FUNC_DEFS"], "prefix": "nvml", "status_type": "nvmlReturn_t",
+        # nvml.h: NVML_SUCCESS 0, NVML_ERROR_NOT_SUPPORTED 3, NVML_ERROR_GPU_IS_LOST 15
+        "errors": {"success": 0, "not_supported": 3, "unavailable": 15},
+    },
+}
+ID_RANGES = {"cublas": (20000, 24999), "cublaslt": (25000, 26999), "nvml": (27000, 29999)}
+
+# opaque handle typedefs -> object kind (docs/spec-format.md, kinds)
+HANDLE_KINDS = {
+    "cublasHandle_t": "cublas_handle",
+    "cublasLtHandle_t": "cublaslt_handle",
+    "cublasLtMatmulDesc_t": "cublaslt_matmul_desc",
+    "cublasLtMatrixLayout_t": "cublaslt_layout",
+    "cublasLtMatmulPreference_t": "cublaslt_preference",
+    "cublasLtMatrixTransformDesc_t": "cublaslt_transform_desc",
+    "cublasLtEmulationDesc_t": "cublaslt_emulation_desc",
+    "cudaStream_t": "stream",
+    "nvmlDevice_t": "nvml_device",
+    "nvmlUnit_t": "nvml_unit",
+    "nvmlEventSet_t": "nvml_event_set",
+    "nvmlSystemEventSet_t": "nvml_event_set",
+    "nvmlGpuInstance_t": "nvml_gpu_instance",
+    "nvmlComputeInstance_t": "nvml_compute_instance",
+    "nvmlGpmSample_t": "nvml_gpm_sample",
+}
+BUILTIN = {"void", "char", "signed char", "unsigned char", "short", "unsigned short", "int", "unsigned int",
+           "long", "unsigned long", "long long", "unsigned long long", "float", "double", "size_t",
+           "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t"}
+NUMERIC_ELEM = {"float": "sizeof(float)", "double": "sizeof(double)", "cuComplex": "sizeof(cuComplex)",
+                "cuDoubleComplex": "sizeof(cuDoubleComplex)", "__half": "sizeof(__half)", "int": "sizeof(int)"}
+
+# ----------------------------------------------------------------- supported
+# Hand descriptions of the supported functions, written when an entry is new
+# (later edits live in the YAML). Param roles: name=role[:kind][@size]; a
+# scalar_ptr's size is the host value's size and `mode` (in the YAML) the C
+# expression that is true when the pointer is a device pointer.
+H = "handle=handle:cublas_handle"
+LH = "lightHandle=handle:cublaslt_handle"
+
+
+def _cub_gemm_scalar(ty):
+    return (f"alpha=scalar_ptr@sizeof({ty})", f"beta=scalar_ptr@sizeof({ty})")
+
+
+def _object(key=None):
+    return {"rule": "object", "key": key} if key else "object"
+
+
+NONE_SYNC = {"rule": "none-needed", "why": "synchronisation: a dump synchronises every context first"}
+SUPPORTED: Dict[str, Dict] = {
+    # --- cuBLAS handles and their settings (cublas_api.h, "cuBLAS Helper Function Reference")
+    "cublasCreate_v2": {"params": ["handle=out_value:cublas_handle"], "objects": "cublas_handle:create",
+                        "restore": "object"},
+    "cublasDestroy_v2": {"params": [H], "objects": "cublas_handle:destroy", "restore": "object"},
+    "cublasGetVersion_v2": {"params": [H, "version=out_value"], "objects": "cublas_handle:use", "restore": "query"},
+    "cublasGetProperty": {"params": ["type=scalar", "value=out_value"], "restore": "query"},
+    "cublasGetCudartVersion": {"params": [], "restore": "query"},
+    "cublasSetStream_v2": {"params": [H, "streamId=handle:stream"], "objects": "cublas_handle:use stream:use",
+                           "restore": _object(["handle"])},
+    "cublasGetStream_v2": {"params": [H, "streamId=out_value:stream"], "objects": "cublas_handle:use",
+                           "restore": "query"},
+    "cublasSetWorkspace_v2": {"params": [H, "workspace=device_ptr", "workspaceSizeInBytes=scalar"],
+                              "objects": "cublas_handle:use", "restore": _object(["handle"])},
+    "cublasSetMathMode": {"params": [H, "mode=scalar"], "objects": "cublas_handle:use",
+                          "restore": _object(["handle"])},
+    "cublasGetMathMode": {"params": [H, "mode=out_value"], "objects": "cublas_handle:use", "restore": "query"},
+    "cublasSetPointerMode_v2": {"params": [H, "mode=scalar"], "objects": "cublas_handle:use",
+                                "restore": _object(["handle"]), "shim": "override"},
+    "cublasGetPointerMode_v2": {"params": [H, "mode=out_value"], "objects": "cublas_handle:use",
+                                "restore": "query"},
+    "cublasSetAtomicsMode": {"params": [H, "mode=scalar"], "objects": "cublas_handle:use",
+                             "restore": _object(["handle"])},
+    "cublasGetAtomicsMode": {"params": [H, "mode=out_value"], "objects": "cublas_handle:use",
+                             "restore": "query"},
+    "cublasGetStatusName": {"params": ["status=scalar"], "restore": "client", "shim": "override"},
+    "cublasGetStatusString": {"params": ["status=scalar"], "restore": "client", "shim": "override"},
+    # --- gemm (asynchronous, like a kernel launch)
+    "cublasSgemm_v2": {"params": [H, "transa=scalar", "transb=scalar", "m=scalar", "n=scalar", "k=scalar",
+                                  "alpha=scalar_ptr@sizeof(float)", "A=device_ptr", "lda=scalar", "B=device_ptr",
+                                  "ldb=scalar", "beta=scalar_ptr@sizeof(float)", "C=device_ptr", "ldc=scalar"],
+                       "objects": "cublas_handle:use", "restore": "memory", "sync": False},
+    "cublasDgemm_v2": {"params": [H, "transa=scalar", "transb=scalar", "m=scalar", "n=scalar", "k=scalar",
+                                  "alpha=scalar_ptr@sizeof(double)", "A=device_ptr", "lda=scalar", "B=device_ptr",
+                                  "ldb=scalar", "beta=scalar_ptr@sizeof(double)", "C=device_ptr", "ldc=scalar"],
+                       "objects": "cublas_handle:use", "restore": "memory", "sync": False},
+    "cublasGemmEx": {"params": [H, "transa=scalar", "transb=scalar", "m=scalar", "n=scalar", "k=scalar",
+                                "alpha=scalar_ptr@gp_cublas_compute_size(computeType)", "A=device_ptr",
+                                "Atype=scalar", "lda=scalar", "B=device_ptr", "Btype=scalar", "ldb=scalar",
+                                "beta=scalar_ptr@gp_cublas_compute_size(computeType)", "C=device_ptr",
+                                "Ctype=scalar", "ldc=scalar", "computeType=scalar", "algo=scalar"],
+                     "objects": "cublas_handle:use", "restore": "memory", "sync": False},
+    "cublasSgemmStridedBatched": {"params": [H, "transa=scalar", "transb=scalar", "m=scalar", "n=scalar", "k=scalar",
+                                             "alpha=scalar_ptr@sizeof(float)", "A=device_ptr", "lda=scalar",
+                                             "strideA=scalar", "B=device_ptr", "ldb=scalar", "strideB=scalar",
+                                             "beta=scalar_ptr@sizeof(float)", "C=device_ptr", "ldc=scalar",
+                                             "strideC=scalar", "batchCount=scalar"],
+                                  "objects": "cublas_handle:use", "restore": "memory", "sync": False},
+    "cublasDgemmStridedBatched": {"params": [H, "transa=scalar", "transb=scalar", "m=scalar", "n=scalar", "k=scalar",
+                                             "alpha=scalar_ptr@sizeof(double)", "A=device_ptr", "lda=scalar",
+                                             "strideA=scalar", "B=device_ptr", "ldb=scalar", "strideB=scalar",
+                                             "beta=scalar_ptr@sizeof(double)", "C=device_ptr", "ldc=scalar",
+                                             "strideC=scalar", "batchCount=scalar"],
+                                  "objects": "cublas_handle:use", "restore": "memory", "sync": False},
+    "cublasGemmStridedBatchedEx": {"params": [H, "transa=scalar", "transb=scalar", "m=scalar", "n=scalar",
+                                              "k=scalar", "alpha=scalar_ptr@gp_cublas_compute_size(computeType)",
+                                              "A=device_ptr", "Atype=scalar", "lda=scalar", "strideA=scalar",
+                                              "B=device_ptr", "Btype=scalar", "ldb=scalar", "strideB=scalar",
+                                              "beta=scalar_ptr@gp_cublas_compute_size(computeType)",
+                                              "C=device_ptr", "Ctype=scalar", "ldc=scalar", "strideC=scalar",
+                                              "batchCount=scalar", "computeType=scalar", "algo=scalar"],
+                                   "objects": "cublas_handle:use", "restore": "memory", "sync": False},
+    # --- cuBLASLt (cublasLt.h)
+    "cublasLtCreate": {"params": ["lightHandle=out_value:cublaslt_handle"], "objects": "cublaslt_handle:create",
+                       "restore": "object"},
+    "cublasLtDestroy": {"params": [LH], "objects": "cublaslt_handle:destroy", "restore": "object"},
+    "cublasLtGetVersion": {"params": [], "restore": "query"},
+    "cublasLtGetCudartVersion": {"params": [], "restore": "query"},
+    "cublasLtGetProperty": {"params": ["type=scalar", "value=out_value"], "restore": "query"},
+    "cublasLtGetStatusName": {"params": ["status=scalar"], "restore": "client", "shim": "override"},
+    "cublasLtGetStatusString": {"params": ["status=scalar"], "restore": "client", "shim": "override"},
+    "cublasLtMatmulDescCreate": {"params": ["matmulDesc=out_value:cublaslt_matmul_desc", "computeType=scalar",
+                                            "scaleType=scalar"], "objects": "cublaslt_matmul_desc:create",
+                                 "restore": "object", "shim": "override"},
+    "cublasLtMatmulDescDestroy": {"params": ["matmulDesc=handle:cublaslt_matmul_desc"],
+                                  "objects": "cublaslt_matmul_desc:destroy", "restore": "object",
+                                  "shim": "override"},
+    "cublasLtMatmulDescSetAttribute": {"params": ["matmulDesc=handle:cublaslt_matmul_desc", "attr=scalar",
+                                                  "buf=in_buffer@sizeInBytes", "sizeInBytes=scalar"],
+                                       "objects": "cublaslt_matmul_desc:use",
+                                       "restore": _object(["matmulDesc", "attr"]), "shim": "override"},
+    "cublasLtMatmulDescGetAttribute": {"params": ["matmulDesc=handle:cublaslt_matmul_desc", "attr=scalar",
+                                                  "buf=out_buffer@sizeInBytes", "sizeInBytes=scalar",
+                                                  "sizeWritten=out_value"],
+                                       "objects": "cublaslt_matmul_desc:use", "restore": "query"},
+    "cublasLtMatrixLayoutCreate": {"params": ["matLayout=out_value:cublaslt_layout", "type=scalar", "rows=scalar",
+                                              "cols=scalar", "ld=scalar"], "objects": "cublaslt_layout:create",
+                                   "restore": "object"},
+    "cublasLtMatrixLayoutDestroy": {"params": ["matLayout=handle:cublaslt_layout"],
+                                    "objects": "cublaslt_layout:destroy", "restore": "object"},
+    "cublasLtMatrixLayoutSetAttribute": {"params": ["matLayout=handle:cublaslt_layout", "attr=scalar",
+                                                    "buf=in_buffer@sizeInBytes", "sizeInBytes=scalar"],
+                                         "objects": "cublaslt_layout:use",
+                                         "restore": _object(["matLayout", "attr"])},
+    "cublasLtMatrixLayoutGetAttribute": {"params": ["matLayout=handle:cublaslt_layout", "attr=scalar",
+                                                    "buf=out_buffer@sizeInBytes", "sizeInBytes=scalar",
+                                                    "sizeWritten=out_value"],
+                                         "objects": "cublaslt_layout:use", "restore": "query"},
+    "cublasLtMatmulPreferenceCreate": {"params": ["pref=out_value:cublaslt_preference"],
+                                       "objects": "cublaslt_preference:create", "restore": "object"},
+    "cublasLtMatmulPreferenceDestroy": {"params": ["pref=handle:cublaslt_preference"],
+                                        "objects": "cublaslt_preference:destroy", "restore": "object"},
+    "cublasLtMatmulPreferenceSetAttribute": {"params": ["pref=handle:cublaslt_preference", "attr=scalar",
+                                                        "buf=in_buffer@sizeInBytes", "sizeInBytes=scalar"],
+                                             "objects": "cublaslt_preference:use",
+                                             "restore": _object(["pref", "attr"])},
+    "cublasLtMatmulAlgoGetHeuristic": {
+        "params": [LH, "operationDesc=handle:cublaslt_matmul_desc", "Adesc=handle:cublaslt_layout",
+                   "Bdesc=handle:cublaslt_layout", "Cdesc=handle:cublaslt_layout", "Ddesc=handle:cublaslt_layout",
+                   "preference=handle:cublaslt_preference", "requestedAlgoCount=scalar",
+                   "heuristicResultsArray=out_buffer@requestedAlgoCount * sizeof(cublasLtMatmulHeuristicResult_t)",
+                   "returnAlgoCount=out_value"],
+        "objects": "cublaslt_handle:use cublaslt_matmul_desc:use cublaslt_layout:use cublaslt_preference:use",
+        "restore": "query"},
+    "cublasLtMatmul": {
+        "params": [LH, "computeDesc=handle:cublaslt_matmul_desc",
+                   "alpha=scalar_ptr@gp_lt_scale_size(computeDesc)", "A=device_ptr", "Adesc=handle:cublaslt_layout",
+                   "B=device_ptr", "Bdesc=handle:cublaslt_layout", "beta=scalar_ptr@gp_lt_scale_size(computeDesc)",
+                   "C=device_ptr", "Cdesc=handle:cublaslt_layout", "D=device_ptr", "Ddesc=handle:cublaslt_layout",
+                   "algo=in_buffer@sizeof(cublasLtMatmulAlgo_t)", "workspace=device_ptr",
+                   "workspaceSizeInBytes=scalar", "stream=handle:stream"],
+        "objects": "cublaslt_handle:use cublaslt_matmul_desc:use cublaslt_layout:use stream:use",
+        "restore": "memory", "sync": False},
+    # --- NVML (nvml.h): what PyTorch and nvidia-smi-like tools ask
+    "nvmlInit_v2": {"params": [], "restore": "client"},
+    "nvmlInit": {"params": [], "restore": "client"},
+    "nvmlInitWithFlags": {"params": ["flags=scalar"], "restore": "client"},
+    "nvmlShutdown": {"params": [], "restore": "client"},
+    "nvmlErrorString": {"params": ["result=scalar"], "restore": "client", "shim": "override"},
+    "nvmlDeviceGetCount_v2": {"params": ["deviceCount=out_value"], "restore": "query"},
+    "nvmlDeviceGetCount": {"params": ["deviceCount=out_value"], "restore": "query"},
+    "nvmlDeviceGetHandleByIndex_v2": {"params": ["index=scalar", "device=out_value:nvml_device"],
+                                      "restore": "query"},
+    "nvmlDeviceGetHandleByIndex": {"params": ["index=scalar", "device=out_value:nvml_device"],
+                                   "restore": "query"},
+    "nvmlDeviceGetIndex": {"params": ["device=handle:nvml_device", "index=out_value"],
+                           "objects": "nvml_device:use", "restore": "query"},
+    "nvmlDeviceGetName": {"params": ["device=handle:nvml_device", "name=out_buffer@length", "length=scalar"],
+                          "objects": "nvml_device:use", "restore": "query"},
+    "nvmlDeviceGetUUID": {"params": ["device=handle:nvml_device", "uuid=out_buffer@length", "length=scalar"],
+                          "objects": "nvml_device:use", "restore": "query"},
+    "nvmlDeviceGetMemoryInfo": {"params": ["device=handle:nvml_device", "memory=out_value"],
+                                "objects": "nvml_device:use", "restore": "query"},
+    "nvmlSystemGetDriverVersion": {"params": ["version=out_buffer@length", "length=scalar"], "restore": "query"},
+    "nvmlSystemGetCudaDriverVersion": {"params": ["cudaDriverVersion=out_value"], "restore": "query"},
+    "nvmlSystemGetCudaDriverVersion_v2": {"params": ["cudaDriverVersion=out_value"], "restore": "query"},
+    "nvmlSystemGetNVMLVersion": {"params": ["version=out_buffer@length", "length=scalar"], "restore": "query"},
+}
+
+
+# ------------------------------------------------------------------ headers
+
+def default_includes() -> List[str]:
+    """Where NVIDIA's wheels put the headers: $GPUPROXY_LIB_INCLUDE (a
+    colon-separated list), then nvidia/cu13/include of this Python's
+    site-packages."""
+    out = [p for p in os.environ.get("GPUPROXY_LIB_INCLUDE", "").split(":") if p]
+    for sp in sys.path:
+        d = os.path.join(sp, "nvidia", "cu13", "include")
+        if os.path.isdir(d):
+            out.append(d)
+    return out
+
+
+def default_lib_dirs() -> List[str]:
+    out = [p for p in os.environ.get("GPUPROXY_LIB_DIR", "").split(":") if p]
+    for sp in sys.path:
+        d = os.path.join(sp, "nvidia", "cu13", "lib")
+        if os.path.isdir(d):
+            out.append(d)
+    return out
+
+
+def find_file(dirs: List[str], name: str) -> Optional[str]:
+    for d in dirs:
+        p = os.path.join(d, name)
+        if os.path.exists(p):
+            return p
+    return None
+
+
+def _cc_flags(includes: List[str], cuda_inc: str) -> List[str]:
+    out = []
+    for d in includes:
+        out += ["-I", d]
+    return out + ["-I", cuda_inc]
+
+
+def preprocess(api: str, includes: List[str], cuda_inc: str) -> Tuple[str, str]:
+    """(text of the library's own headers, the folder they were found in)."""
+    cfg = LIBS[api]
+    where = find_file(includes, cfg["header"])
+    if where is None:
+        raise hdr.HeaderError(f"{cfg['header']} not found in {includes} (set --lib-include)")
+    d = os.path.dirname(where)
+    cmd = [hdr.compiler(), "-E", "-x", "c", *cfg["defines"], "-I", d, *_cc_flags(includes, cuda_inc), "-"]
+    r = subprocess.run(cmd, input=f"#include <{cfg['header']}>\n", capture_output=True, text=True)
+    if r.returncode != 0:
+        raise hdr.HeaderError(f"preprocessing {cfg['header']} failed:\n{r.stderr[-3000:]}")
+    targets = {os.path.realpath(os.path.join(d, h)) for h in cfg["own"]}
+    out, pos, keep = [], 0, False
+    for m in re.finditer(r'^#\s*(\d+)\s+"([^"]*)"[^\n]*$', r.stdout, flags=re.M):
+        if keep:
+            out.append(r.stdout[pos:m.start()])
+        keep = os.path.realpath(m.group(2)) in targets
+        pos = m.end()
+    if keep:
+        out.append(r.stdout[pos:])
+    text = re.sub(r"^\s*#[^\n]*$", " ", "\n".join(out), flags=re.M)
+    return text, d
+
+
+_DROP = re.compile(r"\b(CUBLASAPI|CUBLASWINAPI|DECLDIR|NVML_API_EXPORT)\b")
+
+
+def parse_decls(api: str, text: str) -> Dict[str, hdr.Prototype]:
+    prefix = LIBS[api]["prefix"]
+    out: Dict[str, hdr.Prototype] = {}
+    for pos, (name, ret, params) in enumerate(hdr.function_decls(_DROP.sub(" ", text))):
+        if not name.startswith(prefix) or (api == "cublas" and name.startswith("cublasLt")):
+            continue
+        if name in out:
+            continue
+        out[name] = hdr.Prototype(name=name, returns=ret, params=params, api=api, header=LIBS[api]["header"],
+                                  position=pos)
+    return out
+
+
+def base_type(t: str) -> str:
+    t = re.sub(r"\[[^\]]*\]", "", t)
+    t = t.replace("*", " ")
+    words = [w for w in t.split() if w not in ("const", "volatile", "restrict", "__restrict", "__restrict__")]
+    return " ".join(words)
+
+
+def named_types(protos) -> List[str]:
+    out = set()
+    for p in protos:
+        for t in [p.returns] + [q.type for q in p.params]:
+            if t == "..." or "(*" in t:
+                continue
+            b = base_type(t)
+            if b and b not in BUILTIN:
+                out.add(b)
+    return sorted(out)
+
+
+_CLASSES = {1: "int", 2: "int", 3: "int", 4: "int", 5: "pointer", 6: "pointer", 8: "float", 12: "struct",
+            13: "struct", 14: "array"}
+
+
+def probe_types(api: str, types: List[str], includes: List[str], cuda_inc: str, hdir: str) -> Dict[str, Dict]:
+    """{type: {size, align, class}} asked of the compiler; a type it cannot
+    size (declared, never defined) is {class: opaque}."""
+    cfg = LIBS[api]
+    head = f"#include <stdio.h>\n#include <stddef.h>\n#include <{cfg['header']}>\n"
+    flags = [*cfg["defines"], "-I", hdir, *_cc_flags(includes, cuda_inc)]
+
+    def compile_run(src):
+        with tempfile.TemporaryDirectory() as d:
+            c = os.path.join(d, "p.c")
+            Path(c).write_text(head + "int main(void){\n" + src + "return 0;}\n")
+            r = subprocess.run([hdr.compiler(), "-std=gnu11", *flags, c, "-o", os.path.join(d, "p")],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                return None
+            return subprocess.run([os.path.join(d, "p")], capture_output=True, text=True, check=True).stdout.split("\n")
+
+    def run(ts):
+        return compile_run("".join(
+            f'printf("%d %d %d\\n", (int)sizeof({t}), (int)_Alignof({t}), __builtin_classify_type(*({t} *)0));\n'
+            for t in ts))
+
+    lines = run(types)
+    info: Dict[str, Dict] = {}
+    for t in types:
+        line = lines[types.index(t)] if lines is not None else ((run([t]) or [None])[0])
+        if line is None:
+            info[t] = {"class": "opaque"}
+            continue
+        size, align, klass = (int(x) for x in line.split())
+        info[t] = {"size": size, "align": align, "class": _CLASSES.get(klass, f"class{klass}")}
+    ints = [t for t in types if info[t]["class"] == "int"]
+    if ints:
+        signs = compile_run("".join(f'printf("%d\\n", (int)(({t})-1 < ({t})0));\n' for t in ints))
+        for t, line in zip(ints, signs):
+            if line.strip() == "0":
+                info[t]["class"] = "uint"
+    return info
+
+
+def _row(line: str) -> Dict:
+    size, align, klass, signed = (int(x) for x in line.split())
+    cls = _CLASSES.get(klass, f"class{klass}")
+    if cls == "int" and not signed:
+        cls = "uint"
+    return {"size": size, "align": align, "class": cls}
+
+
+# -------------------------------------------------------------------- roles
+
+def infer_param(api: str, fn: hdr.Prototype, i: int, types: Dict[str, Dict]) -> Dict:
+    p = fn.params[i]
+    t, n = p.type, p.name
+    q = {"name": n, "type": t}
+    b = base_type(t)
+    ptr = t.count("*") + t.count("[")
+    if ptr == 0:
+        if t in HANDLE_KINDS:
+            q.update(role="handle", kind=HANDLE_KINDS[t])
+        elif types.get(t, {}).get("class") == "pointer" or "(*" in t:
+            q["role"] = "callback" if "(*" in t or "Callback" in t else "host_ptr"
+        else:
+            q["role"] = "scalar"
+        return q
+    if b in HANDLE_KINDS and ptr == 1 and "const" not in t:
+        q.update(role="out_value", kind=HANDLE_KINDS[b])
+        return q
+    if b in HANDLE_KINDS:
+        q.update(role="in_buffer", kind=HANDLE_KINDS[b], size="?")
+        return q
+    if n in ("alpha", "beta") and api != "nvml":
+        q.update(role="scalar_ptr", size=NUMERIC_ELEM.get(b, "?"))
+        return q
+    if b == "char" and t.startswith("const"):
+        q.update(role="in_buffer", size=f"strlen({n}) + 1")
+        return q
+    names = [x.name for x in fn.params]
+    if api == "cublas" and ("Get" not in fn.name or b in ("float", "double", "cuComplex", "cuDoubleComplex", "void")) \
+            and not re.search(r"(Get|Set)(Vector|Matrix)", fn.name):
+        q["role"] = "device_ptr"
+        return q
+    if api == "cublaslt" and n in ("A", "B", "C", "D", "workspace", "alpha", "beta") :
+        q["role"] = "device_ptr"
+        return q
+    if t.startswith("const"):
+        size = next((x for x in ("sizeInBytes", "size") if x in names), None)
+        q.update(role="in_buffer", size=size or (f"sizeof({b})" if b != "void" else "?"))
+        return q
+    if b in ("char", "void") or ptr > 1 or "[" in t:
+        size = next((x for x in ("length", "sizeInBytes", "size", "bufferSize") if x in names), None)
+        q.update(role="out_buffer", size=size or "?")
+        return q
+    q["role"] = "out_value"
+    return q
+
+
+def infer_objects(params: List[Dict]) -> List[Dict]:
+    out = []
+    for q in params:
+        k = q.get("kind")
+        if not k:
+            continue
+        eff = "use"
+        if q["role"] == "out_value":
+            eff = "create"
+        e = {"kind": k, "effect": eff}
+        if e not in out:
+            out.append(e)
+    return out
+
+
+def _parse_short(s: str) -> Tuple[str, Dict]:
+    name, spec = s.split("=", 1)
+    size = None
+    if "@" in spec:
+        spec, size = spec.split("@", 1)
+    role, _, kind = spec.partition(":")
+    d = {"role": role}
+    if kind:
+        d["kind"] = kind
+    if size:
+        d["size"] = size
+    return name, d
+
+
+def new_entry(api: str, fn: hdr.Prototype, fid: int, types: Dict[str, Dict]) -> Dict:
+    params = [infer_param(api, fn, i, types) for i in range(len(fn.params))]
+    e = {"name": fn.name, "id": fid, "returns": fn.returns, "params": params,
+         "objects": infer_objects(params), "sync": True, "status": "unsupported"}
+    hand = SUPPORTED.get(fn.name)
+    if hand is not None:
+        byname = {q["name"]: q for q in params}
+        if [x.split("=", 1)[0] for x in hand["params"]] != [q["name"] for q in params]:
+            raise hdr.HeaderError(f"{fn.name}: SUPPORTED params {hand['params']} differ from the header")
+        for s in hand["params"]:
+            n, d = _parse_short(s)
+            q = byname[n]
+            for k in ("role", "kind", "size"):
+                q.pop(k, None)
+            q.update(d)
+            if d["role"] == "scalar_ptr":
+                q["mode"] = _MODE.get(api, "0")
+        objs = []
+        for o in (hand.get("objects") or "").split():
+            k, eff = o.split(":")
+            objs.append({"kind": k, "effect": eff})
+        e["objects"] = objs
+        e["sync"] = hand.get("sync", True)
+        e["status"] = "supported"
+        if hand.get("shim"):
+            e["shim"] = hand["shim"]
+        e["restore"] = hand["restore"]
+    return e
+
+
+# the C expression that is true when a scalar_ptr is a device pointer: the
+# handle's pointer mode as the shim tracks it (interceptor/lib_state.c)
+_MODE = {"cublas": "gp_cublas_device_mode(handle)", "cublaslt": "gp_lt_device_mode(computeDesc)"}
+
+
+# --------------------------------------------------------------------- build
+
+PARAM_KEYS = ["name", "type", "role", "kind", "size", "mode"]
+ENTRY_KEYS = ["name", "id", "returns", "params", "objects", "sync", "status", "shim", "restore", "declared"]
+FILE_KEYS = ["api", "family", "library", "soname", "version_node", "header", "doc_group", "cuda_version",
+             "errors", "types"]
+
+
+def emit(meta: Dict, entries: List[Dict]) -> str:
+    try:
+        from .bootstrap import flow
+    except ImportError:
+        from bootstrap import flow  # type: ignore
+    out = [f"# Generated from {meta['header']} by autogen/bootstrap.py --libraries; see docs/libraries.md.",
+           "# Hand annotations (status, roles, objects, sync, shim, restore) are kept when the",
+           "# tool is run again; it only adds new functions. `types` is rewritten from the headers."]
+    for k in FILE_KEYS:
+        if k == "types":
+            out.append("types:")
+            for t, v in sorted(meta["types"].items()):
+                out.append(f"  {flow(t)}: {flow(v, ['size', 'align', 'class'])}")
+        else:
+            out.append(f"{k}: {flow(meta[k], ['min', 'max', 'success', 'not_supported', 'unavailable'])}")
+    out.append("functions:")
+    for e in entries:
+        first = True
+        for k in [k for k in ENTRY_KEYS if k in e]:
+            v = e[k]
+            prefix = "- " if first else "  "
+            first = False
+            if k == "params":
+                if not v:
+                    out.append(f"{prefix}params: []")
+                else:
+                    out.append(f"{prefix}params:")
+                    for q in v:
+                        out.append("  - " + flow(q, PARAM_KEYS))
+            else:
+                out.append(f"{prefix}{k}: {flow(v, ['kind', 'effect', 'rule', 'key', 'why'])}")
+    return "\n".join(out) + "\n"
+
+
+def build(spec_dir: Path, includes: List[str], lib_dirs: List[str], cuda_inc: str, report) -> Dict[Path, str]:
+    import yaml
+    outputs = {}
+    for api, cfg in LIBS.items():
+        path = spec_dir / api / f"{api}.yaml"
+        old = yaml.safe_load(path.read_text()) if path.exists() else None
+        try:
+            text, hdir = preprocess(api, includes, cuda_inc)
+        except hdr.HeaderError as e:
+            report.add(f"{api}: {e}; file left as it is")
+            continue
+        protos = parse_decls(api, text)
+        lib = find_file(lib_dirs, cfg["library"])
+        exports = set(hdr.elf_exported_functions(lib)) if lib else None
+        if exports is None:
+            report.add(f"{api}: {cfg['library']} not found in {lib_dirs}: listing the header's functions only")
+        else:
+            for n in sorted(set(protos) - exports):
+                report.add(f"{api}: {n} is declared but not exported by {cfg['library']} (no entry)")
+                del protos[n]
+        entries = {e["name"]: e for e in (old or {}).get("functions", [])}
+        lo, hi = ID_RANGES[api]
+        next_id = max([e["id"] for e in entries.values()] + [lo - 1]) + 1
+        types = probe_types(api, named_types(protos.values()), includes, cuda_inc, hdir)
+        order = sorted(protos.values(), key=lambda p: p.position)
+        for p in order:
+            if p.name in entries:
+                e = entries[p.name]
+                if e.get("returns") != p.returns or [q["type"] for q in e["params"]] != [q.type for q in p.params]:
+                    report.add(f"WARNING: {p.name}: spec prototype differs from the header: {p.c_decl()}")
+                continue
+            entries[p.name] = new_entry(api, p, next_id, types)
+            report.add(f"added {p.name} ({next_id})")
+            next_id += 1
+        if exports is not None:
+            # exported without a declaration (internal entry points): listed,
+            # unsupported, prototype unknown
+            for n in sorted(exports - set(protos)):
+                if n not in entries:
+                    entries[n] = {"name": n, "id": next_id, "returns": cfg["status_type"], "params": [],
+                                  "objects": [], "sync": True, "status": "unsupported", "declared": False}
+                    next_id += 1
+        if next_id - 1 > hi:
+            raise SystemExit(f"{api}: ids run past {hi}")
+        meta = {"api": api, "family": api, "library": cfg["library"], "soname": cfg["library"],
+                "version_node": cfg["library"] if api != "nvml" else None, "header": cfg["header"],
+                "doc_group": [], "cuda_version": {"min": 13000, "max": 13999}, "errors": cfg["errors"],
+                "types": {**((old or {}).get("types") or {}), **types}}
+        outputs[path] = emit(meta, sorted(entries.values(), key=lambda e: e["id"]))
+    return outputs
