@@ -25,10 +25,11 @@ import sys
 from pathlib import Path
 
 try:
-    from . import gen_c, gen_py, header, specload, typeinfo
+    from . import gen_c, gen_lib, gen_py, header, specload, typeinfo
 except ImportError:  # run as a script with autogen/ on sys.path
     import header  # type: ignore
     import gen_c  # type: ignore
+    import gen_lib  # type: ignore
     import gen_py  # type: ignore
     import specload  # type: ignore
     import typeinfo  # type: ignore
@@ -38,11 +39,19 @@ REPO = Path(__file__).resolve().parents[1]
 DRIVER_SOURCES = ["gp_msgpack.c", "transport.c", "hostmem.c", "context.c", "funcs.c", "memcpy.c", "driver.c", "launch_ex.c",
                   "undocumented.c", "channel.c", "curve.c", "pmemcpy.c", "park.c", "dlopen.c", "legacy_launch.c",
                   "copy2d.c", "hostmap_api.c", "export_tables.c", "library.c", "pointer_attrs.c", "capture.c",
-                  "hostfn.c", "mempool.c", "capture_mode.c"]
+                  "hostfn.c", "mempool.c", "capture_mode.c", "lib_state.c"]
 # libc functions that libcuda.so.1 interposes (interceptor/dlopen.c).
 INTERPOSED_LIBC = ["dlopen", "dlmopen"]
 RUNTIME_SOURCES = ["rt_state.c", "rt_register.c", "rt_api.c", "rt_hostmap.c", "rt_ipc.c", "rt_hostfn.c", "rt_mempool.c",
                    "rt_graph.c"]
+
+
+# Library stand-ins (docs/libraries.md): api -> hand-written sources, and
+# whether it needs the runtime stand-in (cudaFree(NULL) before a handle).
+# gp_msgpack.c: each stand-in has its own (hidden) copy of the encoder; the
+# buffers it writes to belong to libcuda.so.1's transport.
+LIBRARY_SOURCES = {"cublas": (["lib_cublas.c", "gp_msgpack.c"], True), "cublaslt": (["lib_cublaslt.c", "gp_msgpack.c"], True),
+                   "nvml": (["lib_nvml.c", "gp_msgpack.c"], False)}
 
 
 class BuildError(RuntimeError):
@@ -105,7 +114,11 @@ def generate(spec_dir: Path, gen_dir: Path, py_out: Path, include: str, cc: str 
     cmap, rmap = gen_c.gen_version_scripts(driver, runtime, undocumented_exports() + INTERPOSED_LIBC)
     _write(gen_dir / "libcuda.map", cmap)
     _write(gen_dir / "libcudart.map", rmap)
-    _write(py_out, gen_py.gen_dispatch(driver, types, sources))
+    for sf, fns in gen_lib.lib_files(specs):
+        _write(gen_dir / f"gp_lib_{sf.api}.h", gen_lib.gen_header(sf, fns, sources))
+        _write(gen_dir / f"gp_lib_{sf.api}_stubs.c", gen_lib.gen_stubs(sf, fns, sources))
+        _write(gen_dir / f"{sf.soname}.map", gen_lib.gen_version_script(sf, fns))
+    _write(py_out, gen_py.gen_dispatch(driver, types, sources, gen_lib.lib_files(specs)))
 
 
 def _cc(cmd: list[str]):
@@ -155,6 +168,14 @@ def compile_libs(gen_dir: Path, lib_dir: Path, include: str, version: str, cc: s
     _cc([cc, "-shared", "-o", str(lib_dir / "libcudart.so.13"), *r_objs, "-Wl,-soname,libcudart.so.13",
          f"-Wl,--version-script={gen_dir / 'libcudart.map'}", f"-L{lib_dir}", "-l:libcuda.so.1",
          "-Wl,-rpath,$ORIGIN", "-Wl,--no-undefined", "-pthread"])
+    specs = specload.load_specs(str(REPO / "specs"))
+    for sf, _fns in gen_lib.lib_files(specs):
+        hand, needs_rt = LIBRARY_SOURCES[sf.api]
+        l_objs = objs([src / s for s in hand] + [gen_dir / f"gp_lib_{sf.api}_stubs.c"], [])
+        _cc([cc, "-shared", "-o", str(lib_dir / sf.soname), *l_objs, f"-Wl,-soname,{sf.soname}",
+             f"-Wl,--version-script={gen_dir / (sf.soname + '.map')}", f"-L{lib_dir}", "-l:libcuda.so.1",
+             *(["-l:libcudart.so.13"] if needs_rt else []),
+             "-Wl,-rpath,$ORIGIN", "-Wl,--no-undefined", "-pthread"])
 
 
 def compile_daemon_helper(out: Path, include: str, cc: str = "cc") -> None:

@@ -77,6 +77,7 @@ HANDLE_KINDS = {
 BUILTIN = {"void", "char", "signed char", "unsigned char", "short", "unsigned short", "int", "unsigned int",
            "long", "unsigned long", "long long", "unsigned long long", "float", "double", "size_t",
            "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t"}
+C_WORDS = {"char", "short", "int", "long", "signed", "unsigned", "float", "double", "void"}
 NUMERIC_ELEM = {"float": "sizeof(float)", "double": "sizeof(double)", "cuComplex": "sizeof(cuComplex)",
                 "cuDoubleComplex": "sizeof(cuDoubleComplex)", "__half": "sizeof(__half)", "int": "sizeof(int)"}
 
@@ -101,8 +102,9 @@ NONE_SYNC = {"rule": "none-needed", "why": "synchronisation: a dump synchronises
 SUPPORTED: Dict[str, Dict] = {
     # --- cuBLAS handles and their settings (cublas_api.h, "cuBLAS Helper Function Reference")
     "cublasCreate_v2": {"params": ["handle=out_value:cublas_handle"], "objects": "cublas_handle:create",
-                        "restore": "object"},
-    "cublasDestroy_v2": {"params": [H], "objects": "cublas_handle:destroy", "restore": "object"},
+                        "restore": "object", "shim": "override"},
+    "cublasDestroy_v2": {"params": [H], "objects": "cublas_handle:destroy", "restore": "object",
+                         "shim": "override"},
     "cublasGetVersion_v2": {"params": [H, "version=out_value"], "objects": "cublas_handle:use", "restore": "query"},
     "cublasGetProperty": {"params": ["type=scalar", "value=out_value"], "restore": "query"},
     "cublasGetCudartVersion": {"params": [], "restore": "query"},
@@ -135,9 +137,9 @@ SUPPORTED: Dict[str, Dict] = {
                                   "ldb=scalar", "beta=scalar_ptr@sizeof(double)", "C=device_ptr", "ldc=scalar"],
                        "objects": "cublas_handle:use", "restore": "memory", "sync": False},
     "cublasGemmEx": {"params": [H, "transa=scalar", "transb=scalar", "m=scalar", "n=scalar", "k=scalar",
-                                "alpha=scalar_ptr@gp_cublas_compute_size(computeType)", "A=device_ptr",
+                                "alpha=scalar_ptr@gp_cublas_scalar_size(computeType, Ctype)", "A=device_ptr",
                                 "Atype=scalar", "lda=scalar", "B=device_ptr", "Btype=scalar", "ldb=scalar",
-                                "beta=scalar_ptr@gp_cublas_compute_size(computeType)", "C=device_ptr",
+                                "beta=scalar_ptr@gp_cublas_scalar_size(computeType, Ctype)", "C=device_ptr",
                                 "Ctype=scalar", "ldc=scalar", "computeType=scalar", "algo=scalar"],
                      "objects": "cublas_handle:use", "restore": "memory", "sync": False},
     "cublasSgemmStridedBatched": {"params": [H, "transa=scalar", "transb=scalar", "m=scalar", "n=scalar", "k=scalar",
@@ -153,16 +155,16 @@ SUPPORTED: Dict[str, Dict] = {
                                              "strideC=scalar", "batchCount=scalar"],
                                   "objects": "cublas_handle:use", "restore": "memory", "sync": False},
     "cublasGemmStridedBatchedEx": {"params": [H, "transa=scalar", "transb=scalar", "m=scalar", "n=scalar",
-                                              "k=scalar", "alpha=scalar_ptr@gp_cublas_compute_size(computeType)",
+                                              "k=scalar", "alpha=scalar_ptr@gp_cublas_scalar_size(computeType, Ctype)",
                                               "A=device_ptr", "Atype=scalar", "lda=scalar", "strideA=scalar",
                                               "B=device_ptr", "Btype=scalar", "ldb=scalar", "strideB=scalar",
-                                              "beta=scalar_ptr@gp_cublas_compute_size(computeType)",
+                                              "beta=scalar_ptr@gp_cublas_scalar_size(computeType, Ctype)",
                                               "C=device_ptr", "Ctype=scalar", "ldc=scalar", "strideC=scalar",
                                               "batchCount=scalar", "computeType=scalar", "algo=scalar"],
                                    "objects": "cublas_handle:use", "restore": "memory", "sync": False},
     # --- cuBLASLt (cublasLt.h)
     "cublasLtCreate": {"params": ["lightHandle=out_value:cublaslt_handle"], "objects": "cublaslt_handle:create",
-                       "restore": "object"},
+                       "restore": "object", "shim": "override"},
     "cublasLtDestroy": {"params": [LH], "objects": "cublaslt_handle:destroy", "restore": "object"},
     "cublasLtGetVersion": {"params": [], "restore": "query"},
     "cublasLtGetCudartVersion": {"params": [], "restore": "query"},
@@ -340,7 +342,7 @@ def named_types(protos) -> List[str]:
             if t == "..." or "(*" in t:
                 continue
             b = base_type(t)
-            if b and b not in BUILTIN:
+            if b and b not in BUILTIN and not set(b.split()) <= C_WORDS:
                 out.add(b)
     return sorted(out)
 
@@ -490,7 +492,7 @@ def new_entry(api: str, fn: hdr.Prototype, fid: int, types: Dict[str, Dict]) -> 
                 q.pop(k, None)
             q.update(d)
             if d["role"] == "scalar_ptr":
-                q["mode"] = _MODE.get(api, "0")
+                q["mode"] = _MODE.get(api, "0").replace("WHICH", "1" if n == "beta" else "0")
         objs = []
         for o in (hand.get("objects") or "").split():
             k, eff = o.split(":")
@@ -506,7 +508,7 @@ def new_entry(api: str, fn: hdr.Prototype, fid: int, types: Dict[str, Dict]) -> 
 
 # the C expression that is true when a scalar_ptr is a device pointer: the
 # handle's pointer mode as the shim tracks it (interceptor/lib_state.c)
-_MODE = {"cublas": "gp_cublas_device_mode(handle)", "cublaslt": "gp_lt_device_mode(computeDesc)"}
+_MODE = {"cublas": "gp_cublas_device_mode(handle)", "cublaslt": "gp_lt_device_mode(computeDesc, WHICH)"}
 
 
 # --------------------------------------------------------------------- build
@@ -598,6 +600,6 @@ def build(spec_dir: Path, includes: List[str], lib_dirs: List[str], cuda_inc: st
         meta = {"api": api, "family": api, "library": cfg["library"], "soname": cfg["library"],
                 "version_node": cfg["library"] if api != "nvml" else None, "header": cfg["header"],
                 "doc_group": [], "cuda_version": {"min": 13000, "max": 13999}, "errors": cfg["errors"],
-                "types": {**((old or {}).get("types") or {}), **types}}
+                "types": types}
         outputs[path] = emit(meta, sorted(entries.values(), key=lambda e: e["id"]))
     return outputs

@@ -20,28 +20,47 @@ from typing import Any, Dict, List, Optional, Union
 
 import yaml
 
-APIS = ("driver", "runtime")
-LIBRARIES = {"driver": "libcuda.so.1", "runtime": "libcudart.so.13"}
-ID_RANGES = {"driver": (1, 9999), "runtime": (10000, 19999)}
+# Library families (docs/libraries.md): NVIDIA's math libraries and NVML,
+# whose shim stand-ins forward each call to the session's worker.
+LIBRARY_APIS = ("cublas", "cublaslt", "nvml")
+APIS = ("driver", "runtime") + LIBRARY_APIS
+LIBRARIES = {"driver": "libcuda.so.1", "runtime": "libcudart.so.13", "cublas": "libcublas.so.13",
+             "cublaslt": "libcublasLt.so.13", "nvml": "libnvidia-ml.so.1"}
+ID_RANGES = {"driver": (1, 9999), "runtime": (10000, 19999), "cublas": (20000, 24999),
+             "cublaslt": (25000, 26999), "nvml": (27000, 29999)}
+# scalar_ptr: a library's alpha/beta: a host pointer to one value (sent as
+# the value, `size` bytes) or a device pointer, as the C expression `mode`
+# says (the handle's pointer mode, tracked in the shim)
 ROLES = ("scalar", "device_ptr", "handle", "in_buffer", "out_buffer", "out_value",
-         "host_ptr", "callback")
+         "host_ptr", "callback", "scalar_ptr")
 KINDS = ("context", "module", "function", "library", "kernel", "stream", "event", "memory",
          "graph", "graph_exec", "graph_node", "mem_pool", "array", "mipmapped_array", "texref",
          "surfref", "tex_object", "surf_object", "external_memory", "external_semaphore",
          "graphics_resource", "link_state", "user_object", "green_ctx", "mem_handle",
-         "log_callback", "device", "async_callback", "dev_resource_desc", "graph_conditional")
+         "log_callback", "device", "async_callback", "dev_resource_desc", "graph_conditional",
+         # library objects (docs/libraries.md)
+         "cublas_handle", "cublaslt_handle", "cublaslt_matmul_desc", "cublaslt_layout",
+         "cublaslt_preference", "cublaslt_transform_desc", "cublaslt_emulation_desc", "nvml_device",
+         "nvml_unit", "nvml_event_set", "nvml_gpu_instance", "nvml_compute_instance", "nvml_gpm_sample")
 EFFECTS = ("create", "destroy", "use")
 STATUSES = ("supported", "unsupported")
-SHIMS = {"driver": ("override", "local"), "runtime": ("override",)}
+SHIMS = {"driver": ("override", "local"), "runtime": ("override",),
+         **{a: ("override",) for a in LIBRARY_APIS}}
 PROC_STREAMS = ("ptds", "ptsz")
 # roles that may carry `kind` (buffers: an array of handles of that kind)
 KIND_ROLES = ("handle", "out_value", "in_buffer", "out_buffer")
-SIZE_ROLES = ("in_buffer", "out_buffer")
+SIZE_ROLES = ("in_buffer", "out_buffer", "scalar_ptr")
 
 FILE_KEYS = ("api", "family", "library", "soname", "header", "doc_group", "cuda_version",
              "functions")
+# library files also name the symbol version node of the real library's
+# exports (null: unversioned), the status codes the shim answers with, and the
+# size/alignment/class of every named type their prototypes use
+LIBRARY_FILE_KEYS = FILE_KEYS + ("version_node", "errors", "types")
+ERROR_KEYS = ("success", "not_supported", "unavailable")
+TYPE_CLASSES = ("int", "uint", "float", "pointer", "struct", "opaque")
 FUNCTION_KEYS = ("name", "id", "returns", "params", "objects", "sync", "status", "proc",
-                 "handler", "shim", "restore")
+                 "handler", "shim", "restore", "declared")
 # How a supported function's effect comes back after a restore (docs/spec-format.md,
 # "Restore rules"); every supported function names one.
 RESTORE_RULES = ("replay", "object", "memory", "driver", "client", "query", "none-needed")
@@ -49,7 +68,7 @@ RESTORE_KEYS = ("rule", "key", "why")
 # the pseudo-parameter of a replay key: the calling thread's current context
 REPLAY_CONTEXT = "context"
 REQUIRED_FUNCTION_KEYS = ("name", "id", "returns", "params", "objects", "sync", "status")
-PARAM_KEYS = ("name", "type", "role", "kind", "size")
+PARAM_KEYS = ("name", "type", "role", "kind", "size", "mode")
 
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -67,6 +86,7 @@ class Param:
     role: str
     kind: Optional[str] = None
     size: Optional[str] = None          # C expression over the other params, or '?'
+    mode: Optional[str] = None          # scalar_ptr: C expression, true for a device pointer
 
     @property
     def is_pointer(self) -> bool:
@@ -109,6 +129,11 @@ class Function:
     handler: Optional[str] = None
     shim: Optional[str] = None
     restore: Optional[Restore] = None
+    declared: bool = True               # library exports without a header declaration: False
+
+    @property
+    def is_library(self) -> bool:
+        return self.api in LIBRARY_APIS
 
     @property
     def supported(self) -> bool:
@@ -151,6 +176,9 @@ class SpecFile:
     cuda_version_min: int
     cuda_version_max: int
     functions: List[Function] = field(default_factory=list)
+    version_node: Optional[str] = None
+    errors: Dict[str, int] = field(default_factory=dict)
+    types: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -159,6 +187,7 @@ class Specs:
     functions: List[Function]
     driver: List[Function]
     runtime: List[Function]
+    libraries: List[Function]          # library families (not in `functions`)
     by_name: Dict[str, Function]
     by_id: Dict[int, Function]
 
@@ -278,8 +307,13 @@ def _parse_function(raw: Any, api: str, family: str, path: str, errs: _Errors) -
             bad(f"{label}: role {role} needs a size")
         if role not in SIZE_ROLES and "size" in rp:
             bad(f"{label}: role {role} takes no size")
+        mode = rp.get("mode")
+        if role == "scalar_ptr" and api not in LIBRARY_APIS:
+            bad(f"{label}: role scalar_ptr is for library functions")
+        if mode is not None and (role != "scalar_ptr" or not isinstance(mode, str)):
+            bad(f"{label}: mode is a C expression, only for role scalar_ptr")
         params.append(Param(name=pname, type=ptype.strip(), role=role, kind=kind,
-                            size=size if role in SIZE_ROLES else None))
+                            size=size if role in SIZE_ROLES else None, mode=mode))
 
     objects: List[ObjectEffect] = []
     raw_objects = raw["objects"]
@@ -332,6 +366,18 @@ def _parse_function(raw: Any, api: str, family: str, path: str, errs: _Errors) -
         bad("shim: local functions are never sent, they take no handler")
     if api == "runtime" and status == "supported" and shim != "override":
         bad("a supported runtime function must be shim: override")
+    declared = raw.get("declared", True)
+    if not isinstance(declared, bool) or (not declared and (api not in LIBRARY_APIS or status == "supported")):
+        bad("declared: false is only for unsupported library exports")
+    if api in LIBRARY_APIS and status == "supported" and shim is None:
+        # the generic library path (gen_lib.py, proxyd/libraries.py)
+        for p in params:
+            if p.role in SIZE_ROLES and p.size == "?":
+                bad(f"supported without a shim override, but param {p.name} has size '?'")
+            if p.role in ("callback", "host_ptr") or p.type == "...":
+                bad(f"supported without a shim override, but param {p.name} is {p.role}")
+            if p.role == "scalar_ptr" and not p.mode:
+                bad(f"param {p.name}: scalar_ptr needs a mode")
     if api == "driver" and status == "supported" and shim != "local" and handler is None:
         # the daemon's generic path: decode by role, translate handles, call, encode
         for p in params:
@@ -352,7 +398,8 @@ def _parse_function(raw: Any, api: str, family: str, path: str, errs: _Errors) -
         return None
     return Function(name=name, id=fid, returns=raw["returns"].strip(), params=params,
                     objects=objects, sync=sync, status=status, api=api, family=family,
-                    file=path, proc=proc, handler=handler, shim=shim, restore=restore)
+                    file=path, proc=proc, handler=handler, shim=shim, restore=restore,
+                    declared=declared is not False)
 
 
 def _parse_restore(raw, present: bool, api: str, status: str, shim, params: List[Param], bad) -> Optional[Restore]:
@@ -375,12 +422,19 @@ def _parse_restore(raw, present: bool, api: str, status: str, shim, params: List
         return None
     key = raw.get("key", [])
     why = raw.get("why")
-    if "key" in raw and rule != "replay":
-        bad("restore key is only for rule replay")
+    if "key" in raw and rule != "replay" and not (rule == "object" and api in LIBRARY_APIS):
+        bad("restore key is only for rule replay (and object, for library settings)")
     if rule == "none-needed" and not (isinstance(why, str) and why.strip()):
         bad("restore rule none-needed needs a why")
     if rule != "none-needed" and why is not None:
         bad("restore why is only for rule none-needed")
+    if rule == "object" and "key" in raw:
+        # a library object's setting: recorded on the object named by key[0],
+        # replaced by a later call with the same key (proxyd/libraries.py)
+        names = {p.name for p in params}
+        if not isinstance(key, list) or not key or not all(isinstance(k, str) and k in names for k in key):
+            bad(f"restore key must name parameters, got {key!r}")
+            key = []
     if rule == "replay":
         if api != "driver" or shim == "local":
             bad("restore replay is for driver functions that proxyd executes (it records them)")
@@ -411,12 +465,13 @@ def _parse_file(path: Path, api: str, errs: _Errors) -> Optional[SpecFile]:
         errs.add(path, None, "not a YAML mapping")
         return None
     ok = True
-    for k in FILE_KEYS:
+    keys = LIBRARY_FILE_KEYS if api in LIBRARY_APIS else FILE_KEYS
+    for k in keys:
         if k not in data:
             errs.add(path, None, f"missing key '{k}'")
             ok = False
     for k in data:
-        if k not in FILE_KEYS:
+        if k not in keys:
             errs.add(path, None, f"unknown key '{k}'")
             ok = False
     if not ok:
@@ -448,6 +503,24 @@ def _parse_file(path: Path, api: str, errs: _Errors) -> Optional[SpecFile]:
     sf = SpecFile(path=str(path), api=api, family=path.stem, library=data["library"],
                   soname=data["soname"], header=data["header"], doc_group=list(dg),
                   cuda_version_min=cv["min"], cuda_version_max=cv["max"])
+    if api in LIBRARY_APIS:
+        er, ty = data["errors"], data["types"]
+        if not isinstance(er, dict) or set(er) != set(ERROR_KEYS) or not all(isinstance(v, int) for v in er.values()):
+            errs.add(path, None, f"errors must be {{{', '.join(ERROR_KEYS)}}} (integers), got {er!r}")
+        else:
+            sf.errors = dict(er)
+        if not isinstance(ty, dict):
+            errs.add(path, None, "types must be a mapping")
+        else:
+            for tname, v in ty.items():
+                if not isinstance(v, dict) or v.get("class") not in TYPE_CLASSES or \
+                        (v["class"] != "opaque" and not (isinstance(v.get("size"), int) and isinstance(v.get("align"), int))):
+                    errs.add(path, None, f"type {tname}: must be {{size, align, class}}, got {v!r}")
+            sf.types = dict(ty)
+        vn = data["version_node"]
+        if vn is not None and not isinstance(vn, str):
+            errs.add(path, None, "version_node must be a string or null")
+        sf.version_node = vn
     for raw in funcs:
         fn = _parse_function(raw, api, path.stem, str(path), errs)
         if fn is not None:
@@ -485,9 +558,10 @@ def load_specs(spec_dir: Union[str, Path]) -> Specs:
                 by_id[fn.id] = fn
     errs.raise_if_any()
     functions = sorted(by_id.values(), key=lambda f: f.id)
-    return Specs(files=files, functions=functions,
+    return Specs(files=files, functions=[f for f in functions if f.api in ("driver", "runtime")],
                  driver=[f for f in functions if f.api == "driver"],
                  runtime=[f for f in functions if f.api == "runtime"],
+                 libraries=[f for f in functions if f.api in LIBRARY_APIS],
                  by_name=by_name, by_id=by_id)
 
 

@@ -22,6 +22,7 @@
  * Locking: everything here runs under gp_lock (a recursive mutex). */
 #define _GNU_SOURCE
 #include "gp_shim.h"
+#include "gp_lib.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1183,6 +1184,36 @@ CUresult gp_op_sync(gp_reply *r)
     if (r->code == CUDA_SUCCESS && ae != CUDA_SUCCESS)
         r->code = ae;
     return (CUresult)r->code;
+}
+
+/* Library ops (gp_lib.h): the reply's code is the library's status of this
+ * call; an earlier async op's failure stays in G.async_err for the next
+ * synchronising CUDA call instead of turning into a library status. */
+int gp_lib_op_sync(gp_reply *r)
+{
+    reply_init(r);
+    gp_msg m = G.cur;
+    memset(&G.cur, 0, sizeof G.cur);
+    msg_reset(&G.cur);
+    msg_seal(&m, GP_MSG_CALL, G.cur_ops);
+    m.sync = 1;
+    G.cur_ops = 0;
+    G.cur_has_ops = 0;
+    int rc = -1;
+    if (msg_send(&m) == 0)
+        rc = pump(&m, r, 0, G.timeout_ms, 1);
+    msg_free(&m);
+    if (rc != 0) {
+        reply_init(r);
+        r->code = lost_daemon(rc);
+        return -1;
+    }
+    return 0;
+}
+
+int gp_lib_op_async(void)
+{
+    return gp_op_async() == CUDA_SUCCESS ? 0 : -1;
 }
 
 CUresult gp_flush(void)

@@ -1,0 +1,49 @@
+/* Shared interface of the library stand-ins (libcublas.so.13,
+ * libcublasLt.so.13, libnvidia-ml.so.1; docs/libraries.md).
+ *
+ * The stand-ins are generated from specs/<library>/ (autogen/gen_lib.py)
+ * and talk to proxyd through libcuda.so.1's transport, which exports the
+ * gp_* functions below. Locking: every function here takes gp_lock (the
+ * shim's one recursive lock, gp_shim.h) for its tables; callers may hold it. */
+#ifndef GP_LIB_H
+#define GP_LIB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gp_shim.h"
+
+/* Ends a sync library op: sends the batch and waits. Returns 0 with r->code
+ * the library's own status of this call, or -1 when proxyd cannot be
+ * reached (after one stderr line). An earlier asynchronous op's failure is
+ * not reported here: it stays pending for the next synchronising CUDA call
+ * (cudaStreamSynchronize, cudaDeviceSynchronize, ...), as a kernel's would.
+ * The caller must call gp_reply_done(r). transport.c. */
+int gp_lib_op_sync(gp_reply *r);
+/* Ends an async library op (gemm): 0, or -1 when proxyd cannot be reached. */
+int gp_lib_op_async(void);
+
+/* cuBLAS pointer mode per handle (cublas_api.h, cublasSetPointerMode): 1
+ * when alpha/beta of calls on h are device pointers. lib_state.c. */
+int gp_cublas_device_mode(const void *h);
+void gp_cublas_note_pointer_mode(const void *h, int mode);
+void gp_cublas_forget(const void *h);
+/* Bytes of alpha/beta of cublasGemmEx-like calls: the scalar type follows
+ * the compute type, complex when C is (cuBLAS docs, cublasGemmEx). */
+size_t gp_cublas_scalar_size(int compute_type, int c_type);
+
+/* cuBLASLt matmul descriptors: scale type (the type of alpha/beta) and
+ * pointer mode (cublasLt.h, CUBLASLT_MATMUL_DESC_SCALE_TYPE and
+ * CUBLASLT_MATMUL_DESC_POINTER_MODE). lib_state.c. */
+void gp_lt_note_desc(const void *desc, int scale_type);
+void gp_lt_note_attr(const void *desc, int attr, const void *buf, size_t size);
+void gp_lt_forget(const void *desc);
+size_t gp_lt_scale_size(const void *desc);
+/* which: 0 alpha, 1 beta; 1 when that scalar is a device pointer */
+int gp_lt_device_mode(const void *desc, int which);
+
+/* cublas_api.h: names and descriptions of cublasStatus_t. lib_state.c. */
+const char *gp_cublas_status_name(int s);
+const char *gp_cublas_status_string(int s);
+
+#endif
