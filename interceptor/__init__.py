@@ -8,13 +8,20 @@ def lib_dir() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
 
 
+# The shim's libraries, in LD_PRELOAD order: the runtime and the driver, then
+# the library stand-ins (docs/libraries.md), which forward NVIDIA's math
+# libraries and NVML to the worker. Preloaded under their sonames, they are
+# what a program's DT_NEEDED (libtorch's libcublas.so.13) resolves to.
+LIBRARIES = ("libcudart.so.13", "libcuda.so.1", "libcublas.so.13", "libcublasLt.so.13", "libnvidia-ml.so.1")
+
+
 def preload_value() -> str:
     """The LD_PRELOAD value that puts the shim in front of the real CUDA libraries."""
     d = lib_dir()
-    return f"{os.path.join(d, 'libcudart.so.13')}:{os.path.join(d, 'libcuda.so.1')}"
+    return ":".join(os.path.join(d, n) for n in LIBRARIES)
 
 
 def check_built() -> None:
-    for name in ("libcudart.so.13", "libcuda.so.1"):
+    for name in LIBRARIES:
         if not os.path.exists(os.path.join(lib_dir(), name)):
             raise FileNotFoundError(f"gpuproxy shim library {name} missing in {lib_dir()}; reinstall with `pip install .`")

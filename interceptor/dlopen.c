@@ -43,7 +43,14 @@ static dlopen_fn next_dlopen;
 static dlmopen_fn next_dlmopen;
 static char shim_dir[PATH_MAX];
 
-/* The library a name stands for: 1 libcuda, 2 libcudart, 0 neither. Matches
+/* The library stand-ins (docs/libraries.md) are redirected the same way:
+ * PyTorch loads libcublas.so.13 through its RUNPATH (nvidia/cu13/lib), CuPy
+ * by absolute path, PyTorch's c10 and nvidia-smi-like tools dlopen
+ * libnvidia-ml.so.1: all of them get the stand-in, never NVIDIA's library in
+ * the app (only the worker loads that).
+ *
+ * The library a name stands for: an index into shim_files (1 libcuda, 2
+ * libcudart, 3 libcublas, 4 libcublasLt, 5 libnvidia-ml), 0 none. Matches
  * the file name part only: "libcuda.so", "libcuda.so.1", "libcuda.so.580.95",
  * "/opt/x/libcudart.so.13" -- and not "libcudadebugger.so.1" or
  * "libcudart_static.a". */
@@ -56,6 +63,9 @@ static int cuda_lib_kind(const char *file)
     static const struct { const char *stem; int kind; } names[] = {
         {"libcuda.so", 1},
         {"libcudart.so", 2},
+        {"libcublas.so", 3},
+        {"libcublasLt.so", 4},
+        {"libnvidia-ml.so", 5},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         size_t n = strlen(names[i].stem);
@@ -91,7 +101,11 @@ static const char *shim_path(int kind, char *buf, size_t cap)
         *slash = '\0';
         snprintf(shim_dir, sizeof shim_dir, "%s", tmp);
     }
-    snprintf(buf, cap, "%s/%s", shim_dir, kind == 1 ? "libcuda.so.1" : "libcudart.so.13");
+    static const char *const shim_files[] = {NULL, "libcuda.so.1", "libcudart.so.13", "libcublas.so.13",
+                                             "libcublasLt.so.13", "libnvidia-ml.so.1"};
+    if (kind < 1 || kind > 5)
+        return NULL;
+    snprintf(buf, cap, "%s/%s", shim_dir, shim_files[kind]);
     return buf;
 }
 

@@ -37,6 +37,8 @@ CUDA_ERROR_CONTEXT_IS_DESTROYED = 709
 CUDA_ERROR_UNKNOWN = 999
 
 HANDLERS: dict[str, Callable] = {}
+# function ids from here on belong to the library families (autogen/specload.py)
+LIBRARY_IDS = 20000
 
 # What each argument role may be on the wire (docs/protocol.md, "Messages");
 # hand-written handlers use the same slots, sometimes with a shared-memory
@@ -98,6 +100,8 @@ class Dispatcher:
         # imported for their @handler registrations
         from . import graphs, handlers, hostmap, ipc, mempool, vmm  # noqa: F401
         self._capture_op = graphs.capture_op
+        from .libraries import LibraryCalls
+        self.libs = LibraryCalls(self)      # cuBLAS, cuBLASLt, NVML ops (handler "library")
         # Kernel launches are the hottest op by far (a training step issues
         # thousands): they get a direct path that skips the generic
         # bookkeeping but makes the same checks.
@@ -149,7 +153,14 @@ class Dispatcher:
         fn = FUNCTIONS.get(fid)
         if fn is None:
             name = NAMES.get(fid, f"function id {fid}")
+            if fid in NAMES and fid >= LIBRARY_IDS:
+                # an unsupported library function: the library's not-supported status
+                from .libraries import STATUS, api_of
+                return STATUS[api_of(fid)].not_supported, None, f"{name} is not supported by proxyd"
             return CUDA_ERROR_NOT_SUPPORTED, None, f"{name} is not supported by proxyd"
+        if fn.handler == "library":
+            # codes are the library's statuses (libraries.py), not CUresult
+            return self.libs.run_op(sess, fn, fid, ctxh, args)
         if len(args) != len(fn.params):
             return CUDA_ERROR_INVALID_VALUE, None, f"{fn.name}: {len(args)} arguments for {len(fn.params)} parameters"
         bad = bad_argument(fn, args)

@@ -257,6 +257,49 @@ def _make_libcuda_stub(obj: Path, stub_dir: Path) -> None:
          "libcuda stub")
 
 
+# NVIDIA libraries a program may link (-lcublas, -lcublasLt): the soname each
+# -l flag stands for
+NVIDIA_LIBS = {"-lcublas": "libcublas.so.13", "-lcublasLt": "libcublasLt.so.13"}
+
+
+def _nvidia_lib_dir(nvcc: str, soname: str) -> Optional[Path]:
+    """Where NVIDIA's library is: the toolkit's lib64, $GPUPROXY_NVIDIA_LIB_DIR,
+    or nvidia/cu13/lib of this Python (the nvidia-cublas wheel); None if absent."""
+    import sys
+    homes = [_cuda_home(nvcc), Path("/usr/local/cuda")]
+    dirs = []
+    for h in homes:
+        dirs += [h / "lib64", h / "targets" / "x86_64-linux" / "lib", h / "targets" / "sbsa-linux" / "lib"]
+    if os.environ.get("GPUPROXY_NVIDIA_LIB_DIR"):
+        dirs.append(Path(os.environ["GPUPROXY_NVIDIA_LIB_DIR"]))
+    dirs += [Path(p) / "nvidia" / "cu13" / "lib" for p in sys.path if p]
+    for d in dirs:
+        if (d / soname).exists():
+            return d
+    return None
+
+
+def _library_link_flags(nvcc: str, link: list[str]) -> list[str]:
+    """-lcublas and -lcublasLt: linked against NVIDIA's library (with an rpath
+    to its folder, so the program also runs natively) where it is installed;
+    else against gpuproxy's stand-ins, which export the same symbols and
+    version nodes (docs/libraries.md) -- such a binary runs only under the
+    shim, which preloads the stand-ins (CI, the emulated backend)."""
+    out = []
+    for flag in link:
+        soname = NVIDIA_LIBS.get(flag)
+        if soname is None:
+            out.append(flag)
+            continue
+        d = _nvidia_lib_dir(nvcc, soname)
+        if d is not None:
+            out += [f"-L{d}", f"-l:{soname}", f"-Xlinker=-rpath={d}"]
+        else:
+            from gpuproxy.interceptor import lib_dir
+            out += [f"-L{lib_dir()}", f"-l:{soname}"]
+    return out
+
+
 # --------------------------------------------------------------------------- build
 
 
@@ -276,9 +319,13 @@ def _cache_key(program: Program, nvcc: str, arch: str, cudart: str = "shared") -
     h.update(b"gpuproxy-corpus-v1\0")
     h.update(_nvcc_version(nvcc).encode() + b"\0")
     h.update(repr((_base_flags(arch, cudart), program.compile_flags, program.link, program.cubins)).encode() + b"\0")
-    for path in (program.source_path,) + tuple(program.cubin_paths):
+    for path in (program.source_path,) + tuple(program.cubin_paths) + tuple(sorted(PROGRAMS_DIR.glob("*.h"))):
         h.update(path.name.encode() + b"\0")
         h.update(path.read_bytes() + b"\0")
+    for flag in program.link:
+        if flag in NVIDIA_LIBS:
+            # where the library comes from (NVIDIA's or the stand-in) changes the binary
+            h.update(str(_nvidia_lib_dir(nvcc, NVIDIA_LIBS[flag])).encode() + b"\0")
     return h.hexdigest()[:20]
 
 
@@ -310,7 +357,7 @@ def build(program: Program, out_dir: Path | str, cudart: str = "shared") -> Buil
     try:
         binary = work / program.name
         flags = _base_flags(arch, cudart)
-        link = list(program.link)
+        link = _library_link_flags(nvcc, list(program.link))
         needs_stub = "-lcuda" in link and _find_libcuda_stub_dir(nvcc) is None
         if "-lcuda" in link and not needs_stub:
             link = [f"-L{_find_libcuda_stub_dir(nvcc)}"] + link

@@ -102,6 +102,8 @@ def describe(sess: Session) -> dict:
     out["mem_handles"] = describe_vmm(sess)     # the app's physical allocations (cuMemCreate)
     from ..graphs import describe as describe_graphs
     out["graphs"] = describe_graphs(sess)         # graphs and executable graphs with their ops
+    from ..libraries import describe as describe_libraries
+    out["libraries"] = describe_libraries(sess)   # cuBLAS/cuBLASLt handles and descriptors with their settings
     out["capture"] = {str(k): v for k, v in sess.capture.items()}
     out["capture_events"] = {str(k): v for k, v in sess.capture_events.items()}
     # who the process is, where this proxyd can tell (its pid namespace):
@@ -758,6 +760,10 @@ class Engine:
             for special, attrs in c.get("stream_attrs", {}).items():
                 self._set_stream_attrs(b.stream(int(special)), attrs,
                                        ctx.stream_attrs.setdefault(int(special), {}))
+        # library handles and descriptors with their settings (streams,
+        # workspaces in the arena and contexts exist again by now)
+        from ..libraries import rebuild as rebuild_libraries
+        rebuild_libraries(self.dispatcher, sess, desc.get("libraries", []))
         # settings made through `restore: replay` calls, now that the objects
         # they name exist again; run_op records them on the new session too
         sess.primary_flags = {int(k): int(v) for k, v in desc.get("primary_flags", {}).items()}

@@ -182,7 +182,7 @@ SESSION = Obj({
     "slot": Int(0, 62),                      # a session slot (slot 63 is proxyd's own)
     "last_seq": COUNT,
     "last_reply": Opt(List(B64, 64)),
-    "next_id": Map(Str(2, r"[0-9]+", "a kind number"), ID, 16),
+    "next_id": Map(Str(2, r"[0-9]+", "a kind number"), ID, 64),
     "async_error": Opt(Tuple(Int(-(1 << 31), (1 << 31) - 1), Int(0, 1 << 20), Str(1 << 16))),
     "contexts": List(Obj({"id": ID, "device": DEVICE, "primary": Bool(), "flags": ID, "refcount": ID},
                          optional={"limits": Map(NUM, U64, 64),
@@ -230,6 +230,12 @@ SESSION = Obj({
                        optional={"origin": U64, "capturing": Bool(), "graph": ID}), 1 << 16),
     "capture": Map(NUM, ID, 1 << 16),
     "capture_events": Map(NUM, ID, 1 << 16),
+    # library handles and descriptors (proxyd/libraries.py): the creating
+    # call and the settings, re-checked by the library path when replayed
+    "libraries": List(Obj({"kind": Enum("cublas_handle", "cublaslt_handle", "cublaslt_matmul_desc",
+                                        "cublaslt_layout", "cublaslt_preference"),
+                           "id": ID, "ctx": ID, "create": Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS),
+                           "settings": List(Tuple(Int(0, 1 << 20), HANDLE_ARGS), 1 << 16)}), 1 << 16),
 })
 
 MANIFEST = Obj({

@@ -438,6 +438,11 @@ class EmuBackend(Backend):
     def call_named(self, name, args):
         return getattr(self, "drv_" + name)(*args)
 
+    def library(self, api: str):
+        """The emulated cuBLAS / cuBLASLt / NVML (blas.py; proxyd/libraries.py)."""
+        from .blas import EmuLibrary
+        return EmuLibrary(self, api)
+
     def drv_cuDeviceGet(self, out, ordinal):
         return CUDA_SUCCESS, [self._dev(ordinal)]
 

@@ -1,0 +1,355 @@
+"""The emulated backend's cuBLAS, cuBLASLt and NVML (docs/libraries.md).
+
+What CI needs to run the library path end to end without a GPU: handles and
+their settings, single-precision gemm (cublasSgemm_v2, cublasGemmEx with
+fp32 data and compute, cublasSgemmStridedBatched, cublasLtMatmul with fp32
+column-major layouts) in numpy, and the NVML queries PyTorch makes. Matrices
+are column-major with leading dimensions (cuBLAS docs, "Data layout"); each
+call reads device memory through the backend's resolve(). Anything else
+answers the library's not-supported status with a message.
+
+Locking: the worker's main loop only.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from gpuproxy.proxyd.session import CudaError
+
+OK, NOT_INIT, INVALID, NOT_SUPPORTED = 0, 1, 7, 15        # cublasStatus_t (cublas_api.h)
+NVML_OK, NVML_INVALID, NVML_INSUFFICIENT = 0, 2, 7        # nvmlReturn_t (nvml.h)
+OP_N, OP_T, OP_C = 0, 1, 2                                # cublasOperation_t
+R_32F = 0                                                 # cudaDataType_t (library_types.h)
+COMPUTE_32F = (68, 69, 74, 75, 77)                        # cublasComputeType_t: the fp32 ones
+# cublasLt.h attribute ids
+DESC_COMPUTE, DESC_SCALE, DESC_POINTER_MODE, DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE = 0, 1, 2, 3, 4, 7
+LAYOUT_TYPE, LAYOUT_ORDER, LAYOUT_ROWS, LAYOUT_COLS, LAYOUT_LD, LAYOUT_BATCH, LAYOUT_STRIDE = 0, 1, 2, 3, 4, 5, 6
+
+
+class Unsupported(Exception):
+    pass
+
+
+class EmuLibrary:
+    """One emulated library (api: cublas, cublaslt, nvml); call() has the
+    signature of libraries.RealLibrary.call."""
+
+    def __init__(self, backend, api: str):
+        self.b = backend
+        self.api = api
+        self.objs: dict[int, dict] = {}
+        self.next = 1
+
+    # ---------------------------------------------------------- plumbing
+    def call(self, fn, args):
+        impl = getattr(self, "f_" + fn.name, None)
+        if impl is None:
+            raise CudaError(801, f"{fn.name} is not implemented by the emulated backend")
+        try:
+            return impl(*args)
+        except Unsupported as e:
+            raise CudaError(801, f"{fn.name}: {e} (emulated backend)") from e
+
+    def _new(self, **state) -> int:
+        h = self.next
+        self.next += 1
+        self.objs[h] = state
+        return h
+
+    def _obj(self, h):
+        o = self.objs.get(h)
+        if o is None:
+            raise CudaError(400, f"unknown library handle {h}")
+        return o
+
+    def nvml_device(self, index: int):
+        if not 0 <= index < self.b.device_count():
+            raise CudaError(1, f"NVML device {index} does not exist")
+        return index
+
+    def _scalar(self, v, fmt="f"):
+        """alpha/beta: bytes (host pointer mode) or a device address."""
+        n = struct.calcsize(fmt)
+        if v is None:
+            raise CudaError(1, "alpha/beta is NULL")
+        raw = bytes(v) if not isinstance(v, int) else bytes(self.b.resolve(v, n))
+        return struct.unpack(fmt, raw[:n])[0]
+
+    def _check_mode(self, device_mode: bool, *scalars):
+        """The real library reads alpha/beta as its handle's pointer mode
+        says: a value sent for a device-mode handle (or an address for a
+        host-mode one) means the shim and the worker disagree about the
+        mode, e.g. a restore that lost the setting. Fail as cuBLAS would
+        misbehave, loudly."""
+        for v in scalars:
+            if v is not None and isinstance(v, int) != device_mode:
+                raise CudaError(1, f"alpha/beta sent as a {'device address' if isinstance(v, int) else 'value'} "
+                                   f"for a handle in {'device' if device_mode else 'host'} pointer mode")
+
+    def _mat(self, addr, rows, cols, ld, dtype=np.float32):
+        """A column-major rows x cols matrix with leading dimension ld, as a
+        writable numpy view of device memory."""
+        if rows <= 0 or cols <= 0:
+            return np.zeros((max(rows, 0), max(cols, 0)), dtype)
+        if ld < rows:
+            raise CudaError(1, f"leading dimension {ld} < rows {rows}")
+        item = np.dtype(dtype).itemsize
+        n = ((cols - 1) * ld + rows) * item
+        flat = self.b.resolve(int(addr), n).view(dtype)
+        return np.lib.stride_tricks.as_strided(flat, shape=(rows, cols), strides=(item, ld * item))
+
+    def _gemm(self, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
+        if min(m, n) < 0 or k < 0 or ta not in (OP_N, OP_T, OP_C) or tb not in (OP_N, OP_T, OP_C):
+            return INVALID
+        a = self._mat(A, m if ta == OP_N else k, k if ta == OP_N else m, lda)
+        bm = self._mat(B, k if tb == OP_N else n, n if tb == OP_N else k, ldb)
+        c = self._mat(C, m, n, ldc)
+        opa = a if ta == OP_N else a.T
+        opb = bm if tb == OP_N else bm.T
+        # fp32 products accumulated in fp64, rounded once: close to what
+        # the GPU's fp32 FMAs give; callers compare with a tolerance
+        prod = opa.astype(np.float64) @ opb.astype(np.float64)
+        res = alpha * prod + (beta * c.astype(np.float64) if beta != 0 else 0.0)
+        c[...] = res.astype(np.float32)
+        return OK
+
+    # ------------------------------------------------------------- cuBLAS
+    def f_cublasCreate_v2(self, out):
+        return OK, [self._new(stream=0, pointer_mode=0, math_mode=0, atomics=0, workspace=(0, 0))]
+
+    def f_cublasDestroy_v2(self, h):
+        self._obj(h)
+        del self.objs[h]
+        return OK, []
+
+    def f_cublasGetVersion_v2(self, h, out):
+        return OK, [130000]
+
+    def f_cublasGetProperty(self, typ, out):
+        return (OK, [(13, 0, 0)[typ]]) if 0 <= typ <= 2 else (INVALID, None)
+
+    def f_cublasGetCudartVersion(self):
+        return 13000, []
+
+    def f_cublasSetStream_v2(self, h, stream):
+        self._obj(h)["stream"] = stream
+        return OK, []
+
+    def f_cublasGetStream_v2(self, h, out):
+        return OK, [self._obj(h)["stream"]]
+
+    def f_cublasSetWorkspace_v2(self, h, ws, size):
+        self._obj(h)["workspace"] = (ws, size)
+        return OK, []
+
+    def f_cublasSetMathMode(self, h, mode):
+        self._obj(h)["math_mode"] = mode
+        return OK, []
+
+    def f_cublasGetMathMode(self, h, out):
+        return OK, [self._obj(h)["math_mode"]]
+
+    def f_cublasSetPointerMode_v2(self, h, mode):
+        if mode not in (0, 1):
+            return INVALID, None
+        self._obj(h)["pointer_mode"] = mode
+        return OK, []
+
+    def f_cublasGetPointerMode_v2(self, h, out):
+        return OK, [self._obj(h)["pointer_mode"]]
+
+    def f_cublasSetAtomicsMode(self, h, mode):
+        self._obj(h)["atomics"] = mode
+        return OK, []
+
+    def f_cublasGetAtomicsMode(self, h, out):
+        return OK, [self._obj(h)["atomics"]]
+
+    def f_cublasSgemm_v2(self, h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
+        self._check_mode(self._obj(h)["pointer_mode"] == 1, alpha, beta)
+        return self._gemm(ta, tb, m, n, k, self._scalar(alpha), A, lda, B, ldb, self._scalar(beta), C, ldc), []
+
+    def f_cublasGemmEx(self, h, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, compute, algo):
+        self._check_mode(self._obj(h)["pointer_mode"] == 1, alpha, beta)
+        if (at, bt, ct) != (R_32F, R_32F, R_32F) or compute not in COMPUTE_32F:
+            raise Unsupported(f"data types {(at, bt, ct)} with compute type {compute} (fp32 only)")
+        return self._gemm(ta, tb, m, n, k, self._scalar(alpha), A, lda, B, ldb, self._scalar(beta), C, ldc), []
+
+    def f_cublasSgemmStridedBatched(self, h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+                                    count):
+        self._check_mode(self._obj(h)["pointer_mode"] == 1, alpha, beta)
+        al, be = self._scalar(alpha), self._scalar(beta)
+        for i in range(count):
+            code = self._gemm(ta, tb, m, n, k, al, A + 4 * i * sa, lda, B + 4 * i * sb, ldb, be, C + 4 * i * sc, ldc)
+            if code:
+                return code, None
+        return OK, []
+
+    # ----------------------------------------------------------- cuBLASLt
+    def f_cublasLtCreate(self, out):
+        return OK, [self._new(kind="lt")]
+
+    def f_cublasLtDestroy(self, h):
+        self._obj(h)
+        del self.objs[h]
+        return OK, []
+
+    def f_cublasLtGetVersion(self):
+        return 130000, []
+
+    def f_cublasLtGetCudartVersion(self):
+        return 13000, []
+
+    def f_cublasLtGetProperty(self, typ, out):
+        return (OK, [(13, 0, 0)[typ]]) if 0 <= typ <= 2 else (INVALID, None)
+
+    def f_cublasLtMatmulDescCreate(self, out, compute, scale):
+        return OK, [self._new(kind="desc", attrs={DESC_COMPUTE: struct.pack("i", compute),
+                                                   DESC_SCALE: struct.pack("i", scale)})]
+
+    def f_cublasLtMatrixLayoutCreate(self, out, typ, rows, cols, ld):
+        attrs = {LAYOUT_TYPE: struct.pack("i", typ), LAYOUT_ROWS: struct.pack("Q", rows),
+                 LAYOUT_COLS: struct.pack("Q", cols), LAYOUT_LD: struct.pack("q", ld)}
+        return OK, [self._new(kind="layout", attrs=attrs)]
+
+    def f_cublasLtMatmulPreferenceCreate(self, out):
+        return OK, [self._new(kind="pref", attrs={})]
+
+    def _destroy(self, h):
+        self._obj(h)
+        del self.objs[h]
+        return OK, []
+
+    f_cublasLtMatmulDescDestroy = f_cublasLtMatrixLayoutDestroy = f_cublasLtMatmulPreferenceDestroy = _destroy
+
+    def _set_attr(self, h, attr, buf, size):
+        if buf is None or len(buf) != size:
+            return INVALID, None
+        self._obj(h)["attrs"][attr] = bytes(buf)
+        return OK, []
+
+    f_cublasLtMatmulDescSetAttribute = f_cublasLtMatrixLayoutSetAttribute = _set_attr
+    f_cublasLtMatmulPreferenceSetAttribute = _set_attr
+
+    def _get_attr(self, h, attr, buf, size, written):
+        v = self._obj(h)["attrs"].get(attr)
+        if v is None:
+            raise Unsupported(f"attribute {attr} has no recorded value")
+        if buf is None:         # a size query (buf NULL): sizeWritten only
+            return OK, [None, len(v)]
+        if size < len(v):
+            return INVALID, None
+        return OK, [v + bytes(buf - len(v)), len(v)]
+
+    f_cublasLtMatmulDescGetAttribute = f_cublasLtMatrixLayoutGetAttribute = _get_attr
+
+    def _layout(self, h):
+        a = self._obj(h)["attrs"]
+        get = lambda k, f, d=0: struct.unpack(f, a[k][:struct.calcsize(f)])[0] if k in a else d
+        return {"type": get(LAYOUT_TYPE, "i"), "order": get(LAYOUT_ORDER, "i"), "rows": get(LAYOUT_ROWS, "Q"),
+                "cols": get(LAYOUT_COLS, "Q"), "ld": get(LAYOUT_LD, "q"), "batch": get(LAYOUT_BATCH, "i", 1),
+                "stride": get(LAYOUT_STRIDE, "q")}
+
+    def f_cublasLtMatmulAlgoGetHeuristic(self, lt, desc, a, b, c, d, pref, count, results, returned):
+        self._obj(lt)
+        for h in (desc, a, b, c, d, pref):
+            self._obj(h)
+        if count < 1:
+            return INVALID, None
+        # one algorithm: algo bytes (64) zero, workspaceSize 0, state
+        # CUBLAS_STATUS_SUCCESS, wavesCount 1.0 (cublasLt.h,
+        # cublasLtMatmulHeuristicResult_t, 96 bytes)
+        one = bytes(64) + struct.pack("<QIf", 0, OK, 1.0) + bytes(16)
+        out = one + bytes(96 * (count - 1))
+        return OK, [out[:results] if results is not None else None, 1]
+
+    def f_cublasLtMatmul(self, lt, desc, alpha, A, ad, B, bd, beta, C, cd, D, dd, algo, ws, wsize, stream):
+        self._obj(lt)
+        da = self._obj(desc)["attrs"]
+        dget = lambda k: struct.unpack("i", da[k][:4])[0] if k in da else 0
+        if dget(DESC_COMPUTE) not in COMPUTE_32F or dget(DESC_SCALE) != R_32F or dget(DESC_EPILOGUE) > 1:
+            raise Unsupported("only fp32 compute and scale types without an epilogue")
+        # CUBLASLT_POINTER_MODE_HOST 0, DEVICE 1 (the others: not emulated)
+        pm = dget(DESC_POINTER_MODE)
+        if pm not in (0, 1):
+            raise Unsupported(f"pointer mode {pm}")
+        self._check_mode(pm == 1, alpha, beta)
+        la, lb, lc, ld_ = (self._layout(h) for h in (ad, bd, cd, dd))
+        for lay in (la, lb, lc, ld_):
+            if lay["type"] != R_32F or lay["order"] != 0 or lay["batch"] != 1:
+                raise Unsupported("only single fp32 column-major matrices")
+        ta, tb = dget(DESC_TRANSA), dget(DESC_TRANSB)
+        m, n = ld_["rows"], ld_["cols"]
+        k = la["cols"] if ta == OP_N else la["rows"]
+        if (lc["rows"], lc["cols"]) != (m, n):
+            return INVALID, None
+        al, be = self._scalar(alpha), self._scalar(beta)
+        if int(C) != int(D):
+            # D = alpha op(A) op(B) + beta C: start D from C
+            self._mat(D, m, n, ld_["ld"])[...] = self._mat(C, m, n, lc["ld"])
+        code = self._gemm(ta, tb, m, n, k, al, A, la["ld"], B, lb["ld"], be, D, ld_["ld"])
+        return code, []
+
+    # --------------------------------------------------------------- NVML
+    def f_nvmlInit_v2(self):
+        return NVML_OK, []
+
+    f_nvmlInit = f_nvmlInit_v2
+
+    def f_nvmlInitWithFlags(self, flags):
+        return NVML_OK, []
+
+    def f_nvmlShutdown(self):
+        return NVML_OK, []
+
+    def f_nvmlDeviceGetCount_v2(self, out):
+        return NVML_OK, [self.b.device_count()]
+
+    f_nvmlDeviceGetCount = f_nvmlDeviceGetCount_v2
+
+    def f_nvmlDeviceGetHandleByIndex_v2(self, index, out):
+        if not 0 <= index < self.b.device_count():
+            return NVML_INVALID, None
+        return NVML_OK, [index]
+
+    f_nvmlDeviceGetHandleByIndex = f_nvmlDeviceGetHandleByIndex_v2
+
+    def f_nvmlDeviceGetIndex(self, dev, out):
+        return NVML_OK, [dev]
+
+    def _string(self, s: str, size):
+        raw = s.encode() + b"\0"
+        if size is None:
+            return NVML_INVALID, None
+        if size < len(raw):
+            return NVML_INSUFFICIENT, None
+        return NVML_OK, [raw + bytes(size - len(raw))]
+
+    def f_nvmlDeviceGetName(self, dev, size, length):
+        return self._string(self.b.device_name(dev), size)
+
+    def f_nvmlDeviceGetUUID(self, dev, size, length):
+        # the emulated device's CUuuid (drv_cuDeviceGetUuid), in NVML's
+        # "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" form
+        u = bytes([0x67, 0x70, dev] + [0] * 13).hex()
+        return self._string(f"GPU-{u[:8]}-{u[8:12]}-{u[12:16]}-{u[16:20]}-{u[20:]}", size)
+
+    def f_nvmlDeviceGetMemoryInfo(self, dev, out):
+        total = self.b.device_total_mem(dev)
+        used = self.b.device_used_mem(dev) if hasattr(self.b, "device_used_mem") else 0
+        # nvmlMemory_t: unsigned long long total, free, used (nvml.h)
+        return NVML_OK, [struct.pack("<QQQ", total, total - used, used)]
+
+    def f_nvmlSystemGetDriverVersion(self, size, length):
+        v = self.b.driver_version()
+        return self._string(f"{v // 1000}.{(v % 1000) // 10}.emu", size)
+
+    def f_nvmlSystemGetNVMLVersion(self, size, length):
+        return self._string("13.0.emu", size)
+
+    def f_nvmlSystemGetCudaDriverVersion(self, out):
+        return NVML_OK, [self.b.driver_version()]
+
+    f_nvmlSystemGetCudaDriverVersion_v2 = f_nvmlSystemGetCudaDriverVersion
