@@ -305,6 +305,8 @@ class LibraryCalls:
         except Exception as e:  # a bug in proxyd must not take the worker down
             RATE.internal_error("internal error in a library call", f"{fn.name} failed inside proxyd", e)
             code, outs, msg = st.internal, None, f"{fn.name}: internal error in proxyd: {e}"
+        if msg and not msg.startswith(fn.name):
+            msg = f"{fn.name}: {msg}"
         if not fn.sync and code != st.success:
             # reported like a failed kernel launch: at the next synchronising call
             return CUDA_ERROR_LAUNCH_FAILED, None, msg or f"{fn.name} failed with {_status_name(api, code)}"

@@ -100,19 +100,19 @@ class EmuLibrary:
         flat = self.b.resolve(int(addr), n).view(dtype)
         return np.lib.stride_tricks.as_strided(flat, shape=(rows, cols), strides=(item, ld * item))
 
-    def _gemm(self, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
+    def _gemm(self, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, dtype=np.float32):
         if min(m, n) < 0 or k < 0 or ta not in (OP_N, OP_T, OP_C) or tb not in (OP_N, OP_T, OP_C):
             return INVALID
-        a = self._mat(A, m if ta == OP_N else k, k if ta == OP_N else m, lda)
-        bm = self._mat(B, k if tb == OP_N else n, n if tb == OP_N else k, ldb)
-        c = self._mat(C, m, n, ldc)
+        a = self._mat(A, m if ta == OP_N else k, k if ta == OP_N else m, lda, dtype)
+        bm = self._mat(B, k if tb == OP_N else n, n if tb == OP_N else k, ldb, dtype)
+        c = self._mat(C, m, n, ldc, dtype)
         opa = a if ta == OP_N else a.T
         opb = bm if tb == OP_N else bm.T
         # fp32 products accumulated in fp64, rounded once: close to what
         # the GPU's fp32 FMAs give; callers compare with a tolerance
         prod = opa.astype(np.float64) @ opb.astype(np.float64)
         res = alpha * prod + (beta * c.astype(np.float64) if beta != 0 else 0.0)
-        c[...] = res.astype(np.float32)
+        c[...] = res.astype(dtype)
         return OK
 
     # ------------------------------------------------------------- cuBLAS
@@ -171,6 +171,35 @@ class EmuLibrary:
         self._check_mode(self._obj(h)["pointer_mode"] == 1, alpha, beta)
         return self._gemm(ta, tb, m, n, k, self._scalar(alpha), A, lda, B, ldb, self._scalar(beta), C, ldc), []
 
+    def f_cublasDgemm_v2(self, h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
+        self._check_mode(self._obj(h)["pointer_mode"] == 1, alpha, beta)
+        return self._gemm(ta, tb, m, n, k, self._scalar(alpha, "d"), A, lda, B, ldb, self._scalar(beta, "d"), C, ldc,
+                          np.float64), []
+
+    def _batched(self, h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count, dtype):
+        self._check_mode(self._obj(h)["pointer_mode"] == 1, alpha, beta)
+        fmt = "f" if dtype == np.float32 else "d"
+        al, be = self._scalar(alpha, fmt), self._scalar(beta, fmt)
+        item = np.dtype(dtype).itemsize
+        for i in range(count):
+            code = self._gemm(ta, tb, m, n, k, al, A + item * i * sa, lda, B + item * i * sb, ldb, be,
+                              C + item * i * sc, ldc, dtype)
+            if code:
+                return code, None
+        return OK, []
+
+    def f_cublasDgemmStridedBatched(self, h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+                                    count):
+        return self._batched(h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count,
+                             np.float64)
+
+    def f_cublasGemmStridedBatchedEx(self, h, ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct,
+                                     ldc, sc, count, compute, algo):
+        if (at, bt, ct) != (R_32F, R_32F, R_32F) or compute not in COMPUTE_32F:
+            raise Unsupported(f"data types {(at, bt, ct)} with compute type {compute} (fp32 only)")
+        return self._batched(h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count,
+                             np.float32)
+
     def f_cublasGemmEx(self, h, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, compute, algo):
         self._check_mode(self._obj(h)["pointer_mode"] == 1, alpha, beta)
         if (at, bt, ct) != (R_32F, R_32F, R_32F) or compute not in COMPUTE_32F:
@@ -179,13 +208,8 @@ class EmuLibrary:
 
     def f_cublasSgemmStridedBatched(self, h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
                                     count):
-        self._check_mode(self._obj(h)["pointer_mode"] == 1, alpha, beta)
-        al, be = self._scalar(alpha), self._scalar(beta)
-        for i in range(count):
-            code = self._gemm(ta, tb, m, n, k, al, A + 4 * i * sa, lda, B + 4 * i * sb, ldb, be, C + 4 * i * sc, ldc)
-            if code:
-                return code, None
-        return OK, []
+        return self._batched(h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count,
+                             np.float32)
 
     # ----------------------------------------------------------- cuBLASLt
     def f_cublasLtCreate(self, out):

@@ -1,0 +1,304 @@
+"""Library remoting (docs/libraries.md): the stand-ins libcublas.so.13,
+libcublasLt.so.13 and libnvidia-ml.so.1, their specs, and the worker side.
+
+Runs on the emulated backend (CI). The cuBLAS corpus program
+(tests/programs/cublas_gemm.cu) is run by test_corpus_emu.py and across
+dump/restore by test_corpus_checkpoint.py; here: NVML as PyTorch and pynvml
+use it (ctypes on the soname), unsupported calls, the asynchronous error
+of a failed gemm, dlopen redirection, a worker without NVIDIA's library,
+and parity with NVIDIA's headers and libraries where they are installed
+($GPUPROXY_LIB_INCLUDE / $GPUPROXY_LIB_DIR, or nvidia/cu13 of this Python;
+those tests skip, saying so, where they are not).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, client_env
+
+sys.path.insert(0, str(REPO / "autogen"))
+import header as hdr  # noqa: E402
+import libbootstrap  # noqa: E402
+import specload  # noqa: E402
+
+SPECS = specload.load_specs(REPO / "specs")
+LIB_FILES = {sf.api: sf for sf in SPECS.files if sf.api in specload.LIBRARY_APIS}
+
+
+def _run_py(daemon, code: str, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=client_env(daemon),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _lines_naming(stderr: str, name: str) -> list[str]:
+    return [l for l in stderr.splitlines() if re.search(rf"\b{name}\b", l)]
+
+
+# ------------------------------------------------------------------ NVML
+
+NVML_SCRIPT = r"""
+import ctypes, json
+from ctypes import byref, c_uint, c_int, c_size_t, c_void_p, c_char_p, c_ulonglong, create_string_buffer
+
+nv = ctypes.CDLL("libnvidia-ml.so.1")
+# by absolute path, as some tools load it: the stand-in all the same
+nv_abs = ctypes.CDLL("/opt/nowhere/nvidia/lib/libnvidia-ml.so.1")
+cu = ctypes.CDLL("libcuda.so.1")
+out = {}
+out["init"] = nv.nvmlInit_v2()
+n = c_uint(99)
+out["count_rc"] = nv.nvmlDeviceGetCount_v2(byref(n))
+out["count"] = n.value
+n2 = c_uint(99)
+out["count_abs_rc"] = nv_abs.nvmlDeviceGetCount_v2(byref(n2))
+out["count_abs"] = n2.value
+dev = c_void_p()
+out["handle_rc"] = nv.nvmlDeviceGetHandleByIndex_v2(0, byref(dev))
+name = create_string_buffer(96)
+out["name_rc"] = nv.nvmlDeviceGetName(dev, name, 96)
+out["name"] = name.value.decode()
+small = create_string_buffer(2)
+out["name_small_rc"] = nv.nvmlDeviceGetName(dev, small, 2)
+uuid = create_string_buffer(96)
+out["uuid_rc"] = nv.nvmlDeviceGetUUID(dev, uuid, 96)
+out["uuid"] = uuid.value.decode()
+class Memory(ctypes.Structure):
+    _fields_ = [("total", c_ulonglong), ("free", c_ulonglong), ("used", c_ulonglong)]
+mem = Memory()
+out["mem_rc"] = nv.nvmlDeviceGetMemoryInfo(dev, byref(mem))
+out["mem"] = [mem.total, mem.free, mem.used]
+idx = c_uint(99)
+out["index_rc"] = nv.nvmlDeviceGetIndex(dev, byref(idx))
+out["index"] = idx.value
+# unsupported: the not-supported status, one stderr line naming it
+t = c_uint()
+out["temp_rc"] = nv.nvmlDeviceGetTemperature(dev, 0, byref(t))
+nv.nvmlErrorString.restype = c_char_p
+out["temp_str"] = nv.nvmlErrorString(out["temp_rc"]).decode()
+out["shutdown"] = nv.nvmlShutdown()
+# the same facts from the driver API
+cu.cuInit(0)
+c = c_int()
+cu.cuDeviceGetCount(byref(c))
+out["cu_count"] = c.value
+b = create_string_buffer(256)
+cu.cuDeviceGetName(b, 256, 0)
+out["cu_name"] = b.value.decode()
+tot = c_size_t()
+cu.cuDeviceTotalMem_v2(byref(tot), 0)
+out["cu_total"] = tot.value
+u = create_string_buffer(16)
+cu.cuDeviceGetUuid_v2(u, 0)
+out["cu_uuid"] = u.raw.hex()
+print(json.dumps(out))
+"""
+
+
+def test_nvml_answers_what_the_driver_says(emu_daemon):
+    r = _run_py(emu_daemon, NVML_SCRIPT)
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["init"] == 0 and o["count_rc"] == 0 and o["handle_rc"] == 0 and o["shutdown"] == 0
+    assert o["count"] == o["cu_count"] >= 1
+    assert o["count_abs_rc"] == 0 and o["count_abs"] == o["count"], "dlopen by path must give the stand-in"
+    assert o["name_rc"] == 0 and o["name"] == o["cu_name"]
+    assert o["name_small_rc"] == 7, "a too small buffer is NVML_ERROR_INSUFFICIENT_SIZE"
+    # NVML's UUID is the CUDA device UUID as GPU-8-4-4-4-12 hex digits
+    h = o["cu_uuid"]
+    assert o["uuid_rc"] == 0 and o["uuid"] == f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    total, free, used = o["mem"]
+    assert o["mem_rc"] == 0 and total == o["cu_total"] and free + used == total
+    assert o["index_rc"] == 0 and o["index"] == 0
+    assert o["temp_rc"] == 3 and o["temp_str"] == "Not Supported"
+    assert len(_lines_naming(r.stderr, "nvmlDeviceGetTemperature")) == 1, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+# ------------------------------------------------------------------ cuBLAS
+
+CUBLAS_SCRIPT = r"""
+import ctypes, json
+from ctypes import byref, c_int, c_float, c_void_p, c_char_p
+cb = ctypes.CDLL("/somewhere/site-packages/nvidia/cu13/lib/libcublas.so.13")   # as CuPy loads it
+rt = ctypes.CDLL("libcudart.so.13")
+out = {}
+h = c_void_p()
+out["create"] = cb.cublasCreate_v2(byref(h))
+d = c_void_p()
+out["malloc"] = rt.cudaMalloc(byref(d), 4096)
+one = c_float(1.0)
+# lda (4) < m (8): cuBLAS rejects it; the call is asynchronous under the
+# proxy, so the failure comes at the next synchronising call
+out["gemm"] = cb.cublasSgemm_v2(h, 0, 0, 8, 8, 8, byref(one), d, 4, d, 8, byref(one), d, 8)
+out["sync"] = rt.cudaDeviceSynchronize()
+out["sync_again"] = rt.cudaDeviceSynchronize()
+# a good gemm after it works
+out["gemm_ok"] = cb.cublasSgemm_v2(h, 0, 0, 8, 8, 8, byref(one), d, 8, d, 8, byref(one), d, 8)
+out["sync_ok"] = rt.cudaDeviceSynchronize()
+# unsupported: CUBLAS_STATUS_NOT_SUPPORTED and one stderr line
+out["rotg"] = cb.cublasSrotg_v2(h, d, d, d, d)
+cb.cublasGetStatusName.restype = c_char_p
+out["name15"] = cb.cublasGetStatusName(15).decode()
+out["destroy"] = cb.cublasDestroy_v2(h)
+out["bad_handle"] = cb.cublasSetMathMode(h, 0)
+print(json.dumps(out))
+"""
+
+
+def test_cublas_async_error_unsupported_and_status_names(emu_daemon):
+    r = _run_py(emu_daemon, CUBLAS_SCRIPT)
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["create"] == 0 and o["malloc"] == 0
+    assert o["gemm"] == 0, "gemm calls are asynchronous: queued, answered later"
+    assert o["sync"] == 719, "the failed gemm surfaces as cudaErrorLaunchFailure at the next sync"
+    assert o["sync_again"] == 0 and o["gemm_ok"] == 0 and o["sync_ok"] == 0
+    assert _lines_naming(r.stderr, "cublasSgemm_v2"), f"the failure names the function:\n{r.stderr}"
+    assert o["rotg"] == 15 and len(_lines_naming(r.stderr, "cublasSrotg_v2")) == 1, r.stderr
+    assert o["name15"] == "CUBLAS_STATUS_NOT_SUPPORTED"
+    assert o["destroy"] == 0
+    assert o["bad_handle"] == 1, "a destroyed handle is CUBLAS_STATUS_NOT_INITIALIZED"
+
+
+def test_worker_without_nvidias_library_answers_not_supported(monkeypatch):
+    """The cuda backend's worker loads NVIDIA's library itself; where it is
+    missing every call answers the not-supported status with a reason."""
+    from gpuproxy.proxyd._generated import FUNCTIONS
+    from gpuproxy.proxyd.libraries import LibraryCalls, LibraryUnavailable, RealLibrary
+    monkeypatch.setenv("GPUPROXY_CUBLAS_LIBRARY", "/nonexistent/libcublas.so.13")
+    with pytest.raises(LibraryUnavailable, match="GPUPROXY_CUBLAS_LIBRARY"):
+        RealLibrary("cublas")
+
+    class Backend:          # a cuda-like backend: no emulated library
+        pass
+
+    class Dispatcher:
+        backend = Backend()
+
+    calls = LibraryCalls(Dispatcher())
+    fid = SPECS.by_name["cublasCreate_v2"].id
+    code, outs, msg = calls.run_op(None, FUNCTIONS[fid], fid, 0, [True])
+    assert code == 15 and outs is None and "libcublas.so.13 not found" in msg
+    # the same answer, without a second search, for the next call
+    code, _, msg2 = calls.run_op(None, FUNCTIONS[fid], fid, 0, [True])
+    assert code == 15 and msg2 == msg
+
+
+# ------------------------------------------------------------------ specs
+
+def test_library_specs_are_complete_and_consistent():
+    for api in specload.LIBRARY_APIS:
+        sf = LIB_FILES[api]
+        lo, hi = specload.ID_RANGES[api]
+        assert all(lo <= f.id <= hi for f in sf.functions)
+        for f in sf.functions:
+            if f.supported:
+                assert f.restore is not None, f.name
+                for p in f.params:
+                    if p.role == "scalar_ptr":
+                        assert p.mode and p.size and p.size != "?", f.name
+    # what CI's emulated backend implements is supported in the specs
+    from gpuproxy.emu.blas import EmuLibrary
+    for f in SPECS.libraries:
+        if f.supported and f.shim != "override":
+            assert hasattr(EmuLibrary, "f_" + f.name), f"{f.name} is supported but not emulated"
+    # what PyTorch 2.11 calls first
+    for name in ("cublasCreate_v2", "cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSetMathMode",
+                 "cublasGemmEx", "cublasSgemm_v2", "cublasSgemmStridedBatched", "cublasGemmStridedBatchedEx",
+                 "cublasLtMatmul", "cublasLtMatmulAlgoGetHeuristic", "cublasLtMatmulDescSetAttribute"):
+        assert SPECS.by_name[name].supported, name
+
+
+def test_cublas_decls_header_matches_the_specs():
+    """tests/programs/cublas_decls.h (used where the toolkit has no cuBLAS
+    headers) declares each function as the spec (from NVIDIA's header) does."""
+    text = (REPO / "tests" / "programs" / "cublas_decls.h").read_text()
+    text = re.sub(r"^\s*#.*$", " ", re.sub(r"/\*.*?\*/", " ", text, flags=re.S), flags=re.M)
+    text = text.replace('extern "C" {', "").replace("}\n", "}\n")
+    decls = {n: (ret, [p.type for p in ps]) for n, ret, ps in hdr.function_decls(text)
+             if n.startswith("cublas")}
+    assert len(decls) >= 20
+    for name, (ret, types) in decls.items():
+        f = SPECS.by_name[name]
+        assert (ret, types) == (f.returns, [p.type for p in f.params]), name
+
+
+# ------------------------------------------ parity with NVIDIA's files (where installed)
+
+def _include_dirs():
+    return libbootstrap.default_includes()
+
+
+def _lib_dirs():
+    return libbootstrap.default_lib_dirs()
+
+
+def _versioned_exports(path: str) -> dict[str, str]:
+    """{symbol: version node} of the defined functions ('' when unversioned)."""
+    r = subprocess.run(["readelf", "--dyn-syms", "-W", path], capture_output=True, text=True, check=True)
+    out = {}
+    for line in r.stdout.splitlines():
+        f = line.split()
+        if len(f) >= 8 and f[3] == "FUNC" and f[6] != "UND":
+            name, _, ver = f[7].partition("@")
+            out[name] = ver.lstrip("@")
+    return out
+
+
+@pytest.mark.parametrize("api", specload.LIBRARY_APIS)
+def test_spec_prototypes_match_nvidias_headers(api):
+    cuda_inc = os.path.join(hdr.cuda_home(), "include")
+    try:
+        text, hdir = libbootstrap.preprocess(api, _include_dirs(), cuda_inc)
+    except hdr.HeaderError as e:
+        pytest.skip(f"{LIB_FILES[api].header} not installed (set GPUPROXY_LIB_INCLUDE): {e}")
+    protos = libbootstrap.parse_decls(api, text)
+    sf = LIB_FILES[api]
+    by = {f.name: f for f in sf.functions}
+    for name, p in protos.items():
+        f = by.get(name)
+        if f is None:
+            continue        # declared but not exported (bootstrap reports it)
+        assert f.declared
+        assert (f.returns, [q.type for q in f.params]) == (p.returns, list(p.param_types)), name
+    types = libbootstrap.probe_types(api, libbootstrap.named_types(protos.values()), _include_dirs(), cuda_inc,
+                                     hdir)
+    assert types == sf.types, "the spec's types differ from the header's: run bootstrap.py --libraries"
+
+
+@pytest.mark.parametrize("api", specload.LIBRARY_APIS)
+def test_exports_match_nvidias_library_and_the_stand_in(api, shim_installed):
+    sf = LIB_FILES[api]
+    stand_in = os.path.join(shim_installed.lib_dir(), sf.soname)
+    mine = _versioned_exports(stand_in)
+    names = {f.name for f in sf.functions}
+    assert set(mine) == names, f"stand-in {sf.soname} exports differ from the spec"
+    assert set(mine.values()) == {sf.version_node or ""}, f"version nodes of the stand-in: {set(mine.values())}"
+    real = libbootstrap.find_file(_lib_dirs(), sf.library)
+    if real is None:
+        pytest.skip(f"NVIDIA's {sf.library} not installed here (set GPUPROXY_LIB_DIR); stand-in checked against the spec")
+    theirs = _versioned_exports(real)
+    assert set(theirs) == names, (f"missing: {sorted(set(theirs) - names)[:10]}, "
+                                  f"extra: {sorted(names - set(theirs))[:10]}")
+    assert theirs == mine, "symbol versions differ from NVIDIA's library (torch binds name@version)"
+
+
+def test_library_bootstrap_is_idempotent():
+    inc = _include_dirs()
+    if not any(libbootstrap.find_file(inc, c["header"]) for c in libbootstrap.LIBS.values()):
+        pytest.skip("no cuBLAS/NVML headers installed (set GPUPROXY_LIB_INCLUDE)")
+    args = [sys.executable, str(REPO / "autogen" / "bootstrap.py"), "--libraries", "--check", "-q"]
+    for d in inc:
+        args += ["--lib-include", d]
+    for d in _lib_dirs():
+        args += ["--lib-dir", d]
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
