@@ -86,8 +86,9 @@ def _status_name(api: str, code: int) -> str:
 def _candidates(api: str, soname: str) -> list[str]:
     """Where the worker looks for NVIDIA's library: $GPUPROXY_<API>_LIBRARY
     (a file), $GPUPROXY_NVIDIA_LIB_DIR (a folder), nvidia/cu13/lib of this
-    Python's site-packages (the nvidia-cublas wheel), then the plain soname
-    (the dynamic loader's search: the driver's libnvidia-ml.so.1)."""
+    Python's site-packages (the nvidia-cublas wheel), the CUDA toolkit's
+    lib64 ($CUDA_HOME, /usr/local/cuda), then the plain soname (the dynamic
+    loader's search: the driver's libnvidia-ml.so.1)."""
     out = []
     env = os.environ.get(f"GPUPROXY_{api.upper()}_LIBRARY")
     if env:
@@ -97,6 +98,9 @@ def _candidates(api: str, soname: str) -> list[str]:
         out.append(os.path.join(d, soname))
     for sp in sys.path:
         out += glob.glob(os.path.join(sp, "nvidia", "cu13", "lib", soname))
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home and os.path.exists(os.path.join(home, "lib64", soname)):
+            out.append(os.path.join(home, "lib64", soname))
     out.append(soname)
     return out
 

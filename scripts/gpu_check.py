@@ -12,7 +12,8 @@
    endpoint, the client with a key of its own listed in authorized_keys, as
    a remote client would be (docs/security.md, "Remote clients");
 6. with --python: pycuda (installed from .carry/pycuda), its example and test
-   suite, CuPy and cuda-python, natively and proxied (gpu_check_python.py).
+   suite, CuPy, cuda-python and PyTorch (cuBLAS/cuBLASLt results compared bit
+   for bit), natively and proxied (gpu_check_python.py).
 Prints a summary and writes logs under --out ($OUT when set).
 """
 from __future__ import annotations

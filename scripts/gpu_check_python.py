@@ -11,8 +11,10 @@
    sdist) natively and proxied, per-test outcomes compared
    (pycuda-tests.json: counts, and every test that passes natively but not
    under the proxy);
-5. CuPy and cuda-python feature checks (scripts/pyframeworks/*) natively and
-   proxied (cupy.json, cuda-python.json).
+5. CuPy, cuda-python and PyTorch feature checks (scripts/pyframeworks/*)
+   natively and proxied (cupy.json, cuda-python.json, torch.json); the
+   matrix products (cupy.matmul, torch.mm/bmm/Linear: cuBLAS and cuBLASLt in
+   the worker, docs/libraries.md) must give bit-identical results.
 """
 from __future__ import annotations
 
@@ -142,7 +144,8 @@ def pycuda_suite(log, out: Path, carry: Path, d: Daemon) -> list[tuple[str, str]
 def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
     results = []
     for name, script, module in (("cupy", "cupy_check.py", "cupy"),
-                                 ("cuda-python", "cuda_python_check.py", "cuda.bindings.driver")):
+                                 ("cuda-python", "cuda_python_check.py", "cuda.bindings.driver"),
+                                 ("torch", "torch_check.py", "torch")):
         if subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, env=_env()).returncode:
             log(f"{name}: not installed on this machine")
             results.append((f"{name} checks", "FAIL (not installed)"))
@@ -162,6 +165,13 @@ def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
             log(f"{name}: {check}: native {v} | proxied {rec['proxied'].get(check)}")
         # recorded, not judged: the results go to docs/compatibility.md
         results.append((f"{name} checks (see {name}.json)", "done"))
+        nd, pd = rec["native"].get("result digests"), rec["proxied"].get("result digests")
+        if isinstance(nd, dict) and nd:
+            # library calls (cuBLAS, cuBLASLt) run by NVIDIA's library in the
+            # worker on the same GPU: the results must be the same bits
+            same = isinstance(pd, dict) and all(pd.get(k) == v for k, v in nd.items())
+            log(f"{name}: result digests native {nd} | proxied {pd}")
+            results.append((f"{name} library results bit-identical to native", "PASS" if same else "FAIL"))
     return results
 
 

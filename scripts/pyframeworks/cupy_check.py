@@ -2,9 +2,11 @@
 (--python). Each check computes something on the GPU and compares it with
 numpy; prints one JSON object {check: "ok" | "FAIL: ..."}.
 
-cupy.matmul goes through cuBLAS, which gpuproxy does not remote yet: its
-entry is expected to fail under the proxy with the not-supported error.
+cupy.matmul goes through cuBLAS, which the proxy remotes to the worker
+(docs/libraries.md); its checks also print a digest of the result's bytes,
+so that the native and the proxied run can be compared bit for bit.
 """
+import hashlib
 import json
 import sys
 import traceback
@@ -129,10 +131,35 @@ def _():
     assert float(d.sum()) == float(np.arange(1024).sum())
 
 
-@check("matmul (cuBLAS: unsupported under the proxy)")
+def _digest(x) -> str:
+    return hashlib.sha256(cp.asnumpy(x).tobytes()).hexdigest()[:16]
+
+
+@check("matmul (cuBLAS)")
 def _():
     a = cp.ones((64, 64), cp.float32)
     assert float((a @ a)[0, 0]) == 64.0
+
+
+digests = {}
+for dt, tol in ((np.float32, 1e-4), (np.float64, 1e-12)):
+    @check(f"matmul {np.dtype(dt).name} vs numpy (cuBLAS gemm)")
+    def _():
+        rng = np.random.default_rng(7)
+        a, b = rng.standard_normal((192, 160)).astype(dt), rng.standard_normal((160, 96)).astype(dt)
+        c = cp.asarray(a) @ cp.asarray(b)
+        np.testing.assert_allclose(cp.asnumpy(c), a.astype(np.float64) @ b.astype(np.float64), rtol=tol, atol=tol)
+        digests[f"matmul {np.dtype(dt).name}"] = _digest(c)
+
+    @check(f"batched matmul {np.dtype(dt).name} vs numpy (strided batched gemm)")
+    def _():
+        rng = np.random.default_rng(8)
+        a, b = rng.standard_normal((4, 32, 48)).astype(dt), rng.standard_normal((4, 48, 16)).astype(dt)
+        c = cp.matmul(cp.asarray(a), cp.asarray(b))
+        np.testing.assert_allclose(cp.asnumpy(c), a.astype(np.float64) @ b.astype(np.float64), rtol=tol, atol=tol)
+        digests[f"batched matmul {np.dtype(dt).name}"] = _digest(c)
+
+results["result digests"] = digests
 
 
 print(json.dumps(results, indent=1))
