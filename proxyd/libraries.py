@@ -427,7 +427,21 @@ def rebuild(d, sess: Session, desc: list):
             if fn is None or sfid not in LIBRARY:
                 raise CheckpointError(f"image replays library function id {sfid}, which this proxyd does not have")
             ctxh = od["create"][1]
-            code, _ = calls.execute(sess, fn, sfid, ctxh, [_unjson(a) for a in sargs])
+            args = [_unjson(a) for a in sargs]
+            try:
+                code, _ = calls.execute(sess, fn, sfid, ctxh, args)
+            except CudaError as e:
+                streams = [i for i, p in enumerate(fn.params) if p[1] == "handle" and p[2] == "stream"]
+                if e.code != CUDA_ERROR_INVALID_HANDLE or not streams:
+                    raise CheckpointError(f"replaying {fn.name} on {od['kind']} {od['id']} failed: {e.message}") from e
+                # the handle was last set to a stream the app has destroyed
+                # since (natively it keeps a dangling stream): the restored
+                # handle gets the default stream, as after cublasCreate
+                log.warning("session %s: %s on %s %s named a destroyed stream; restored with the default stream",
+                            sess.token, fn.name, od["kind"], od["id"])
+                for i in streams:
+                    args[i] = 0
+                code, _ = calls.execute(sess, fn, sfid, ctxh, args)
             if code != STATUS[LIBRARY[sfid]].success:
                 raise CheckpointError(f"replaying {fn.name} on {od['kind']} {od['id']} failed "
                                       f"({_status_name(LIBRARY[sfid], code)})")

@@ -40,7 +40,7 @@ def programs():
 
 
 def kernels():
-    return [str(corpus.PROGRAMS_DIR / p.emu) for p in corpus.load_corpus()]
+    return [str(corpus.PROGRAMS_DIR / p.emu) for p in corpus.load_corpus() if p.emu]   # cublas_gemm has no kernels
 
 
 def daemon(tmp, name="proxyd", extra=(), env=None):
