@@ -302,3 +302,43 @@ def test_library_bootstrap_is_idempotent():
         args += ["--lib-dir", d]
     r = subprocess.run(args, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------ checkpoint
+
+def test_handles_and_settings_are_in_the_image_and_come_back(tmp_path):
+    """cublas_gemm paced to iteration 1, dumped: the image lists its cuBLAS
+    and cuBLASLt objects with their settings (the device handle's pointer
+    mode among them); restored into a fresh proxyd, the program finishes with
+    its expected output (it checks every setting and every product)."""
+    from paced import PacedRun
+    from test_checkpoint import ctl, daemon, restart
+    import corpus
+    if not corpus.nvcc_path():
+        pytest.skip("nvcc not found")
+    b = corpus.build(corpus.get_program("cublas_gemm"), corpus.default_build_dir())
+    d = daemon(tmp_path)
+    try:
+        with PacedRun(b, d) as run:
+            run.step_to(1)
+            st = ctl(d, "dump", pid=run.pid, dir=str(tmp_path / "img"))
+            assert st["released"]
+            from gpuproxy.proxyd.checkpoint.image import Image
+            from gpuproxy.proxyd._generated import FUNCTIONS
+            libs = Image.open(str(tmp_path / "img")).session["libraries"]
+            kinds = sorted(o["kind"] for o in libs)
+            assert kinds == sorted(["cublas_handle"] * 2 + ["cublaslt_handle"] + ["cublaslt_matmul_desc"] * 2
+                                   + ["cublaslt_layout"] * 3 + ["cublaslt_preference"]), kinds
+            settings = {(o["kind"], o["id"]): sorted(FUNCTIONS[fid].name for fid, _ in o["settings"]) for o in libs}
+            handles = sorted(v for (k, _), v in settings.items() if k == "cublas_handle")
+            assert handles == [["cublasSetAtomicsMode", "cublasSetMathMode", "cublasSetStream_v2",
+                                "cublasSetWorkspace_v2"],
+                               ["cublasSetPointerMode_v2", "cublasSetStream_v2"]], handles
+            descs = sorted(v for (k, _), v in settings.items() if k == "cublaslt_matmul_desc")
+            assert descs == [["cublasLtMatmulDescSetAttribute"], ["cublasLtMatmulDescSetAttribute"] * 2], descs
+            d = restart(d, tmp_path, "fresh")
+            ctl(d, "restore", dir=str(tmp_path / "img"))
+            out = run.finish()
+            assert out == b.program.expected_output, run.stderr()
+    finally:
+        d.cleanup()

@@ -211,6 +211,101 @@ class EmuLibrary:
         return self._batched(h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count,
                              np.float32)
 
+    # ------------------------------------------------ level 1/2 and complex gemm
+    def _vec(self, addr, n, inc, dtype):
+        """n elements of a vector with stride inc (> 0) as a writable view."""
+        if n <= 0:
+            return np.zeros(0, dtype)
+        if inc <= 0:
+            raise Unsupported(f"increment {inc} (only positive increments are emulated)")
+        item = np.dtype(dtype).itemsize
+        flat = self.b.resolve(int(addr), ((n - 1) * inc + 1) * item).view(dtype)
+        return np.lib.stride_tricks.as_strided(flat, shape=(n,), strides=(inc * item,))
+
+    def _cscalar(self, v, fmt):
+        re_, im = struct.unpack(fmt * 2, bytes(v) if not isinstance(v, int)
+                                else bytes(self.b.resolve(v, 2 * struct.calcsize(fmt))))
+        return complex(re_, im)
+
+    def _gemv(self, h, trans, m, n, alpha, A, lda, x, incx, beta, y, incy, dtype, fmt):
+        self._check_mode(self._obj(h)["pointer_mode"] == 1, alpha, beta)
+        if m < 0 or n < 0 or trans not in (OP_N, OP_T, OP_C):
+            return INVALID, None
+        a = self._mat(A, m, n, lda, dtype)
+        op = a if trans == OP_N else a.T
+        xv = self._vec(x, op.shape[1], incx, dtype)
+        yv = self._vec(y, op.shape[0], incy, dtype)
+        al, be = self._scalar(alpha, fmt), self._scalar(beta, fmt)
+        res = al * (op.astype(np.float64) @ xv.astype(np.float64))
+        yv[...] = (res + (be * yv.astype(np.float64) if be != 0 else 0.0)).astype(dtype)
+        return OK, []
+
+    def f_cublasSgemv_v2(self, h, trans, m, n, alpha, A, lda, x, incx, beta, y, incy):
+        return self._gemv(h, trans, m, n, alpha, A, lda, x, incx, beta, y, incy, np.float32, "f")
+
+    def f_cublasDgemv_v2(self, h, trans, m, n, alpha, A, lda, x, incx, beta, y, incy):
+        return self._gemv(h, trans, m, n, alpha, A, lda, x, incx, beta, y, incy, np.float64, "d")
+
+    def _axpy(self, h, n, alpha, x, incx, y, incy, dtype, fmt):
+        self._check_mode(self._obj(h)["pointer_mode"] == 1, alpha)
+        yv = self._vec(y, n, incy, dtype)
+        yv[...] = (self._scalar(alpha, fmt) * self._vec(x, n, incx, dtype).astype(np.float64)
+                   + yv.astype(np.float64)).astype(dtype)
+        return OK, []
+
+    def f_cublasSaxpy_v2(self, h, n, alpha, x, incx, y, incy):
+        return self._axpy(h, n, alpha, x, incx, y, incy, np.float32, "f")
+
+    def f_cublasDaxpy_v2(self, h, n, alpha, x, incx, y, incy):
+        return self._axpy(h, n, alpha, x, incx, y, incy, np.float64, "d")
+
+    def _scal(self, h, n, alpha, x, incx, dtype, fmt):
+        self._check_mode(self._obj(h)["pointer_mode"] == 1, alpha)
+        xv = self._vec(x, n, incx, dtype)
+        xv[...] = (self._scalar(alpha, fmt) * xv.astype(np.float64)).astype(dtype)
+        return OK, []
+
+    def f_cublasSscal_v2(self, h, n, alpha, x, incx):
+        return self._scal(h, n, alpha, x, incx, np.float32, "f")
+
+    def f_cublasDscal_v2(self, h, n, alpha, x, incx):
+        return self._scal(h, n, alpha, x, incx, np.float64, "d")
+
+    def f_cublasScopy_v2(self, h, n, x, incx, y, incy):
+        self._obj(h)
+        self._vec(y, n, incy, np.float32)[...] = self._vec(x, n, incx, np.float32)
+        return OK, []
+
+    def f_cublasDcopy_v2(self, h, n, x, incx, y, incy):
+        self._obj(h)
+        self._vec(y, n, incy, np.float64)[...] = self._vec(x, n, incx, np.float64)
+        return OK, []
+
+    def f_cublasSgemmEx(self, h, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc):
+        self._check_mode(self._obj(h)["pointer_mode"] == 1, alpha, beta)
+        if (at, bt, ct) != (R_32F, R_32F, R_32F):
+            raise Unsupported(f"data types {(at, bt, ct)} (fp32 only)")
+        return self._gemm(ta, tb, m, n, k, self._scalar(alpha), A, lda, B, ldb, self._scalar(beta), C, ldc), []
+
+    def _cgemm(self, h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, dtype, fmt):
+        self._check_mode(self._obj(h)["pointer_mode"] == 1, alpha, beta)
+        if min(m, n) < 0 or k < 0 or ta not in (OP_N, OP_T, OP_C) or tb not in (OP_N, OP_T, OP_C):
+            return INVALID, None
+        a = self._mat(A, m if ta == OP_N else k, k if ta == OP_N else m, lda, dtype)
+        bm = self._mat(B, k if tb == OP_N else n, n if tb == OP_N else k, ldb, dtype)
+        c = self._mat(C, m, n, ldc, dtype)
+        op = lambda x, t: x if t == OP_N else x.T if t == OP_T else x.conj().T  # noqa: E731
+        al, be = self._cscalar(alpha, fmt), self._cscalar(beta, fmt)
+        res = al * (op(a, ta).astype(np.complex128) @ op(bm, tb).astype(np.complex128))
+        c[...] = (res + (be * c.astype(np.complex128) if be != 0 else 0.0)).astype(dtype)
+        return OK, []
+
+    def f_cublasCgemm_v2(self, h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
+        return self._cgemm(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, np.complex64, "f")
+
+    def f_cublasZgemm_v2(self, h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
+        return self._cgemm(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, np.complex128, "d")
+
     # ----------------------------------------------------------- cuBLASLt
     def f_cublasLtCreate(self, out):
         return OK, [self._new(kind="lt")]

@@ -54,6 +54,12 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long int strideA, const float *B, int ldb, long long int strideB,
                                          const float *beta, float *C, int ldc, long long int strideC,
                                          int batchCount);
+cublasStatus_t cublasSgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n, const float *alpha,
+                              const float *A, int lda, const float *x, int incx, const float *beta, float *y,
+                              int incy);
+cublasStatus_t cublasSaxpy_v2(cublasHandle_t handle, int n, const float *alpha, const float *x, int incx, float *y,
+                              int incy);
+cublasStatus_t cublasSscal_v2(cublasHandle_t handle, int n, const float *alpha, float *x, int incx);
 /* the legacy names map to the _v2 entry points (cublas_v2.h) */
 #define cublasCreate cublasCreate_v2
 #define cublasDestroy cublasDestroy_v2
@@ -63,6 +69,9 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
 #define cublasSetPointerMode cublasSetPointerMode_v2
 #define cublasGetPointerMode cublasGetPointerMode_v2
 #define cublasSgemm cublasSgemm_v2
+#define cublasSgemv cublasSgemv_v2
+#define cublasSaxpy cublasSaxpy_v2
+#define cublasSscal cublasSscal_v2
 
 /* cuBLASLt */
 typedef struct cublasLtContext *cublasLtHandle_t;

@@ -5,9 +5,9 @@
 // stream, a workspace, a math mode and (for the second handle) device
 // pointer mode, and a cuBLASLt handle with a matmul descriptor (A
 // transposed), layouts and a preference. Every iteration runs cublasSgemm
-// (host and device alpha/beta), cublasGemmEx (fp32), cublasSgemmStridedBatched
-// and cublasLtMatmul (host alpha/beta, then a descriptor in device pointer
-// mode), and checks each result; so a dump/restore between iterations that
+// (host and device alpha/beta), cublasGemmEx (fp32), cublasSgemmStridedBatched,
+// cublasSgemv/cublasSaxpy/cublasSscal and cublasLtMatmul (host alpha/beta,
+// then a descriptor in device pointer mode), and checks each result; so a dump/restore between iterations that
 // lost a handle or one of its settings fails the program.
 //
 // Pacing (only when GPUPROXY_TEST_PACE=1): before each iteration one line is
@@ -121,7 +121,9 @@ int main(int argc, char **argv)
 
     // A is m x k (lda M), Bt is n x k so that op(B) = Bt^T (ldb N), C is m x n
     const size_t nA = (size_t)M * K, nB = (size_t)N * K, nC = (size_t)M * N;
-    float *dA, *dB, *dC, *dScal, *dWork, *dBatchA, *dBatchB, *dBatchC;
+    float *dA, *dB, *dC, *dScal, *dWork, *dBatchA, *dBatchB, *dBatchC, *dX, *dY;
+    CHECK(cudaMalloc(&dX, K * sizeof(float)));
+    CHECK(cudaMalloc(&dY, M * sizeof(float)));
     CHECK(cudaMalloc(&dA, nA * sizeof(float)));
     CHECK(cudaMalloc(&dB, nB * sizeof(float)));
     CHECK(cudaMalloc(&dC, nC * sizeof(float)));
@@ -238,7 +240,28 @@ int main(int argc, char **argv)
                      bC.data() + b * nC, M);
         compare("cublasSgemmStridedBatched", it, download(dBatchC, BATCH * nC), bC);
 
-        // 5. cublasLtMatmul with host scalars, in place (D = C)
+        // 5. level 2 and 1: y = 1.25 A x + 0.5 y, y += 2 x[:M], then y *= beta' (device scalar, -1)
+        std::vector<float> x = pattern(K, 11 + it), y = pattern(M, 13 + it);
+        upload(dX, x);
+        upload(dY, y);
+        alpha = 1.25f;
+        beta = 0.5f;
+        float two = 2.0f;
+        CHECK_BLAS(cublasSgemv(h, CUBLAS_OP_N, M, K, &alpha, dA, M, dX, 1, &beta, dY, 1));
+        CHECK_BLAS(cublasSaxpy(h, M, &two, dX, 1, dY, 1));
+        CHECK_BLAS(cublasSscal(hd, M, dScal + 1, dY, 1));
+        CHECK(cudaStreamSynchronize(stream));
+        for (int i = 0; i < M; i++) {
+            double s = 0.0;
+            for (int p = 0; p < K; p++)
+                s += (double)A[i + (size_t)p * M] * x[p];
+            y[i] = (float)(alpha * s + beta * y[i]);
+            y[i] = y[i] + two * x[i];
+            y[i] = scal[1] * y[i];
+        }
+        compare("cublasSgemv/Saxpy/Sscal", it, download(dY, M), y);
+
+        // 6. cublasLtMatmul with host scalars, in place (D = C)
         cublasLtMatmulHeuristicResult_t res[2];
         int found = 0;
         CHECK_BLAS(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 2, res, &found));
@@ -253,7 +276,7 @@ int main(int argc, char **argv)
         cpu_gemm(false, true, M, N, K, alpha, A.data(), M, B.data(), N, beta, C.data(), M);
         compare("cublasLtMatmul (host scalars)", it, download(dC, nC), C);
 
-        // 6. cublasLtMatmul with device scalars (descriptor in device pointer mode)
+        // 7. cublasLtMatmul with device scalars (descriptor in device pointer mode)
         CHECK_BLAS(cublasLtMatmulAlgoGetHeuristic(lt, desc_dev, la, lb, lc, lc, pref, 1, res, &found));
         EXPECT(found >= 1, "no cuBLASLt algorithm found (device pointer mode)");
         CHECK_BLAS(cublasLtMatmul(lt, desc_dev, dScal, dA, la, dB, lb, dScal + 1, dC, lc, dC, lc, &res[0].algo,
@@ -282,6 +305,8 @@ int main(int argc, char **argv)
     CHECK_BLAS(cublasDestroy(hd));
     CHECK_BLAS(cublasDestroy(h));
     CHECK(cudaStreamDestroy(stream));
+    CHECK(cudaFree(dX));
+    CHECK(cudaFree(dY));
     printf("checksum %.3f\n", checksum);
     printf("PASS " NAME "\n");
     return 0;
