@@ -88,6 +88,16 @@ static void compare(const char *what, int iter, const std::vector<float> &got, c
     }
 }
 
+// the same values as pattern() below, made on the device: the library calls
+// that follow on the same stream must see them (stream order between the
+// application's own kernels and the library's)
+__global__ void fill_pattern(float *x, size_t n, int seed)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] = (float)((int)((i * 7 + seed * 13) % 17) - 8) / 8.0f;
+}
+
 static std::vector<float> pattern(size_t n, int seed)
 {
     std::vector<float> v(n);
@@ -267,7 +277,8 @@ int main(int argc, char **argv)
         CHECK_BLAS(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 2, res, &found));
         EXPECT(found >= 1, "no cuBLASLt algorithm found");
         C = pattern(nC, 7 * it);
-        upload(dC, C);
+        fill_pattern<<<(unsigned)((nC + 255) / 256), 256, 0, stream>>>(dC, nC, 7 * it);
+        CHECK(cudaGetLastError());
         alpha = 0.75f;
         beta = 2.0f;
         CHECK_BLAS(cublasLtMatmul(lt, desc, &alpha, dA, la, dB, lb, &beta, dC, lc, dC, lc, &res[0].algo, dWork, WORK,
