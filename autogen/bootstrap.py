@@ -583,6 +583,19 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
                             "optionValues=in_buffer@numOptions * sizeof(void *)",
                             "module:create"),
     "cuModuleLoadFatBinary": P("module=out_value:module; fatCubin=in_buffer@?", "module:create"),
+    # the JIT linker (interceptor/link.c, proxyd/link.py)
+    "cuLinkCreate": P("numOptions=scalar; options=in_buffer@numOptions * sizeof(CUjit_option); optionValues=in_buffer@?; stateOut=out_value:link_state", "link_state:create"),
+    "cuLinkCreate_v2": P("numOptions=scalar; options=in_buffer@numOptions * sizeof(CUjit_option); optionValues=in_buffer@?; stateOut=out_value:link_state", "link_state:create"),
+    "cuLinkAddData": P("state=handle:link_state; type=scalar; data=in_buffer@size; size=scalar; "
+                       "name=in_buffer@strlen(name) + 1; numOptions=scalar; options=in_buffer@numOptions * sizeof(CUjit_option); optionValues=in_buffer@?", "link_state:use"),
+    "cuLinkAddData_v2": P("state=handle:link_state; type=scalar; data=in_buffer@size; size=scalar; "
+                          "name=in_buffer@strlen(name) + 1; numOptions=scalar; options=in_buffer@numOptions * sizeof(CUjit_option); optionValues=in_buffer@?", "link_state:use"),
+    "cuLinkAddFile": P("state=handle:link_state; type=scalar; path=in_buffer@strlen(path) + 1; "
+                       "numOptions=scalar; options=in_buffer@numOptions * sizeof(CUjit_option); optionValues=in_buffer@?", "link_state:use"),
+    "cuLinkAddFile_v2": P("state=handle:link_state; type=scalar; path=in_buffer@strlen(path) + 1; "
+                          "numOptions=scalar; options=in_buffer@numOptions * sizeof(CUjit_option); optionValues=in_buffer@?", "link_state:use"),
+    "cuLinkComplete": P("state=handle:link_state; cubinOut=out_value; sizeOut=out_value", "link_state:use"),
+    "cuLinkDestroy": P("state=handle:link_state", "link_state:destroy"),
     "cuModuleUnload": P("hmod=handle:module", "module:destroy"),
     "cuModuleGetFunction": P("hfunc=out_value:function; hmod=handle:module; "
                              "name=in_buffer@strlen(name) + 1", "function:create; module:use"),
@@ -796,6 +809,8 @@ DRIVER_SHIM_LOCAL = {
     "cuLibraryUnload", "cuLibraryGetKernel", "cuLibraryGetModule", "cuKernelGetFunction", "cuLibraryGetGlobal",
     "cuKernelGetAttribute", "cuKernelSetAttribute", "cuKernelSetCacheConfig", "cuKernelGetName",
     "cuKernelGetParamInfo",
+    # the JIT linker: on cuLinkCreate_v2 / cuLinkAddData_v2 (interceptor/link.c)
+    "cuLinkCreate", "cuLinkAddData", "cuLinkAddFile", "cuLinkAddFile_v2",
 }
 
 DRIVER_SHIM_OVERRIDE = {
@@ -810,6 +825,8 @@ DRIVER_SHIM_OVERRIDE = {
     "cuDevicePrimaryCtxReset_v2",
     # capture queries answered locally until this process has begun a capture (interceptor/capture.c)
     "cuStreamIsCapturing", "cuStreamBeginCapture_v2",
+    # the JIT linker keeps log buffers and the linked image in the shim (interceptor/link.c)
+    "cuLinkCreate_v2", "cuLinkAddData_v2", "cuLinkComplete", "cuLinkDestroy",
 }
 
 DRIVER_HANDLERS = {
@@ -817,6 +834,8 @@ DRIVER_HANDLERS = {
     "cuMemGetAddressRange_v2": "mem_get_address_range",
     "cuModuleLoadData": "module_load", "cuModuleLoadDataEx": "module_load",
     "cuModuleLoadFatBinary": "module_load", "cuModuleLoad": "module_load",
+    "cuLinkCreate_v2": "link_create", "cuLinkAddData_v2": "link_add_data",
+    "cuLinkComplete": "link_complete", "cuLinkDestroy": "link_destroy",
     "cuModuleUnload": "module_unload", "cuModuleGetFunction": "module_get_function",
     "cuModuleGetGlobal_v2": "module_get_global", "cuLaunchKernel": "launch_kernel",
     "cuMemcpyHtoD_v2": "memcpy_htod", "cuMemcpyHtoDAsync_v2": "memcpy_htod",

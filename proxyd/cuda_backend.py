@@ -464,6 +464,53 @@ class CudaBackend(Backend):
             r = self.lib.cuMemsetD32Async(dst, value & 0xFFFFFFFF, count, s)
         self.check(r, "cuMemset")
 
+    # ------------------------------------------------------------- JIT linker
+    # (proxyd/link.py): the option arrays and log buffers stay alive with the
+    # link state, because the driver writes the logs during later calls
+    def link_create(self, pairs, info_size, err_size):
+        logs = [(3, 4, info_size), (5, 6, err_size)]
+        n = len(pairs) + sum(2 for _b, _s, size in logs if size)
+        opts = self.ffi.new("unsigned int[]", max(n, 1))
+        vals = self.ffi.new("void *[]", max(n, 1))
+        for i, (o, v) in enumerate(pairs):
+            opts[i], vals[i] = o, self.ffi.cast("void *", v)
+        i = len(pairs)
+        bufs = []
+        for buf_opt, size_opt, size in logs:
+            buf = self.ffi.new("char[]", size) if size else None
+            bufs.append(buf)
+            if size:
+                opts[i], vals[i] = buf_opt, buf
+                opts[i + 1], vals[i + 1] = size_opt, self.ffi.cast("void *", size)
+                i += 2
+        p = self.ffi.new("void **")
+        self.check(self.lib.cuLinkCreate_v2(n, opts, vals, p), "cuLinkCreate")
+        return {"state": p[0], "keep": [opts, vals], "logs": bufs}
+
+    def link_add(self, st, kind, data, name, pairs):
+        n = len(pairs)
+        opts = self.ffi.new("unsigned int[]", max(n, 1))
+        vals = self.ffi.new("void *[]", max(n, 1))
+        for i, (o, v) in enumerate(pairs):
+            opts[i], vals[i] = o, self.ffi.cast("void *", v)
+        buf = self.ffi.from_buffer(data)
+        st["keep"] += [opts, vals, buf, data]
+        self.check(self.lib.cuLinkAddData_v2(st["state"], kind, buf, len(data), name.encode() + b"\0",
+                                             n, opts, vals), f"cuLinkAddData({name})")
+
+    def link_complete(self, st):
+        p = self.ffi.new("void **")
+        n = self.ffi.new("size_t *")
+        self.check(self.lib.cuLinkComplete(st["state"], p, n), "cuLinkComplete")
+        return bytes(self.ffi.buffer(self.ffi.cast("char *", p[0]), n[0]))
+
+    def link_logs(self, st):
+        return tuple(self.ffi.string(b) if b is not None else b"" for b in st["logs"])
+
+    def link_destroy(self, st):
+        self.check(self.lib.cuLinkDestroy(st["state"]), "cuLinkDestroy")
+        st["keep"].clear()
+
     # ------------------------------------------------------------- modules
     def module_load(self, ctx, image, parsed):
         p = self.ffi.new("void **")

@@ -142,7 +142,8 @@ def pycuda_suite(log, out: Path, carry: Path, d: Daemon) -> list[tuple[str, str]
 def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
     results = []
     for name, script, module in (("cupy", "cupy_check.py", "cupy"),
-                                 ("cuda-python", "cuda_python_check.py", "cuda.bindings.driver")):
+                                 ("cuda-python", "cuda_python_check.py", "cuda.bindings.driver"),
+                                 ("numba-cuda", "numba_check.py", "numba.cuda")):
         if subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, env=_env()).returncode:
             log(f"{name}: not installed on this machine")
             results.append((f"{name} checks", "FAIL (not installed)"))

@@ -244,8 +244,10 @@ class Engine:
                                   "add leave_running (--leave-running), or dump without concurrent to stop "
                                   "the app and release its GPU state")
         from ..ipc import check_checkpointable
+        from ..link import check_no_open_link
         try:
             check_checkpointable(sess)
+            check_no_open_link(sess)
         except RuntimeError as e:
             self.server.call_in_loop(lambda: self.server.unreserve_checkpoint(sess)).result()
             raise CheckpointError(str(e)) from None

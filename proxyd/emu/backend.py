@@ -343,6 +343,23 @@ class EmuBackend(Backend):
     def event_mark_complete(self, event):
         event.time = time.perf_counter()
 
+    # ------------------------------------------------------------ JIT linker (emu/link.py)
+    def link_create(self, pairs, info_size, err_size):
+        from .link import EmuLink
+        return EmuLink(info_size, err_size)
+
+    def link_add(self, st, kind, data, name, pairs):
+        st.add(kind, data, name)
+
+    def link_complete(self, st):
+        return st.complete()
+
+    def link_logs(self, st):
+        return st.info, st.err
+
+    def link_destroy(self, st):
+        st.entries.clear()
+
     # ------------------------------------------------------------ modules
     def module_load(self, ctx, image, parsed):
         globals_ = {}
