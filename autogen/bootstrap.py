@@ -514,6 +514,8 @@ def P(params: str, objects: str = "") -> Dict[str, str]:
 
 
 DEV = "dev=handle:device"
+CAPTURE_INFO = ("hStream=handle:stream; captureStatus_out=out_value; id_out=out_value; graph_out=out_value:graph; "
+                "dependencies_out=out_value")
 DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     # pycuda (interceptor/legacy_launch.c, interceptor/copy2d.c)
     "cuFuncSetBlockShape": P("hfunc=handle:function; x=scalar; y=scalar; z=scalar", "function:use"),
@@ -769,6 +771,10 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuStreamBeginCapture_v2": P("hStream=handle:stream; mode=scalar", "stream:use"),
     "cuStreamEndCapture": P("hStream=handle:stream; phGraph=out_value:graph", "graph:create; stream:use"),
     "cuStreamIsCapturing": P("hStream=handle:stream; captureStatus=out_value", "stream:use"),
+    # (interceptor/capture.c): status, id and graph from the worker; no dependency nodes
+    "cuStreamGetCaptureInfo_v3": P(CAPTURE_INFO + "; edgeData_out=out_value; numDependencies_out=out_value",
+                                   "stream:use"),
+    "cuStreamGetCaptureInfo_v2": P(CAPTURE_INFO + "; numDependencies_out=out_value", "stream:use"),
     "cuThreadExchangeStreamCaptureMode": P("mode=out_value"),
     "cuGraphInstantiateWithFlags": P("phGraphExec=out_value:graph_exec; hGraph=handle:graph; flags=scalar",
                                      "graph_exec:create; graph:use"),
@@ -811,6 +817,7 @@ DRIVER_SHIM_LOCAL = {
     "cuKernelGetParamInfo",
     # the JIT linker: on cuLinkCreate_v2 / cuLinkAddData_v2 (interceptor/link.c)
     "cuLinkCreate", "cuLinkAddData", "cuLinkAddFile", "cuLinkAddFile_v2",
+    "cuStreamGetCaptureInfo_v2",   # on cuStreamGetCaptureInfo_v3 (interceptor/capture.c)
 }
 
 DRIVER_SHIM_OVERRIDE = {
@@ -825,6 +832,7 @@ DRIVER_SHIM_OVERRIDE = {
     "cuDevicePrimaryCtxReset_v2",
     # capture queries answered locally until this process has begun a capture (interceptor/capture.c)
     "cuStreamIsCapturing", "cuStreamBeginCapture_v2",
+    "cuStreamGetCaptureInfo_v3",
     # the JIT linker keeps log buffers and the linked image in the shim (interceptor/link.c)
     "cuLinkCreate_v2", "cuLinkAddData_v2", "cuLinkComplete", "cuLinkDestroy",
 }
@@ -872,7 +880,7 @@ DRIVER_HANDLERS = {
     "cuMemSetAccess": "vmm_set_access", "cuMemGetAccess": "vmm_get_access",
     "cuMemGetAllocationGranularity": "vmm_granularity", "cuMemGetAllocationPropertiesFromHandle": "vmm_get_prop",
     "cuStreamBeginCapture_v2": "graph_begin_capture", "cuStreamEndCapture": "graph_end_capture",
-    "cuStreamIsCapturing": "graph_is_capturing", "cuGraphInstantiateWithFlags": "graph_instantiate",
+    "cuStreamIsCapturing": "graph_is_capturing", "cuStreamGetCaptureInfo_v3": "graph_capture_info", "cuGraphInstantiateWithFlags": "graph_instantiate",
     "cuGraphInstantiate_v2": "graph_instantiate", "cuGraphLaunch": "graph_launch", "cuGraphDestroy": "graph_destroy",
     "cuGraphExecDestroy": "graph_exec_destroy",
 }
@@ -1044,6 +1052,8 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaStreamBeginCapture": P(f"{STREAM}; mode=scalar", "stream:use"),
     "cudaStreamEndCapture": P(f"{STREAM}; pGraph=out_value:graph", "graph:create; stream:use"),
     "cudaStreamIsCapturing": P(f"{STREAM}; pCaptureStatus=out_value", "stream:use"),
+    "cudaStreamGetCaptureInfo": P(f"{STREAM}; " + CAPTURE_INFO.split("; ", 1)[1]
+                                  + "; edgeData_out=out_value; numDependencies_out=out_value", "stream:use"),
     "cudaThreadExchangeStreamCaptureMode": P("mode=out_value"),
     "cudaGraphInstantiate": P("pGraphExec=out_value:graph_exec; graph=handle:graph; flags=scalar",
                               "graph_exec:create; graph:use"),

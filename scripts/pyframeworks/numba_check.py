@@ -26,6 +26,13 @@ def check(name):
     return deco
 
 
+# numba-cuda 0.30.4 registers an overload for np.row_stack at import, which
+# numpy 2.5 (the GPU machine's) removed: natively too, numba.cuda would not
+# import. The alias (numpy's own deprecated spelling of vstack) is set for
+# both runs alike; it changes nothing gpuproxy sees.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
 try:
     from numba import cuda
 except Exception as e:   # not installed, or numpy too new for this numba
