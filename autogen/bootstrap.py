@@ -702,6 +702,8 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuMemAdvise_v2": P("devPtr=device_ptr; count=scalar; advice=scalar; location=scalar"),
     # issue 10, group 8: IPC between clients of one proxyd (proxyd/ipc.py)
     "cuIpcGetMemHandle": P("pHandle=out_value; dptr=device_ptr"),
+    "cuIpcGetEventHandle": P("pHandle=out_value; event=handle:event", "event:use"),
+    "cuIpcOpenEventHandle": P("phEvent=out_value:event; handle=scalar", "event:create"),
     "cuIpcOpenMemHandle_v2": P("pdptr=out_value:memory; handle=scalar; Flags=scalar", "memory:create"),
     "cuIpcCloseMemHandle": P("dptr=device_ptr"),
     # static CUDA runtime (interceptor/export_tables.c, library.c, pointer_attrs.c, capture.c)
@@ -835,6 +837,8 @@ DRIVER_SHIM_OVERRIDE = {
     "cuStreamGetCaptureInfo_v3",
     # the JIT linker keeps log buffers and the linked image in the shim (interceptor/link.c)
     "cuLinkCreate_v2", "cuLinkAddData_v2", "cuLinkComplete", "cuLinkDestroy",
+    # IPC events: records of a shared event are flushed at once (interceptor/ipc_event.c)
+    "cuIpcGetEventHandle", "cuIpcOpenEventHandle", "cuEventRecord", "cuEventRecordWithFlags",
 }
 
 DRIVER_HANDLERS = {
@@ -866,6 +870,7 @@ DRIVER_HANDLERS = {
     "cuCtxSetLimit": "ctx_set_limit", "cuEventRecord": "event_record", "cuEventRecordWithFlags": "event_record",
     "cuMemHostRegister_v2": "host_map", "cuMemHostUnregister": "host_unmap",
     "cuIpcGetMemHandle": "ipc_get_mem_handle", "cuIpcOpenMemHandle_v2": "ipc_open_mem_handle",
+    "cuIpcGetEventHandle": "ipc_get_event_handle", "cuIpcOpenEventHandle": "ipc_open_event_handle",
     "cuIpcCloseMemHandle": "ipc_close_mem_handle",
     "cuLaunchHostFunc": "host_func", "cuStreamAddCallback": "host_func",
     "cuMemAllocAsync": "mem_alloc_async", "cuMemFreeAsync": "mem_free_async",
@@ -1025,6 +1030,8 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaMemAdvise": P("devPtr=device_ptr; count=scalar; advice=scalar; location=scalar"),
     # issue 10, group 8 (interceptor/rt_ipc.c)
     "cudaIpcGetMemHandle": P("handle=out_value; devPtr=device_ptr"),
+    "cudaIpcGetEventHandle": P("handle=out_value; event=handle:event", "event:use"),
+    "cudaIpcOpenEventHandle": P("event=out_value:event; handle=scalar", "event:create"),
     "cudaIpcOpenMemHandle": P("devPtr=out_value:memory; handle=scalar; flags=scalar", "memory:create"),
     "cudaIpcCloseMemHandle": P("devPtr=device_ptr"),
     # issue 10, group 2

@@ -42,6 +42,10 @@ CUDA_ERROR_NOT_SUPPORTED = 801
 
 HAND_CDEF = """
 typedef unsigned long long CUdeviceptr;
+/* CUipcEventHandle (cuda.h): 64 opaque bytes, passed by value */
+typedef struct { char reserved[64]; } CUipcEventHandle;
+int cuIpcGetEventHandle(CUipcEventHandle *, void *);
+int cuIpcOpenEventHandle(void **, CUipcEventHandle);
 typedef struct { int type; int id; } CUmemLocation;
 typedef struct {
     int type;
@@ -380,6 +384,18 @@ class CudaBackend(Backend):
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"cannot export device memory at {addr:#x} as a file "
                                                       f"descriptor ({self.err_name(r)})")
         return fd[0]
+
+    def ipc_event_handle(self, event) -> bytes:
+        h = self.ffi.new("CUipcEventHandle *")
+        self.check(self.lib.cuIpcGetEventHandle(h, self.vp(event)), "cuIpcGetEventHandle")
+        return bytes(self.ffi.buffer(h))
+
+    def ipc_event_open(self, raw: bytes):
+        h = self.ffi.new("CUipcEventHandle *")
+        self.ffi.memmove(h, raw, 64)
+        p = self.ffi.new("void **")
+        self.check(self.lib.cuIpcOpenEventHandle(p, h[0]), "cuIpcOpenEventHandle")
+        return self.ptr(p[0])
 
     def import_fd_at(self, dev: int, base: int, size: int, fd: int):
         self._set(self.mgmt[dev])

@@ -169,6 +169,25 @@ class EmuBackend(Backend):
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED, "this memory cannot be exported")
         return os.dup(fd)
 
+    # IPC event handles (proxyd/ipc.py): the emulated GPU runs every operation
+    # when it is issued, so whatever another process recorded into a shared
+    # event has completed: an opened event is a complete event. The handle
+    # names the exporter so that opening one's own handle fails as natively.
+    def ipc_event_handle(self, event) -> bytes:
+        if not (getattr(event, "flags", 0) & 0x4):      # CU_EVENT_INTERPROCESS
+            raise CudaError(1, "cuIpcGetEventHandle: the event was not created with CU_EVENT_INTERPROCESS")
+        return struct.pack("<8sII", b"GPXEMUEV", os.getpid(), id(event) & 0xFFFFFFFF).ljust(64, b"\0")
+
+    def ipc_event_open(self, raw: bytes):
+        magic, pid, _ = struct.unpack_from("<8sII", raw)
+        if magic != b"GPXEMUEV":
+            raise CudaError(1, "cuIpcOpenEventHandle: not an event handle")
+        if pid == os.getpid():
+            raise CudaError(201, "cuIpcOpenEventHandle: the handle was exported by this same process")
+        ev = EmuEvent(0x4 | 0x2)
+        ev.time = time.perf_counter()
+        return ev
+
     def import_fd_at(self, dev: int, base: int, size: int, fd: int):
         mm = mmap.mmap(fd, size)
         self._register(base, np.frombuffer(mm, np.uint8))
