@@ -703,6 +703,8 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     # issue 10, group 8: IPC between clients of one proxyd (proxyd/ipc.py)
     "cuIpcGetMemHandle": P("pHandle=out_value; dptr=device_ptr"),
     "cuIpcGetEventHandle": P("pHandle=out_value; event=handle:event", "event:use"),
+    "cuOccupancyMaxActiveClusters": P("numClusters=out_value; func=handle:function; "
+                                      "config=in_buffer@sizeof(CUlaunchConfig)", "function:use"),
     "cuIpcOpenEventHandle": P("phEvent=out_value:event; handle=scalar", "event:create"),
     "cuIpcOpenMemHandle_v2": P("pdptr=out_value:memory; handle=scalar; Flags=scalar", "memory:create"),
     "cuIpcCloseMemHandle": P("dptr=device_ptr"),
@@ -839,6 +841,8 @@ DRIVER_SHIM_OVERRIDE = {
     "cuLinkCreate_v2", "cuLinkAddData_v2", "cuLinkComplete", "cuLinkDestroy",
     # IPC events: records of a shared event are flushed at once (interceptor/ipc_event.c)
     "cuIpcGetEventHandle", "cuIpcOpenEventHandle", "cuEventRecord", "cuEventRecordWithFlags",
+    # the launch configuration travels as cuLaunchKernelEx's (interceptor/launch_ex.c)
+    "cuOccupancyMaxActiveClusters",
 }
 
 DRIVER_HANDLERS = {
@@ -871,6 +875,7 @@ DRIVER_HANDLERS = {
     "cuMemHostRegister_v2": "host_map", "cuMemHostUnregister": "host_unmap",
     "cuIpcGetMemHandle": "ipc_get_mem_handle", "cuIpcOpenMemHandle_v2": "ipc_open_mem_handle",
     "cuIpcGetEventHandle": "ipc_get_event_handle", "cuIpcOpenEventHandle": "ipc_open_event_handle",
+    "cuOccupancyMaxActiveClusters": "occupancy_max_active_clusters",
     "cuIpcCloseMemHandle": "ipc_close_mem_handle",
     "cuLaunchHostFunc": "host_func", "cuStreamAddCallback": "host_func",
     "cuMemAllocAsync": "mem_alloc_async", "cuMemFreeAsync": "mem_free_async",

@@ -122,6 +122,7 @@ int cuFuncGetParamInfo(void *fn, size_t index, size_t *offset, size_t *size);
 int cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                    unsigned int bz, unsigned int shmem, void *stream, void **params, void **extra);
 int cuLaunchKernelEx(const CUlaunchConfig *config, void *f, void **params, void **extra);
+int cuOccupancyMaxActiveClusters(int *numClusters, void *f, const CUlaunchConfig *config);
 int cuStreamCreate(void **s, unsigned int flags);
 int cuStreamDestroy_v2(void *s);
 int cuStreamSynchronize(void *s);
@@ -557,6 +558,23 @@ class CudaBackend(Backend):
                 return out
             self.check(r, "cuFuncGetParamInfo")
             out.append((int(off[0]), int(size[0])))
+
+    def occupancy_max_active_clusters(self, fn, grid, block, shmem, attrs):
+        ffi = self.ffi
+        cfg = ffi.new("CUlaunchConfig *")
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+        cfg.sharedMemBytes = shmem
+        arr = ffi.new("CUlaunchAttribute[]", max(len(attrs), 1))
+        for i, (aid, val) in enumerate(attrs):
+            arr[i].id = aid
+            ffi.memmove(arr[i].value, val, 64)
+        cfg.attrs = arr
+        cfg.numAttrs = len(attrs)
+        n = ffi.new("int *")
+        self.check(self.lib.cuOccupancyMaxActiveClusters(n, ffi.cast("void *", fn), cfg),
+                   "cuOccupancyMaxActiveClusters")
+        return int(n[0])
 
     def launch(self, fn, grid, block, shmem, stream, params, info, attrs=None):
         # The packed argument buffer goes in `extra` (cuLaunchKernel,

@@ -460,6 +460,21 @@ class EmuBackend(Backend):
                                 f"cooperative grid of {grid[0] * grid[1] * grid[2]} blocks exceeds "
                                 f"{per_sm} resident blocks x {ATTRS[16]} SMs")
 
+    def occupancy_max_active_clusters(self, fn, grid, block, shmem, attrs):
+        """Co-resident clusters on the emulated GPU: resident blocks per SM
+        times SMs, divided by the cluster's size (the cluster dimension
+        attribute; one block without it), refusing a cluster larger than the portable size."""
+        cluster = (1, 1, 1)
+        for aid, val in attrs:
+            if aid == ATTR_CLUSTER_DIMENSION:
+                cluster = struct.unpack_from("<3I", val)
+        n = cluster[0] * cluster[1] * cluster[2]
+        if not 1 <= n <= PORTABLE_CLUSTER_SIZE:
+            raise CudaError(CUDA_ERROR_INVALID_CLUSTER_SIZE, f"cluster {cluster}: at most "
+                                                             f"{PORTABLE_CLUSTER_SIZE} blocks per cluster")
+        per_sm = self.occupancy(fn, block[0] * block[1] * block[2], shmem)
+        return (per_sm * ATTRS[16]) // n
+
     # ------------------------------------------------------- generic path
     def call(self, fn, args):
         impl = getattr(self, "drv_" + fn.name, None)
