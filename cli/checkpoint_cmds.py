@@ -319,6 +319,11 @@ def header_lines(img: Image) -> list[str]:
                    + (f" ({', '.join(extra)})" if extra else ""))
     if not devs:
         out.append("devices    none recorded")
+    z = m.get("compression")
+    if isinstance(z, dict):
+        ratio = (f", {z['bytes'] / z['stored_bytes']:.2f}x" if z.get("bytes") and z.get("stored_bytes") else "")
+        out.append(f"compressed {z.get('codec')} level {z.get('level')}: {z.get('chunks')} chunks, "
+                   f"{fmt_bytes(z.get('bytes'))} stored in {fmt_bytes(z.get('stored_bytes'))}{ratio}")
     if img.parent is None:
         out.append("parent     none (full image)")
     else:
