@@ -631,7 +631,9 @@ class Engine:
         import collections
         import concurrent.futures
         b = self.backend
-        slot, nslots, lanes = self.UPLOAD_SLOT, max(2, self.UPLOAD_SLOTS), max(1, self.LANES)
+        # a slot holds at least the largest chunk (CHUNK: pieces_of cuts memory at it)
+        slot = max(self.UPLOAD_SLOT, CHUNK, max((r.length for r in refs), default=0))
+        nslots, lanes = max(2, self.UPLOAD_SLOTS), max(1, self.LANES)
         t_start = time.monotonic()
         stage = b.host_buffer(nslots * slot)
         span = getattr(b, "spans_mappings", False)
@@ -640,8 +642,6 @@ class Engine:
         ext = []
         for r in sorted(refs, key=lambda r: (r.image, r.offset)):
             p = pieces[r.addr]
-            if r.length > slot:
-                raise CheckpointError(f"chunk {r.addr:#x} ({r.length} bytes) is larger than a restore slot")
             e = ext[-1] if ext else None
             if e is not None and not r.compressed and not e[7] and e[0] == r.image and e[1] + e[2] == r.offset \
                     and e[3] + e[4] == r.addr and e[5] == p.dev and e[4] + r.length <= slot \
@@ -894,6 +894,7 @@ class Engine:
         from ..handlers import function_layout, load_module
         b = self.backend
         dmap = lambda d: device_map.get(d, d)
+        t0 = time.monotonic()
         for c in desc["contexts"]:
             ctx = sess.add_context(dmap(c["device"]), b.ctx_create(dmap(c["device"]), c["flags"]), c["primary"],
                                    c["flags"], ident=c["id"])
@@ -909,6 +910,8 @@ class Engine:
             b.make_current(ctx.real)
             load_module(self.dispatcher, sess, ctx, img.module(md["image"]), create=None, ident=md["id"])
         self._check_globals(sess, desc)
+        t_mod = time.monotonic()
+        self.rstats["contexts_modules_ms"] = _ms(t0, t_mod)
         arena_desc = dict(desc["arena"])
         arena_desc["chunks"] = [[s, n, dmap(d), small] for s, n, d, small in desc["arena"]["chunks"]]
         sess.arena.rebuild(arena_desc)
@@ -918,6 +921,8 @@ class Engine:
         rebuild_vmm(sess, desc.get("mem_handles", []), dmap)
         from ..graphs import rebuild as rebuild_graphs
         rebuild_graphs(sess, desc.get("graphs", []), desc.get("capture", {}), desc.get("capture_events", {}))
+        t_arena = time.monotonic()
+        self.rstats["memory_map_ms"] = _ms(t_mod, t_arena)     # the arena's chunks mapped again
         for f in desc["functions"]:
             mod = sess.objects[(P.K_MODULE, f["module"])]
             b.make_current(ctxs[f["ctx"]].real)
@@ -970,6 +975,7 @@ class Engine:
             if code:
                 raise CheckpointError(f"replaying {fn.name} failed with CUDA error {code}: {msg}")
         self.rstats["replayed"] = len(desc.get("replay", []))
+        self.rstats["objects_ms"] = _ms(t_arena, time.monotonic())
         # memory: upload, then check what landed on the device against the image's hashes
         refs = img.chunks()
         arena_refs = [r for r in refs if not (r.flags & FLAG_GLOBAL)]
