@@ -579,9 +579,11 @@ class CudaBackend(Backend):
         far. wait_fence blocks until it has run (cuEventSynchronize), and
         frees it. Events come from a per-thread free list: no create/destroy
         per fence."""
-        free = getattr(self._tls, "free_events", None)
-        if free is None:
-            free = self._tls.free_events = []
+        # an event belongs to the context it was created in: one free list per device
+        pools = getattr(self._tls, "free_events", None)
+        if pools is None:
+            pools = self._tls.free_events = {}
+        free = pools.setdefault(dev, [])
         self._set(self.mgmt[dev])
         if free:
             ev = free.pop()
@@ -590,13 +592,15 @@ class CudaBackend(Backend):
             self.check(self.lib.cuEventCreate(p, CU_EVENT_DISABLE_TIMING), "cuEventCreate")
             ev = self.ptr(p[0])
         self.check(self.lib.cuEventRecord(self.vp(ev), self.vp(self._ckpt_stream(dev, lane))), "cuEventRecord")
-        return ev
+        return dev, ev
 
     def wait_fence(self, fence):
         if fence is None:
             return
-        self.check(self.lib.cuEventSynchronize(self.vp(fence)), "cuEventSynchronize")
-        self._tls.free_events.append(fence)
+        dev, ev = fence
+        self._set(self.mgmt[dev])
+        self.check(self.lib.cuEventSynchronize(self.vp(ev)), "cuEventSynchronize")
+        self._tls.free_events[dev].append(ev)
 
     def read_device_async(self, dev, addr, n, out, lane=0):
         """Device -> page-locked host memory (a host_buffer slice) on a copy

@@ -44,11 +44,11 @@ SEGMENT = 256 << 20
 
 
 class PinnedPool:
-    def __init__(self, size: int, register, unregister, threads: int | None = None, segment: int = SEGMENT):
+    def __init__(self, size: int, register, unregister, threads: int | None = None, segment: int | None = None):
         """register(view) -> handle or raises; unregister(handle). Pinning
         starts at once on `threads` background threads."""
         self.size = size
-        self.segment = segment
+        self.segment = segment or SEGMENT
         self.mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         try:
             self.mm.madvise(mmap.MADV_HUGEPAGE)
@@ -56,7 +56,7 @@ class PinnedPool:
             pass
         self.view = memoryview(self.mm)
         self._register, self._unregister = register, unregister
-        self.nseg = -(-size // segment)
+        self.nseg = -(-size // self.segment)
         self._cv = threading.Condition()
         self._ready: set[int] = set()
         self._handles: dict[int, object] = {}
