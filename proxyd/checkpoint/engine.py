@@ -157,7 +157,7 @@ def _unjson(a):
 class ChunkView:
     """A byte range of a stored (uncompressed) chunk run in its image's
     memory.bin, shaped like a ChunkRef for Image.read_into: the restore reads
-    several adjacent chunks, or a part of one, in one pread."""
+    several adjacent chunks, or a part of one, in one copy."""
     __slots__ = ("addr", "length", "flags", "hash", "image", "offset", "stored", "compressed", "disk_length")
 
     def __init__(self, ref, offset: int, n: int):
@@ -614,9 +614,10 @@ class Engine:
         page-locked slots (the pool's first SLOTS x SLOT bytes, reused by
         every restore of this worker):
 
-          read:   reader threads pread (or decompress) the chunks of batch k
-                  straight into slot k % SLOTS (Image.read_into: no mapping,
-                  no page faults, no intermediate copy);
+          read:   reader threads copy (or decompress) the chunks of batch k
+                  straight into slot k % SLOTS (Image.read_into: out of the
+                  file's mapping, populated at once for a file in host
+                  memory; no intermediate copy);
           upload: as soon as batch k is in its slot, its host-to-device
                   copies are queued on copy lane k % LANES and an event
                   (fence) is recorded after them;

@@ -311,7 +311,6 @@ class Image:
         self._by_addr: dict[int, int] | None = None
         self._refs: list[ChunkRef] | None = None
         self._mm = None
-        self._fd: int | None = None
         self._mem_size: int | None = None
         self.version = int(manifest.get("format_version", 1))
 
@@ -368,10 +367,6 @@ class Image:
                     mm.close()
                 except BufferError:
                     pass         # chunks still referenced by the caller; closed when they go
-            with img._lock:
-                fd, img._fd = img._fd, None
-            if fd is not None:
-                os.close(fd)
 
     def __enter__(self):
         return self
@@ -490,18 +485,34 @@ class Image:
             self._mem_size = want
         return self._mem_size
 
-    def _memory(self):
+    def _memory(self, populate: bool = False):
+        """memory.bin mapped read-only (once). populate: where the file is in
+        host memory (tmpfs), map it with MAP_POPULATE: the kernel enters all
+        its pages at once, several times faster than faulting them in while
+        copying (measured on the dev VM: 7.7 against 3.9-5.5 GB/s for a copy
+        out of a fresh mapping; reading with pread was slower still, 1.3
+        GB/s); elsewhere ask for readahead (MADV_WILLNEED)."""
         mm = self._mm
         if mm is not None:
             return mm
         size = self.memory_size()
+        populate = populate and os.environ.get("GPUPROXY_IMAGE_POPULATE", "1") == "1"
         with self._lock:
             if self._mm is None:
                 if size == 0:
                     self._mm = b""
                 else:
                     with open(self._file(MEMORY), "rb") as f:
-                        self._mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+                        if populate and _in_memory_fs(self._file(MEMORY)) and hasattr(mmap, "MAP_POPULATE"):
+                            self._mm = mmap.mmap(f.fileno(), size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
+                                                 prot=mmap.PROT_READ)
+                        else:
+                            self._mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+                            if populate:
+                                try:
+                                    self._mm.madvise(mmap.MADV_WILLNEED)
+                                except (AttributeError, OSError):
+                                    pass
             return self._mm
 
     def chunks(self) -> list[ChunkRef]:
@@ -547,48 +558,33 @@ class Image:
                 raise ImageError(self._hash_problem(ref, got))
         return view
 
-    def _fileno(self) -> int:
-        """A descriptor of this image's memory.bin, opened once (pread is
-        thread-safe: no shared file position)."""
-        if self._fd is None:
-            self.memory_size()
-            with self._lock:
-                if self._fd is None:
-                    self._fd = os.open(self._file(MEMORY), os.O_RDONLY | os.O_CLOEXEC)
-        return self._fd
-
     def read_into(self, ref: ChunkRef, out, verify: bool = False) -> None:
         """A chunk's bytes into out (a writable buffer of ref.length bytes,
-        e.g. a slice of page-locked staging memory): pread straight from the
-        file (no page faults on a mapping, no intermediate copy), or for a
-        compressed chunk pread of its frame and decompression. Thread-safe.
-        verify: also check its gp64 (ImageError on a mismatch)."""
+        e.g. a slice of page-locked staging memory): copied (numpy, several
+        threads may call this at once) out of the file's mapping, populated
+        at once where the file is in host memory (_memory), or decompressed
+        from it. verify: also check its gp64 (ImageError on a mismatch)."""
         if not 0 <= ref.image < len(self.chain):
             raise ImageError(f"chunk {ref.addr:#x} refers to ancestor {ref.image}; the chain has "
                              f"{len(self.chain) - 1}")
         img = self.chain[ref.image]
         n = ref.disk_length
-        if ref.offset + n > img.memory_size():
+        mm = img._memory(populate=True)
+        if ref.offset + n > len(mm):
             raise ImageError(f"{img._file(MEMORY)}: chunk {ref.addr:#x} ({n} bytes at offset "
-                             f"{ref.offset}) lies past the end of the file ({img.memory_size()} bytes)")
-        dst = memoryview(out).cast("B")
-        if len(dst) != ref.length:
-            raise ValueError(f"read_into: buffer of {len(dst)} bytes for a chunk of {ref.length}")
-        fd = img._fileno()
+                             f"{ref.offset}) lies past the end of the file ({len(mm)} bytes)")
+        dst = np.frombuffer(out, np.uint8)
+        if dst.size != ref.length:
+            raise ValueError(f"read_into: buffer of {dst.size} bytes for a chunk of {ref.length}")
+        src = memoryview(mm)[ref.offset:ref.offset + n]
         if ref.compressed:
-            raw = _pread_all(fd, n, ref.offset, img._file(MEMORY))
             try:
-                dst[:] = _decompress(raw, ref.length)
+                dst[:] = np.frombuffer(_decompress(src, ref.length), np.uint8)
             except Exception as e:
                 raise ImageError(f"{img._file(MEMORY)}: chunk {ref.addr:#x} ({n} compressed bytes at offset "
                                  f"{ref.offset}) does not decompress: {e}") from None
         else:
-            got, off = 0, ref.offset
-            while got < n:
-                k = os.preadv(fd, [dst[got:]], off + got)
-                if k <= 0:
-                    raise ImageError(f"{img._file(MEMORY)}: short read at offset {off + got}")
-                got += k
+            np.copyto(dst, np.frombuffer(src, np.uint8))
         if verify:
             h = hashing.gp64(dst)
             if h != ref.hash:
@@ -785,15 +781,27 @@ class Image:
         return problems
 
 
-def _pread_all(fd: int, n: int, off: int, name: str) -> bytes:
-    parts, got = [], 0
-    while got < n:
-        b = os.pread(fd, n - got, off + got)
-        if not b:
-            raise ImageError(f"{name}: short read at offset {off + got}")
-        parts.append(b)
-        got += len(b)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+_MEMFS = ("tmpfs", "ramfs", "hugetlbfs")
+
+
+def _in_memory_fs(path: str) -> bool:
+    """Whether path lies on a filesystem kept in host memory (tmpfs: /dev/shm),
+    by the longest matching mount point of /proc/self/mountinfo."""
+    try:
+        real = os.path.realpath(path)
+        best, fstype = "", ""
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                parts = line.split()
+                if " - " not in line or len(parts) < 5:
+                    continue
+                mnt = parts[4].replace("\\040", " ")
+                typ = line.split(" - ", 1)[1].split()[0]
+                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                    best, fstype = mnt, typ
+        return fstype in _MEMFS
+    except OSError:
+        return False
 
 
 def _summarise(problems: list[str], limit: int = 5) -> str:
