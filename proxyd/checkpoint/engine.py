@@ -185,17 +185,20 @@ class Piece:
 RUN_MAX = 64 << 20
 
 
-def runs(pieces: list[Piece], span: bool = False) -> list[list[Piece]]:
+def runs(pieces: list[Piece], span: bool = False, src=None) -> list[list[Piece]]:
     """Pieces grouped into runs of consecutive addresses on one device, so a
     copy moves a whole run in one call. span: a run may cross from one arena
     chunk into the next when they are adjacent in the address space (the
     backend's copies span mappings): a session of many small allocations
-    then copies in large pieces rather than a call per 2 MiB chunk."""
+    then copies in large pieces rather than a call per 2 MiB chunk. src:
+    where each piece is copied from (default its address); a run is also
+    contiguous there (snapshot copies of several runs need not be)."""
     out: list[list[Piece]] = []
     size = 0
     for p in pieces:
         q = out[-1][-1] if out else None
         if q is not None and q.addr + q.n == p.addr and q.dev == p.dev and \
+                (src is None or src(q) + q.n == src(p)) and \
                 (q.chunk == p.chunk or (span and size + p.n <= RUN_MAX)):
             out[-1].append(p)
             size += p.n
@@ -487,7 +490,7 @@ class Engine:
         copies = 0
         devs = set()
         lanes = max(1, self.LANES)
-        for run in runs(pieces, getattr(b, "spans_mappings", False)):
+        for run in runs(pieces, getattr(b, "spans_mappings", False), src):
             size = sum(p.n for p in run)
             dev, a, o, left = run[0].dev, src(run[0]), off, size
             while left:
