@@ -193,3 +193,11 @@ def test_gp64_of_read_into_matches_hash_recorded(tmp_path):
     img.read_into(img.find(BASE), out)
     assert bytes(out) == data and H.gp64_reference(out) == ref.hash
     img.close()
+
+
+def test_cli_refuses_a_bad_compress_option(capsys):
+    # refused before proxyd or CRIU is asked anything
+    assert cli_main(["dump", "--pid", "1", "--dir", "/nonexistent/x", "--gpu-only", "--compress", "lz4"]) == 2
+    assert "unknown compression 'lz4'" in capsys.readouterr().err
+    assert cli_main(["pre-dump", "--pid", "1", "--dir", "/nonexistent/x", "--compress", "zstd:99"]) == 2
+    assert "out of range" in capsys.readouterr().err
