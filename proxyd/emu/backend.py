@@ -283,13 +283,39 @@ class EmuBackend(Backend):
         return self._regions[backing]
 
     def copy_dtod(self, dev, dst, src, n):
-        self.dtod(dst, src, n, None, True)
+        buf = np.empty(n, np.uint8)          # checkpoint snapshots: either side may span mappings
+        self.read_device(dev, src, n, buf)
+        self.write_device(dev, dst, buf)
+
+    # Checkpoint copies may span adjacent mappings (chunks that follow each
+    # other in the address space), as one copy over a contiguous range of
+    # mapped virtual addresses does on a GPU.
+    spans_mappings = True
+
+    def _spans(self, addr, n):
+        """(offset, view) pieces of [addr, addr+n), one per mapping it crosses;
+        CudaError where a byte of it is not mapped."""
+        done = 0
+        while done < n:
+            a = addr + done
+            i = bisect.bisect_right(self._starts, a) - 1
+            arr = self._regions[self._starts[i]] if i >= 0 else None
+            off = a - self._starts[i] if i >= 0 else 0
+            if arr is None or off >= arr.size:
+                raise CudaError(CUDA_ERROR_INVALID_VALUE, f"device range {addr:#x}+{n}: {a:#x} is not mapped")
+            k = min(n - done, arr.size - off)
+            yield done, arr[off:off + k]
+            done += k
 
     def read_device(self, dev, addr, n, out):
-        np.frombuffer(out, np.uint8, n)[:] = self.resolve(addr, n)
+        dst = np.frombuffer(out, np.uint8, n)
+        for o, v in self._spans(addr, n):
+            dst[o:o + v.size] = v
 
     def write_device(self, dev, addr, data):
-        self.resolve(addr, len(data))[:] = np.frombuffer(data, np.uint8)
+        src = np.frombuffer(data, np.uint8)
+        for o, v in self._spans(addr, len(src)):
+            v[:] = src[o:o + v.size]
 
     def htod(self, dst, src, n, stream, sync):
         self.resolve(dst, n)[:] = np.frombuffer(src, np.uint8, n)
