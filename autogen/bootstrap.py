@@ -514,6 +514,8 @@ def P(params: str, objects: str = "") -> Dict[str, str]:
 
 
 DEV = "dev=handle:device"
+CAPTURE_INFO = ("hStream=handle:stream; captureStatus_out=out_value; id_out=out_value; graph_out=out_value:graph; "
+                "dependencies_out=out_value")
 DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     # pycuda (interceptor/legacy_launch.c, interceptor/copy2d.c)
     "cuFuncSetBlockShape": P("hfunc=handle:function; x=scalar; y=scalar; z=scalar", "function:use"),
@@ -583,6 +585,19 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
                             "optionValues=in_buffer@numOptions * sizeof(void *)",
                             "module:create"),
     "cuModuleLoadFatBinary": P("module=out_value:module; fatCubin=in_buffer@?", "module:create"),
+    # the JIT linker (interceptor/link.c, proxyd/link.py)
+    "cuLinkCreate": P("numOptions=scalar; options=in_buffer@numOptions * sizeof(CUjit_option); optionValues=in_buffer@?; stateOut=out_value:link_state", "link_state:create"),
+    "cuLinkCreate_v2": P("numOptions=scalar; options=in_buffer@numOptions * sizeof(CUjit_option); optionValues=in_buffer@?; stateOut=out_value:link_state", "link_state:create"),
+    "cuLinkAddData": P("state=handle:link_state; type=scalar; data=in_buffer@size; size=scalar; "
+                       "name=in_buffer@strlen(name) + 1; numOptions=scalar; options=in_buffer@numOptions * sizeof(CUjit_option); optionValues=in_buffer@?", "link_state:use"),
+    "cuLinkAddData_v2": P("state=handle:link_state; type=scalar; data=in_buffer@size; size=scalar; "
+                          "name=in_buffer@strlen(name) + 1; numOptions=scalar; options=in_buffer@numOptions * sizeof(CUjit_option); optionValues=in_buffer@?", "link_state:use"),
+    "cuLinkAddFile": P("state=handle:link_state; type=scalar; path=in_buffer@strlen(path) + 1; "
+                       "numOptions=scalar; options=in_buffer@numOptions * sizeof(CUjit_option); optionValues=in_buffer@?", "link_state:use"),
+    "cuLinkAddFile_v2": P("state=handle:link_state; type=scalar; path=in_buffer@strlen(path) + 1; "
+                          "numOptions=scalar; options=in_buffer@numOptions * sizeof(CUjit_option); optionValues=in_buffer@?", "link_state:use"),
+    "cuLinkComplete": P("state=handle:link_state; cubinOut=out_value; sizeOut=out_value", "link_state:use"),
+    "cuLinkDestroy": P("state=handle:link_state", "link_state:destroy"),
     "cuModuleUnload": P("hmod=handle:module", "module:destroy"),
     "cuModuleGetFunction": P("hfunc=out_value:function; hmod=handle:module; "
                              "name=in_buffer@strlen(name) + 1", "function:create; module:use"),
@@ -687,6 +702,10 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuMemAdvise_v2": P("devPtr=device_ptr; count=scalar; advice=scalar; location=scalar"),
     # issue 10, group 8: IPC between clients of one proxyd (proxyd/ipc.py)
     "cuIpcGetMemHandle": P("pHandle=out_value; dptr=device_ptr"),
+    "cuIpcGetEventHandle": P("pHandle=out_value; event=handle:event", "event:use"),
+    "cuOccupancyMaxActiveClusters": P("numClusters=out_value; func=handle:function; "
+                                      "config=in_buffer@sizeof(CUlaunchConfig)", "function:use"),
+    "cuIpcOpenEventHandle": P("phEvent=out_value:event; handle=scalar", "event:create"),
     "cuIpcOpenMemHandle_v2": P("pdptr=out_value:memory; handle=scalar; Flags=scalar", "memory:create"),
     "cuIpcCloseMemHandle": P("dptr=device_ptr"),
     # static CUDA runtime (interceptor/export_tables.c, library.c, pointer_attrs.c, capture.c)
@@ -756,6 +775,10 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuStreamBeginCapture_v2": P("hStream=handle:stream; mode=scalar", "stream:use"),
     "cuStreamEndCapture": P("hStream=handle:stream; phGraph=out_value:graph", "graph:create; stream:use"),
     "cuStreamIsCapturing": P("hStream=handle:stream; captureStatus=out_value", "stream:use"),
+    # (interceptor/capture.c): status, id and graph from the worker; no dependency nodes
+    "cuStreamGetCaptureInfo_v3": P(CAPTURE_INFO + "; edgeData_out=out_value; numDependencies_out=out_value",
+                                   "stream:use"),
+    "cuStreamGetCaptureInfo_v2": P(CAPTURE_INFO + "; numDependencies_out=out_value", "stream:use"),
     "cuThreadExchangeStreamCaptureMode": P("mode=out_value"),
     "cuGraphInstantiateWithFlags": P("phGraphExec=out_value:graph_exec; hGraph=handle:graph; flags=scalar",
                                      "graph_exec:create; graph:use"),
@@ -796,6 +819,9 @@ DRIVER_SHIM_LOCAL = {
     "cuLibraryUnload", "cuLibraryGetKernel", "cuLibraryGetModule", "cuKernelGetFunction", "cuLibraryGetGlobal",
     "cuKernelGetAttribute", "cuKernelSetAttribute", "cuKernelSetCacheConfig", "cuKernelGetName",
     "cuKernelGetParamInfo",
+    # the JIT linker: on cuLinkCreate_v2 / cuLinkAddData_v2 (interceptor/link.c)
+    "cuLinkCreate", "cuLinkAddData", "cuLinkAddFile", "cuLinkAddFile_v2",
+    "cuStreamGetCaptureInfo_v2",   # on cuStreamGetCaptureInfo_v3 (interceptor/capture.c)
 }
 
 DRIVER_SHIM_OVERRIDE = {
@@ -810,6 +836,13 @@ DRIVER_SHIM_OVERRIDE = {
     "cuDevicePrimaryCtxReset_v2",
     # capture queries answered locally until this process has begun a capture (interceptor/capture.c)
     "cuStreamIsCapturing", "cuStreamBeginCapture_v2",
+    "cuStreamGetCaptureInfo_v3",
+    # the JIT linker keeps log buffers and the linked image in the shim (interceptor/link.c)
+    "cuLinkCreate_v2", "cuLinkAddData_v2", "cuLinkComplete", "cuLinkDestroy",
+    # IPC events: records of a shared event are flushed at once (interceptor/ipc_event.c)
+    "cuIpcGetEventHandle", "cuIpcOpenEventHandle", "cuEventRecord", "cuEventRecordWithFlags",
+    # the launch configuration travels as cuLaunchKernelEx's (interceptor/launch_ex.c)
+    "cuOccupancyMaxActiveClusters",
 }
 
 DRIVER_HANDLERS = {
@@ -817,6 +850,8 @@ DRIVER_HANDLERS = {
     "cuMemGetAddressRange_v2": "mem_get_address_range",
     "cuModuleLoadData": "module_load", "cuModuleLoadDataEx": "module_load",
     "cuModuleLoadFatBinary": "module_load", "cuModuleLoad": "module_load",
+    "cuLinkCreate_v2": "link_create", "cuLinkAddData_v2": "link_add_data",
+    "cuLinkComplete": "link_complete", "cuLinkDestroy": "link_destroy",
     "cuModuleUnload": "module_unload", "cuModuleGetFunction": "module_get_function",
     "cuModuleGetGlobal_v2": "module_get_global", "cuLaunchKernel": "launch_kernel",
     "cuMemcpyHtoD_v2": "memcpy_htod", "cuMemcpyHtoDAsync_v2": "memcpy_htod",
@@ -839,6 +874,8 @@ DRIVER_HANDLERS = {
     "cuCtxSetLimit": "ctx_set_limit", "cuEventRecord": "event_record", "cuEventRecordWithFlags": "event_record",
     "cuMemHostRegister_v2": "host_map", "cuMemHostUnregister": "host_unmap",
     "cuIpcGetMemHandle": "ipc_get_mem_handle", "cuIpcOpenMemHandle_v2": "ipc_open_mem_handle",
+    "cuIpcGetEventHandle": "ipc_get_event_handle", "cuIpcOpenEventHandle": "ipc_open_event_handle",
+    "cuOccupancyMaxActiveClusters": "occupancy_max_active_clusters",
     "cuIpcCloseMemHandle": "ipc_close_mem_handle",
     "cuLaunchHostFunc": "host_func", "cuStreamAddCallback": "host_func",
     "cuMemAllocAsync": "mem_alloc_async", "cuMemFreeAsync": "mem_free_async",
@@ -853,7 +890,7 @@ DRIVER_HANDLERS = {
     "cuMemSetAccess": "vmm_set_access", "cuMemGetAccess": "vmm_get_access",
     "cuMemGetAllocationGranularity": "vmm_granularity", "cuMemGetAllocationPropertiesFromHandle": "vmm_get_prop",
     "cuStreamBeginCapture_v2": "graph_begin_capture", "cuStreamEndCapture": "graph_end_capture",
-    "cuStreamIsCapturing": "graph_is_capturing", "cuGraphInstantiateWithFlags": "graph_instantiate",
+    "cuStreamIsCapturing": "graph_is_capturing", "cuStreamGetCaptureInfo_v3": "graph_capture_info", "cuGraphInstantiateWithFlags": "graph_instantiate",
     "cuGraphInstantiate_v2": "graph_instantiate", "cuGraphLaunch": "graph_launch", "cuGraphDestroy": "graph_destroy",
     "cuGraphExecDestroy": "graph_exec_destroy",
 }
@@ -998,6 +1035,8 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaMemAdvise": P("devPtr=device_ptr; count=scalar; advice=scalar; location=scalar"),
     # issue 10, group 8 (interceptor/rt_ipc.c)
     "cudaIpcGetMemHandle": P("handle=out_value; devPtr=device_ptr"),
+    "cudaIpcGetEventHandle": P("handle=out_value; event=handle:event", "event:use"),
+    "cudaIpcOpenEventHandle": P("event=out_value:event; handle=scalar", "event:create"),
     "cudaIpcOpenMemHandle": P("devPtr=out_value:memory; handle=scalar; flags=scalar", "memory:create"),
     "cudaIpcCloseMemHandle": P("devPtr=device_ptr"),
     # issue 10, group 2
@@ -1025,6 +1064,8 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaStreamBeginCapture": P(f"{STREAM}; mode=scalar", "stream:use"),
     "cudaStreamEndCapture": P(f"{STREAM}; pGraph=out_value:graph", "graph:create; stream:use"),
     "cudaStreamIsCapturing": P(f"{STREAM}; pCaptureStatus=out_value", "stream:use"),
+    "cudaStreamGetCaptureInfo": P(f"{STREAM}; " + CAPTURE_INFO.split("; ", 1)[1]
+                                  + "; edgeData_out=out_value; numDependencies_out=out_value", "stream:use"),
     "cudaThreadExchangeStreamCaptureMode": P("mode=out_value"),
     "cudaGraphInstantiate": P("pGraphExec=out_value:graph_exec; graph=handle:graph; flags=scalar",
                               "graph_exec:create; graph:use"),

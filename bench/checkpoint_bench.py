@@ -27,13 +27,15 @@ ANCHOR_CUDA_CHECKPOINT = {1: (2.40, 1.09), 8: (15.7, 5.6), 24: (47.8, 14.5)}
 
 
 class Holder:
-    def __init__(self, exe: Path, gib: float, env: dict):
-        self.p = subprocess.Popen([str(exe), str(gib)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    def __init__(self, exe: Path, gib: float, env: dict, count: int = 0):
+        argv = [str(exe), str(gib)] + ([str(count)] if count else [])
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, env=env, text=True, bufsize=1)
         line = self.p.stdout.readline()
         if not line.startswith("ready"):
             raise RuntimeError(f"holder failed: {line!r} {self.p.stderr.read()[-2000:]}")
         self.bytes = int(line.split()[1])
+        self.allocations = int(line.split()[2]) if len(line.split()) > 2 else None
 
     def cmd(self, c: str) -> list[str]:
         self.p.stdin.write(c + "\n")
@@ -86,11 +88,17 @@ def cuda_checkpoint_native(exe: Path, gib: float) -> dict | None:
         h.close()
 
 
-def checkpoint_suite(backend: str, work: Path) -> dict:
+def build_hold(work: Path) -> Path:
     exe = work / "ckpt_hold"
-    arch = os.environ.get("GPUPROXY_NVCC_ARCH", "sm_90")
-    subprocess.run(["nvcc", "-cudart", "shared", f"-arch={arch}", "-O2", "-o", str(exe), str(HERE / "ckpt_hold.cu")],
-                   check=True)
+    if not exe.exists():
+        arch = os.environ.get("GPUPROXY_NVCC_ARCH", "sm_90")
+        subprocess.run(["nvcc", "-cudart", "shared", f"-arch={arch}", "-O2", "-o", str(exe),
+                        str(HERE / "ckpt_hold.cu")], check=True)
+    return exe
+
+
+def checkpoint_suite(backend: str, work: Path) -> dict:
+    exe = build_hold(work)
     sizes = [float(x) for x in os.environ.get("BENCH_CKPT_GIB", "1,8,24" if backend == "cuda" else "0.25").split(",")]
     root = Path(os.environ.get("BENCH_CKPT_DIR", "/dev/shm"))
     emu = [str(HERE / "ckpt_hold_emu.py")] if backend == "emu" else []
@@ -117,6 +125,12 @@ def checkpoint_suite(backend: str, work: Path) -> dict:
             drop("a")
             r["dump"] = dump("b", leave_running=True)
             drop("b")
+            if os.environ.get("BENCH_CKPT_COMPRESS", "zstd:1") != "none":
+                # the same dump with the image compressed (bench data: a fill pattern; see
+                # bench/image_write_bench.py for model weights and optimizer state)
+                r["dump_zstd"] = dump("z", leave_running=True, compress=os.environ.get("BENCH_CKPT_COMPRESS",
+                                                                                       "zstd:1"))
+                drop("z")
             r["concurrent"] = dump("c", leave_running=True, concurrent=True)
             drop("c")
             r["pre_dump"] = dump("i", cmd="pre-dump")
@@ -140,6 +154,93 @@ def checkpoint_suite(backend: str, work: Path) -> dict:
                 r["cuda_checkpoint"] = {"error": str(e)}
         out["sizes"][str(gib)] = r
     return out
+
+
+def small_suite(backend: str, work: Path) -> dict:
+    """Target 6 of issue 13: a session holding many small allocations (4 KiB
+    to 1 MiB, ckpt_hold's count mode), dumped and restored; per-byte rates
+    and per-object costs. Counts: $BENCH_SMALL_COUNT (default 100000 on a
+    GPU, 300 emulated). On a GPU a second pass sets
+    GPUPROXY_CKPT_SPAN_COPIES=1 (copies across adjacent mappings)."""
+    exe = build_hold(work)
+    count = int(os.environ.get("BENCH_SMALL_COUNT", "100000" if backend == "cuda" else "300"))
+    root = Path(os.environ.get("BENCH_CKPT_DIR", "/dev/shm"))
+    emu = [str(HERE / "ckpt_hold_emu.py")] if backend == "emu" else []
+    passes = {"default": {}}
+    if backend == "cuda":
+        passes["span_copies"] = {"GPUPROXY_CKPT_SPAN_COPIES": "1"}
+    out = {"count": count, "passes": {}}
+    for name, extra in passes.items():
+        r: dict = {}
+        d = Daemon(backend=backend, emu_kernels=emu, env=dict(os.environ, **extra))
+        d.start()
+        tmp = Path(tempfile.mkdtemp(prefix="gpxsmall-", dir=root))
+        try:
+            t0 = time.monotonic()
+            h = Holder(exe, 0, d.env_for_client(), count=count)
+            r["setup_s"] = round(time.monotonic() - t0, 2)
+            r["bytes"], r["allocations"] = h.bytes, h.allocations
+            s0 = h.checksum()
+            r["dump_first"] = ctl(d, "dump", pid=h.p.pid, dir=str(tmp / "a"), leave_running=True)
+            shutil.rmtree(tmp / "a", ignore_errors=True)
+            r["dump_release"] = ctl(d, "dump", pid=h.p.pid, dir=str(tmp / "r"))
+            r["restore"] = ctl(d, "restore", dir=str(tmp / "r"))
+            r["checksum_ok"] = h.checksum() == s0
+            h.close()
+        except Exception as e:      # reported with the other pass's numbers
+            r["error"] = str(e)[-2000:]
+        finally:
+            d.cleanup()
+            shutil.rmtree(tmp, ignore_errors=True)
+        out["passes"][name] = r
+    return out
+
+
+def small_table(res: dict) -> str:
+    lines = [f"{res['count']} allocations of 4 KiB-1 MiB:", "",
+             "| pass | bytes | chunks | dump to host memory | per allocation | restore | per allocation | "
+             "of which upload | data intact |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, r in res["passes"].items():
+        if "error" in r:
+            lines.append(f"| {name} | error: {r['error'][:200]} | | | | | | | |")
+            continue
+        n, k = r["bytes"], r["allocations"]
+        d, rs = r["dump_release"], r["restore"]
+        up = rs.get("upload", {})
+        lines.append(f"| {name} | {n / 2**30:.2f} GiB | {d.get('chunks')} | {d['host_ms']:.0f} ms "
+                     f"({gbps(n, d['host_ms'])} GB/s) | {d['host_ms'] * 1000 / k:.2f} us | {rs['total_ms']:.0f} ms "
+                     f"({gbps(n, rs['total_ms'])} GB/s) | {rs['total_ms'] * 1000 / k:.2f} us | "
+                     f"{up.get('wall_ms', 0):.0f} ms, {up.get('copies')} copies | "
+                     f"{'yes' if r['checksum_ok'] else 'NO'} |")
+    return "\n".join(lines)
+
+
+def stages_table(res: dict) -> str:
+    """Where the time goes: first and later dump, restore, by stage."""
+    lines = ["| GiB | first dump: host copy / waited for pinning / pool pinned in (touch, register; threads) | "
+             "dump: queue / sync | restore: check / rebuild / upload / verify / total | upload: reads (thread-s) / "
+             "waited for reads / waited for fences / GB/s | image write: prepare / write, jobs | "
+             "zstd dump: write, ratio |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for gib, r in res["sizes"].items():
+        f, d, rs = r["dump_first"], r["dump"], r["restore"]
+        fc, dc, up = f.get("copy", {}), d.get("copy", {}), rs.get("upload", {})
+        pool = f.get("host_pool") or {}
+        iw = d.get("image_write", {})
+        z = r.get("dump_zstd") or {}
+        zi = z.get("image_write", {})
+        ratio = ""
+        if zi.get("written_bytes"):
+            ratio = f", {r['bytes'] / zi['written_bytes']:.2f}x"
+        lines.append(
+            f"| {float(gib):g} | {f['host_ms']:.0f} ms / {fc.get('wait_pinned_ms', 0):.0f} ms / "
+            f"{pool.get('pinned_in_s', 'n/a')} s ({pool.get('touch_s', 'n/a')} s, {pool.get('register_s', 'n/a')} s; "
+            f"{pool.get('threads', 'n/a')}) | {dc.get('queue_ms', 0):.0f} / {dc.get('sync_ms', 0):.0f} ms | "
+            f"{rs.get('check_ms', 0):.0f} / {rs.get('rebuild_ms', 0) - up.get('wall_ms', 0) - rs.get('verify_ms', 0):.0f}"
+            f" / {up.get('wall_ms', 0):.0f} / {rs.get('verify_ms', 0):.0f} / {rs['total_ms']:.0f} ms | "
+            f"{up.get('read_s', 0)} / {up.get('fill_ms', 0):.0f} ms / {up.get('fence_ms', 0):.0f} ms / "
+            f"{up.get('gbps')} | {iw.get('prepare_ms', 0):.0f} / {iw.get('write_ms', 0):.0f} ms, "
+            f"{iw.get('write_jobs')} | {z.get('write_ms', 0):.0f} ms{ratio} |")
+    return "\n".join(lines)
 
 
 def checkpoint_table(res: dict) -> str:

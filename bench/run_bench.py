@@ -1,6 +1,11 @@
 """Runs gpuproxy's benchmarks natively and under the proxy, in the same run.
 
-    python bench/run_bench.py [--backend cuda|emu] [--out DIR] [--suite micro,checkpoint] [--tcp]
+    python bench/run_bench.py [--backend cuda|emu] [--out DIR] [--suite micro,checkpoint,small,clients,pin,whole] [--tcp]
+
+Suites: micro (call path), checkpoint (dump/restore of 1/8/24 GiB, per
+stage), small (many small allocations, issue 13 target 6), clients (N
+clients natively and proxied, target 5), pin (what page-locking host memory
+costs, target 2), whole (whole-process dump and restore).
 
 --tcp: the proxied micro benchmarks over a keyed (CURVE) tcp endpoint on
 127.0.0.1 instead of the default ipc one (docs/security.md, "Remote
@@ -144,9 +149,22 @@ def main(argv=None):
             results["micro"] = micro(a.backend, work, a.repeat, a.tcp)
             md += ["### Call path and copies" + (" (keyed tcp)" if a.tcp else ""), "", micro_table(results["micro"]), ""]
         if "checkpoint" in a.suite:
-            from checkpoint_bench import checkpoint_suite, checkpoint_table
+            from checkpoint_bench import checkpoint_suite, checkpoint_table, stages_table
             results["checkpoint"] = checkpoint_suite(a.backend, work)
-            md += ["### Checkpoint and restore", "", checkpoint_table(results["checkpoint"]), ""]
+            md += ["### Checkpoint and restore", "", checkpoint_table(results["checkpoint"]), "",
+                   "Per stage:", "", stages_table(results["checkpoint"]), ""]
+        if "small" in a.suite:
+            from checkpoint_bench import small_suite, small_table
+            results["small"] = small_suite(a.backend, work)
+            md += ["### Checkpoint of many small allocations", "", small_table(results["small"]), ""]
+        if "clients" in a.suite:
+            from multi_client_bench import clients_suite, clients_table
+            results["clients"] = clients_suite(a.backend, work)
+            md += ["### Many clients", "", clients_table(results["clients"]), ""]
+        if "pin" in a.suite and a.backend == "cuda":
+            from pin_cost_bench import pin_suite, pin_table
+            results["pin"] = pin_suite(work)
+            md += ["### Host memory pinning", "", pin_table(results["pin"]), ""]
         if "whole" in a.suite:
             from whole_process_bench import whole_suite, table, image_root
             dev, host = (float(x) for x in a.whole_gib.split(","))

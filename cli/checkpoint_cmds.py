@@ -49,6 +49,9 @@ def add_checkpoint_parsers(sub) -> None:
                        help="image directory; one that holds an image already continues its chain")
         p.add_argument("--parent", help="parent image elsewhere (incremental)")
         p.add_argument("--gpu-only", action="store_true", help=gpu_only)
+        p.add_argument("--compress", metavar="zstd[:LEVEL]",
+                       help="store the GPU memory zstd-compressed, chunk by chunk, in parallel (LEVEL -7..19, "
+                            "default 1); chunks that do not shrink are stored as they are")
         if name == "dump":
             p.add_argument("--leave-running", action="store_true",
                            help="the app continues afterwards (a periodic checkpoint); default: the app is gone "
@@ -119,6 +122,13 @@ def _criu_line(rec: dict) -> str:
 
 def cmd_dump(a) -> int:
     from . import whole_process as W
+    if getattr(a, "compress", None):
+        from ..proxyd.checkpoint.image import parse_compress
+        try:
+            parse_compress(a.compress)
+        except ValueError as e:
+            print(f"proxy-cli {a.kind}: {e}", file=sys.stderr)
+            return 2
     if not a.gpu_only:
         try:
             if a.kind == "dump":
@@ -138,6 +148,8 @@ def cmd_dump(a) -> int:
                          f"  app gone (pid {a.pid}); restore with: proxy-cli --restore --dir {res['path']}")
         return _report(a, res, lines)
     args = {"pid": a.pid, "dir": os.path.abspath(a.dir)}
+    if a.compress:
+        args["compress"] = a.compress
     if a.parent:
         args["parent"] = os.path.abspath(a.parent)
     if a.kind == "dump":
@@ -319,6 +331,11 @@ def header_lines(img: Image) -> list[str]:
                    + (f" ({', '.join(extra)})" if extra else ""))
     if not devs:
         out.append("devices    none recorded")
+    z = m.get("compression")
+    if isinstance(z, dict):
+        ratio = (f", {z['bytes'] / z['stored_bytes']:.2f}x" if z.get("bytes") and z.get("stored_bytes") else "")
+        out.append(f"compressed {z.get('codec')} level {z.get('level')}: {z.get('chunks')} chunks, "
+                   f"{fmt_bytes(z.get('bytes'))} stored in {fmt_bytes(z.get('stored_bytes'))}{ratio}")
     if img.parent is None:
         out.append("parent     none (full image)")
     else:

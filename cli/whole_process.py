@@ -143,6 +143,8 @@ def dump(client, endpoint: str, a) -> dict:
     gpu = None
     try:
         args = {"pid": pid, "dir": path, "leave_running": leave, "concurrent": bool(a.concurrent)}
+        if getattr(a, "compress", None):
+            args["compress"] = a.compress
         if a.parent:
             args["parent"] = os.path.abspath(a.parent)
         gpu = client.call("dump", args)
@@ -184,6 +186,8 @@ def pre_dump(client, endpoint: str, a) -> dict:
     parent = _parent_dir(path, a.parent)
     _prepare(path)
     args = {"pid": pid, "dir": path}
+    if getattr(a, "compress", None):
+        args["compress"] = a.compress
     if a.parent:
         args["parent"] = os.path.abspath(a.parent)
     gpu = client.call("pre-dump", args)

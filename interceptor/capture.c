@@ -52,3 +52,64 @@ CUresult gpo_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *c
     }
     return gpg_cuStreamIsCapturing_ptsz(hStream, captureStatus);
 }
+
+/* cuStreamGetCaptureInfo: status, capture id and graph come from the worker
+ * (proxyd/graphs.py) once a capture has begun in this process; before, the
+ * answer is "none" here, as for cuStreamIsCapturing. The worker records a
+ * capture as the ordered list of its operations, with no graph nodes the
+ * application could name: the dependency set is answered empty (a NULL
+ * array of 0 entries), which is the set a stream whose next captured node
+ * follows every earlier one in order presents. PyTorch asks for the status
+ * and id when it begins a graph capture (CUDAGraph::capture_begin). */
+static CUresult capture_info(int ptsz, CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                             cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out,
+                             const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
+{
+    if (!captureStatus_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dependencies_out)
+        *dependencies_out = NULL;
+    if (edgeData_out)
+        *edgeData_out = NULL;
+    if (numDependencies_out)
+        *numDependencies_out = 0;
+    if (!atomic_load(&capture_begun)) {
+        *captureStatus_out = CU_STREAM_CAPTURE_STATUS_NONE;
+        return CUDA_SUCCESS;
+    }
+    return ptsz ? gpg_cuStreamGetCaptureInfo_v3_ptsz(hStream, captureStatus_out, id_out, graph_out, NULL, NULL, NULL)
+                : gpg_cuStreamGetCaptureInfo_v3(hStream, captureStatus_out, id_out, graph_out, NULL, NULL, NULL);
+}
+
+CUresult gpo_cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                       cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out,
+                                       const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
+{
+    return capture_info(0, hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,
+                        numDependencies_out);
+}
+
+CUresult gpo_cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                            cuuint64_t *id_out, CUgraph *graph_out,
+                                            const CUgraphNode **dependencies_out,
+                                            const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
+{
+    return capture_info(1, hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,
+                        numDependencies_out);
+}
+
+CUresult gpo_cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                       cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out,
+                                       size_t *numDependencies_out)
+{
+    return capture_info(0, hStream, captureStatus_out, id_out, graph_out, dependencies_out, NULL,
+                        numDependencies_out);
+}
+
+CUresult gpo_cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                            cuuint64_t *id_out, CUgraph *graph_out,
+                                            const CUgraphNode **dependencies_out, size_t *numDependencies_out)
+{
+    return capture_info(1, hStream, captureStatus_out, id_out, graph_out, dependencies_out, NULL,
+                        numDependencies_out);
+}

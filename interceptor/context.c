@@ -84,7 +84,14 @@ void gp_ctx_forget(CUcontext ctx)
             break;
         }
     gp_unlock();
-    /* a destroyed context must not stay current on this thread */
+    /* cuCtxDestroy (cuda.h): "If the context is current to the calling
+     * thread then it is also popped from the current thread's context
+     * stack". A program that creates (pushes) and destroys contexts without
+     * popping them -- pycuda's tests do, one context per test -- must not
+     * fill the stack. Deeper entries stay, as dangling ones do natively,
+     * but as NULL: calls made after popping down to one find no context. */
+    if (depth && stack[depth - 1] == ctx)
+        depth--;
     for (int i = 0; i < depth; i++)
         if (stack[i] == ctx)
             stack[i] = NULL;

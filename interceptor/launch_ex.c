@@ -50,6 +50,9 @@ static int attr_is_data(CUlaunchAttributeID id)
     }
 }
 
+static void put_config(gp_buf *b, const unsigned grid[3], const unsigned block[3], unsigned shmem, CUstream stream,
+                       const CUlaunchAttribute *attrs, unsigned nattrs);
+
 CUresult gp_launch_ex(uint32_t fid, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shmem,
                       CUstream stream, const CUlaunchAttribute *attrs, unsigned nattrs, const void *params,
                       size_t nbytes)
@@ -66,6 +69,17 @@ CUresult gp_launch_ex(uint32_t fid, CUfunction f, const unsigned grid[3], const 
     /* op: [config, f, kernelParams, extra] with config =
      * [gx, gy, gz, bx, by, bz, shmem, stream, [[id, value bytes], ...]] */
     gp_buf *b = gp_op_begin(fid, 4);
+    put_config(b, grid, block, shmem, stream, attrs, nattrs);
+    gp_put_handle(b, f);
+    gp_put_data(b, params, nbytes, 1);
+    mp_nil(b);
+    return gp_op_async();
+}
+
+/* The launch configuration as gp_launch_ex sends it (attributes checked by the caller). */
+static void put_config(gp_buf *b, const unsigned grid[3], const unsigned block[3], unsigned shmem, CUstream stream,
+                       const CUlaunchAttribute *attrs, unsigned nattrs)
+{
     mp_array(b, 9);
     for (int i = 0; i < 3; i++)
         mp_uint(b, grid[i]);
@@ -84,10 +98,34 @@ CUresult gp_launch_ex(uint32_t fid, CUfunction f, const unsigned grid[3], const 
         mp_uint(b, (uint64_t)attrs[i].id);
         mp_bin(b, &attrs[i].value, sizeof attrs[i].value);
     }
-    gp_put_handle(b, f);
-    gp_put_data(b, params, nbytes, 1);
-    mp_nil(b);
-    return gp_op_async();
+}
+
+/* cuOccupancyMaxActiveClusters (cuda.h): how many clusters of the given
+ * configuration can be co-resident; a question for the driver of the
+ * worker (cuDNN asks it before choosing cluster kernels). The config's
+ * attributes travel as for cuLaunchKernelEx; its stream is ignored by the
+ * driver for this query but sent as given. */
+CUresult gpo_cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
+{
+    if (!numClusters || !config || (config->numAttrs && !config->attrs))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < config->numAttrs; i++)
+        if (!attr_is_data(config->attrs[i].id))
+            return CUDA_ERROR_INVALID_VALUE;
+    GP_RESOLVE_FUNCTION(func);
+    GP_ENTER();
+    const unsigned grid[3] = { config->gridDimX, config->gridDimY, config->gridDimZ };
+    const unsigned block[3] = { config->blockDimX, config->blockDimY, config->blockDimZ };
+    gp_buf *b = gp_op_begin(GP_FID_cuOccupancyMaxActiveClusters, 3);
+    mp_bool(b, 1);
+    gp_put_handle(b, func);
+    put_config(b, grid, block, config->sharedMemBytes, config->hStream, config->attrs, config->numAttrs);
+    gp_reply r;
+    CUresult rc = gp_op_sync(&r);
+    if (rc == CUDA_SUCCESS && r.have_outs && r.nouts >= 1)
+        gp_out_value(&r, numClusters, sizeof *numClusters);
+    gp_reply_done(&r);
+    GP_LEAVE(rc);
 }
 
 static CUresult launch_ex(uint32_t fid, const CUlaunchConfig *config, CUfunction f, void **kernelParams,

@@ -77,3 +77,22 @@ cudaError_t gpo_cudaGraphDestroy(cudaGraph_t graph)
     RT_INIT();
     RT_RETURN_CU(cuGraphDestroy((CUgraph)graph));
 }
+
+cudaError_t gpo_cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out,
+                                         unsigned long long *id_out, cudaGraph_t *graph_out,
+                                         const cudaGraphNode_t **dependencies_out,
+                                         const cudaGraphEdgeData **edgeData_out, size_t *numDependencies_out)
+{
+    if (!captureStatus_out)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t id = 0;
+    CUresult r = cuStreamGetCaptureInfo_v3(gp_rt_stream(stream), &st, id_out ? &id : NULL, (CUgraph *)graph_out,
+                                           (const CUgraphNode **)dependencies_out,
+                                           (const CUgraphEdgeData **)edgeData_out, numDependencies_out);
+    *captureStatus_out = (enum cudaStreamCaptureStatus)st;
+    if (id_out)
+        *id_out = id;
+    RT_RETURN_CU(r);
+}

@@ -45,3 +45,23 @@ cudaError_t gpo_cudaIpcCloseMemHandle(void *devPtr)
     RT_INIT();
     RT_RETURN_CU(cuIpcCloseMemHandle((CUdeviceptr)(uintptr_t)devPtr));
 }
+
+_Static_assert(sizeof(cudaIpcEventHandle_t) == sizeof(CUipcEventHandle), "IPC event handles differ in size");
+
+cudaError_t gpo_cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cudaEvent_t event)
+{
+    if (!handle)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    RT_RETURN_CU(cuIpcGetEventHandle((CUipcEventHandle *)handle, (CUevent)event));
+}
+
+cudaError_t gpo_cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEventHandle_t handle)
+{
+    if (!event)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    CUipcEventHandle h;
+    memcpy(&h, &handle, sizeof h);
+    RT_RETURN_CU(cuIpcOpenEventHandle((CUevent *)event, h));
+}

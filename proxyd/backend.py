@@ -51,11 +51,39 @@ class Backend:
         """gp64 of each chunk of [addr, addr+n), computed on the device; None
         where the backend cannot (the caller hashes on the CPU)."""
         return None
-    def write_device_async(self, dev: int, addr: int, data) -> None:
+    def hash_device_many(self, dev: int, spans, chunk: int):
+        """hash_device for a list of (addr, n) spans: a list of hash lists,
+        or None where the backend cannot hash on the device."""
+        out = []
+        for addr, n in spans:
+            hs = self.hash_device(dev, addr, n, chunk)
+            if hs is None:
+                return None
+            out.append(hs)
+        return out
+
+    # Copies for checkpoints go on "lanes" (streams on a GPU): *_async calls
+    # queue them, lane_fence() marks what is queued on a lane so far,
+    # wait_fence() waits for it, sync_copies() for all of a device's lanes.
+    # Where copies are synchronous (emulated GPU) these are plain copies.
+    def write_device_async(self, dev: int, addr: int, data, lane: int = 0) -> None:
         self.write_device(dev, addr, data)
+
+    def read_device_async(self, dev: int, addr: int, n: int, out, lane: int = 0) -> None:
+        self.read_device(dev, addr, n, out)
+
+    def lane_fence(self, dev: int, lane: int = 0):
+        return None
+
+    def wait_fence(self, fence) -> None:
+        pass
 
     def sync_copies(self, dev: int) -> None:
         pass
+
+    # copies and device hashing may span adjacent arena chunks (separate
+    # mappings that follow each other in the address space)
+    spans_mappings = False
 
     def host_register_readonly(self, buf):
         """Page-locks a read-only buffer for DMA (None where not needed or possible)."""
@@ -64,6 +92,20 @@ class Backend:
     def host_buffer(self, n: int):
         """A host buffer of at least n bytes for draining snapshots (page-locked on a GPU)."""
         return memoryview(bytearray(n))
+
+    # host_buffer memory on a GPU is page-locked in the background
+    # (pinned_pool.py): a copy waits for its range and stays in one segment
+    def wait_pinned(self, off: int, n: int) -> float:
+        return 0.0
+
+    def segment_end(self, off: int) -> int:
+        return 1 << 62
+
+    def pool_stats(self):
+        return None
+
+    def release_host_buffer(self) -> None:
+        pass
 
     # ---- devices and generic calls
     def init(self) -> None: ...

@@ -42,6 +42,10 @@ CUDA_ERROR_NOT_SUPPORTED = 801
 
 HAND_CDEF = """
 typedef unsigned long long CUdeviceptr;
+/* CUipcEventHandle (cuda.h): 64 opaque bytes, passed by value */
+typedef struct { char reserved[64]; } CUipcEventHandle;
+int cuIpcGetEventHandle(CUipcEventHandle *, void *);
+int cuIpcOpenEventHandle(void **, CUipcEventHandle);
 typedef struct { int type; int id; } CUmemLocation;
 typedef struct {
     int type;
@@ -118,6 +122,7 @@ int cuFuncGetParamInfo(void *fn, size_t index, size_t *offset, size_t *size);
 int cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                    unsigned int bz, unsigned int shmem, void *stream, void **params, void **extra);
 int cuLaunchKernelEx(const CUlaunchConfig *config, void *f, void **params, void **extra);
+int cuOccupancyMaxActiveClusters(int *numClusters, void *f, const CUlaunchConfig *config);
 int cuStreamCreate(void **s, unsigned int flags);
 int cuStreamDestroy_v2(void *s);
 int cuStreamSynchronize(void *s);
@@ -381,6 +386,18 @@ class CudaBackend(Backend):
                                                       f"descriptor ({self.err_name(r)})")
         return fd[0]
 
+    def ipc_event_handle(self, event) -> bytes:
+        h = self.ffi.new("CUipcEventHandle *")
+        self.check(self.lib.cuIpcGetEventHandle(h, self.vp(event)), "cuIpcGetEventHandle")
+        return bytes(self.ffi.buffer(h))
+
+    def ipc_event_open(self, raw: bytes):
+        h = self.ffi.new("CUipcEventHandle *")
+        self.ffi.memmove(h, raw, 64)
+        p = self.ffi.new("void **")
+        self.check(self.lib.cuIpcOpenEventHandle(p, h[0]), "cuIpcOpenEventHandle")
+        return self.ptr(p[0])
+
     def import_fd_at(self, dev: int, base: int, size: int, fd: int):
         self._set(self.mgmt[dev])
         h = self.ffi.new("unsigned long long *")
@@ -464,6 +481,53 @@ class CudaBackend(Backend):
             r = self.lib.cuMemsetD32Async(dst, value & 0xFFFFFFFF, count, s)
         self.check(r, "cuMemset")
 
+    # ------------------------------------------------------------- JIT linker
+    # (proxyd/link.py): the option arrays and log buffers stay alive with the
+    # link state, because the driver writes the logs during later calls
+    def link_create(self, pairs, info_size, err_size):
+        logs = [(3, 4, info_size), (5, 6, err_size)]
+        n = len(pairs) + sum(2 for _b, _s, size in logs if size)
+        opts = self.ffi.new("unsigned int[]", max(n, 1))
+        vals = self.ffi.new("void *[]", max(n, 1))
+        for i, (o, v) in enumerate(pairs):
+            opts[i], vals[i] = o, self.ffi.cast("void *", v)
+        i = len(pairs)
+        bufs = []
+        for buf_opt, size_opt, size in logs:
+            buf = self.ffi.new("char[]", size) if size else None
+            bufs.append(buf)
+            if size:
+                opts[i], vals[i] = buf_opt, buf
+                opts[i + 1], vals[i + 1] = size_opt, self.ffi.cast("void *", size)
+                i += 2
+        p = self.ffi.new("void **")
+        self.check(self.lib.cuLinkCreate_v2(n, opts, vals, p), "cuLinkCreate")
+        return {"state": p[0], "keep": [opts, vals], "logs": bufs}
+
+    def link_add(self, st, kind, data, name, pairs):
+        n = len(pairs)
+        opts = self.ffi.new("unsigned int[]", max(n, 1))
+        vals = self.ffi.new("void *[]", max(n, 1))
+        for i, (o, v) in enumerate(pairs):
+            opts[i], vals[i] = o, self.ffi.cast("void *", v)
+        buf = self.ffi.from_buffer(data)
+        st["keep"] += [opts, vals, buf, data]
+        self.check(self.lib.cuLinkAddData_v2(st["state"], kind, buf, len(data), name.encode() + b"\0",
+                                             n, opts, vals), f"cuLinkAddData({name})")
+
+    def link_complete(self, st):
+        p = self.ffi.new("void **")
+        n = self.ffi.new("size_t *")
+        self.check(self.lib.cuLinkComplete(st["state"], p, n), "cuLinkComplete")
+        return bytes(self.ffi.buffer(self.ffi.cast("char *", p[0]), n[0]))
+
+    def link_logs(self, st):
+        return tuple(self.ffi.string(b) if b is not None else b"" for b in st["logs"])
+
+    def link_destroy(self, st):
+        self.check(self.lib.cuLinkDestroy(st["state"]), "cuLinkDestroy")
+        st["keep"].clear()
+
     # ------------------------------------------------------------- modules
     def module_load(self, ctx, image, parsed):
         p = self.ffi.new("void **")
@@ -494,6 +558,23 @@ class CudaBackend(Backend):
                 return out
             self.check(r, "cuFuncGetParamInfo")
             out.append((int(off[0]), int(size[0])))
+
+    def occupancy_max_active_clusters(self, fn, grid, block, shmem, attrs):
+        ffi = self.ffi
+        cfg = ffi.new("CUlaunchConfig *")
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+        cfg.sharedMemBytes = shmem
+        arr = ffi.new("CUlaunchAttribute[]", max(len(attrs), 1))
+        for i, (aid, val) in enumerate(attrs):
+            arr[i].id = aid
+            ffi.memmove(arr[i].value, val, 64)
+        cfg.attrs = arr
+        cfg.numAttrs = len(attrs)
+        n = ffi.new("int *")
+        self.check(self.lib.cuOccupancyMaxActiveClusters(n, ffi.cast("void *", fn), cfg),
+                   "cuOccupancyMaxActiveClusters")
+        return int(n[0])
 
     def launch(self, fn, grid, block, shmem, stream, params, info, attrs=None):
         # The packed argument buffer goes in `extra` (cuLaunchKernel,
@@ -544,17 +625,70 @@ class CudaBackend(Backend):
         return r
 
     # ---------------------------------------------------------- checkpoints
-    def _ckpt_stream(self, dev: int) -> int:
-        """A stream of proxyd's own per device for snapshot copies (calling thread's)."""
+    # The gp64 kernel may hash a range that crosses from one mapping into the
+    # next (a kernel reads any mapped virtual address). Whether one copy
+    # (cuMemcpy*Async) may cross mappings is switched by
+    # $GPUPROXY_CKPT_SPAN_COPIES=1 until measured on the GPU (the restore's
+    # device-side verification catches a wrong copy, and a refused one is an
+    # error, never silent).
+    hash_spans_mappings = True
+    spans_mappings = os.environ.get("GPUPROXY_CKPT_SPAN_COPIES", "0") == "1"
+
+    def _ckpt_stream(self, dev: int, lane: int = 0) -> int:
+        """A stream of proxyd's own per device and lane for checkpoint copies
+        (the calling thread's). Lanes let several copies be in flight, each
+        waited for by its own event (lane_fence) instead of a stream or
+        device synchronisation (CUDA Driver API, Stream Management: work on
+        different streams may overlap)."""
         st = getattr(self._tls, "streams", None)
         if st is None:
             st = self._tls.streams = {}
-        if dev not in st:
+        key = dev if lane == 0 else (dev, lane)
+        if key not in st:
             self._set(self.mgmt[dev])
             p = self.ffi.new("void **")
             self.check(self.lib.cuStreamCreate(p, CU_STREAM_NON_BLOCKING), "cuStreamCreate")
-            st[dev] = self.ptr(p[0])
-        return st[dev]
+            st[key] = self.ptr(p[0])
+        return st[key]
+
+    def _lanes(self, dev):
+        st = getattr(self._tls, "streams", None) or {}
+        return [v for k, v in st.items() if k == dev or (isinstance(k, tuple) and k[0] == dev)]
+
+    def lane_fence(self, dev, lane=0):
+        """An event recorded on the lane's stream: what was queued there so
+        far. wait_fence blocks until it has run (cuEventSynchronize), and
+        frees it. Events come from a per-thread free list: no create/destroy
+        per fence."""
+        # an event belongs to the context it was created in: one free list per device
+        pools = getattr(self._tls, "free_events", None)
+        if pools is None:
+            pools = self._tls.free_events = {}
+        free = pools.setdefault(dev, [])
+        self._set(self.mgmt[dev])
+        if free:
+            ev = free.pop()
+        else:
+            p = self.ffi.new("void **")
+            self.check(self.lib.cuEventCreate(p, CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+            ev = self.ptr(p[0])
+        self.check(self.lib.cuEventRecord(self.vp(ev), self.vp(self._ckpt_stream(dev, lane))), "cuEventRecord")
+        return dev, ev
+
+    def wait_fence(self, fence):
+        if fence is None:
+            return
+        dev, ev = fence
+        self._set(self.mgmt[dev])
+        self.check(self.lib.cuEventSynchronize(self.vp(ev)), "cuEventSynchronize")
+        self._tls.free_events[dev].append(ev)
+
+    def read_device_async(self, dev, addr, n, out, lane=0):
+        """Device -> page-locked host memory (a host_buffer slice) on a copy
+        lane; done once a later fence or sync_copies(dev) has returned."""
+        self._set(self.mgmt[dev])
+        self.check(self.lib.cuMemcpyDtoHAsync_v2(self.ffi.from_buffer(out, require_writable=True), addr, n,
+                                                 self.vp(self._ckpt_stream(dev, lane))), "cuMemcpyDtoHAsync")
 
     def copy_dtod(self, dev, dst, src, n):
         s = self._ckpt_stream(dev)
@@ -562,7 +696,9 @@ class CudaBackend(Backend):
 
     def sync_copies(self, dev):
         self._set(self.mgmt[dev])
-        self.check(self.lib.cuStreamSynchronize(self.vp(self._ckpt_stream(dev))), "cuStreamSynchronize")
+        self._ckpt_stream(dev)
+        for s in self._lanes(dev):
+            self.check(self.lib.cuStreamSynchronize(self.vp(s)), "cuStreamSynchronize")
 
     def read_device(self, dev, addr, n, out):
         self._set(self.mgmt[dev])
@@ -618,6 +754,50 @@ class CudaBackend(Backend):
         self.check(self.lib.cuMemcpyDtoH_v2(host, out, 8 * nch), "cuMemcpyDtoH")
         return list(host)
 
+    def hash_device_many(self, dev, spans, chunk):
+        """gp64 of every chunk of every (addr, n) span: one launch per span,
+        all into one result buffer, then one synchronisation and one copy
+        back (a session of many small mappings would otherwise pay a round
+        trip per mapping). None where the gp64 kernel is missing."""
+        fn = self._hash_fn(dev)
+        if fn is None:
+            return None
+        ffi = self.ffi
+        counts = [(n + chunk - 1) // chunk for _, n in spans]
+        total = sum(counts)
+        if total == 0:
+            return [[] for _ in spans]
+        self._set(self.mgmt[dev])
+        bufs = getattr(self._tls, "hashbuf", None)
+        if bufs is None:
+            bufs = self._tls.hashbuf = {}
+        have = bufs.get(dev)
+        if have is None or have[1] < total:
+            if have is not None:
+                self.lib.cuMemFree_v2(have[0])
+            p = ffi.new("CUdeviceptr *")
+            self.check(self.lib.cuMemAlloc_v2(p, 8 * max(total, 4096)), "cuMemAlloc")
+            bufs[dev] = have = (int(p[0]), max(total, 4096))
+        s = self.vp(self._ckpt_stream(dev))
+        o = 0
+        keep = []
+        for (addr, n), nch in zip(spans, counts):
+            if nch:
+                a = ffi.new("unsigned long long[4]", [addr, n, chunk, have[0] + 8 * o])
+                args = ffi.new("void *[4]", [a + 0, a + 1, a + 2, a + 3])
+                keep.append((a, args))
+                self.check(self.lib.cuLaunchKernel(self.vp(fn), nch, 1, 1, 512, 1, 1, 0, s, args, ffi.NULL),
+                           "gp64_chunks")
+            o += nch
+        host = ffi.new("unsigned long long[]", total)
+        self.check(self.lib.cuStreamSynchronize(s), "cuStreamSynchronize")
+        self.check(self.lib.cuMemcpyDtoH_v2(host, have[0], 8 * total), "cuMemcpyDtoH")
+        out, o = [], 0
+        for nch in counts:
+            out.append(list(host[o:o + nch]))
+            o += nch
+        return out
+
     def host_register_readonly(self, buf):
         b = self.ffi.from_buffer(buf)
         self._set(self.mgmt[0])
@@ -629,69 +809,68 @@ class CudaBackend(Backend):
         return b
 
     def host_buffer(self, n):
-        """Page-locked host memory, kept and grown across checkpoints: the
-        first checkpoint pays for pinning it, later ones reuse it.
-
-        Anonymous memory with transparent huge pages, touched by several
-        threads and then registered, pins several times faster than
-        cuMemHostAlloc (which faults 4 KiB pages one by one)."""
-        have = getattr(self, "_pool", None)
-        if have is None or len(have) < n:
-            if have is not None:
+        """Page-locked host memory, kept and grown across checkpoints, pinned
+        in the background a segment at a time (proxyd/pinned_pool.py): copy
+        into it only after wait_pinned() of the range, and never across
+        segment_end(). The engine frees it after an idle period
+        (release_host_buffer)."""
+        from .pinned_pool import PinnedPool
+        pool = getattr(self, "_pool", None)
+        if pool is None or pool.size < n:
+            if pool is not None:
                 self._free_pool()
             size = max(n, 1 << 20)
             size = (size + (1 << 30) - 1) // (1 << 30) * (1 << 30) if size > (1 << 30) else size
-            self._set(self.mgmt[0])
-            try:
-                self._pool = self._pinned_anon(size)
-            except CudaError:
-                p = self.ffi.new("void **")
-                self.check(self.lib.cuMemHostAlloc(p, size, 1), f"cuMemHostAlloc({size})")   # PORTABLE
-                self._pool_ptr = p[0]
-                self._pool = memoryview(self.ffi.buffer(p[0], size))
-        return self._pool
+            self._pool = PinnedPool(size, self._register_pool_segment, self._unregister_pool_segment)
+        return self._pool.view
 
-    def _pinned_anon(self, size):
-        import concurrent.futures
-        import mmap as _mmap
-
-        import numpy as np
-        mm = _mmap.mmap(-1, size, flags=_mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS)
-        try:
-            mm.madvise(_mmap.MADV_HUGEPAGE)
-        except (AttributeError, OSError):
-            pass
-        step = 64 << 20
-
-        def touch(o):   # fault the pages in, several threads at once
-            np.frombuffer(mm, np.uint8, min(step, size - o), o).fill(0)
-        with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as ex:
-            list(ex.map(touch, range(0, size, step)))
-        b = self.ffi.from_buffer(mm, require_writable=True)
-        r = self.lib.cuMemHostRegister_v2(b, size, CU_MEMHOSTREGISTER_PORTABLE)
+    def _register_pool_segment(self, view):
+        """cuMemHostRegister of one pool segment (called on a pinning thread;
+        PORTABLE: usable from every context, CUDA Driver API, Memory
+        Management)."""
+        self._set(self.mgmt[0])
+        b = self.ffi.from_buffer(view, require_writable=True)
+        r = self.lib.cuMemHostRegister_v2(b, len(view), CU_MEMHOSTREGISTER_PORTABLE)
         if r != CUDA_SUCCESS:
-            mm.close()
-            raise CudaError(r, f"cuMemHostRegister({size})")
-        self._pool_mm, self._pool_reg = mm, b
-        self._pool_ptr = None
-        return memoryview(mm)
+            raise CudaError(r, f"cuMemHostRegister({len(view)}): {self.err_name(r)}")
+        return b
+
+    def _unregister_pool_segment(self, b):
+        self._set(self.mgmt[0])
+        self.lib.cuMemHostUnregister(b)
+
+    def wait_pinned(self, off, n):
+        pool = getattr(self, "_pool", None)
+        return pool.wait_pinned(off, n) if pool is not None else 0.0
+
+    def segment_end(self, off):
+        pool = getattr(self, "_pool", None)
+        return pool.segment_end(off) if pool is not None else 1 << 62
+
+    def pool_stats(self):
+        pool = getattr(self, "_pool", None)
+        if pool is None:
+            return None
+        st = dict(pool.stats, size=pool.size, all_pinned=pool.all_pinned(), failed=pool.failed)
+        st["touch_s"], st["register_s"] = round(st["touch_s"], 4), round(st["register_s"], 4)
+        if pool.t_done is not None:
+            st["pinned_in_s"] = round(pool.t_done - pool.t0, 4)
+        return st
+
+    def release_host_buffer(self):
+        if getattr(self, "_pool", None) is not None:
+            self._free_pool()
 
     def _free_pool(self):
-        if getattr(self, "_pool_ptr", None) is not None:
-            self.lib.cuMemFreeHost(self._pool_ptr)
-        else:
-            self.lib.cuMemHostUnregister(self._pool_reg)
-            self._pool = None
-            try:
-                self._pool_mm.close()
-            except BufferError:
-                pass
-        self._pool = None
+        pool, self._pool = self._pool, None
+        pool.free()
 
-    def write_device_async(self, dev, addr, data):
-        """Host -> device on proxyd's copy stream; data must be page-locked
-        (a host_buffer slice) and stay untouched until sync_copies(dev)."""
-        s = self._ckpt_stream(dev)
+    def write_device_async(self, dev, addr, data, lane=0):
+        """Host -> device on one of proxyd's copy lanes; data must be
+        page-locked (a host_buffer slice) and stay untouched until a later
+        fence of that lane or sync_copies(dev) has returned."""
+        self._set(self.mgmt[dev])
+        s = self._ckpt_stream(dev, lane)
         self.check(self.lib.cuMemcpyHtoDAsync_v2(addr, self.ffi.from_buffer(data), len(data), self.vp(s)),
                    "cuMemcpyHtoDAsync")
 

@@ -905,19 +905,35 @@ def parse_ptx(data, what: str = "PTX") -> tuple[dict[str, KernelInfo], dict[str,
 # --------------------------------------------------------------------------- merge
 
 
+def _compiler_internal(name: str) -> bool:
+    """Symbols the compiler makes up (string literals `$str$N`, anonymous
+    objects `__unnamed_N`): no program can name them, and their numbering
+    differs between the entries of one fatbinary (PyTorch's do)."""
+    return name.startswith("$") or name.startswith("__unnamed_")
+
+
 def _merge(target: dict, new: dict, what: str, kind: str) -> None:
-    if not target:
-        target.update(new)
-        return
-    if set(target) != set(new):
-        only_old = sorted(set(target) - set(new))
-        only_new = sorted(set(new) - set(target))
-        raise FatbinError(f"{what}: {kind} lists disagree between entries "
-                          f"(missing here: {only_old[:5]}, extra here: {only_new[:5]})")
+    """Merge one entry's kernels or variables into the module's.
+
+    The entries of a fatbinary are the same source compiled for several
+    architectures; the driver loads only the one that fits the device. Their
+    symbol lists need not be equal: code under `#if __CUDA_ARCH__` may define
+    a kernel or variable for some architectures only, and compiler-made
+    symbols are numbered per compilation. So the module's lists are the
+    union; what must agree is every kernel's parameter layout and every
+    named variable's size and space wherever two entries both define it (a
+    layout that depends on the architecture cannot be marshalled from the
+    image: loud error). A kernel one architecture lacks fails natively as
+    well when launched there (cuModuleGetFunction answers not found); its
+    layout is checked against cuFuncGetParamInfo at first use either way."""
     for name, v in new.items():
-        if target[name] != v:
-            raise FatbinError(f"{what}: {kind} {name} differs between entries: "
-                              f"{target[name]} vs {v}")
+        old = target.get(name)
+        if old is None:
+            target[name] = v
+        elif kind == "kernel" and old != v:
+            raise FatbinError(f"{what}: {kind} {name} differs between entries: {old} vs {v}")
+        elif kind == "variable" and not _compiler_internal(name) and (old.size, old.space) != (v.size, v.space):
+            raise FatbinError(f"{what}: {kind} {name} differs between entries: {old} vs {v}")
 
 
 def _image_from_entries(fmt: str, entries: list[Entry], skipped) -> ModuleImage:

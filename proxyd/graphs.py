@@ -46,7 +46,7 @@ CAPTURABLE = {"launch_kernel", "launch_kernel_ex", "launch_cooperative", "memcpy
               "memcpy_dtod", "memset", "host_func", "event_record", "graph_launch"}
 CAPTURABLE_NAMES = {"cuStreamWaitEvent", "cuStreamWaitEvent_ptsz"}
 # calls about the capture itself, which run while it is active
-CAPTURE_CONTROL = {"graph_begin_capture", "graph_end_capture", "graph_is_capturing"}
+CAPTURE_CONTROL = {"graph_begin_capture", "graph_end_capture", "graph_is_capturing", "graph_capture_info"}
 
 
 def _stream_slot(fn, args) -> tuple[int, int | None]:
@@ -288,3 +288,22 @@ def rebuild(sess, graphs: list, capture: dict, capture_events: dict):
                      ident=int(g["id"]))
     sess.capture = {int(k): int(v) for k, v in capture.items()}
     sess.capture_events = {int(k): int(v) for k, v in capture_events.items()}
+
+
+@handler("graph_capture_info")
+def h_capture_info(d, sess, fn, ctx, args, **kw):
+    """cuStreamGetCaptureInfo_v3: [status, capture id, graph] (the shim
+    answers the dependency set itself: interceptor/capture.c). The id is the
+    capture's graph id, unique within the session, as the driver's ids are
+    unique per capture."""
+    st = _stream_value(fn, int(args[0] or 0))
+    gid = sess.capture.get(st)
+    g = sess.objects.get((P.K_GRAPH, gid)) if gid is not None else None
+    outs = [None] * 6
+    if g is None:
+        outs[0] = CU_STREAM_CAPTURE_STATUS_NONE if args[1] else None
+    else:
+        outs[0] = CU_STREAM_CAPTURE_STATUS_ACTIVE if args[1] else None
+        outs[1] = g.id if args[2] else None
+        outs[2] = g.handle if args[3] else None
+    return CUDA_SUCCESS, outs

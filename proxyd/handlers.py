@@ -504,6 +504,20 @@ def h_launch_ex(d, sess, fn, ctx, args, **kw):
     return CUDA_SUCCESS, []
 
 
+@handler("occupancy_max_active_clusters")
+def h_occupancy_clusters(d, sess, fn, ctx, args, **kw):
+    """cuOccupancyMaxActiveClusters: [want, f, config] with config as
+    cuLaunchKernelEx sends it."""
+    cfg = args[2]
+    if not isinstance(cfg, list) or len(cfg) != 9:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: malformed launch configuration")
+    f = sess.get(P.K_FUNCTION, int(args[1]))
+    n = d.backend.occupancy_max_active_clusters(f.real, tuple(int(x) for x in cfg[0:3]),
+                                                tuple(int(x) for x in cfg[3:6]), int(cfg[6]),
+                                                _launch_attrs(fn, cfg[8]))
+    return CUDA_SUCCESS, [n if args[0] else None]
+
+
 @handler("launch_cooperative")
 def h_launch_cooperative(d, sess, fn, ctx, args, **kw):
     """cuLaunchCooperativeKernel's own op (cuLaunchKernel's without `extra`)."""
@@ -597,4 +611,4 @@ def h_host_func(d, sess, fn, ctx, args, **kw):
 
 # The handlers of the stream-ordered allocator, the application's VMM and
 # graphs live in modules of their own; importing this module registers them too.
-from . import graphs, mempool, vmm  # noqa: E402,F401
+from . import graphs, link, mempool, vmm  # noqa: E402,F401

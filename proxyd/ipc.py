@@ -1,5 +1,6 @@
 """CUDA IPC between clients of one proxyd (issue 10, group 8;
-docs/ipc.md): cuIpcGetMemHandle / cuIpcOpenMemHandle / cuIpcCloseMemHandle.
+docs/ipc.md): cuIpcGetMemHandle / cuIpcOpenMemHandle / cuIpcCloseMemHandle,
+and event handles (cuIpcGetEventHandle / cuIpcOpenEventHandle).
 
 Two clients are two sessions in two worker processes, so the opening worker
 must map memory that belongs to the exporting worker. Every arena chunk is
@@ -14,7 +15,14 @@ user: SO_PEERCRED); it then imports the descriptor and maps the chunk into
 free addresses of its own arena (cuMemImportFromShareableHandle + cuMemMap
 on the GPU, mmap on the emulated backend).
 
-A session that exported or opened memory cannot be checkpointed: its pages
+Event handles need no help: each session's events are real driver events
+in its own worker process, so the driver's own 64-byte handle, opened in
+another worker, is the same event (on the emulated GPU an opened event is
+complete: every operation there has run when it was issued). The shim makes
+a record of such an event reach the GPU before cuEventRecord returns
+(interceptor/ipc_event.c), as the other process may wait on it at once.
+
+A session that exported or opened memory or events cannot be checkpointed: its pages
 are shared with another process whose state would not be in the image. A
 dump refuses it with a clear error (check_checkpointable).
 
@@ -114,8 +122,13 @@ def _fetch_fd(pid: int, suffix: bytes, eid: int, secret: bytes) -> tuple[int, in
 
 
 def check_checkpointable(sess) -> None:
-    """Raises when the session shares device memory with another process."""
+    """Raises when the session shares device memory or events with another process."""
     ex, im = getattr(sess, "ipc_exports", None), getattr(sess, "ipc_imports", None)
+    if getattr(sess, "ipc_events", None):
+        raise RuntimeError(f"session of pid {sess.pid} has shared an event through CUDA IPC "
+                           f"(cudaIpcGetEventHandle/cudaIpcOpenEventHandle): another process records or waits "
+                           f"on it, which the image could not bring back; checkpointing one side of an IPC pair "
+                           f"is not supported")
     if ex or im:
         what = "exported" if ex else "opened"
         raise RuntimeError(f"session of pid {sess.pid} has {what} device memory through CUDA IPC "
@@ -218,3 +231,29 @@ def release(d, sess) -> None:
             ent = _exports.pop(eid, None)
         if ent is not None:
             os.close(ent[1])
+
+
+CU_EVENT_INTERPROCESS = 0x4
+
+
+@handler("ipc_get_event_handle")
+def h_ipc_get_event_handle(d, sess, fn, ctx, args, **kw):
+    from . import protocol as P
+    ev = sess.get(P.K_EVENT, int(args[1] or 0))
+    raw = d.backend.ipc_event_handle(ev.real)
+    sess.ipc_events = getattr(sess, "ipc_events", set()) | {ev.id}
+    return CUDA_SUCCESS, [raw]
+
+
+@handler("ipc_open_event_handle")
+def h_ipc_open_event_handle(d, sess, fn, ctx, args, **kw):
+    from . import protocol as P
+    if ctx is None:
+        raise CudaError(CUDA_ERROR_INVALID_CONTEXT, f"{fn.name}: no current context on the calling thread")
+    raw = bytes(args[1]) if isinstance(args[1], (bytes, bytearray, memoryview)) else b""
+    if len(raw) != HANDLE_SIZE:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: an event handle is {HANDLE_SIZE} bytes")
+    real = d.backend.ipc_event_open(raw)
+    o = sess.add(P.K_EVENT, real, ctx.id, {"ipc": True, "flags": CU_EVENT_INTERPROCESS})
+    sess.ipc_events = getattr(sess, "ipc_events", set()) | {o.id}
+    return CUDA_SUCCESS, [o.handle]

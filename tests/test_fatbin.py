@@ -427,7 +427,9 @@ def test_ptx_disagreeing_entries_raise(samples):
         fatbin.parse_image(b)
 
 
-def test_cubin_disagreeing_entries_raise(samples):
+def test_kernel_missing_in_one_entry_is_kept(samples):
+    """An entry may lack a kernel (code under `#if __CUDA_ARCH__`): the
+    module's kernel list is the union, layouts from the entries that have it."""
     c90 = samples["cubin90"]
     # rename the kernel symbol 'cfunc' (in .strtab) so it no longer names its
     # .text.cfunc section: that cubin then lacks the kernel
@@ -435,9 +437,27 @@ def test_cubin_disagreeing_entries_raise(samples):
     assert strtab_hit > 0
     patched = c90[:strtab_hit] + b"\0cfunX\0" + c90[strtab_hit + 7:]
     assert "cfunc" not in fatbin.parse_cubin(patched)[0]
+    whole = fatbin.parse_cubin(samples["cubin75"])[0]
+    assert "cfunc" in whole
     b = make_fatbin([(2, 75, samples["cubin75"], 0x11, 0, 0), (2, 90, patched, 0x11, 0, 0)])
-    with pytest.raises(FatbinError, match="kernel lists disagree"):
-        fatbin.parse_image(b)
+    img = fatbin.parse_image(b)
+    assert set(img.kernels) == set(whole)
+    assert img.kernels["cfunc"] == whole["cfunc"]
+
+
+def test_compiler_made_variables_may_differ_between_entries():
+    """PyTorch's fatbinaries number string literals ($str$N) and anonymous
+    objects differently per architecture: the lists are merged, not refused;
+    a named variable whose size differs still is."""
+    a = {"$str": GlobalVar("$str", 3, b"hi\0", "global"), "x": GlobalVar("x", 4, None, "global")}
+    b = {"$str$5": GlobalVar("$str$5", 5, None, "global"), "$str": GlobalVar("$str", 7, None, "global"),
+         "__unnamed_22": GlobalVar("__unnamed_22", 8, None, "global"), "x": GlobalVar("x", 4, None, "global")}
+    merged = dict(a)
+    fatbin._merge(merged, b, "entry for arch 90", "variable")
+    assert set(merged) == {"$str", "$str$5", "__unnamed_22", "x"}
+    assert merged["$str"].size == 3          # the first entry's, not a mix
+    with pytest.raises(FatbinError, match="variable x differs"):
+        fatbin._merge(merged, {"x": GlobalVar("x", 8, None, "global")}, "entry for arch 100", "variable")
 
 
 # --------------------------------------------------------------------------- malformed

@@ -291,7 +291,7 @@ def test_session_stored_verbatim(tmp_path):
     assert img.chunks() == [] and img.verify() == []
     img.check_restorable()
     first = (tmp_path / "i" / "manifest").read_bytes().split(b"\n")[0]
-    assert first == b"GPUPROXY-IMAGE 1"
+    assert first == b"GPUPROXY-IMAGE 2"
 
 
 def test_writer_refusals(tmp_path, chain):
@@ -478,14 +478,17 @@ def test_unknown_format_version(chain, tmp_path):
     root = fresh(chain, tmp_path)
     mf = root / "img3" / "manifest"
     raw = mf.read_bytes()
-    mf.write_bytes(raw.replace(b"GPUPROXY-IMAGE 1\n", b"GPUPROXY-IMAGE 2\n", 1))
-    refused(root / "img3", "image format version 2, this gpuproxy reads 1")
+    mf.write_bytes(raw.replace(b"GPUPROXY-IMAGE 2\n", b"GPUPROXY-IMAGE 3\n", 1))
+    refused(root / "img3", "image format version 3, this gpuproxy reads 1 and 2")
+    # a header that says 1 over a format-2 body is refused too (never misread)
+    mf.write_bytes(raw.replace(b"GPUPROXY-IMAGE 2\n", b"GPUPROXY-IMAGE 1\n", 1))
+    refused(root / "img3", "body says format version 2, first line says 1")
     mf.write_bytes(b"PK\x03\x04" + raw)
     refused(root / "img3", "not a gpuproxy image manifest")
     # a parent of another version is named as the parent
     mf.write_bytes(raw)
     p = root / "img2" / "manifest"
-    p.write_bytes(p.read_bytes().replace(b"GPUPROXY-IMAGE 1\n", b"GPUPROXY-IMAGE 0\n", 1))
+    p.write_bytes(p.read_bytes().replace(b"GPUPROXY-IMAGE 2\n", b"GPUPROXY-IMAGE 0\n", 1))
     refused(root / "img3", "img3: parent image: .*img2/manifest: image format version 0")
 
 
@@ -575,7 +578,7 @@ def test_inspect_output(chain, capsys):
     root, states, _ = chain
     assert cli_main(["inspect", str(root / "img3")]) == 0
     out = capsys.readouterr().out
-    for text in ("format     1, chunk hash gp64", "kind       dump", "backend    emu, driver 12040",
+    for text in ("format     2, chunk hash gp64", "kind       dump", "backend    emu, driver 12040",
                  "0: Emulated GPU (16.0 GiB, GPU-0000)", "parent     ../img2", "ancestor 2:",
                  "contexts (1)", "modules (2)", "axpy, reduce", "functions (1)", "streams (1)",
                  "allocations (8)", f"{BASE:#x}", "module files (2)"):

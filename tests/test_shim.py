@@ -668,6 +668,31 @@ print(cu.cuStreamQuery(None), cu.cuStreamQuery_ptsz(None),
     assert unexpected_stderr(r.stderr) == [], _describe(r, d)
 
 
+def test_destroying_the_current_context_pops_it(fresh_daemon):
+    """cuCtxDestroy pops the context it destroys when it is current (cuda.h):
+    a program that creates (pushes) and destroys a context per task, without
+    popping -- pycuda's test suite does, one per test -- keeps creating them
+    far beyond the shim's stack depth, and the one below is current again."""
+    d = fresh_daemon(emu_kernels=[])
+    code = _DRIVER_PREAMBLE + r"""
+bad = 0
+for i in range(200):
+    c = ctypes.c_void_p(); cur = ctypes.c_void_p()
+    if cu.cuCtxCreate_v4(ctypes.byref(c), None, 0, dev) != 0:
+        bad += 1
+        break
+    cu.cuCtxGetCurrent(ctypes.byref(cur))
+    bad += cur.value != c.value
+    bad += cu.cuCtxDestroy_v2(c) != 0
+    cu.cuCtxGetCurrent(ctypes.byref(cur))
+    bad += cur.value != ctx.value
+print("bad", bad)
+"""
+    r = _run([sys.executable, "-c", code], env=client_env(d))
+    assert r.returncode == 0, _describe(r, d)
+    assert r.stdout.split() == ["bad", "0"], _describe(r, d)
+
+
 # proxyd whose writes of a reply into the fast channel's slot are slow, as when
 # the daemon is preempted in the middle of that memcpy: the first bytes of the
 # new reply are in the slot for a few milliseconds before the rest. Whatever

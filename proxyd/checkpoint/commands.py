@@ -62,7 +62,8 @@ def register(server, ctl):
             def run():
                 try:
                     return engine.dump(s, args["dir"], kind=kind, leave_running=bool(args.get("leave_running")),
-                                       concurrent=bool(args.get("concurrent")), parent=args.get("parent"))
+                                       concurrent=bool(args.get("concurrent")), parent=args.get("parent"),
+                                       compress=args.get("compress"))
                 finally:
                     s.ckpt_busy = False
             worker(rid, seq, kind, run)

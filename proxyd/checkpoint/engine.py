@@ -156,6 +156,18 @@ def _unjson(a):
 
 # ------------------------------------------------------------------ pieces
 
+class ChunkView:
+    """A byte range of a stored (uncompressed) chunk run in its image's
+    memory.bin, shaped like a ChunkRef for Image.read_into: the restore reads
+    several adjacent chunks, or a part of one, in one copy."""
+    __slots__ = ("addr", "length", "flags", "hash", "image", "offset", "stored", "compressed", "disk_length")
+
+    def __init__(self, ref, offset: int, n: int):
+        self.addr, self.flags, self.hash, self.image = ref.addr, 0, None, ref.image
+        self.offset, self.length, self.stored, self.disk_length = offset, n, n, n
+        self.compressed = False
+
+
 class Piece:
     """One CHUNK of a session's device memory and where its copy is."""
     __slots__ = ("addr", "n", "dev", "hash", "changed", "scratch", "host", "scratch_base", "chunk")
@@ -170,16 +182,31 @@ class Piece:
         self.host = None        # memoryview of a host copy
 
 
-def runs(pieces: list[Piece]) -> list[list[Piece]]:
+# a run of adjacent arena chunks copied as one is cut at this size, so that
+# copies of several runs are in flight and the pipelines stay fed
+RUN_MAX = 64 << 20
+
+
+def runs(pieces: list[Piece], span: bool = False, src=None) -> list[list[Piece]]:
     """Pieces grouped into runs of consecutive addresses on one device, so a
-    copy moves a whole run in one call."""
+    copy moves a whole run in one call. span: a run may cross from one arena
+    chunk into the next when they are adjacent in the address space (the
+    backend's copies span mappings): a session of many small allocations
+    then copies in large pieces rather than a call per 2 MiB chunk. src:
+    where each piece is copied from (default its address); a run is also
+    contiguous there (snapshot copies of several runs need not be)."""
     out: list[list[Piece]] = []
+    size = 0
     for p in pieces:
         q = out[-1][-1] if out else None
-        if q is not None and q.chunk == p.chunk and q.addr + q.n == p.addr:
+        if q is not None and q.addr + q.n == p.addr and q.dev == p.dev and \
+                (src is None or src(q) + q.n == src(p)) and \
+                (q.chunk == p.chunk or (span and size + p.n <= RUN_MAX)):
             out[-1].append(p)
+            size += p.n
         else:
             out.append([p])
+            size = p.n
     return out
 
 
@@ -202,41 +229,84 @@ class Engine:
 
     # ------------------------------------------------------------- hashing
     def hash_live(self, pieces: list[Piece], src=lambda p: p.addr):
-        """gp64 of every piece, on the device where possible (one launch per
-        run of contiguous memory)."""
+        """gp64 of every piece, on the device where possible: one launch per
+        run of contiguous memory (across adjacent mappings where the backend
+        allows: a kernel reads any mapped range), all of a device's launches
+        waited for once."""
         b = self.backend
+        span = getattr(b, "hash_spans_mappings", False)
         groups: list[list[Piece]] = []
         for p in pieces:
             g = groups[-1] if groups else None
-            if g and g[-1].chunk == p.chunk and src(g[-1]) + g[-1].n == src(p) and g[-1].n == CHUNK:
+            if g and (g[-1].chunk == p.chunk or span) and g[-1].dev == p.dev and \
+                    src(g[-1]) + g[-1].n == src(p) and g[-1].n == CHUNK:
                 g.append(p)
             else:
                 groups.append([p])
+        by_dev: dict[int, list[list[Piece]]] = {}
         for g in groups:
-            hs = b.hash_device(g[0].dev, src(g[0]), sum(q.n for q in g), CHUNK)
+            by_dev.setdefault(g[0].dev, []).append(g)
+        for dev, gs in by_dev.items():
+            hs = b.hash_device_many(dev, [(src(g[0]), sum(q.n for q in g)) for g in gs], CHUNK)
             if hs is None:
-                for q in g:
-                    buf = bytearray(q.n)
-                    b.read_device(q.dev, src(q), q.n, buf)
-                    q.hash = hashing.gp64(buf)
-            else:
-                for q, h in zip(g, hs):
-                    q.hash = int(h)
+                for g in gs:
+                    for q in g:
+                        buf = bytearray(q.n)
+                        b.read_device(q.dev, src(q), q.n, buf)
+                        q.hash = hashing.gp64(buf)
+                continue
+            for g, h in zip(gs, hs):
+                for q, x in zip(g, h):
+                    q.hash = int(x)
 
     # ---------------------------------------------------------------- dump
     def dump(self, sess: Session, path: str, **kw) -> dict:
         with self.lock:
-            return self._dump(sess, path, **kw)
+            try:
+                return self._dump(sess, path, **kw)
+            finally:
+                self._pool_idle_timer()
 
     def restore(self, path: str, device_map: dict | None = None, allow_foreign: bool = False):
         with self.lock:
-            return self._restore(path, device_map, allow_foreign)
+            try:
+                return self._restore(path, device_map, allow_foreign)
+            finally:
+                self._pool_idle_timer()
+
+    # The page-locked pool (backend.host_buffer) is kept this long after the
+    # last checkpoint operation, for the next one, then given back: an idle
+    # session holds no pinned memory ($GPUPROXY_POOL_KEEP_S).
+    POOL_KEEP_S = float(os.environ.get("GPUPROXY_POOL_KEEP_S", "300"))
+
+    def _pool_idle_timer(self):
+        import threading
+        self._pool_gen = getattr(self, "_pool_gen", 0) + 1
+        gen = self._pool_gen
+
+        def release():
+            if not self.lock.acquire(blocking=False):
+                return                 # a checkpoint runs; it starts a new timer when done
+            try:
+                if gen == self._pool_gen:
+                    self.backend.release_host_buffer()
+            finally:
+                self.lock.release()
+        t = threading.Timer(self.POOL_KEEP_S, release)
+        t.daemon = True
+        t.start()
 
     def _dump(self, sess: Session, path: str, *, kind: str = "dump", leave_running: bool = False,
-              concurrent: bool = False, parent: str | None = None) -> dict:
+              concurrent: bool = False, parent: str | None = None, compress: str | None = None) -> dict:
         """Runs on a worker thread; the session is frozen here, once the
         image directory is ready."""
         b = self.backend
+        try:
+            from .image import parse_compress
+            parse_compress(compress)
+        except ValueError as e:
+            self.server.call_in_loop(lambda: self.server.unreserve_checkpoint(sess)).result()
+            raise CheckpointError(str(e)) from None
         if concurrent and not leave_running and kind != "pre-dump":
             # A concurrent dump lets the app run while its snapshot drains;
             # releasing the session afterwards would drop whatever it did
@@ -246,12 +316,15 @@ class Engine:
                                   "add leave_running (--leave-running), or dump without concurrent to stop "
                                   "the app and release its GPU state")
         from ..ipc import check_checkpointable
+        from ..link import check_no_open_link
         try:
             check_checkpointable(sess)
+            check_no_open_link(sess)
         except RuntimeError as e:
             self.server.call_in_loop(lambda: self.server.unreserve_checkpoint(sess)).result()
             raise CheckpointError(str(e)) from None
         stats = {"kind": kind, "concurrent": concurrent, "leave_running": leave_running}
+        self.cstats = {}          # per-stage figures of the copies (_read_runs)
         resumed = False
         sess.ckpt_phase = "preparing"
         try:
@@ -319,8 +392,12 @@ class Engine:
             stats["changed_chunks"] = sum(1 for p in pieces if p.changed)
             stats["changed_bytes"] = sum(p.n for p in pieces if p.changed)
             t_w = time.monotonic()
+            stats.update(copy=self.cstats)
+            pool = b.pool_stats()
+            if pool is not None:
+                stats["host_pool"] = pool
             self._write(path, kind, parent_img, modules, desc, pieces, globals_, stats,
-                        key_uid=getattr(sess, "key_uid", None))
+                        key_uid=getattr(sess, "key_uid", None), compress=compress)
             stats["write_ms"] = _ms(t_w, time.monotonic())
             if not leave_running and kind != "pre-dump":
                 self.release(sess)
@@ -382,7 +459,7 @@ class Engine:
         b = self.backend
         host = []
         devs = set()
-        for run in runs(pieces):
+        for run in runs(pieces, getattr(b, "spans_mappings", False)):
             size = sum(p.n for p in run)
             s = b.scratch_alloc(run[0].dev, size)
             if s is None:
@@ -402,15 +479,42 @@ class Engine:
             log.info("no spare device memory for %d chunks: copying them to host memory while frozen", len(host))
             self._copy_to_host(host)
 
+    LANES = int(os.environ.get("GPUPROXY_CKPT_LANES", "2"))
+
     def _read_runs(self, pieces: list[Piece], buf, off: int, src):
-        """Copies pieces, a run of contiguous memory per call, into buf from
-        offset off; each piece's `host` becomes its slice of buf."""
-        for run in runs(pieces):
+        """Copies pieces into buf (the page-locked pool) from offset off, a run
+        of contiguous memory per copy, queued on the backend's copy lanes
+        with no synchronisation in between and waited for once at the end;
+        each piece's `host` becomes its slice of buf. A copy waits only until
+        its part of the pool is page-locked (pinned_pool.py) and never
+        crosses a pool segment."""
+        b = self.backend
+        t0 = time.monotonic()
+        waited = 0.0
+        copies = 0
+        devs = set()
+        lanes = max(1, self.LANES)
+        for run in runs(pieces, getattr(b, "spans_mappings", False), src):
             size = sum(p.n for p in run)
-            self.backend.read_device(run[0].dev, src(run[0]), size, buf[off:off + size])
+            dev, a, o, left = run[0].dev, src(run[0]), off, size
+            while left:
+                k = min(left, b.segment_end(o) - o)
+                waited += b.wait_pinned(o, k)
+                b.read_device_async(dev, a, k, buf[o:o + k], lane=copies % lanes)
+                copies += 1
+                a, o, left = a + k, o + k, left - k
+            devs.add(dev)
             for p in run:
                 p.host = buf[off:off + p.n]
                 off += p.n
+        t1 = time.monotonic()
+        for d in devs:
+            b.sync_copies(d)
+        st = self.cstats
+        st["copies"] = st.get("copies", 0) + copies
+        st["wait_pinned_ms"] = round(st.get("wait_pinned_ms", 0) + waited * 1000, 3)
+        st["queue_ms"] = round(st.get("queue_ms", 0) + (t1 - t0) * 1000, 3)
+        st["sync_ms"] = round(st.get("sync_ms", 0) + (time.monotonic() - t1) * 1000, 3)
 
     def _copy_to_host(self, pieces: list[Piece]):
         """Device memory -> the page-locked pool (the app may be running: a
@@ -444,7 +548,7 @@ class Engine:
             if p.hash is None and p.host is not None:
                 p.hash = hashing.gp64(p.host)
 
-    def _write(self, path, kind, parent_img, modules, desc, pieces, globals_, stats, key_uid=None):
+    def _write(self, path, kind, parent_img, modules, desc, pieces, globals_, stats, key_uid=None, compress=None):
         b = self.backend
         meta = {
             "gpuproxy_version": __version__,
@@ -454,20 +558,23 @@ class Engine:
                         for d in range(b.device_count())],
         }
         w = ImageWriter(path, kind, meta, parent=parent_img, chunk_size=CHUNK, seal_key=self.seal_key(),
-                        owner=self.image_owner(desc, key_uid))
+                        owner=self.image_owner(desc, key_uid), compress=compress)
         for md, image in zip(desc["modules"], modules, strict=True):
             md["image"] = w.add_module(image)
         for p in pieces:
             if not p.changed and parent_img is not None:
                 w.add_unchanged(p.addr, p.n, p.hash)
         w.add_chunks([(p.addr, p.host, p.hash, 0) for p in pieces if p.changed or parent_img is None],
-                     workers=min(8, os.cpu_count() or 1))
+                     workers=self.WRITERS)
         for addr, size, data in globals_:
             h = hashing.gp64(data)
             if parent_img is not None and parent_img.hash_of(addr) == h:
                 w.add_unchanged(addr, size, h, flags=FLAG_GLOBAL)
             else:
                 w.add_chunk(addr, data, hash=h, flags=FLAG_GLOBAL)
+        stats["image_write"] = dict(w.write_stats, direct=w.direct)
+        if w.compress is not None:
+            stats["image_write"]["compress"] = f"{w.compress[0]}:{w.compress[1]}"
         w.finish(desc, stats)
 
     def seal_key(self) -> bytes | None:
@@ -500,47 +607,147 @@ class Engine:
             return None
         return who
 
-    UPLOAD_SLOT = 64 << 20
+    # threads that prepare (hash, compress) and write an image's chunks
+    WRITERS = int(os.environ.get("GPUPROXY_IMAGE_WRITERS", "0")) or min(16, os.cpu_count() or 1)
+    # restore staging: SLOTS page-locked slots of UPLOAD_SLOT bytes, in a ring
+    UPLOAD_SLOT = int(os.environ.get("GPUPROXY_RESTORE_SLOT_MB", "16")) << 20
+    UPLOAD_SLOTS = int(os.environ.get("GPUPROXY_RESTORE_SLOTS", "6"))
+    # reads of the image per slot run on this many threads, in pieces of READ_PIECE
+    READERS = int(os.environ.get("GPUPROXY_RESTORE_READERS", "0")) or min(16, os.cpu_count() or 1)
+    READ_PIECE = 4 << 20
 
     def _upload(self, img: Image, refs, pieces):
-        """Image chunks -> device memory, pipelined: several threads copy a
-        batch from the image's (page-cache) mapping into one half of a small
-        page-locked buffer while the device reads the other half by DMA."""
+        """Image chunks -> device memory, as a pipeline over a ring of
+        page-locked slots (the pool's first SLOTS x SLOT bytes, reused by
+        every restore of this worker):
+
+          read:   reader threads copy (or decompress) the chunks of batch k
+                  straight into slot k % SLOTS (Image.read_into: out of the
+                  file's mapping, populated at once for a file in host
+                  memory; no intermediate copy);
+          upload: as soon as batch k is in its slot, its host-to-device
+                  copies are queued on copy lane k % LANES and an event
+                  (fence) is recorded after them;
+          reuse:  slot k % SLOTS is refilled with batch k + SLOTS only once
+                  that fence has passed.
+
+        Nothing else synchronises: several batches are being read while
+        earlier ones are on the link. Chunks that follow each other in the
+        file and on the device (a full image written in address order) are
+        one read and one copy, within a slot. The per-stage times go into
+        the restore's stats (rstats["upload"])."""
+        import collections
         import concurrent.futures
         b = self.backend
-        slot = self.UPLOAD_SLOT
-        stage = b.host_buffer(2 * slot)
-        batches, cur, size = [], [], 0
+        # a slot holds at least the largest chunk (CHUNK: pieces_of cuts memory at it)
+        slot = max(self.UPLOAD_SLOT, CHUNK, max((r.length for r in refs), default=0))
+        nslots, lanes = max(2, self.UPLOAD_SLOTS), max(1, self.LANES)
+        t_start = time.monotonic()
+        stage = b.host_buffer(nslots * slot)
+        span = getattr(b, "spans_mappings", False)
+        # extents: (image, file offset, stored, device address, length, dev, [refs]); merged when
+        # contiguous in the file and on the device, uncompressed, and (unless span) in one mapping
+        ext = []
         for r in sorted(refs, key=lambda r: (r.image, r.offset)):
-            if cur and size + r.length > slot:
+            p = pieces[r.addr]
+            e = ext[-1] if ext else None
+            if e is not None and not r.compressed and not e[7] and e[0] == r.image and e[1] + e[2] == r.offset \
+                    and e[3] + e[4] == r.addr and e[5] == p.dev and e[4] + r.length <= slot \
+                    and (span or pieces[e[6][-1].addr].chunk == p.chunk):
+                e[2] += r.length
+                e[4] += r.length
+                e[6].append(r)
+            else:
+                ext.append([r.image, r.offset, r.disk_length, r.addr, r.length, p.dev, [r], r.compressed])
+        batches, cur, size = [], [], 0
+        for e in ext:
+            if cur and size + e[4] > slot:
                 batches.append(cur)
                 cur, size = [], 0
-            cur.append(r)
-            size += r.length
+            cur.append(e)
+            size += e[4]
         if cur:
             batches.append(cur)
-        devs = {pieces[r.addr].dev for r in refs}
-        workers = min(8, os.cpu_count() or 1)
-        with concurrent.futures.ThreadPoolExecutor(workers) as ex:
-            for k, batch in enumerate(batches):
-                half = (k % 2) * slot
-                if k >= 2:
-                    for d in devs:
-                        b.sync_copies(d)     # the DMA that used this half is done
-                jobs, off = [], half
-                for r in batch:
-                    jobs.append((off, r))
-                    off += r.length
+        st = {"slot_mb": slot >> 20, "slots": nslots, "lanes": lanes, "readers": self.READERS,
+              "batches": len(batches), "copies": len(ext), "read_s": 0.0}
+        wait_pin = b.wait_pinned(0, min(len(stage), nslots * slot))
+        st["pin_wait_ms"] = round(wait_pin * 1000, 3)
+        lock = __import__("threading").Lock()
 
-                def fill(job):
-                    o, r = job
-                    dst = np.frombuffer(stage[o:o + r.length], np.uint8)
-                    np.copyto(dst, np.frombuffer(img.read_chunk(r), np.uint8))
-                list(ex.map(fill, jobs))
-                for o, r in jobs:
-                    b.write_device_async(pieces[r.addr].dev, r.addr, stage[o:o + r.length])
-        for d in devs:
+        def read(job):
+            o, e, lo, n = job            # bytes [lo, lo+n) of extent e into stage[o:o+n]
+            t = time.monotonic()
+            if e[7]:
+                img.read_into(e[6][0], stage[o:o + n])
+            else:
+                ref = e[6][0]
+                img.read_into(ChunkView(ref, e[1] + lo, n), stage[o:o + n])
+            with lock:
+                st["read_s"] += time.monotonic() - t
+
+        fences: dict[int, object] = {}
+        pending = collections.deque()
+        waits = {"fill_ms": 0.0, "fence_ms": 0.0, "queue_ms": 0.0}
+
+        def submit_upload(k, batch, futs):
+            t = time.monotonic()
+            for f in futs:
+                f.result()
+            t1 = time.monotonic()
+            waits["fill_ms"] += (t1 - t) * 1000
+            base = (k % nslots) * slot
+            o = base
+            lane = k % lanes
+            devs = set()
+            for e in batch:
+                b.write_device_async(e[5], e[3], stage[o:o + e[4]], lane=lane)
+                devs.add(e[5])
+                o += e[4]
+            # one fence per slot, on the lane that used it (all of a batch is on one lane and device,
+            # or the fence covers each device's lane)
+            fences[k % nslots] = [b.lane_fence(d, lane) for d in devs]
+            waits["queue_ms"] += (time.monotonic() - t1) * 1000
+
+        with concurrent.futures.ThreadPoolExecutor(max(1, self.READERS)) as ex:
+            for k, batch in enumerate(batches):
+                s_ = k % nslots
+                # the slot's previous batch (k - nslots) must be queued, then on the device,
+                # before the slot is overwritten
+                while pending and pending[0][0] <= k - nslots:
+                    submit_upload(*pending.popleft())
+                if s_ in fences:
+                    t = time.monotonic()
+                    for f in fences.pop(s_):
+                        b.wait_fence(f)
+                    waits["fence_ms"] += (time.monotonic() - t) * 1000
+                jobs, o = [], s_ * slot
+                for e in batch:
+                    if e[7]:
+                        jobs.append((o, e, 0, e[4]))
+                    else:
+                        for lo in range(0, e[4], self.READ_PIECE):
+                            jobs.append((o + lo, e, lo, min(self.READ_PIECE, e[4] - lo)))
+                    o += e[4]
+                pending.append((k, batch, [ex.submit(read, j) for j in jobs]))
+                # queue the uploads of batches whose reads are done, in order
+                while pending and all(f.done() for f in pending[0][2]):
+                    submit_upload(*pending.popleft())
+            while pending:
+                submit_upload(*pending.popleft())
+        t = time.monotonic()
+        for fs in fences.values():
+            for f in fs:
+                b.wait_fence(f)
+        for d in {e[5] for e in ext}:
             b.sync_copies(d)
+        waits["fence_ms"] += (time.monotonic() - t) * 1000
+        st.update({k: round(v, 3) for k, v in waits.items()})
+        st["read_s"] = round(st["read_s"], 4)
+        st["wall_ms"] = _ms(t_start, time.monotonic())
+        nbytes = sum(e[4] for e in ext)
+        st["bytes"] = nbytes
+        st["gbps"] = round(nbytes / max(time.monotonic() - t_start, 1e-9) / 1e9, 2)
+        self.rstats["upload"] = st
 
     # ------------------------------------------------------------- release
     def release(self, sess: Session):
@@ -695,6 +902,7 @@ class Engine:
         from ..handlers import function_layout, load_module
         b = self.backend
         dmap = lambda d: device_map.get(d, d)
+        t0 = time.monotonic()
         for c in desc["contexts"]:
             ctx = sess.add_context(dmap(c["device"]), b.ctx_create(dmap(c["device"]), c["flags"]), c["primary"],
                                    c["flags"], ident=c["id"])
@@ -710,6 +918,8 @@ class Engine:
             b.make_current(ctx.real)
             load_module(self.dispatcher, sess, ctx, img.module(md["image"]), create=None, ident=md["id"])
         self._check_globals(sess, desc)
+        t_mod = time.monotonic()
+        self.rstats["contexts_modules_ms"] = _ms(t0, t_mod)
         arena_desc = dict(desc["arena"])
         arena_desc["chunks"] = [[s, n, dmap(d), small] for s, n, d, small in desc["arena"]["chunks"]]
         sess.arena.rebuild(arena_desc)
@@ -719,6 +929,8 @@ class Engine:
         rebuild_vmm(sess, desc.get("mem_handles", []), dmap)
         from ..graphs import rebuild as rebuild_graphs
         rebuild_graphs(sess, desc.get("graphs", []), desc.get("capture", {}), desc.get("capture_events", {}))
+        t_arena = time.monotonic()
+        self.rstats["memory_map_ms"] = _ms(t_mod, t_arena)     # the arena's chunks mapped again
         for f in desc["functions"]:
             mod = sess.objects[(P.K_MODULE, f["module"])]
             b.make_current(ctxs[f["ctx"]].real)
@@ -775,6 +987,7 @@ class Engine:
             if code:
                 raise CheckpointError(f"replaying {fn.name} failed with CUDA error {code}: {msg}")
         self.rstats["replayed"] = len(desc.get("replay", []))
+        self.rstats["objects_ms"] = _ms(t_arena, time.monotonic())
         # memory: upload, then check what landed on the device against the image's hashes
         refs = img.chunks()
         arena_refs = [r for r in refs if not (r.flags & FLAG_GLOBAL)]

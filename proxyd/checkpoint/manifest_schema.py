@@ -239,7 +239,7 @@ SESSION = Obj({
 })
 
 MANIFEST = Obj({
-    "format_version": Int(1, 1),
+    "format_version": Int(1, 2),
     "kind": Enum("pre-dump", "dump"),
     "created": Str(64),
     "parent": Opt(Obj({"path": Str(4096), "manifest_sha256": HEX64})),
@@ -259,6 +259,9 @@ MANIFEST = Obj({
     "driver_version": Opt(Int(0, 1 << 31)),
     "devices": List(Obj({"index": DEVICE, "name": Str(256), "total_memory": SIZE},
                         optional={"uuid": Str(64)}), 1024),
+    # format 2: how chunks were compressed (each compressed chunk says so in chunks.idx)
+    "compression": Obj({"codec": Enum("zstd"), "level": Int(-7, 19)},
+                       optional={k: COUNT for k in ("chunks", "bytes", "stored_bytes")}),
 })
 
 

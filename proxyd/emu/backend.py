@@ -169,6 +169,25 @@ class EmuBackend(Backend):
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED, "this memory cannot be exported")
         return os.dup(fd)
 
+    # IPC event handles (proxyd/ipc.py): the emulated GPU runs every operation
+    # when it is issued, so whatever another process recorded into a shared
+    # event has completed: an opened event is a complete event. The handle
+    # names the exporter so that opening one's own handle fails as natively.
+    def ipc_event_handle(self, event) -> bytes:
+        if not (getattr(event, "flags", 0) & 0x4):      # CU_EVENT_INTERPROCESS
+            raise CudaError(1, "cuIpcGetEventHandle: the event was not created with CU_EVENT_INTERPROCESS")
+        return struct.pack("<8sII", b"GPXEMUEV", os.getpid(), id(event) & 0xFFFFFFFF).ljust(64, b"\0")
+
+    def ipc_event_open(self, raw: bytes):
+        magic, pid, _ = struct.unpack_from("<8sII", raw)
+        if magic != b"GPXEMUEV":
+            raise CudaError(1, "cuIpcOpenEventHandle: not an event handle")
+        if pid == os.getpid():
+            raise CudaError(201, "cuIpcOpenEventHandle: the handle was exported by this same process")
+        ev = EmuEvent(0x4 | 0x2)
+        ev.time = time.perf_counter()
+        return ev
+
     def import_fd_at(self, dev: int, base: int, size: int, fd: int):
         mm = mmap.mmap(fd, size)
         self._register(base, np.frombuffer(mm, np.uint8))
@@ -264,13 +283,39 @@ class EmuBackend(Backend):
         return self._regions[backing]
 
     def copy_dtod(self, dev, dst, src, n):
-        self.dtod(dst, src, n, None, True)
+        buf = np.empty(n, np.uint8)          # checkpoint snapshots: either side may span mappings
+        self.read_device(dev, src, n, buf)
+        self.write_device(dev, dst, buf)
+
+    # Checkpoint copies may span adjacent mappings (chunks that follow each
+    # other in the address space), as one copy over a contiguous range of
+    # mapped virtual addresses does on a GPU.
+    spans_mappings = True
+
+    def _spans(self, addr, n):
+        """(offset, view) pieces of [addr, addr+n), one per mapping it crosses;
+        CudaError where a byte of it is not mapped."""
+        done = 0
+        while done < n:
+            a = addr + done
+            i = bisect.bisect_right(self._starts, a) - 1
+            arr = self._regions[self._starts[i]] if i >= 0 else None
+            off = a - self._starts[i] if i >= 0 else 0
+            if arr is None or off >= arr.size:
+                raise CudaError(CUDA_ERROR_INVALID_VALUE, f"device range {addr:#x}+{n}: {a:#x} is not mapped")
+            k = min(n - done, arr.size - off)
+            yield done, arr[off:off + k]
+            done += k
 
     def read_device(self, dev, addr, n, out):
-        np.frombuffer(out, np.uint8, n)[:] = self.resolve(addr, n)
+        dst = np.frombuffer(out, np.uint8, n)
+        for o, v in self._spans(addr, n):
+            dst[o:o + v.size] = v
 
     def write_device(self, dev, addr, data):
-        self.resolve(addr, len(data))[:] = np.frombuffer(data, np.uint8)
+        src = np.frombuffer(data, np.uint8)
+        for o, v in self._spans(addr, len(src)):
+            v[:] = src[o:o + v.size]
 
     def htod(self, dst, src, n, stream, sync):
         self.resolve(dst, n)[:] = np.frombuffer(src, np.uint8, n)
@@ -342,6 +387,23 @@ class EmuBackend(Backend):
 
     def event_mark_complete(self, event):
         event.time = time.perf_counter()
+
+    # ------------------------------------------------------------ JIT linker (emu/link.py)
+    def link_create(self, pairs, info_size, err_size):
+        from .link import EmuLink
+        return EmuLink(info_size, err_size)
+
+    def link_add(self, st, kind, data, name, pairs):
+        st.add(kind, data, name)
+
+    def link_complete(self, st):
+        return st.complete()
+
+    def link_logs(self, st):
+        return st.info, st.err
+
+    def link_destroy(self, st):
+        st.entries.clear()
 
     # ------------------------------------------------------------ modules
     def module_load(self, ctx, image, parsed):
@@ -423,6 +485,21 @@ class EmuBackend(Backend):
                 raise CudaError(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
                                 f"cooperative grid of {grid[0] * grid[1] * grid[2]} blocks exceeds "
                                 f"{per_sm} resident blocks x {ATTRS[16]} SMs")
+
+    def occupancy_max_active_clusters(self, fn, grid, block, shmem, attrs):
+        """Co-resident clusters on the emulated GPU: resident blocks per SM
+        times SMs, divided by the cluster's size (the cluster dimension
+        attribute; one block without it), refusing a cluster larger than the portable size."""
+        cluster = (1, 1, 1)
+        for aid, val in attrs:
+            if aid == ATTR_CLUSTER_DIMENSION:
+                cluster = struct.unpack_from("<3I", val)
+        n = cluster[0] * cluster[1] * cluster[2]
+        if not 1 <= n <= PORTABLE_CLUSTER_SIZE:
+            raise CudaError(CUDA_ERROR_INVALID_CLUSTER_SIZE, f"cluster {cluster}: at most "
+                                                             f"{PORTABLE_CLUSTER_SIZE} blocks per cluster")
+        per_sm = self.occupancy(fn, block[0] * block[1] * block[2], shmem)
+        return (per_sm * ATTRS[16]) // n
 
     # ------------------------------------------------------- generic path
     def call(self, fn, args):

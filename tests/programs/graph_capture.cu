@@ -94,11 +94,18 @@ int main(int argc, char **argv)
     CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
     CHECK(cudaStreamIsCapturing(s1, &st));
     EXPECT(st == cudaStreamCaptureStatusActive, "not capturing after begin");
+    // what PyTorch asks when it begins a graph capture: status and capture id
+    unsigned long long cap_id = 0, cap_id2 = 0;
+    cudaGraph_t cap_graph = NULL;
+    CHECK(cudaStreamGetCaptureInfo(s1, &st, &cap_id, &cap_graph));
+    EXPECT(st == cudaStreamCaptureStatusActive && cap_id != 0 && cap_graph != NULL, "capture info %d", (int)st);
     g_step<<<B, T, 0, s1>>>(x, N);
     CHECK(cudaEventRecord(fork, s1));
     CHECK(cudaStreamWaitEvent(s2, fork, 0));            // s2 joins the capture
     CHECK(cudaStreamIsCapturing(s2, &st));
     EXPECT(st == cudaStreamCaptureStatusActive, "forked stream not capturing");
+    CHECK(cudaStreamGetCaptureInfo(s2, &st, &cap_id2));
+    EXPECT(st == cudaStreamCaptureStatusActive && cap_id2 == cap_id, "forked stream in another capture");
     g_mix<<<B, T, 0, s2>>>(y, x, N);
     CHECK(cudaMemcpyAsync(scratch, x, N * sizeof(int), cudaMemcpyDeviceToDevice, s2));
     CHECK(cudaEventRecord(join, s2));
@@ -111,6 +118,8 @@ int main(int argc, char **argv)
     CHECK(cudaStreamEndCapture(s1, &graph));
     CHECK(cudaStreamIsCapturing(s1, &st));
     EXPECT(st == cudaStreamCaptureStatusNone, "still capturing after end");
+    CHECK(cudaStreamGetCaptureInfo(s1, &st, &cap_id2));
+    EXPECT(st == cudaStreamCaptureStatusNone, "capture info says capturing after end");
     EXPECT(host_runs == 0, "a captured host function ran at capture");
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, graph, 0));

@@ -1,9 +1,10 @@
 // ipc: CUDA IPC between two processes of one host (issue 10, group 8). The
 // program forks before any CUDA call; the parent allocates device memory,
 // fills it, exports it with cudaIpcGetMemHandle and sends the handle through
-// a pipe; the child opens it with cudaIpcOpenMemHandle, checks what the
-// parent wrote, adds to every element with a kernel, closes the handle and
-// tells the parent, which then checks the child's writes in its own
+// a pipe with an interprocess event's handle (cudaIpcGetEventHandle); the
+// child opens both, checks what the parent wrote, adds to every element with
+// a kernel, records the shared event and tells the parent, which waits on
+// the event (not on the child) and checks the child's writes in its own
 // allocation. Under gpuproxy the two processes are two sessions in two
 // worker processes of the same proxyd.
 #include <cstdio>
@@ -63,18 +64,26 @@ static int child(int from_parent, int to_parent)
     who = "child";
     cudaIpcMemHandle_t h;
     read_all(from_parent, &h, sizeof h);
+    cudaIpcEventHandle_t eh;
+    read_all(from_parent, &eh, sizeof eh);
     int *p = NULL;
     CHECK(cudaIpcOpenMemHandle((void **)&p, h, cudaIpcMemLazyEnablePeerAccess));
+    cudaEvent_t done;
+    CHECK(cudaIpcOpenEventHandle(&done, eh));
     std::vector<int> v(N);
     CHECK(cudaMemcpy(v.data(), p, N * sizeof(int), cudaMemcpyDeviceToHost));
     for (int i = 0; i < N; ++i)
         EXPECT(v[i] == 3 * i + 1, "element %d is %d before the child's kernel, want %d", i, v[i], 3 * i + 1);
     add_const<<<(N + 255) / 256, 256>>>(p, N, 1000);
     CHECK(cudaGetLastError());
-    CHECK(cudaDeviceSynchronize());
-    CHECK(cudaIpcCloseMemHandle(p));
+    // the parent learns that the kernel is done from the shared event, not
+    // from this process: it waits on the event once told it was recorded
+    CHECK(cudaEventRecord(done, 0));
     char ok = 'k';
     EXPECT(write(to_parent, &ok, 1) == 1, "pipe write");
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaEventDestroy(done));
+    CHECK(cudaIpcCloseMemHandle(p));
     return 0;
 }
 
@@ -107,9 +116,20 @@ int main(void)
     CHECK(cudaMemcpy(d, v.data(), N * sizeof(int), cudaMemcpyHostToDevice));
     cudaIpcMemHandle_t h;
     CHECK(cudaIpcGetMemHandle(&h, d));
+    cudaEvent_t done;
+    CHECK(cudaEventCreateWithFlags(&done, cudaEventInterprocess | cudaEventDisableTiming));
+    cudaIpcEventHandle_t eh;
+    CHECK(cudaIpcGetEventHandle(&eh, done));
     EXPECT(write(p2c[1], &h, sizeof h) == (ssize_t)sizeof h, "pipe write");
+    EXPECT(write(p2c[1], &eh, sizeof eh) == (ssize_t)sizeof eh, "pipe write");
     char ok = 0;
-    EXPECT(read(c2p[0], &ok, 1) == 1 && ok == 'k', "the child did not finish");
+    EXPECT(read(c2p[0], &ok, 1) == 1 && ok == 'k', "the child did not record its event");
+    CHECK(cudaEventSynchronize(done));      // the child's kernel has completed
+    CHECK(cudaMemcpy(v.data(), d, N * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < N; ++i)
+        EXPECT(v[i] == 3 * i + 1 + 1000, "element %d is %d once the shared event completed, want %d", i, v[i],
+               3 * i + 1 + 1000);
+    printf("shared event signalled the child's kernel\n");
     int status = 0;
     EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed");
     printf("child opened the handle and wrote through it\n");
@@ -126,6 +146,7 @@ int main(void)
     CHECK(cudaMemcpy(v.data(), d, N * sizeof(int), cudaMemcpyDeviceToHost));
     EXPECT(v[N - 1] == 3 * (N - 1) + 1 + 1001, "parent kernel");
     printf("sum %lld\n", sum);
+    CHECK(cudaEventDestroy(done));
     CHECK(cudaFree(d));
     printf("PASS " NAME "\n");
     return 0;

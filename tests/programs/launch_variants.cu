@@ -115,6 +115,8 @@ int main(int argc, char **argv)
     PFN_potential potential = (PFN_potential)entry("cuOccupancyMaxPotentialBlockSize");
     PFN_moduleLoad moduleLoad = (PFN_moduleLoad)entry("cuModuleLoad");
     PFN_moduleGetFunction getFunction = (PFN_moduleGetFunction)entry("cuModuleGetFunction");
+    typedef CUresult (*PFN_activeClusters)(int *, CUfunction, const CUlaunchConfig *);
+    PFN_activeClusters activeClusters = (PFN_activeClusters)entry("cuOccupancyMaxActiveClusters");
 
     // ---- attributes and occupancy
     cudaFuncAttributes fa;
@@ -205,6 +207,10 @@ int main(int argc, char **argv)
             cfg.numAttrs = 1;
             void *cargs[] = { &clus };
             CU(launchEx(&cfg, fclus, cargs, NULL));
+            // what cuDNN asks before it picks a cluster kernel
+            int nclusters = 0;
+            CU(activeClusters(&nclusters, fclus, &cfg));
+            EXPECT(nclusters >= 1, "iteration %d: %d co-resident clusters of 4", k, nclusters);
         }
         // fill_pattern (cuModuleLoad'ed) through cuLaunchKernelEx with a priority attribute
         int sbase = k * 1000, step = k;

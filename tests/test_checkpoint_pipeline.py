@@ -1,0 +1,126 @@
+"""The checkpoint engine's copy paths (issue 13) on the emulated backend:
+many small allocations dumped and restored with copies that span adjacent
+mappings, the restore's slot ring (more batches than slots, small slots),
+compressed images restored, and the per-stage figures the benchmarks print.
+The data check is the program's own checksum kernel, computed before the
+dump and after the restore. No timing is checked.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "bench"))
+sys.path.insert(0, str(HERE))
+
+pytestmark = pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+
+
+@pytest.fixture(scope="module")
+def hold(tmp_path_factory):
+    import checkpoint_bench as CB
+    return CB.build_hold(tmp_path_factory.mktemp("hold"))
+
+
+def run_small(hold, tmp_path, env: dict, compress=None, count=240):
+    import checkpoint_bench as CB
+    from proxy import Daemon
+    d = Daemon(backend="emu", emu_kernels=[str(HERE.parent / "bench" / "ckpt_hold_emu.py")],
+               env=dict(os.environ, **env), endpoint=f"ipc:///tmp/gpxpipe-{os.getpid()}.sock")
+    d.start()
+    try:
+        h = CB.Holder(hold, 0, d.env_for_client(), count=count)
+        try:
+            assert h.allocations == count
+            s0 = h.checksum()
+            dump = CB.ctl(d, "dump", pid=h.p.pid, dir=str(tmp_path / "img"), compress=compress)
+            rest = CB.ctl(d, "restore", dir=str(tmp_path / "img"))
+            s1 = h.checksum()
+            h.cmd("touch 500 99")
+            s2 = h.checksum()
+        finally:
+            h.close()
+    finally:
+        d.cleanup()
+    return h, s0, s1, s2, dump, rest
+
+
+def test_many_small_allocations_round_trip(hold, tmp_path):
+    # small restore slots (1 MiB asked, a 2 MiB chunk's worth given): many batches through a ring of 3
+    h, s0, s1, s2, dump, rest = run_small(hold, tmp_path, {"GPUPROXY_RESTORE_SLOT_MB": "1",
+                                                           "GPUPROXY_RESTORE_SLOTS": "3"})
+    assert s1 == s0 and s2 != s1           # restored intact, and the program still computes
+    chunks = dump["chunks"]
+    assert chunks >= 2
+    # adjacent mappings were copied together: fewer copies than 2 MiB chunks
+    assert 0 < dump["copy"]["copies"] < chunks
+    up = rest["upload"]
+    assert up["bytes"] == rest["bytes"] and up["batches"] >= 3 and up["slots"] == 3
+    assert up["copies"] <= chunks          # one chunk per slot here: nothing to merge
+    for k in ("check_ms", "contexts_modules_ms", "memory_map_ms", "objects_ms", "upload_ms", "verify_ms"):
+        assert k in rest, k
+    assert dump["image_write"]["written_bytes"] >= h.bytes
+
+
+def test_compressed_dump_restores(hold, tmp_path):
+    h, s0, s1, s2, dump, rest = run_small(hold, tmp_path, {}, compress="zstd:3", count=60)
+    assert s1 == s0 and s2 != s1
+    assert dump["image_write"]["compress"] == "zstd:3"
+    from gpuproxy.proxyd.checkpoint.image import Image
+    # the fill pattern compresses: the image is smaller than the memory it holds
+    z = Image.open(tmp_path / "img").manifest["compression"]
+    assert z["chunks"] > 0 and z["stored_bytes"] < z["bytes"]
+
+
+def test_bad_compress_option_is_refused_and_app_runs_on(hold, tmp_path):
+    import checkpoint_bench as CB
+    from gpuproxy.cli.client import ControlError
+    from proxy import Daemon
+    d = Daemon(backend="emu", emu_kernels=[str(HERE.parent / "bench" / "ckpt_hold_emu.py")],
+               endpoint=f"ipc:///tmp/gpxpipe-b{os.getpid()}.sock")
+    d.start()
+    try:
+        h = CB.Holder(hold, 0, d.env_for_client(), count=4)
+        try:
+            s0 = h.checksum()
+            with pytest.raises(ControlError, match="unknown compression 'lz4'"):
+                CB.ctl(d, "dump", pid=h.p.pid, dir=str(tmp_path / "x"), leave_running=True, compress="lz4")
+            assert h.checksum() == s0
+            # and the session is not left reserved: a good dump goes through
+            CB.ctl(d, "dump", pid=h.p.pid, dir=str(tmp_path / "y"), leave_running=True)
+        finally:
+            h.close()
+    finally:
+        d.cleanup()
+
+
+def test_small_suite_harness(tmp_path, monkeypatch):
+    import checkpoint_bench as CB
+    monkeypatch.setenv("BENCH_SMALL_COUNT", "50")
+    monkeypatch.setenv("BENCH_CKPT_DIR", str(tmp_path))
+    r = CB.small_suite("emu", tmp_path)
+    p = r["passes"]["default"]
+    assert "error" not in p, p.get("error")
+    assert p["checksum_ok"] and p["allocations"] == 50
+    # default slots: chunks adjacent in the image and on the device go up in one copy
+    assert p["dump_release"]["chunks"] >= 2
+    assert p["restore"]["upload"]["copies"] < p["dump_release"]["chunks"]
+    assert "| default |" in CB.small_table(r)
+
+
+def test_multi_client_harness(tmp_path, monkeypatch):
+    """bench/multi_client_bench.py on the emulated backend: two proxied
+    clients start together and each reports its work."""
+    import multi_client_bench as MC
+    monkeypatch.setenv("BENCH_CLIENTS", "1,2")
+    r = MC.clients_suite("emu", tmp_path)
+    two = r["n"]["2"]["proxied"]
+    assert len(two["launch_each"]) == 2 and all(x > 0 for x in two["launch_each"])
+    assert len(two["copy_each"]) == 2 and all(x > 0 for x in two["copy_each"])
+    assert two["sync_p50_us"] > 0 and two["sync_p99_us"] >= two["sync_p50_us"]
+    assert "| 2 |" in MC.clients_table(r)
