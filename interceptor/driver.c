@@ -102,6 +102,18 @@ CUresult gpo_cuGetErrorName(CUresult error, const char **pStr)
 
 /* ---------------------------------------------------------- entry points */
 
+/* With GPUPROXY_DEBUG set, one stderr line for each symbol a program asks
+ * for that the shim has no entry point for: frameworks resolve driver
+ * functions by name (PyTorch's c10::cuda::DriverAPI, Triton, the static
+ * runtime) and fall back or fail silently on a NULL answer, so this is how
+ * a missing one is found. getenv, not the transport's flag: lookups run
+ * before the first connection. */
+void gp_proc_note_missing(const char *api, const char *symbol, int version, const void *found)
+{
+    if (!found && getenv("GPUPROXY_DEBUG"))
+        fprintf(stderr, "gpuproxy: %s(\"%s\", %d): no such entry point in the shim\n", api, symbol, version);
+}
+
 static CUresult proc_address(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status)
 {
@@ -109,6 +121,7 @@ static CUresult proc_address(const char *symbol, void **pfn, int cudaVersion, cu
         return CUDA_ERROR_INVALID_VALUE;
     int other = 0;
     void *p = gp_proc_lookup(symbol, cudaVersion, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0, &other);
+    gp_proc_note_missing("cuGetProcAddress", symbol, cudaVersion, p);
     *pfn = p;
     if (status)
         *status = p ? CU_GET_PROC_ADDRESS_SUCCESS

@@ -190,6 +190,8 @@ const char *gp_curve_failure(void *mon, long wait_ms);
 void gp_curve_monitor_close(void *so, void *mon);
 int gp_debug_enabled(void);
 
+/* driver.c: the GPUPROXY_DEBUG line for a symbol with no entry point. */
+void gp_proc_note_missing(const char *api, const char *symbol, int version, const void *found);
 /* Generated (build/gen): symbol lookup for cuGetProcAddress. */
 void *gp_proc_lookup(const char *symbol, int cuda_version, int per_thread, int *found_other_version);
 /* Generated: error names of CUresult. */

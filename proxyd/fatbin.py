@@ -131,6 +131,9 @@ class ModuleImage:
     globals: dict[str, GlobalVar]
     # fatbin entries of kinds we do not use (e.g. LTO IR): (kind code, arch)
     skipped: list[tuple[int, int]] = field(default_factory=list)
+    # kernels whose parameter layout differs between entries: name -> the
+    # layouts seen ((offset, size) lists); see _image_from_entries
+    ambiguous: dict[str, list[list[tuple[int, int]]]] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -905,39 +908,49 @@ def parse_ptx(data, what: str = "PTX") -> tuple[dict[str, KernelInfo], dict[str,
 # --------------------------------------------------------------------------- merge
 
 
-def _merge(target: dict, new: dict, what: str, kind: str) -> None:
-    if not target:
-        target.update(new)
-        return
-    if set(target) != set(new):
-        only_old = sorted(set(target) - set(new))
-        only_new = sorted(set(new) - set(target))
-        raise FatbinError(f"{what}: {kind} lists disagree between entries "
-                          f"(missing here: {only_old[:5]}, extra here: {only_new[:5]})")
-    for name, v in new.items():
-        if target[name] != v:
-            raise FatbinError(f"{what}: {kind} {name} differs between entries: "
-                              f"{target[name]} vs {v}")
-
-
 def _image_from_entries(fmt: str, entries: list[Entry], skipped) -> ModuleImage:
+    """Kernels and variables of an image: the union over its entries.
+
+    The driver loads one entry per device (the cubin for its architecture, or
+    PTX it compiles), so entries need not agree: libtorch's fatbins hold
+    kernels that exist only in the sm_90a cubin (guarded by __CUDA_ARCH__
+    feature macros) and compiler-internal variables ($str, __unnamed_N) that
+    differ per architecture. A kernel whose parameter layout differs between
+    entries is left out of `kernels` and listed in `ambiguous`: its layout
+    must then come from the driver (cuFuncGetParamInfo), which knows which
+    entry it loaded. A variable whose size or initial value differs keeps the
+    largest size and no initial value (only the emulated backend uses these,
+    to place the variable; a GPU's driver places the real one)."""
     kernels: dict[str, KernelInfo] = {}
     globals_: dict[str, GlobalVar] = {}
+    ambiguous: dict[str, list[list[tuple[int, int]]]] = {}
     cubins = [e for e in entries if e.kind == "cubin"]
     source = cubins if cubins else [e for e in entries if e.kind == "ptx"]
-    for i, e in enumerate(source):
+    for e in source:
         what = f"{e.kind} entry for arch {e.arch}{e.variant}"
         if e.kind == "cubin":
             k, g = parse_cubin(e.data, what)
         else:
             k, g = parse_ptx(e.data, what)
-        if i == 0:
-            kernels, globals_ = k, g
-        else:
-            _merge(kernels, k, what, "kernel")
-            _merge(globals_, g, what, "variable")
-    return ModuleImage(format=fmt, entries=entries, kernels=kernels, globals=globals_,
-                       skipped=list(skipped))
+        for name, ki in k.items():
+            layout = [(p.offset, p.size) for p in ki.params]
+            if name in ambiguous:
+                if layout not in ambiguous[name]:
+                    ambiguous[name].append(layout)
+            elif name not in kernels:
+                kernels[name] = ki
+            elif kernels[name] != ki:
+                old = kernels.pop(name)
+                ambiguous[name] = [[(p.offset, p.size) for p in old.params], layout]
+        for name, gv in g.items():
+            old = globals_.get(name)
+            if old is None:
+                globals_[name] = gv
+            elif old != gv:
+                globals_[name] = GlobalVar(name=name, size=max(old.size, gv.size), init=None,
+                                           space=old.space, managed=old.managed or gv.managed)
+    return ModuleImage(format=fmt, entries=entries, kernels=dict(sorted(kernels.items())),
+                       globals=dict(sorted(globals_.items())), skipped=list(skipped), ambiguous=ambiguous)
 
 
 def _looks_like_ptx(b: bytes) -> bool:

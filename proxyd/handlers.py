@@ -407,6 +407,11 @@ def function_layout(d, mod, name: str, real) -> list[list[int]]:
     driver = d.backend.param_info(real)
     if layout is None:
         if driver is None:
+            amb = getattr(parsed, "ambiguous", {}).get(name)
+            if amb:
+                raise CudaError(CUDA_ERROR_INVALID_IMAGE, f"kernel {name}: its parameter layout differs between the "
+                                                          f"module image's entries ({amb}) and this backend cannot "
+                                                          f"say which entry it loaded")
             raise CudaError(CUDA_ERROR_INVALID_IMAGE, f"no parameter layout for kernel {name} in its module image")
         return [list(x) for x in driver]
     if driver is not None and [tuple(x) for x in layout] != [tuple(x) for x in driver]:
