@@ -554,7 +554,12 @@ class EmuBackend(Backend):
         return CUDA_SUCCESS, []
 
     def drv_cuMemGetInfo_v2(self, free_, total):
-        used = sum(a.size for a in self._regions.values())
+        # device memory in use on the current context's device: the mapped
+        # chunks (cudaMalloc's and the app's cuMemMap'ed ones), not the
+        # registered regions, which include address reservations (PyTorch's
+        # expandable segments reserve more than the whole device) and
+        # mapped host memory
+        used = self._mapped.get(self._cur.device if self._cur else 0, 0)
         return CUDA_SUCCESS, [max(EMU_TOTAL_MEM - used, 0), EMU_TOTAL_MEM]
 
     def drv_cuStreamCreate(self, out, flags):
