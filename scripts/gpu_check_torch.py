@@ -14,9 +14,11 @@ torch the step reports SKIP with the reason.
    searched for /dev/nvidia* (the proxied app must open none);
 3. ``--bench`` natively and proxied: median step time of the gpu-bound and
    the launch-bound configuration;
-4. import-to-first-kernel time (the example's ``timing`` line) of every run,
-   natively and proxied (the first proxied run of a fresh proxyd and later
-   ones).
+4. import-to-first-kernel time (the example's ``timing`` line), natively
+   and proxied, with an empty and with a warm module cache
+   (proxyd/modstore.py);
+5. how many module images the checkpoint holds (only those the session
+   loaded: libtorch registers hundreds).
 
 Everything goes to DIR/torch.json (and DIR/torch-*.log).
 """
@@ -143,6 +145,11 @@ def checkpoint(log, out: Path, rec: dict, model: str = "gpt") -> list[tuple[str,
         if r.returncode != 0:
             raise RuntimeError(f"dump failed: {r.stdout}{r.stderr}")
         c["image_bytes"] = sum(f.stat().st_size for f in img.rglob("*") if f.is_file())
+        try:
+            from gpuproxy.proxyd.checkpoint.image import Image
+            c["modules_in_image"] = len(Image.open(str(img)).modules())
+        except Exception as e:      # recorded, not judged
+            c["modules_in_image"] = f"unknown: {e}"
         d.kill()
         d2 = Daemon(backend="cuda", endpoint=d.endpoint, log_path=str(out / "torch-proxyd-b.log")).start()
         t = time.monotonic()
@@ -198,22 +205,27 @@ def bench(log, out: Path, d: Daemon, rec: dict) -> list[tuple[str, str]]:
 
 
 def first_kernel(log, out: Path, rec: dict) -> list[tuple[str, str]]:
-    """import-to-first-kernel: natively, and proxied in a fresh proxyd (first
-    run) and again (later runs), three times each."""
+    """import-to-first-kernel: natively, and proxied with an empty module
+    cache (the first run: the module image is sent and parsed) and again
+    (later runs: the digest is enough, the layout comes from the disk
+    cache; proxyd/modstore.py), three times each, a fresh proxyd and cache
+    folder each time."""
     py = torch_python()
     argv = [py, str(EXAMPLE), "--model", "mlp", "--steps", "1"]
-    res = {"native": [], "proxied_first": [], "proxied_again": []}
+    res = {"native": [], "proxied_cold_cache": [], "proxied_warm_cache": []}
     for _ in range(3):
         r = _run(argv, _env())
         res["native"].append(_timing(r.stdout))
     tmp = Path(f"/tmp/gpx-torch-fk-{os.getpid()}")
     tmp.mkdir(exist_ok=True)
     for i in range(3):
-        d = Daemon(backend="cuda", endpoint=f"ipc://{tmp}/proxyd.sock", log_path=str(out / "torch-proxyd-fk.log"))
+        env = _env({"GPUPROXY_CACHE_DIR": str(tmp / f"cache-{i}")})
+        d = Daemon(backend="cuda", endpoint=f"ipc://{tmp}/proxyd.sock", log_path=str(out / "torch-proxyd-fk.log"),
+                   env=env)
         d.start()
         try:
-            res["proxied_first"].append(_timing(_run(argv, d.env_for_client(_env())).stdout))
-            res["proxied_again"].append(_timing(_run(argv, d.env_for_client(_env())).stdout))
+            res["proxied_cold_cache"].append(_timing(_run(argv, d.env_for_client(_env())).stdout))
+            res["proxied_warm_cache"].append(_timing(_run(argv, d.env_for_client(_env())).stdout))
         finally:
             d.cleanup()
     rec["import_to_first_kernel"] = res
