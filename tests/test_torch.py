@@ -98,6 +98,68 @@ def test_torch_initialises_and_copies_on_emu(shim_installed, tmp_path, expandabl
     assert bad == [], r.stderr[-4000:]
 
 
+CKPT_SCRIPT = r"""
+import sys
+import torch
+g = torch.Generator().manual_seed(7)
+host = [torch.randn(n, generator=g) for n in (1000, 250000, 3 << 20)]
+dev = [h.cuda() for h in host]
+s = torch.cuda.Stream()
+with torch.cuda.stream(s):
+    side = host[0].pin_memory().to("cuda", non_blocking=True)
+s.synchronize()
+print("waiting", flush=True)
+sys.stdin.readline()
+print("restored", all(torch.equal(d.cpu(), h) for d, h in zip(dev, host)), torch.equal(side.cpu(), host[0]), flush=True)
+more = torch.arange(4096.).cuda()          # the allocator goes on where it was
+print("after", torch.equal(more.cpu(), torch.arange(4096.)), flush=True)
+"""
+
+
+@pytest.mark.parametrize("expandable", ["False", "True"])
+def test_torch_session_survives_gpu_only_checkpoint_on_emu(shim_installed, proxy_cli, tmp_path, expandable):
+    """torch's CUDA state (caching allocator segments, or expandable segments
+    made with the VMM API; a side stream; pinned staging) is dumped, proxyd
+    killed, restored into a new one: the tensors read back the same. The
+    image holds no module: libtorch registered hundreds of fatbinaries,
+    none was used, none was sent (docs/pytorch.md, "Modules")."""
+    if BACKEND != "emu":
+        pytest.skip("the emulated-backend test")
+    ep = f"ipc://{tmp_path}/p.sock"
+    d = Daemon(backend="emu", endpoint=ep, log_path=str(tmp_path / "a.log")).start()
+    env = client_env(d, {"PYTORCH_CUDA_ALLOC_CONF": f"expandable_segments:{expandable}"})
+    proc = subprocess.Popen([PY, "-c", CKPT_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    err: list[str] = []
+    threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True).start()
+    cli_env = {**os.environ, "GPUPROXY_ENDPOINT": ep}
+    d2 = None
+    try:
+        line = proc.stdout.readline()
+        assert line == "waiting\n", line + "".join(err)
+        img = tmp_path / "img"
+        r = subprocess.run([*proxy_cli, "--dump", "--gpu-only", "--pid", str(proc.pid), "--dir", str(img)],
+                           capture_output=True, text=True, timeout=300, env=cli_env)
+        assert r.returncode == 0, r.stdout + r.stderr + d.log()[-3000:]
+        from gpuproxy.proxyd.checkpoint.image import Image
+        assert Image.open(str(img)).modules() == {}
+        d.kill()
+        d2 = Daemon(backend="emu", endpoint=ep, log_path=str(tmp_path / "b.log")).start()
+        r = subprocess.run([*proxy_cli, "--restore", "--gpu-only", "--dir", str(img)], capture_output=True,
+                           text=True, timeout=300, env=cli_env)
+        assert r.returncode == 0, r.stdout + r.stderr + d2.log()[-3000:]
+        out, _ = proc.communicate("\n", timeout=300)
+        assert proc.returncode == 0, out + "".join(err)[-3000:]
+        assert out.splitlines() == ["restored True True", "after True"], out + "".join(err)[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        d.cleanup()
+        if d2:
+            d2.cleanup()
+
+
 # ------------------------------------------------------------------ on the GPU
 
 def _curve(out: str) -> list[str]:
