@@ -182,7 +182,7 @@ def _env(extra=None):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("model,steps", [("mlp", 30), ("gpt", 12)])
+@pytest.mark.parametrize("model,steps", [("pointwise", 30), ("mlp", 30), ("gpt", 12)])
 def test_curve_native_equals_proxied(shim_installed, tmp, model, steps):
     if BACKEND != "cuda":
         pytest.skip("needs the cuda backend (GPUPROXY_TEST_BACKEND=cuda)")
@@ -200,11 +200,12 @@ def test_curve_native_equals_proxied(shim_installed, tmp, model, steps):
 
 
 @pytest.mark.gpu
-def test_checkpoint_mid_training_keeps_the_curve(shim_installed, proxy_cli, tmp):
+@pytest.mark.parametrize("model", ["pointwise", "gpt"])
+def test_checkpoint_mid_training_keeps_the_curve(shim_installed, proxy_cli, tmp, model):
     if BACKEND != "cuda":
         pytest.skip("needs the cuda backend (GPUPROXY_TEST_BACKEND=cuda)")
     steps, k = 12, 5
-    argv = [PY, str(EXAMPLE), "--model", "gpt", "--steps", str(steps)]
+    argv = [PY, str(EXAMPLE), "--model", model, "--steps", str(steps)]
     want = _curve(subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=900).stdout)
     assert len(want) == steps
     d = Daemon(backend="cuda", endpoint=f"ipc://{tmp}/p.sock", log_path=str(tmp / "a.log")).start()
