@@ -929,6 +929,8 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
                       "kind=scalar"),
     "cudaMemcpyAsync": P(f"dst=device_ptr; src=device_ptr; count=scalar; kind=scalar; {STREAM}",
                          "stream:use"),
+    "cudaMemcpy2DAsync": P("dst=device_ptr; dpitch=scalar; src=device_ptr; spitch=scalar; width=scalar; "
+                           f"height=scalar; kind=scalar; {STREAM}", "stream:use"),
     "cudaMemset": P("devPtr=device_ptr; value=scalar; count=scalar"),
     "cudaMemsetAsync": P(f"devPtr=device_ptr; value=scalar; count=scalar; {STREAM}", "stream:use"),
     # symbol: address of the host shadow of a __device__ variable (a lookup key)

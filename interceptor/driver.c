@@ -102,6 +102,18 @@ CUresult gpo_cuGetErrorName(CUresult error, const char **pStr)
 
 /* ---------------------------------------------------------- entry points */
 
+/* With GPUPROXY_DEBUG set, one stderr line for each symbol a program asks
+ * for that the shim has no entry point for: frameworks resolve driver
+ * functions by name (PyTorch's c10::cuda::DriverAPI, Triton, the static
+ * runtime) and fall back or fail silently on a NULL answer, so this is how
+ * a missing one is found. getenv, not the transport's flag: lookups run
+ * before the first connection. */
+void gp_proc_note_missing(const char *api, const char *symbol, int version, const void *found)
+{
+    if (!found && getenv("GPUPROXY_DEBUG"))
+        fprintf(stderr, "gpuproxy: %s(\"%s\", %d): no such entry point in the shim\n", api, symbol, version);
+}
+
 static CUresult proc_address(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status)
 {
@@ -109,6 +121,7 @@ static CUresult proc_address(const char *symbol, void **pfn, int cudaVersion, cu
         return CUDA_ERROR_INVALID_VALUE;
     int other = 0;
     void *p = gp_proc_lookup(symbol, cudaVersion, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0, &other);
+    gp_proc_note_missing("cuGetProcAddress", symbol, cudaVersion, p);
     *pfn = p;
     if (status)
         *status = p ? CU_GET_PROC_ADDRESS_SUCCESS
@@ -301,22 +314,72 @@ size_t gp_image_size(const void *image, const void **start)
     return strlen((const char *)image) + 1;
 }
 
-static CUresult module_load(uint32_t fid, uint32_t nargs, CUmodule *module, const void *data, size_t n)
+/* Module images by content (docs/protocol.md, "Module images by content"):
+ * the first request names the image by its SHA-256 digest and length
+ * (GP_EXT_CONTENT in place of the bytes); the worker answers with the
+ * module, or with no module and a second out of 1 when it has no copy of
+ * those bytes (in its memory or its disk cache of earlier runs), and the
+ * image is sent again whole. libtorch's modules are hundreds of KiB to MiB
+ * each: a program that is run again sends none of them. Caller holds no
+ * lock; the two requests are one GP_ENTER section, so no other thread's
+ * call comes between them. */
+static CUresult module_send(uint32_t fid, uint32_t nargs, CUmodule *module, const void *data, size_t n,
+                            const uint8_t *digest, int *missing)
 {
-    if (!module)
-        return CUDA_ERROR_INVALID_VALUE;
-    GP_ENTER();
     gp_buf *b = gp_op_begin(fid, nargs);
     mp_bool(b, 1);
-    gp_put_data(b, data, n, 0);
+    if (digest) {
+        uint8_t ref[40];
+        memcpy(ref, digest, 32);
+        for (int i = 0; i < 8; i++)
+            ref[32 + i] = (uint8_t)((uint64_t)n >> (56 - 8 * i));
+        mp_ext(b, GP_EXT_CONTENT, ref, sizeof ref);
+    } else {
+        gp_put_data(b, data, n, 0);
+    }
     for (uint32_t i = 2; i < nargs; i++)
         mp_nil(b);
     gp_reply r;
     CUresult rc = gp_op_sync(&r);
-    if (rc == CUDA_SUCCESS && r.have_outs && r.nouts >= 1)
+    *missing = 0;
+    if (rc == CUDA_SUCCESS && r.have_outs && r.nouts >= 1) {
         gp_out_handle(&r, (void **)module);
+        if (r.nouts >= 2)
+            *missing = gp_out_int(&r) != 0;
+    }
     gp_reply_done(&r);
+    return rc;
+}
+
+CUresult gp_module_load_image(uint32_t fid, uint32_t nargs, CUmodule *module, const void *data, size_t n,
+                              const uint8_t *digest)
+{
+    if (!module)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* GPUPROXY_MODULES_BY_CONTENT=0: the bytes every time (to compare) */
+    const char *env = getenv("GPUPROXY_MODULES_BY_CONTENT");
+    uint8_t own[32];
+    if (env && strcmp(env, "0") == 0) {
+        digest = NULL;
+    } else if (!digest) {
+        gp_sha256(data, n, own);
+        digest = own;
+    }
+    GP_ENTER();
+    int missing = 0;
+    CUresult rc = module_send(fid, nargs, module, data, n, digest, &missing);
+    if (rc == CUDA_SUCCESS && missing) {
+        if (gp_debug_enabled())
+            gp_log("module image %02x%02x%02x%02x... (%zu bytes) sent whole: the worker had no copy", digest[0],
+                   digest[1], digest[2], digest[3], n);
+        rc = module_send(fid, nargs, module, data, n, NULL, &missing);
+    }
     GP_LEAVE(rc);
+}
+
+static CUresult module_load(uint32_t fid, uint32_t nargs, CUmodule *module, const void *data, size_t n)
+{
+    return gp_module_load_image(fid, nargs, module, data, n, NULL);
 }
 
 CUresult gpo_cuModuleLoadData(CUmodule *module, const void *image)

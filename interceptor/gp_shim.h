@@ -66,6 +66,7 @@ enum { GP_MSG_HELLO = 0, GP_MSG_CALL = 1, GP_MSG_BYE = 2, GP_MSG_DOORBELL = 3, G
 /* msgpack ext types used on the wire. */
 #define GP_EXT_FRAME 1  /* payload: u32 big-endian index of a later frame of the message */
 #define GP_EXT_SHM 2    /* payload: u32 segment, u64 offset, u64 length (big-endian) */
+#define GP_EXT_CONTENT 3 /* payload: 32-byte SHA-256 of a module image, u64 length (big-endian) */
 
 #define GP_MAX_FRAMES 64
 
@@ -190,6 +191,15 @@ const char *gp_curve_failure(void *mon, long wait_ms);
 void gp_curve_monitor_close(void *so, void *mon);
 int gp_debug_enabled(void);
 
+/* sha256.c: the SHA-256 digest of n bytes. */
+void gp_sha256(const void *data, size_t n, uint8_t out[32]);
+/* driver.c: loads a module image, named by its SHA-256 digest first (sent
+ * whole only when the worker has no copy); digest may be NULL (computed
+ * here). fid is the cu* function the application called. */
+CUresult gp_module_load_image(uint32_t fid, uint32_t nargs, CUmodule *module, const void *data, size_t n,
+                              const uint8_t *digest);
+/* driver.c: the GPUPROXY_DEBUG line for a symbol with no entry point. */
+void gp_proc_note_missing(const char *api, const char *symbol, int version, const void *found);
 /* Generated (build/gen): symbol lookup for cuGetProcAddress. */
 void *gp_proc_lookup(const char *symbol, int cuda_version, int per_thread, int *found_other_version);
 /* Generated: error names of CUresult. */

@@ -508,9 +508,12 @@ cudaError_t gpo_cudaMemcpyAsync(void *dst, const void *src, size_t count, enum c
  * (unified addressing): the shim's device ranges are device memory, anything
  * else host memory. Synchronous, like cudaMemcpy. */
 CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *);     /* copy2d.c (cuda.h declares it under CUDA_API_PER_THREAD_DEFAULT_STREAM) */
+CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *, CUstream);
 
+/* async: cudaMemcpy2DAsync, in stream order on `stream` (PyTorch copies
+ * strided tensors between host and device with it); same rules otherwise. */
 static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
-                            enum cudaMemcpyKind kind, int per_thread)
+                            enum cudaMemcpyKind kind, int per_thread, int async, cudaStream_t stream)
 {
     RT_INIT();
     if (width > dpitch || width > spitch)
@@ -546,19 +549,34 @@ static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t sp
     c.dstPitch = dpitch;
     c.WidthInBytes = width;
     c.Height = height;
+    if (async)
+        RT_RETURN_CU(per_thread ? cuMemcpy2DAsync_v2_ptsz(&c, gp_rt_stream(stream))
+                                : cuMemcpy2DAsync(&c, gp_rt_stream(stream)));
     RT_RETURN_CU(per_thread ? cuMemcpy2D_v2_ptds(&c) : cuMemcpy2D(&c));
 }
 
 cudaError_t gpo_cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                              enum cudaMemcpyKind kind)
 {
-    return memcpy2d(dst, dpitch, src, spitch, width, height, kind, gp_rt_ptds());
+    return memcpy2d(dst, dpitch, src, spitch, width, height, kind, gp_rt_ptds(), 0, NULL);
 }
 
 cudaError_t gpo_cudaMemcpy2D_ptds(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                   size_t height, enum cudaMemcpyKind kind)
 {
-    return memcpy2d(dst, dpitch, src, spitch, width, height, kind, 1);
+    return memcpy2d(dst, dpitch, src, spitch, width, height, kind, 1, 0, NULL);
+}
+
+cudaError_t gpo_cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                  size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    return memcpy2d(dst, dpitch, src, spitch, width, height, kind, gp_rt_ptds(), 1, stream);
+}
+
+cudaError_t gpo_cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                       size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    return memcpy2d(dst, dpitch, src, spitch, width, height, kind, 1, 1, stream);
 }
 
 cudaError_t gpo_cudaMemset(void *devPtr, int value, size_t count)
@@ -940,6 +958,7 @@ cudaError_t gpo_cudaGetDriverEntryPointByVersion(const char *symbol, void **func
         return gp_rt_ret(cudaErrorInvalidValue);
     int other = 0;
     void *p = gp_proc_lookup(symbol, (int)cudaVersion, (flags & cudaEnablePerThreadDefaultStream) != 0, &other);
+    gp_proc_note_missing("cudaGetDriverEntryPoint", symbol, (int)cudaVersion, p);
     *funcPtr = p;
     if (driverStatus)
         *driverStatus = p ? cudaDriverEntryPointSuccess

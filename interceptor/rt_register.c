@@ -32,6 +32,8 @@ typedef struct gp_rt_fatbin {
     const void *image;
     size_t size;
     CUmodule mod[GP_MAX_DEV];
+    int have_digest;            /* digest computed (the image is static data: it never changes) */
+    uint8_t digest[32];         /* SHA-256 of the image, the name it is sent by (driver.c) */
 } gp_rt_fatbin;
 
 struct gp_rt_kernel {
@@ -55,9 +57,10 @@ typedef struct gp_rt_var {
 static gp_rt_kernel *kernels[GP_BUCKETS];
 static gp_rt_var *vars[GP_BUCKETS];
 
-#define MAX_FATBINS 4096
-static gp_rt_fatbin *fatbins[MAX_FATBINS];
-static int nfatbins;
+/* every registered fatbinary (libtorch alone registers about 450); grown
+ * as needed, under gp_lock */
+static gp_rt_fatbin **fatbins;
+static int nfatbins, capfatbins;
 
 static unsigned hptr(const void *p) { return (unsigned)(((uintptr_t)p * 0x9E3779B97F4A7C15ull) >> 54) & (GP_BUCKETS - 1); }
 
@@ -80,7 +83,15 @@ void **gpo___cudaRegisterFatBinary(void *fatCubin)
         return NULL;
     fb->size = gp_image_size(fatCubin, &fb->image);
     gp_lock();
-    if (nfatbins < MAX_FATBINS)
+    if (nfatbins == capfatbins) {
+        int cap = capfatbins ? 2 * capfatbins : 256;
+        gp_rt_fatbin **t = realloc(fatbins, (size_t)cap * sizeof *t);
+        if (t) {
+            fatbins = t;
+            capfatbins = cap;
+        }
+    }
+    if (nfatbins < capfatbins)
         fatbins[nfatbins++] = fb;
     gp_unlock();
     return (void **)fb;
@@ -152,7 +163,12 @@ static cudaError_t ensure_module(gp_rt_fatbin *fb, int *devp)
         return cudaErrorInvalidDeviceFunction;
     if (fb->mod[dev])
         return cudaSuccess;
-    CUresult r = cuModuleLoadData(&fb->mod[dev], fb->image);
+    /* as cuModuleLoadData, by content, hashed once per process */
+    if (!fb->have_digest) {
+        gp_sha256(fb->image, fb->size, fb->digest);
+        fb->have_digest = 1;
+    }
+    CUresult r = gp_module_load_image(GP_FID_cuModuleLoadData, 2, &fb->mod[dev], fb->image, fb->size, fb->digest);
     if (r != CUDA_SUCCESS) {
         fb->mod[dev] = NULL;
         return r == CUDA_ERROR_NO_BINARY_FOR_GPU ? cudaErrorNoKernelImageForDevice : gp_rt_from_cu(r);

@@ -131,6 +131,9 @@ class ModuleImage:
     globals: dict[str, GlobalVar]
     # fatbin entries of kinds we do not use (e.g. LTO IR): (kind code, arch)
     skipped: list[tuple[int, int]] = field(default_factory=list)
+    # kernels whose parameter layout differs between entries: name -> the
+    # layouts seen ((offset, size) lists); see _image_from_entries
+    ambiguous: dict[str, list[list[tuple[int, int]]]] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -905,55 +908,49 @@ def parse_ptx(data, what: str = "PTX") -> tuple[dict[str, KernelInfo], dict[str,
 # --------------------------------------------------------------------------- merge
 
 
-def _compiler_internal(name: str) -> bool:
-    """Symbols the compiler makes up (string literals `$str$N`, anonymous
-    objects `__unnamed_N`): no program can name them, and their numbering
-    differs between the entries of one fatbinary (PyTorch's do)."""
-    return name.startswith("$") or name.startswith("__unnamed_")
-
-
-def _merge(target: dict, new: dict, what: str, kind: str) -> None:
-    """Merge one entry's kernels or variables into the module's.
-
-    The entries of a fatbinary are the same source compiled for several
-    architectures; the driver loads only the one that fits the device. Their
-    symbol lists need not be equal: code under `#if __CUDA_ARCH__` may define
-    a kernel or variable for some architectures only, and compiler-made
-    symbols are numbered per compilation. So the module's lists are the
-    union; what must agree is every kernel's parameter layout and every
-    named variable's size and space wherever two entries both define it (a
-    layout that depends on the architecture cannot be marshalled from the
-    image: loud error). A kernel one architecture lacks fails natively as
-    well when launched there (cuModuleGetFunction answers not found); its
-    layout is checked against cuFuncGetParamInfo at first use either way."""
-    for name, v in new.items():
-        old = target.get(name)
-        if old is None:
-            target[name] = v
-        elif kind == "kernel" and old != v:
-            raise FatbinError(f"{what}: {kind} {name} differs between entries: {old} vs {v}")
-        elif kind == "variable" and not _compiler_internal(name) and (old.size, old.space) != (v.size, v.space):
-            raise FatbinError(f"{what}: {kind} {name} differs between entries: {old} vs {v}")
-
-
 def _image_from_entries(fmt: str, entries: list[Entry], skipped) -> ModuleImage:
+    """Kernels and variables of an image: the union over its entries.
+
+    The driver loads one entry per device (the cubin for its architecture, or
+    PTX it compiles), so entries need not agree: libtorch's fatbins hold
+    kernels that exist only in the sm_90a cubin (guarded by __CUDA_ARCH__
+    feature macros) and compiler-internal variables ($str, __unnamed_N) that
+    differ per architecture. A kernel whose parameter layout differs between
+    entries is left out of `kernels` and listed in `ambiguous`: its layout
+    must then come from the driver (cuFuncGetParamInfo), which knows which
+    entry it loaded. A variable whose size or initial value differs keeps the
+    largest size and no initial value (only the emulated backend uses these,
+    to place the variable; a GPU's driver places the real one)."""
     kernels: dict[str, KernelInfo] = {}
     globals_: dict[str, GlobalVar] = {}
+    ambiguous: dict[str, list[list[tuple[int, int]]]] = {}
     cubins = [e for e in entries if e.kind == "cubin"]
     source = cubins if cubins else [e for e in entries if e.kind == "ptx"]
-    for i, e in enumerate(source):
+    for e in source:
         what = f"{e.kind} entry for arch {e.arch}{e.variant}"
         if e.kind == "cubin":
             k, g = parse_cubin(e.data, what)
         else:
             k, g = parse_ptx(e.data, what)
-        if i == 0:
-            kernels, globals_ = k, g
-        else:
-            _merge(kernels, k, what, "kernel")
-            _merge(globals_, g, what, "variable")
-    return ModuleImage(format=fmt, entries=entries, kernels=kernels, globals=globals_,
-                       skipped=list(skipped))
+        for name, ki in k.items():
+            layout = [(p.offset, p.size) for p in ki.params]
+            if name in ambiguous:
+                if layout not in ambiguous[name]:
+                    ambiguous[name].append(layout)
+            elif name not in kernels:
+                kernels[name] = ki
+            elif kernels[name] != ki:
+                old = kernels.pop(name)
+                ambiguous[name] = [[(p.offset, p.size) for p in old.params], layout]
+        for name, gv in g.items():
+            old = globals_.get(name)
+            if old is None:
+                globals_[name] = gv
+            elif old != gv:
+                globals_[name] = GlobalVar(name=name, size=max(old.size, gv.size), init=None,
+                                           space=old.space, managed=old.managed or gv.managed)
+    return ModuleImage(format=fmt, entries=entries, kernels=dict(sorted(kernels.items())),
+                       globals=dict(sorted(globals_.items())), skipped=list(skipped), ambiguous=ambiguous)
 
 
 def _looks_like_ptx(b: bytes) -> bool:

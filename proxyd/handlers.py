@@ -9,7 +9,6 @@ Locking: called on the daemon's main loop.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 
 from . import hostmap
@@ -29,24 +28,34 @@ CUDA_ERROR_INVALID_CONTEXT = 201
 CUDA_ERROR_NOT_FOUND = 500
 CUDA_ERROR_NOT_SUPPORTED = 801
 
-_image_cache: dict[bytes, object] = {}
+def parse_image_cached(image, uid=None, digest=None) -> object:
+    """The parsed layout of a module image, once per distinct content: the
+    worker's module store (modstore.py: a bounded LRU by SHA-256, and the
+    disk cache of earlier runs for uid's images)."""
+    from .fatbin import FatbinError
+    from .modstore import store
+    try:
+        return store().parsed(bytes(image), uid, digest)
+    except FatbinError as e:
+        raise CudaError(CUDA_ERROR_INVALID_IMAGE, f"module image rejected: {e}") from e
 
 
-def parse_image_cached(image) -> object:
-    """Parses a module image once per distinct content (several sessions of
-    the same program load the same fatbinary)."""
-    from .fatbin import FatbinError, parse_image
-    key = hashlib.blake2b(image, digest_size=20).digest()
-    parsed = _image_cache.get(key)
-    if parsed is None:
-        try:
-            parsed = parse_image(bytes(image))
-        except FatbinError as e:
-            raise CudaError(CUDA_ERROR_INVALID_IMAGE, f"module image rejected: {e}") from e
-        if len(_image_cache) > 256:
-            _image_cache.clear()
-        _image_cache[key] = parsed
-    return parsed
+def session_uid(sess):
+    """The client's user (for the per-user module cache), None if unknown:
+    a keyed-tcp client's key user, else the owner of its process where
+    this worker can see it (same pid namespace)."""
+    if getattr(sess, "key_uid", None) is not None:
+        return sess.key_uid
+    cached = getattr(sess, "_module_uid", False)
+    if cached is not False:
+        return cached
+    from . import procinfo
+    uid = None
+    if getattr(sess, "pid", None) and (getattr(sess, "pidns", "") or procinfo.OWN_PIDNS) == procinfo.OWN_PIDNS:
+        who = procinfo.owner(sess.pid)
+        uid = who[0] if who else None
+    sess._module_uid = uid
+    return uid
 
 
 def need_ctx(ctx, fn):
@@ -371,21 +380,35 @@ def h_host_free(d, sess, fn, ctx, args, **kw):
 
 # ----------------------------------------------------------------------- modules
 
-def load_module(d, sess, ctx, image, create, ident=None):
-    parsed = parse_image_cached(image)
-    real = d.backend.module_load(ctx.real, bytes(image), parsed)
-    return sess.add(P.K_MODULE, real, ctx.id, {"image": bytes(image), "parsed": parsed, "globals": {}},
+def load_module(d, sess, ctx, image, create, ident=None, digest=None):
+    image = bytes(image)
+    parsed = parse_image_cached(image, session_uid(sess), digest)
+    real = d.backend.module_load(ctx.real, image, parsed)
+    return sess.add(P.K_MODULE, real, ctx.id, {"image": image, "parsed": parsed, "globals": {}},
                     create=create, ident=ident)
 
 
 @handler("module_load")
 def h_module_load(d, sess, fn, ctx, args, fid=0, ctxh=0, **kw):
+    """cuModuleLoadData and friends. The image comes by content first
+    (P.ContentRef, docs/protocol.md "Module images by content"): known to
+    the store, it is loaded; otherwise the answer is no module and a second
+    out of 1, and the shim sends the bytes. Outs: [module, missing]."""
     ctx = need_ctx(ctx, fn)
     image = args[1]
-    if not image:
-        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: empty image")
-    o = load_module(d, sess, ctx, image, create=(fid, ctxh, []))
-    return CUDA_SUCCESS, [o.handle]
+    from .modstore import store
+    uid = session_uid(sess)
+    if isinstance(image, P.ContentRef):
+        digest = image.digest
+        image = store().image(digest, image.length, uid)
+        if image is None:
+            return CUDA_SUCCESS, [0, 1]
+    else:
+        if not image:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: empty image")
+        digest = store().add_image(bytes(image), uid)
+    o = load_module(d, sess, ctx, image, create=(fid, ctxh, []), digest=digest)
+    return CUDA_SUCCESS, [o.handle, 0]
 
 
 @handler("module_unload")
@@ -407,6 +430,11 @@ def function_layout(d, mod, name: str, real) -> list[list[int]]:
     driver = d.backend.param_info(real)
     if layout is None:
         if driver is None:
+            amb = getattr(parsed, "ambiguous", {}).get(name)
+            if amb:
+                raise CudaError(CUDA_ERROR_INVALID_IMAGE, f"kernel {name}: its parameter layout differs between the "
+                                                          f"module image's entries ({amb}) and this backend cannot "
+                                                          f"say which entry it loaded")
             raise CudaError(CUDA_ERROR_INVALID_IMAGE, f"no parameter layout for kernel {name} in its module image")
         return [list(x) for x in driver]
     if driver is not None and [tuple(x) for x in layout] != [tuple(x) for x in driver]:

@@ -39,6 +39,7 @@ REPLY_QUIESCED = -4    # answer to MSG_QUIESCE
 
 EXT_FRAME = 1    # payload: u32 index of a later frame of the same message
 EXT_SHM = 2      # payload: u32 segment, u64 offset, u64 length
+EXT_CONTENT = 3  # payload: 32-byte SHA-256 of a module image, u64 length (modstore.py)
 
 # handle kinds (interceptor/gp_shim.h); a handle value is (kind << 32) | id
 K_CONTEXT = 1
@@ -90,6 +91,17 @@ class ShmRef:
         return f"ShmRef(seg={self.seg}, off={self.offset}, len={self.length})"
 
 
+class ContentRef:
+    """A module image named by its SHA-256 instead of sent (modstore.py)."""
+    __slots__ = ("digest", "length")
+
+    def __init__(self, digest: bytes, length: int):
+        self.digest, self.length = digest, length
+
+    def __repr__(self):
+        return f"ContentRef({self.digest.hex()[:16]}..., len={self.length})"
+
+
 class FrameRef:
     __slots__ = ("index",)
 
@@ -102,6 +114,10 @@ def _ext_hook(code: int, data: bytes):
         return FrameRef(struct.unpack(">I", data)[0])
     if code == EXT_SHM:
         return ShmRef(*struct.unpack(">IQQ", data))
+    if code == EXT_CONTENT:
+        if len(data) != 40:
+            raise ValueError(f"content reference of {len(data)} bytes (expected 40)")
+        return ContentRef(bytes(data[:32]), struct.unpack(">Q", data[32:])[0])
     return msgpack.ExtType(code, data)
 
 

@@ -31,6 +31,7 @@ CUDA_ERROR_INVALID_DEVICE = 101
 CUDA_ERROR_NOT_SUPPORTED = 801
 
 CU_MEM_ALLOCATION_TYPE_PINNED = 1
+CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1
 CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
 # CUmemAllocationProp head (cuda.h): type, requestedHandleTypes, location.type, location.id
@@ -87,7 +88,13 @@ def h_address_free(d, sess, fn, ctx, args, **kw):
 def h_create(d, sess, fn, ctx, args, **kw):
     size = int(args[1])
     prop, dev, handle_types = _prop(d, fn, d.data(sess, args[2]))
-    if handle_types:
+    # A POSIX file descriptor may be requested (PyTorch's expandable segments
+    # always ask for one, c10/cuda/CUDACachingAllocator.cpp, for the rare
+    # case it shares a segment with another process): the memory is created
+    # as usual and only an export (cuMemExportToShareableHandle) is refused.
+    # Other handle types (fabric, win32) are refused here, as a GPU without
+    # fabric support refuses them; PyTorch then falls back to the fd type.
+    if handle_types & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR:
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: exportable handles (types {handle_types}) are not "
                                                   f"supported")
     if int(args[3] or 0) != 0:

@@ -244,7 +244,8 @@ def main():
     ap.add_argument("--pycuda-from", default=str(ROOT / ".carry" / "pycuda"),
                     help="folder with pycuda's sdist and its dependencies' wheels (no network on the GPU machine)")
     ap.add_argument("--python-steps", default="example,suite,frameworks,tests",
-                    help="comma list of the --python steps to run (gpu_check_python.STEPS)")
+                    help="comma list of the --python steps to run (gpu_check_python.STEPS; "
+                         "`torch` too, with $GPUPROXY_TORCH_PYTHON naming a python that has PyTorch)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -11,10 +11,14 @@
    sdist) natively and proxied, per-test outcomes compared
    (pycuda-tests.json: counts, and every test that passes natively but not
    under the proxy);
-5. CuPy, cuda-python and PyTorch feature checks (scripts/pyframeworks/*)
-   natively and proxied (cupy.json, cuda-python.json, torch.json); the
-   matrix products (cupy.matmul, torch.mm/bmm/Linear: cuBLAS and cuBLASLt in
-   the worker, docs/libraries.md) must give bit-identical results.
+5. CuPy, cuda-python and PyTorch-library feature checks (scripts/pyframeworks/*)
+   natively and proxied (cupy.json, cuda-python.json, torch-libraries.json);
+   the matrix products (cupy.matmul, torch.mm/bmm/Linear: cuBLAS and
+   cuBLASLt in the worker, docs/libraries.md) must give bit-identical results;
+6. step `torch` (not in the default --python-steps: PyTorch is not installed
+   by gpuproxy): examples/train_torch.py natively and proxied, a mid-training
+   dump/restore, step times, import-to-first-kernel (gpu_check_torch.py,
+   torch.json).
 """
 from __future__ import annotations
 
@@ -148,7 +152,7 @@ def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
     for name, script, module in (("cupy", "cupy_check.py", "cupy"),
                                  ("cuda-python", "cuda_python_check.py", "cuda.bindings.driver"),
                                  ("numba-cuda", "numba_check.py", "numba.cuda"),
-                                 ("torch", "torch_check.py", "torch")):
+                                 ("torch-libraries", "torch_check.py", "torch")):
         if subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, env=_env()).returncode:
             log(f"{name}: not installed on this machine")
             results.append((f"{name} checks", "FAIL (not installed)"))
@@ -178,7 +182,7 @@ def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
     return results
 
 
-STEPS = ("example", "suite", "frameworks", "tests")
+STEPS = ("example", "suite", "frameworks", "tests", "torch")
 
 
 def _pycuda_installed() -> bool:
@@ -199,8 +203,11 @@ def run(log, out: Path, carry: Path, steps=STEPS) -> list[tuple[str, str]]:
         return [("install pycuda", "FAIL")]
     else:
         results.append(("install pycuda", "PASS"))
-    d = Daemon(backend="cuda", log_path=str(out / "proxyd-python.log"))
-    d.start()
+    if not set(steps) & {"example", "suite", "frameworks"}:
+        d = None                 # the remaining steps start their own proxyd
+    else:
+        d = Daemon(backend="cuda", log_path=str(out / "proxyd-python.log"))
+        d.start()
     try:
         for name, step in (("example", lambda: example(log, out, d)),
                            ("suite", lambda: pycuda_suite(log, out, carry, d)),
@@ -213,7 +220,11 @@ def run(log, out: Path, carry: Path, steps=STEPS) -> list[tuple[str, str]]:
                 log(f"{name} failed: {type(e).__name__}: {e}")
                 results.append((name, "ERROR"))
     finally:
-        d.stop()
+        if d is not None:
+            d.stop()
     if "tests" in steps:
         results += test_pycuda_on_gpu(log, out)
+    if "torch" in steps:
+        import gpu_check_torch
+        results += gpu_check_torch.run(log, out)
     return results

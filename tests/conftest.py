@@ -43,6 +43,10 @@ from proxy import Daemon  # noqa: E402
 if not os.environ.get("GPUPROXY_KEY_DIR"):
     import tempfile
     os.environ["GPUPROXY_KEY_DIR"] = os.path.join(tempfile.mkdtemp(prefix="gpuproxy-test-keys-"), "keys")
+# and their module cache (proxyd/modstore.py) too
+if not os.environ.get("GPUPROXY_CACHE_DIR"):
+    import tempfile
+    os.environ["GPUPROXY_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpuproxy-test-cache-")
 
 GPU_SKIP_REASON = "no NVIDIA GPU on this machine"
 

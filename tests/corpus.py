@@ -515,6 +515,8 @@ def kernel_names(built: BuiltProgram) -> set[str]:
         names |= kernel_names_in_file(built.binary, p.source_path)
     for src in p.cubin_paths:
         names |= kernel_names_in_file(built.cubins[src.stem], src)
+    # kernels the program carries as PTX text and JIT-links at run time (jit_link.cu)
+    names |= set(re.findall(r"\.entry\s+(\w+)", p.source_path.read_text()))
     return names
 
 

@@ -112,6 +112,7 @@ def _import_emu(path: Path) -> dict:
     return registered
 
 
+_PTX_ENTRY = re.compile(r"\.entry\s+(\w+)")
 _KERNEL_DECL = re.compile(r"__global__\s+void\s+(\w+)\s*\(")
 
 
@@ -125,6 +126,8 @@ def test_emu_imports_and_covers_source_kernels(name):
     declared = set()
     for src in sources:
         declared.update(_KERNEL_DECL.findall(src.read_text()))
+    # kernels a program carries as PTX text (jit_link.cu links them at run time)
+    declared.update(_PTX_ENTRY.findall(p.source_path.read_text()))
     # mangled names start with _Z<len><name>; extern "C" names are the plain name
     short = set()
     for k in registered:

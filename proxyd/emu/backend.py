@@ -17,6 +17,7 @@ import os
 import logging
 import mmap
 import struct
+import sys
 import time
 import traceback
 
@@ -65,6 +66,7 @@ DEFAULT_DYNAMIC_SHARED = 49152
 GLOBALS_BASE = 0x7E00_0000_0000   # module variables; above every session slice
 # memory of each emulated device (an H100's 80 GiB); GPUPROXY_EMU_TOTAL_MB
 # sets another size (tests of out-of-memory behaviour use a small one)
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform == "linux" else 0)
 EMU_TOTAL_MEM = int(os.environ.get("GPUPROXY_EMU_TOTAL_MB") or 80 << 10) << 20
 
 # Attribute values of the emulated device: an H100-like part, so that
@@ -217,8 +219,12 @@ class EmuBackend(Backend):
     # for copies and kernels, as on a GPU. Reading an unmapped part of a
     # reservation is not caught here (a GPU would fault).
     def vmm_reserve(self, start: int, size: int):
-        import mmap
-        mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0))
+        # MAP_NORESERVE: PyTorch's expandable segments reserve more than the
+        # device's memory per stream (about 9/8 of it); without it such a
+        # reservation counts against the host's commit limit and fails.
+        # Python's mmap module names the flag only from 3.13; 0x4000 is its
+        # value on Linux (x86-64 and arm64, <asm-generic/mman.h>).
+        mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
         self._register(start, np.frombuffer(mm, np.uint8))
         self._reserved[start] = size
 
@@ -630,7 +636,12 @@ class EmuBackend(Backend):
         return CUDA_SUCCESS, []
 
     def drv_cuMemGetInfo_v2(self, free_, total):
-        used = sum(a.size for a in self._regions.values())
+        # device memory in use on the current context's device: the mapped
+        # chunks (cudaMalloc's and the app's cuMemMap'ed ones), not the
+        # registered regions, which include address reservations (PyTorch's
+        # expandable segments reserve more than the whole device) and
+        # mapped host memory
+        used = self._mapped.get(self._cur.device if self._cur else 0, 0)
         return CUDA_SUCCESS, [max(EMU_TOTAL_MEM - used, 0), EMU_TOTAL_MEM]
 
     def drv_cuStreamCreate(self, out, flags):
