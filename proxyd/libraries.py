@@ -133,6 +133,13 @@ class RealLibrary:
             self.lib.nvmlInit_v2()
         self._nvml_dev: dict[int, object] = {}
 
+    def lt_of_cublas(self, real):
+        """The cuBLASLt handle a cuBLAS handle stands for: the same pointer
+        (cuBLAS documentation, "cuBLASLt API": a cublasHandle_t encapsulates
+        a cublasLtHandle_t, and any valid one can be used in its place with a
+        cast -- PyTorch passes its cuBLAS handle to every cublasLt call)."""
+        return real
+
     def nvml_device(self, index: int):
         h = self._nvml_dev.get(index)
         if h is None:
@@ -270,6 +277,9 @@ class LibraryCalls:
                     if k != P.K_NVML_DEVICE or i == 0:
                         raise CudaError(CUDA_ERROR_INVALID_HANDLE, f"{fn.name}: invalid nvmlDevice_t {a or 0:#x}")
                     out.append(lib.nvml_device(i - 1))
+                elif kind == "cublaslt_handle" and a and P.split_handle(int(a))[0] == P.K_CUBLAS_HANDLE:
+                    # a cuBLAS handle cast to a cuBLASLt one (lt_of_cublas)
+                    out.append(lib.lt_of_cublas(sess.get(P.K_CUBLAS_HANDLE, int(a)).real))
                 elif kind in LIB_KINDS:
                     out.append(sess.get(LIB_KINDS[kind], int(a)).real if a else None)
                 else:

@@ -64,6 +64,15 @@ class EmuLibrary:
             raise CudaError(400, f"unknown library handle {h}")
         return o
 
+    def lt_of_cublas(self, h):
+        """A cuBLAS handle used as a cuBLASLt handle (libraries.lt_of_cublas):
+        on the emulated backend, an Lt object of this library tied to it."""
+        key = ("cublas", h)
+        for lh, o in self.objs.items():
+            if o.get("of") == key:
+                return lh
+        return self._new(kind="lt", of=key)
+
     def nvml_device(self, index: int):
         if not 0 <= index < self.b.device_count():
             raise CudaError(1, f"NVML device {index} does not exist")

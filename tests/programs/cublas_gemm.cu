@@ -299,6 +299,20 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < nC; i += 97)
             checksum += C[i];
 
+        // 8. the cuBLAS handle cast to a cuBLASLt handle: the cuBLAS
+        // documentation allows it (a cublasHandle_t encapsulates a
+        // cublasLtHandle_t), and PyTorch passes its cuBLAS handle this way
+        cublasLtHandle_t lt_of_h = (cublasLtHandle_t)h;
+        CHECK_BLAS(cublasLtMatmulAlgoGetHeuristic(lt_of_h, desc, la, lb, lc, lc, pref, 1, res, &found));
+        EXPECT(found >= 1, "no cuBLASLt algorithm found through the cuBLAS handle");
+        alpha = 0.5f;
+        beta = 0.0f;
+        CHECK_BLAS(cublasLtMatmul(lt_of_h, desc, &alpha, dA, la, dB, lb, &beta, dC, lc, dC, lc, &res[0].algo, dWork,
+                                  WORK, stream));
+        CHECK(cudaStreamSynchronize(stream));
+        cpu_gemm(false, true, M, N, K, alpha, A.data(), M, B.data(), N, beta, C.data(), M);
+        compare("cublasLtMatmul (cuBLAS handle as cuBLASLt handle)", it, download(dC, nC), C);
+
         printf("iter %d ok\n", it);
         if (pacing) {
             printf("step %d done\n", it);
