@@ -185,6 +185,12 @@ def proxy_cli(shim_installed) -> list[str]:
     found = shutil.which("proxy-cli")
     if found:
         return [found]
+    # installed with `pip install --target` (scripts/gpu-check): a later
+    # --target install of another package (pycuda's dependencies) replaces
+    # the target's bin/ folder, console scripts included; the module stays
+    import importlib.util
+    if importlib.util.find_spec("gpuproxy.cli.__main__") is not None:
+        return [sys.executable, "-m", "gpuproxy.cli"]
     pytest.fail("the proxy-cli console script is not installed next to this Python "
                 f"(looked in {', '.join(str(c.parent) for c in candidates)} and on PATH)")
 
