@@ -134,6 +134,9 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=EPOCHS)
     ap.add_argument("--wait-at-epoch", type=int, default=0)
     ap.add_argument("--time", action="store_true", help="print seconds per epoch")
+    ap.add_argument("--pause", type=float, default=0.0,
+                    help="seconds of host-side pause after each epoch (as data loading would take; "
+                         "leaves room for an external checkpoint)")
     a = ap.parse_args(argv)
 
     mod = SourceModule(KERNELS, options=["--fmad=false"])
@@ -195,6 +198,8 @@ def main(argv=None) -> int:
         if a.time:
             line += f" time {time.perf_counter() - t0:.4f}"
         print(line, flush=True)
+        if a.pause:
+            time.sleep(a.pause)
         if epoch == a.wait_at_epoch:
             print("waiting", flush=True)
             sys.stdin.readline()

@@ -137,6 +137,57 @@ def test_checkpoint_mid_training_is_invisible(pycuda_ready, uninterrupted, proxy
     assert printed == uninterrupted, f"--- after checkpoint\n{printed}\n--- uninterrupted\n{uninterrupted}"
 
 
+def test_whole_process_checkpoint_mid_training(pycuda_ready, uninterrupted, usable_criu, proxy_cli, tmp):
+    """The whole process: proxy-cli --dump (CRIU for the Python process,
+    proxyd for its GPU state) while the example trains, which ends the app;
+    proxyd killed; a fresh proxyd and proxy-cli --restore bring the process
+    back: the curve it prints, before and after, is the uninterrupted one."""
+    from gpuproxy.proxyd.checkpoint.criu import pid_alive
+    from test_criu import runner_session_visible
+    from test_whole_process import require_park
+    d = _daemon(tmp, "proxyd-a")
+    require_park(d)
+    out = tmp / "train.out"
+    proc = subprocess.Popen([sys.executable, str(EXAMPLE), "--epochs", str(EPOCHS), "--pause", "0.4"],
+                            env=client_env(d, pycuda_ready), stdin=subprocess.DEVNULL, stdout=open(out, "w"),
+                            stderr=open(str(out) + ".err", "w"), start_new_session=not runner_session_visible())
+    pid = proc.pid
+    cli_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    try:
+        end = time.monotonic() + 300
+        while "epoch 3 " not in out.read_text():
+            assert proc.poll() is None and time.monotonic() < end, out.read_text() + open(str(out) + ".err").read()
+            time.sleep(0.02)
+        r = subprocess.run([*proxy_cli, "--endpoint", d.endpoint, "--dump", "--pid", str(pid), "--dir",
+                            str(tmp / "img")], capture_output=True, text=True, timeout=300, env=cli_env,
+                           stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, r.stdout + r.stderr + d.log()[-3000:]
+        proc.wait(30)
+        assert "epoch 12 " not in out.read_text(), "the training ended before the dump"
+        d.kill()
+        d2 = _daemon(tmp, "proxyd-b")
+        try:
+            r = subprocess.run([*proxy_cli, "--endpoint", d2.endpoint, "--restore", "--dir", str(tmp / "img")],
+                               capture_output=True, text=True, timeout=300, env=cli_env, stdin=subprocess.DEVNULL)
+            assert r.returncode == 0, r.stdout + r.stderr + d2.log()[-3000:]
+            end = time.monotonic() + 600
+            while pid_alive(pid):
+                assert time.monotonic() < end, "the restored training did not finish"
+                time.sleep(0.05)
+        finally:
+            d2.cleanup()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+        d.cleanup()
+    assert out.read_text() == uninterrupted, f"--- after checkpoint\n{out.read_text()}\n--- uninterrupted\n{uninterrupted}"
+
+
 def test_pycuda_driver_features(pycuda_ready, tmp):
     """Contexts, module globals, prepared calls, function attributes, pitched
     allocations, 2D/3D copies, 2D memsets, streams, events, page-locked
