@@ -89,6 +89,21 @@ void gp_resend_unanswered(void);
 CUresult gp_session(void);
 const char *gp_endpoint(void);
 
+/* Entry and exit of a hand-written driver entry point that talks to proxyd:
+ * GP_ENTER takes gp_lock and makes sure of a session (returning its error,
+ * lock released, when there is none); GP_LEAVE(rc) releases the lock and
+ * returns rc. */
+#define GP_ENTER()                                   \
+    gp_lock();                                       \
+    do {                                             \
+        CUresult s_ = gp_session();                  \
+        if (s_ != CUDA_SUCCESS) {                    \
+            gp_unlock();                             \
+            return s_;                               \
+        }                                            \
+    } while (0)
+#define GP_LEAVE(rc) do { CUresult r_ = (rc); gp_unlock(); return r_; } while (0)
+
 /* ---- building ops (caller holds the lock and has a session) ---- */
 /* Starts op [fid, ctx, <nargs args>] in the pending batch, returns the buffer
  * to append exactly nargs msgpack objects to. ctx is the calling thread's

@@ -13,16 +13,6 @@
 #include "gp_launch.h"
 #include "gp_shim.h"
 
-#define GP_ENTER()                                   \
-    gp_lock();                                       \
-    do {                                             \
-        CUresult s_ = gp_session();                  \
-        if (s_ != CUDA_SUCCESS) {                    \
-            gp_unlock();                             \
-            return s_;                               \
-        }                                            \
-    } while (0)
-#define GP_LEAVE(rc) do { CUresult r_ = (rc); gp_unlock(); return r_; } while (0)
 
 /* Launch attributes whose value is plain data (cuda.h, CUlaunchAttributeID):
  * they travel as the 64 bytes of CUlaunchAttributeValue. The others carry a

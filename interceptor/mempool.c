@@ -11,16 +11,6 @@
 #include "gp_gen.h"
 #include "gp_shim.h"
 
-#define GP_ENTER()                                   \
-    gp_lock();                                       \
-    do {                                             \
-        CUresult s_ = gp_session();                  \
-        if (s_ != CUDA_SUCCESS) {                    \
-            gp_unlock();                             \
-            return s_;                               \
-        }                                            \
-    } while (0)
-#define GP_LEAVE(rc) do { CUresult r_ = (rc); gp_unlock(); return r_; } while (0)
 
 static size_t attr_size(CUmemPool_attribute attr)
 {
