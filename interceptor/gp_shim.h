@@ -81,6 +81,13 @@ typedef struct gp_reply {
 
 /* ---- locking and session ---- */
 void gp_lock(void);
+/* transport.c: changes whenever the session moves to another worker (a
+ * restore, a migration): state derived from the GPU is stale then */
+uint64_t gp_session_epoch(void);
+/* profile.c (GPUPROXY_PROFILE): per-function call counts and sync waits */
+void gp_prof_op(uint32_t fid);
+uint64_t gp_prof_wait_begin(void);
+void gp_prof_wait_end(uint64_t t0);
 void gp_unlock(void);
 int gp_trylock(void);               /* 0 when taken (park.c) */
 void gp_resend_unanswered(void);

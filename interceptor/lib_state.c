@@ -77,6 +77,14 @@ void gp_cublas_note_pointer_mode(const void *h, int mode)
     gp_unlock();
 }
 
+int gp_cublas_known(const void *h)
+{
+    gp_lock();
+    int k = find(h, 0) != NULL;
+    gp_unlock();
+    return k;
+}
+
 void gp_cublas_forget(const void *h)
 {
     gp_lock();
