@@ -134,13 +134,22 @@ def cmd_profile(a):
         from gpuproxy.proxyd._generated import NAMES
     except ImportError:
         NAMES = {}
-    rows = []
-    with open(a.file) as f:
-        for line in f:
-            if line.startswith("#") or not line.strip():
-                continue
-            fid, calls, sync_calls, wait_us = line.split()
-            rows.append((NAMES.get(int(fid), f"id {fid}"), int(calls), int(sync_calls), float(wait_us)))
+    import glob
+    merged: dict[int, list] = {}
+    files = [a.file] + sorted(glob.glob(glob.escape(a.file) + ".*"))
+    for path in files:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("#") or not line.strip():
+                    continue
+                fid, calls, sync_calls, wait_us = line.split()
+                m = merged.setdefault(int(fid), [0, 0, 0.0])
+                m[0] += int(calls)
+                m[1] += int(sync_calls)
+                m[2] += float(wait_us)
+    rows = [(NAMES.get(fid, f"id {fid}"), c, s, w) for fid, (c, s, w) in merged.items()]
+    if len(files) > 1:
+        print(f"(merged {len(files)} files: {', '.join(files)})")
     rows.sort(key=lambda r: (-r[3], -r[1]))
     total_wait = sum(r[3] for r in rows)
     print(f"{'function':44} {'calls':>9} {'sync':>9} {'wait ms':>10} {'us/sync':>8}")

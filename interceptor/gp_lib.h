@@ -28,6 +28,11 @@ int gp_lib_op_async(void);
 int gp_cublas_device_mode(const void *h);
 void gp_cublas_note_pointer_mode(const void *h, int mode);
 void gp_cublas_forget(const void *h);
+/* the handle's math mode when the shim knows it (1), else 0 */
+int gp_cublas_math_mode(const void *h, int *mode);
+void gp_cublas_note_math_mode(const void *h, int mode);
+/* transport.c: an asynchronous op failed; settings it may have made are unknown */
+void gp_lib_async_failed(void);
 /* 1 when h is a live cuBLAS handle of this process */
 int gp_cublas_known(const void *h);
 /* Bytes of alpha/beta of cublasGemmEx-like calls: the scalar type follows

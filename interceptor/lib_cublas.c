@@ -37,6 +37,32 @@ cublasStatus_t gpo_cublasSetPointerMode_v2(cublasHandle_t handle, cublasPointerM
     return s;
 }
 
+/* cublasGetMathMode/SetMathMode: the mode is remembered in the app so that
+ * the question PyTorch asks around every gemm costs no round trip
+ * (lib_state.c). The set travels asynchronously (spec sync: false). */
+cublasStatus_t gpo_cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode)
+{
+    cublasStatus_t s = gpg_cublasSetMathMode(handle, mode);
+    if (s == GP_CUBLAS_SUCCESS)
+        gp_cublas_note_math_mode(handle, (int)mode);
+    return s;
+}
+
+cublasStatus_t gpo_cublasGetMathMode(cublasHandle_t handle, cublasMath_t *mode)
+{
+    int m;
+    if (!mode)
+        return GP_CUBLAS_INVALID;
+    if (gp_cublas_math_mode(handle, &m)) {
+        *mode = (cublasMath_t)m;
+        return GP_CUBLAS_SUCCESS;
+    }
+    cublasStatus_t s = gpg_cublasGetMathMode(handle, mode);
+    if (s == GP_CUBLAS_SUCCESS)
+        gp_cublas_note_math_mode(handle, (int)*mode);
+    return s;
+}
+
 /* cublas_api.h: names and descriptions of cublasStatus_t, answered here (lib_state.c) */
 const char *gpo_cublasGetStatusName(cublasStatus_t status) { return gp_cublas_status_name((int)status); }
 const char *gpo_cublasGetStatusString(cublasStatus_t status) { return gp_cublas_status_string((int)status); }

@@ -24,6 +24,8 @@ enum { LT_PM_HOST = 0, LT_PM_ALPHA_DEVICE_VECTOR_BETA_HOST = 4 };
 typedef struct lib_obj {
     uint64_t h;
     int pointer_mode;
+    int math_mode;              /* cublasSetMathMode's value, when math_known */
+    int math_known;
     int scale_type;
     struct lib_obj *next;
 } lib_obj;
@@ -74,6 +76,39 @@ void gp_cublas_note_pointer_mode(const void *h, int mode)
     lib_obj *o = find(h, 1);
     if (o)
         o->pointer_mode = mode;
+    gp_unlock();
+}
+
+/* cublasGetMathMode answered in the app (lib_cublas.c): PyTorch asks it
+ * around every cuBLAS gemm. Known after a set or a first answer; forgotten
+ * when an asynchronous op failed (it may have been the set). */
+int gp_cublas_math_mode(const void *h, int *mode)
+{
+    gp_lock();
+    lib_obj *o = find(h, 0);
+    int k = o && o->math_known;
+    if (k)
+        *mode = o->math_mode;
+    gp_unlock();
+    return k;
+}
+
+void gp_cublas_note_math_mode(const void *h, int mode)
+{
+    gp_lock();
+    lib_obj *o = find(h, 0);
+    if (o) {
+        o->math_mode = mode;
+        o->math_known = 1;
+    }
+    gp_unlock();
+}
+
+void gp_lib_async_failed(void)
+{
+    gp_lock();
+    for (lib_obj *o = objs; o; o = o->next)
+        o->math_known = 0;
     gp_unlock();
 }
 

@@ -427,8 +427,12 @@ static int reply_parse(gp_reply *r, uint64_t *seq, int *code, CUresult *async_co
     return r->rd.err ? -1 : 0;
 }
 
+void gp_lib_async_failed(void);     /* lib_state.c */
+
 static void note_async_error(CUresult e, uint32_t fid)
 {
+    if (e != CUDA_SUCCESS)
+        gp_lib_async_failed();     /* a library setting it carried may not have been made */
     if (e != CUDA_SUCCESS && G.async_err == CUDA_SUCCESS) {
         G.async_err = e;
         if (G.debug)
@@ -1073,6 +1077,7 @@ gp_buf *gp_op_begin(uint32_t fid, uint32_t nargs)
     mp_uint(b, fid);
     mp_uint(b, (uint64_t)(uintptr_t)gp_ctx_current());
     gp_prof_op(fid);
+    gp_qc_note_op(fid);
     G.cur_ops++;
     G.cur_has_ops = 1;
     return b;
