@@ -8,8 +8,8 @@
  * preference and the device (cublasLt.h: the heuristic reads no matrix
  * data), so the shim keeps each descriptor's creation arguments and
  * attributes and answers a repeated question from a cache instead of a
- * round trip. Pointer-valued attributes (bias, aux, scale pointers) are part
- * of the key too: that costs hits, never correctness.
+ * round trip. Pointer-valued attributes (bias, aux, scale pointers) enter
+ * the key by their alignment (pointer_attr below).
  *
  * The cache is per session epoch (gp_session_epoch: a restore or migration
  * may put the session on another GPU, whose algorithms differ) and bounded
@@ -146,6 +146,38 @@ typedef struct lt_entry {
 static lt_entry *cache[LT_BUCKETS];
 static size_t ncache;
 
+/* cublasLt.h, cublasLtMatmulDescAttributes_t: the attributes that hold
+ * device pointers (bias, epilogue aux, scale and amax pointers). The
+ * heuristic reads no data through them; it may "depend on its value to
+ * determine expected pointer alignment" (the header, on BIAS_POINTER), so
+ * the key holds their alignment instead of their value: PyTorch's aux and
+ * bias buffers move between steps, their alignment does not. */
+enum { K_MATMUL_DESC = 34 };
+
+static int pointer_attr(int id)
+{
+    switch (id) {
+    case 8:  /* BIAS_POINTER */
+    case 11: /* EPILOGUE_AUX_POINTER */
+    case 17: case 18: case 19: case 20:     /* A/B/C/D_SCALE_POINTER */
+    case 21: /* AMAX_D_POINTER */
+    case 23: case 24:                       /* EPILOGUE_AUX_SCALE/AMAX_POINTER */
+    case 36: /* D_OUT_SCALE_POINTER */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* the largest power of two (up to 256 bytes) dividing p; 0 for NULL */
+static uint64_t alignment(uint64_t p)
+{
+    if (!p)
+        return 0;
+    uint64_t a = p & (~p + 1);
+    return a > 256 ? 256 : a;
+}
+
 typedef struct {
     unsigned char *p;
     size_t n, cap;
@@ -187,7 +219,14 @@ static void kput_desc(kbuf *k, const void *hp)
     for (size_t i = 0; i < d->nattrs; i++) {
         uint64_t a[2] = { (uint64_t)d->attrs[i].id, d->attrs[i].n };
         kput(k, a, sizeof a);
-        kput(k, d->attrs[i].v, d->attrs[i].n);
+        if (d->kind == K_MATMUL_DESC && pointer_attr(d->attrs[i].id) && d->attrs[i].n == sizeof(uint64_t)) {
+            uint64_t p, al;
+            memcpy(&p, d->attrs[i].v, sizeof p);
+            al = alignment(p);
+            kput(k, &al, sizeof al);
+        } else {
+            kput(k, d->attrs[i].v, d->attrs[i].n);
+        }
     }
 }
 

@@ -28,6 +28,7 @@
 #define QC_ATTRS 256          /* CUdevice_attribute values are below this (cuda.h, CU_DEVICE_ATTRIBUTE_MAX) */
 
 static int init_ok;
+static uint64_t func_gen = 1;       /* occupancy answers' generation (below) */
 static uint64_t primary_gen = 1;
 
 static struct {
@@ -53,6 +54,13 @@ void gp_qc_note_op(uint32_t fid)
     case GP_FID_cuDevicePrimaryCtxReset:
     case GP_FID_cuDevicePrimaryCtxReset_v2:
         primary_gen++;
+        break;
+    case GP_FID_cuFuncSetCacheConfig:       /* may change occupancy (see below) */
+    case GP_FID_cuFuncSetSharedMemConfig:
+    case GP_FID_cuCtxSetCacheConfig:
+    case GP_FID_cuCtxSetSharedMemConfig:
+    case GP_FID_cuCtxSetLimit:
+        func_gen++;
         break;
     default:
         break;
@@ -105,4 +113,106 @@ CUresult gpo_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice d
         attrs[dev][attrib].value = *pi;
     }
     GP_LEAVE(rc);
+}
+
+/* ------------------------------------------------------------ occupancy
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor(WithFlags): PyTorch asks it
+ * before some launches every step (2 per GPT step above, each waiting for
+ * the whole queue of asynchronous work ahead of it: ~7 ms apiece). The
+ * answer is a function of the kernel, the block size, the dynamic shared
+ * memory, the flags and the kernel's attributes (cuda.h,
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor); attributes change through
+ * cuFuncSetAttribute/SetCacheConfig/SetSharedMemConfig, which pass through
+ * the shim. PyTorch sets the same attribute to the same value before each
+ * launch of some kernels, so only a set that changes a value (or one the
+ * shim cannot track) drops the cached answers. */
+
+#define QC_OCC 1024
+#define QC_FATTRS 1024
+
+static struct {
+    CUfunction f;
+    int attrib, value;
+} fattrs[QC_FATTRS];
+static size_t nfattrs;
+
+static struct {
+    CUfunction f;
+    int block;
+    size_t smem;
+    unsigned flags;
+    uint64_t epoch, gen;       /* epoch 0: empty */
+    int blocks;
+} occ[QC_OCC];
+
+static void note_func_attr(CUfunction f, int attrib, int value)
+{
+    for (size_t i = 0; i < nfattrs; i++)
+        if (fattrs[i].f == f && fattrs[i].attrib == attrib) {
+            if (fattrs[i].value != value) {
+                fattrs[i].value = value;
+                func_gen++;
+            }
+            return;
+        }
+    func_gen++;
+    if (nfattrs < QC_FATTRS)
+        fattrs[nfattrs++] = (typeof(fattrs[0])){ f, attrib, value };
+    /* else: every later set of an untracked attribute bumps func_gen */
+}
+
+CUresult gpo_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+{
+    GP_ENTER();
+    note_func_attr(hfunc, (int)attrib, value);
+    GP_LEAVE(gpg_cuFuncSetAttribute(hfunc, attrib, value));
+}
+
+static size_t occ_slot(CUfunction f, int block, size_t smem, unsigned flags)
+{
+    uint64_t h = (uint64_t)(uintptr_t)f * 0x9E3779B97F4A7C15ull ^ (uint64_t)block * 0xC2B2AE3D27D4EB4Full
+                 ^ (uint64_t)smem * 0x165667B19E3779F9ull ^ flags;
+    return (size_t)(h >> 40) % QC_OCC;
+}
+
+static CUresult occupancy(int *numBlocks, CUfunction func, int blockSize, size_t smem, unsigned flags, int with_flags)
+{
+    GP_ENTER();
+    if (!numBlocks)
+        GP_LEAVE(with_flags ? gpg_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize,
+                                                                                       smem, flags)
+                            : gpg_cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, smem));
+    uint64_t epoch = gp_session_epoch();
+    size_t s = occ_slot(func, blockSize, smem, flags);
+    if (occ[s].epoch == epoch && occ[s].gen == func_gen && occ[s].f == func && occ[s].block == blockSize
+        && occ[s].smem == smem && occ[s].flags == flags) {
+        *numBlocks = occ[s].blocks;
+        GP_LEAVE(CUDA_SUCCESS);
+    }
+    uint64_t gen = func_gen;
+    CUresult rc = with_flags
+        ? gpg_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, smem, flags)
+        : gpg_cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, smem);
+    if (rc == CUDA_SUCCESS) {
+        occ[s].f = func;
+        occ[s].block = blockSize;
+        occ[s].smem = smem;
+        occ[s].flags = flags;
+        occ[s].epoch = epoch;
+        occ[s].gen = gen;
+        occ[s].blocks = *numBlocks;
+    }
+    GP_LEAVE(rc);
+}
+
+CUresult gpo_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize,
+                                                         size_t dynamicSMemSize)
+{
+    return occupancy(numBlocks, func, blockSize, dynamicSMemSize, 0, 0);
+}
+
+CUresult gpo_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize,
+                                                                  size_t dynamicSMemSize, unsigned int flags)
+{
+    return occupancy(numBlocks, func, blockSize, dynamicSMemSize, flags, 1);
 }
