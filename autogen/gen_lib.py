@@ -114,6 +114,16 @@ SHIM_ID_KINDS = {"cublaslt_matmul_desc": 34, "cublaslt_layout": 35, "cublaslt_pr
 KNOWN_HANDLES = {"cublas_handle": ("gp_cublas_known", "1")}
 
 
+# cuBLAS handle settings that PyTorch makes before every gemm (stream,
+# workspace, math mode) are kept in the shim and sent only when they differ
+# from what proxyd has, by the time a call uses the handle
+# (interceptor/lib_cublas.c, "Coalesced settings"). Every other call on a
+# cuBLAS handle (or a cuBLAS handle passed as a cuBLASLt one) flushes them
+# before its own op; the setters' own generic bodies are what a flush sends.
+FLUSH_KINDS = ("cublas_handle", "cublaslt_handle")
+COALESCED_SETTERS = ("cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSetMathMode")
+
+
 def generic_body(sf, f) -> str:
     name = g(f, "name")
     params = g(f, "params") or []
@@ -123,6 +133,10 @@ def generic_body(sf, f) -> str:
              "    if (gp_session() != CUDA_SUCCESS) {", "        gp_unlock();", f"        {_fail(sf, ret, 'UNAVAILABLE')}",
              "    }",
              f"    gp_buf *b_ = gp_op_begin(GP_FID_{name}, {len(params)});"]
+    if name not in COALESCED_SETTERS:
+        flush = [p for p in params if g(p, "role") == "handle" and g(p, "kind") in FLUSH_KINDS]
+        if flush:
+            lines.insert(5, f"    gp_cublas_flush({g(flush[0], 'name')});")
     outs = []
     for p in params:
         role, pn = g(p, "role"), g(p, "name")

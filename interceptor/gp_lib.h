@@ -28,11 +28,16 @@ int gp_lib_op_async(void);
 int gp_cublas_device_mode(const void *h);
 void gp_cublas_note_pointer_mode(const void *h, int mode);
 void gp_cublas_forget(const void *h);
-/* the handle's math mode when the shim knows it (1), else 0 */
-int gp_cublas_math_mode(const void *h, int *mode);
-void gp_cublas_note_math_mode(const void *h, int mode);
-/* transport.c: an asynchronous op failed; settings it may have made are unknown */
+/* Coalesced cuBLAS settings (lib_cublas.c): sends h's pending stream,
+ * workspace and math mode if they differ from what proxyd has; no-op for
+ * other handles. The cuBLAS stand-in registers the function (lib_state.c),
+ * so the cuBLASLt stand-in can flush a cuBLAS handle passed as its own. */
+void gp_cublas_flush(const void *h);
+void gp_cublas_set_flush_hook(void (*fn)(const void *h));
+/* transport.c: an asynchronous op failed; settings it may have made are
+ * unknown. gp_lib_failure_gen counts such failures. */
 void gp_lib_async_failed(void);
+uint64_t gp_lib_failure_gen(void);
 /* 1 when h is a live cuBLAS handle of this process */
 int gp_cublas_known(const void *h);
 /* Bytes of alpha/beta of cublasGemmEx-like calls: the scalar type follows

@@ -24,8 +24,6 @@ enum { LT_PM_HOST = 0, LT_PM_ALPHA_DEVICE_VECTOR_BETA_HOST = 4 };
 typedef struct lib_obj {
     uint64_t h;
     int pointer_mode;
-    int math_mode;              /* cublasSetMathMode's value, when math_known */
-    int math_known;
     int scale_type;
     struct lib_obj *next;
 } lib_obj;
@@ -79,37 +77,23 @@ void gp_cublas_note_pointer_mode(const void *h, int mode)
     gp_unlock();
 }
 
-/* cublasGetMathMode answered in the app (lib_cublas.c): PyTorch asks it
- * around every cuBLAS gemm. Known after a set or a first answer; forgotten
- * when an asynchronous op failed (it may have been the set). */
-int gp_cublas_math_mode(const void *h, int *mode)
-{
-    gp_lock();
-    lib_obj *o = find(h, 0);
-    int k = o && o->math_known;
-    if (k)
-        *mode = o->math_mode;
-    gp_unlock();
-    return k;
-}
+/* Counts failed asynchronous ops (transport.c): settings a failed op
+ * carried may not have been made, so coalesced settings are resent whole
+ * after one (lib_cublas.c). */
+static uint64_t failures;
 
-void gp_cublas_note_math_mode(const void *h, int mode)
-{
-    gp_lock();
-    lib_obj *o = find(h, 0);
-    if (o) {
-        o->math_mode = mode;
-        o->math_known = 1;
-    }
-    gp_unlock();
-}
+void gp_lib_async_failed(void) { __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED); }
 
-void gp_lib_async_failed(void)
+uint64_t gp_lib_failure_gen(void) { return __atomic_load_n(&failures, __ATOMIC_RELAXED); }
+
+static void (*flush_hook)(const void *h);
+
+void gp_cublas_set_flush_hook(void (*fn)(const void *h)) { flush_hook = fn; }
+
+void gp_cublas_flush(const void *h)
 {
-    gp_lock();
-    for (lib_obj *o = objs; o; o = o->next)
-        o->math_known = 0;
-    gp_unlock();
+    if (flush_hook && h)
+        flush_hook(h);
 }
 
 int gp_cublas_known(const void *h)

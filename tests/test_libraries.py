@@ -263,6 +263,68 @@ def test_lt_descriptors_are_async_and_heuristics_cached(emu_daemon, tmp_path, pr
     assert pr.returncode == 0 and "cublasLtMatmulAlgoGetHeuristic" in pr.stdout, pr.stdout + pr.stderr
 
 
+COALESCE_SCRIPT = r"""
+import ctypes, json
+from ctypes import byref, c_int, c_float, c_void_p
+cb = ctypes.CDLL("libcublas.so.13")
+rt = ctypes.CDLL("libcudart.so.13")
+out = {}
+h, d, ws, st = c_void_p(), c_void_p(), c_void_p(), c_void_p()
+out["create"] = cb.cublasCreate_v2(byref(h))
+rt.cudaMalloc(byref(d), 4096)
+rt.cudaMalloc(byref(ws), 1 << 20)
+rt.cudaStreamCreate(byref(st))
+one = c_float(1.0)
+rc = []
+for i in range(50):                    # what PyTorch does before every gemm
+    rc += [cb.cublasSetStream_v2(h, st), cb.cublasSetWorkspace_v2(h, ws, 1 << 20), cb.cublasSetMathMode(h, 0)]
+    rc.append(cb.cublasSgemm_v2(h, 0, 0, 8, 8, 8, byref(one), d, 8, d, 8, byref(one), d, 8))
+out["rc"] = sorted(set(rc))
+got = c_void_p()
+out["get_stream"] = [cb.cublasGetStream_v2(h, byref(got)), got.value == st.value]
+m = c_int(-1)
+cb.cublasSetMathMode(h, 3)             # CUBLAS_TF32_TENSOR_OP_MATH
+out["get_math"] = [cb.cublasGetMathMode(h, byref(m)), m.value]
+out["sync"] = rt.cudaDeviceSynchronize()
+out["destroy"] = cb.cublasDestroy_v2(h)
+out["after"] = [cb.cublasSetStream_v2(h, st), cb.cublasGetStream_v2(h, byref(got))]
+print(json.dumps(out))
+"""
+
+
+def test_cublas_settings_are_coalesced(emu_daemon, tmp_path):
+    """Stream, workspace and math mode set before every gemm reach proxyd
+    only when they change (interceptor/lib_cublas.c)."""
+    prof = tmp_path / "c.prof"
+    r = subprocess.run([sys.executable, "-c", COALESCE_SCRIPT], capture_output=True, text=True, timeout=60,
+                       env=client_env(emu_daemon, {"GPUPROXY_PROFILE": str(prof)}))
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["create"] == 0 and o["rc"] == [0] and o["sync"] == 0 and o["destroy"] == 0
+    assert o["get_stream"] == [0, True] and o["get_math"] == [0, 3]
+    assert o["after"][0] == 1, "a destroyed handle: CUBLAS_STATUS_NOT_INITIALIZED"
+    assert o["after"][1] != 0
+    ids = {f.name: f.id for f in SPECS.libraries}
+    rows = {}
+    for line in prof.read_text().splitlines():
+        if not line.startswith("#"):
+            fid, calls, _sync, _us = line.split()
+            rows[int(fid)] = int(calls)
+    assert rows[ids["cublasSgemm_v2"]] == 50
+    assert rows[ids["cublasSetStream_v2"]] == 1 and rows[ids["cublasSetWorkspace_v2"]] == 1, rows
+    # math mode 0 is the default, never sent; 3 goes out once, flushed by the destroy
+    assert rows.get(ids["cublasSetMathMode"], 0) == 1, rows
+    assert ids["cublasGetStream_v2"] not in rows and ids["cublasGetMathMode"] not in rows
+
+
+def test_shim_chosen_kind_codes_match_the_protocol():
+    sys.path.insert(0, str(REPO / "autogen"))
+    import gen_lib
+    from gpuproxy.proxyd import libraries
+    for kind, code in gen_lib.SHIM_ID_KINDS.items():
+        assert libraries.LIB_KINDS[kind] == code, kind
+
+
 def test_worker_without_nvidias_library_answers_not_supported(monkeypatch):
     """The cuda backend's worker loads NVIDIA's library itself; where it is
     missing every call answers the not-supported status with a reason."""
