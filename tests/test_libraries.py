@@ -319,8 +319,7 @@ def test_cublas_settings_are_coalesced(emu_daemon, tmp_path):
 
 
 def test_shim_chosen_kind_codes_match_the_protocol():
-    sys.path.insert(0, str(REPO / "autogen"))
-    import gen_lib
+    from gpuproxy.autogen import gen_lib
     from gpuproxy.proxyd import libraries
     for kind, code in gen_lib.SHIM_ID_KINDS.items():
         assert libraries.LIB_KINDS[kind] == code, kind
