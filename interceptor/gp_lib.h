@@ -62,9 +62,15 @@ int gp_lib_is_shim_handle(const void *h);
 
 /* cuBLASLt descriptors' contents and the heuristic cache (lt_heuristic.c).
  * kind: the protocol kind code; args: the create call's scalars. */
-void gp_lt_state_create(const void *h, int kind, const void *args, size_t nargs);
-void gp_lt_state_attr(const void *h, int attr, const void *buf, size_t n);
+/* 0, or < 0 (unknown descriptor: -1; out of memory: -2) */
+int gp_lt_state_create(const void *h, int kind, const void *args, size_t nargs);
+int gp_lt_state_attr(const void *h, int attr, const void *buf, size_t n);
 void gp_lt_state_forget(const void *h);
+/* 1 with the descriptor's kind, create arguments and attribute count */
+int gp_lt_state_get(const void *h, int *kind, const void **args, size_t *nargs, size_t *nattrs);
+int gp_lt_state_attr_at(const void *h, size_t i, int *id, const void **v, size_t *n);
+/* 1 for matmul descriptor attributes that hold device pointers */
+int gp_lt_pointer_attr(int id);
 /* descs6: operation descriptor, A, B, C, D layouts, preference */
 int gp_lt_heuristic_find(const void *ctx, const void *handle, const void *const descs6[6], int requested,
                          void *results, size_t result_size, int *count);

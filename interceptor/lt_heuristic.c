@@ -1,5 +1,6 @@
-/* What the shim remembers of cuBLASLt descriptors, and the heuristic cache
- * built on it (docs/libraries.md, "Asynchronous creates and the heuristic
+/* The cuBLASLt descriptors of the app, kept in the shim (lib_cublaslt.c
+ * makes proxyd's copies from them only when a call needs one), and the
+ * heuristic cache built on them (docs/libraries.md, "Asynchronous creates and the heuristic
  * cache").
  *
  * PyTorch asks cublasLtMatmulAlgoGetHeuristic before every cuBLASLt matmul,
@@ -75,15 +76,15 @@ void gp_lt_state_forget(const void *hp)
     gp_unlock();
 }
 
-void gp_lt_state_create(const void *hp, int kind, const void *args, size_t nargs)
+int gp_lt_state_create(const void *hp, int kind, const void *args, size_t nargs)
 {
     uint64_t h = (uint64_t)(uintptr_t)hp;
     if (nargs > sizeof ((lt_desc *)0)->args)
-        return;
+        return -1;
     gp_lt_state_forget(hp);
     lt_desc *d = calloc(1, sizeof *d);
     if (!d)
-        return;             /* not remembered: its heuristic questions go to proxyd */
+        return -1;
     d->h = h;
     d->kind = kind;
     memcpy(d->args, args, nargs);
@@ -92,24 +93,24 @@ void gp_lt_state_create(const void *hp, int kind, const void *args, size_t nargs
     d->next = descs[bucket(h)];
     descs[bucket(h)] = d;
     gp_unlock();
+    return 0;
 }
 
-void gp_lt_state_attr(const void *hp, int id, const void *buf, size_t n)
+int gp_lt_state_attr(const void *hp, int id, const void *buf, size_t n)
 {
     gp_lock();
     lt_desc *d = find_desc((uint64_t)(uintptr_t)hp);
     if (!d) {
         gp_unlock();
-        return;
+        return -1;
     }
     unsigned char *v = malloc(n ? n : 1);
     size_t i = 0;
     while (i < d->nattrs && d->attrs[i].id < id)
         i++;
     if (!v) {
-        gp_lt_state_forget(hp);     /* incomplete state must never answer from the cache */
         gp_unlock();
-        return;
+        return -2;
     }
     if (n)
         memcpy(v, buf, n);
@@ -119,9 +120,8 @@ void gp_lt_state_attr(const void *hp, int id, const void *buf, size_t n)
         lt_attr *na = realloc(d->attrs, (d->nattrs + 1) * sizeof *na);
         if (!na) {
             free(v);
-            gp_lt_state_forget(hp);
             gp_unlock();
-            return;
+            return -2;
         }
         d->attrs = na;
         memmove(&d->attrs[i + 1], &d->attrs[i], (d->nattrs - i) * sizeof *na);
@@ -129,6 +129,36 @@ void gp_lt_state_attr(const void *hp, int id, const void *buf, size_t n)
     }
     d->attrs[i] = (lt_attr){ id, n, v };
     gp_unlock();
+    return 0;
+}
+
+/* Read access for lib_cublaslt.c, which builds proxyd's copies from it. */
+int gp_lt_state_get(const void *hp, int *kind, const void **args, size_t *nargs, size_t *nattrs)
+{
+    gp_lock();
+    lt_desc *d = find_desc((uint64_t)(uintptr_t)hp);
+    if (d) {
+        *kind = d->kind;
+        *args = d->args;
+        *nargs = d->nargs;
+        *nattrs = d->nattrs;
+    }
+    gp_unlock();
+    return d != NULL;
+}
+
+int gp_lt_state_attr_at(const void *hp, size_t i, int *id, const void **v, size_t *n)
+{
+    gp_lock();
+    lt_desc *d = find_desc((uint64_t)(uintptr_t)hp);
+    int ok = d && i < d->nattrs;
+    if (ok) {
+        *id = d->attrs[i].id;
+        *v = d->attrs[i].v;
+        *n = d->attrs[i].n;
+    }
+    gp_unlock();
+    return ok;
 }
 
 /* ------------------------------------------------------------- the cache */
@@ -151,10 +181,12 @@ static size_t ncache;
  * heuristic reads no data through them; it may "depend on its value to
  * determine expected pointer alignment" (the header, on BIAS_POINTER), so
  * the key holds their alignment instead of their value: PyTorch's aux and
- * bias buffers move between steps, their alignment does not. */
+ * bias buffers move between steps, their alignment does not. Exported for
+ * lib_cublaslt.c, which updates them on proxyd's copies instead of making
+ * new ones. */
 enum { K_MATMUL_DESC = 34 };
 
-static int pointer_attr(int id)
+int gp_lt_pointer_attr(int id)
 {
     switch (id) {
     case 8:  /* BIAS_POINTER */
@@ -219,7 +251,7 @@ static void kput_desc(kbuf *k, const void *hp)
     for (size_t i = 0; i < d->nattrs; i++) {
         uint64_t a[2] = { (uint64_t)d->attrs[i].id, d->attrs[i].n };
         kput(k, a, sizeof a);
-        if (d->kind == K_MATMUL_DESC && pointer_attr(d->attrs[i].id) && d->attrs[i].n == sizeof(uint64_t)) {
+        if (d->kind == K_MATMUL_DESC && gp_lt_pointer_attr(d->attrs[i].id) && d->attrs[i].n == sizeof(uint64_t)) {
             uint64_t p, al;
             memcpy(&p, d->attrs[i].v, sizeof p);
             al = alignment(p);

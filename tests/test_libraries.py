@@ -216,12 +216,17 @@ out["third_same"] = third[2] == first[2] and third[1] == first[1]
 rc, ds3 = descs(k=32)                  # another shape: a new question
 fourth = heur(ds3)
 out["fourth"] = [fourth[0], fourth[1]]
-# an attribute set on a destroyed descriptor: NVIDIA's library judges it in
-# the worker, so the failure comes at the next synchronising call
+# an attribute set on a destroyed descriptor: the shim knows it is gone
 destroy(ds3)
 one = c_int32(1)
 out["late_set"] = lt.cublasLtMatmulDescSetAttribute(ds3[0], 3, byref(one), 4)   # TRANSA
-out["late_sync"] = rt.cudaDeviceSynchronize()
+# an attribute id NVIDIA's library does not know: judged when proxyd's copy
+# is made (by the heuristic question), reported at the next synchronising call
+rc, ds4 = descs(k=64)
+bad = c_int32(0)
+out["bad_attr_set"] = lt.cublasLtMatmulDescSetAttribute(ds4[0], 9999, byref(bad), 4)
+heur(ds4)
+out["bad_attr_sync"] = rt.cudaDeviceSynchronize()
 out["null_buf"] = lt.cublasLtMatmulDescSetAttribute(ds2[0], 3, None, 4)
 out["null_out"] = lt.cublasLtMatrixLayoutCreate(None, 0, 8, 8, 8)
 print(json.dumps(out))
@@ -244,7 +249,8 @@ def test_lt_descriptors_are_async_and_heuristics_cached(emu_daemon, tmp_path, pr
     assert o["heur"][4], "the cached answer is the worker's answer"
     assert o["destroy"] == [0] * 5 and o["reused"] and o["third_same"]
     assert o["fourth"][0] == 0 and o["fourth"][1] >= 1
-    assert o["late_set"] == 0 and o["late_sync"] == 719, "a bad async set surfaces at the next sync"
+    assert o["late_set"] == 7, "a destroyed descriptor: CUBLAS_STATUS_INVALID_VALUE at once"
+    assert o["bad_attr_set"] == 0 and o["bad_attr_sync"] == 719, "an unknown attribute surfaces at the next sync"
     assert _lines_naming(r.stderr, "cublasLtMatmulDescSetAttribute"), r.stderr
     assert o["null_buf"] == 7 and o["null_out"] == 7, "what the shim can judge fails at once"
     rows = {}
@@ -254,10 +260,14 @@ def test_lt_descriptors_are_async_and_heuristics_cached(emu_daemon, tmp_path, pr
             rows[int(fid)] = (int(calls), int(sync_calls))
     ids = {f.name: f.id for f in SPECS.libraries}
     heur = rows[ids["cublasLtMatmulAlgoGetHeuristic"]]
-    assert heur == (2, 2), f"4 questions, 2 distinct: 2 reach proxyd ({heur})"
-    for name, n in (("cublasLtMatrixLayoutCreate", 9), ("cublasLtMatmulDescCreate", 3),
-                    ("cublasLtMatmulPreferenceCreate", 3), ("cublasLtMatrixLayoutDestroy", 6)):
+    assert heur == (3, 3), f"5 questions, 3 distinct: 3 reach proxyd ({heur})"
+    # the app made 4 sets of descriptors; proxyd got copies by content only:
+    # one matmul descriptor (+1 for the bad attribute), layouts 8x16, 16x8,
+    # 8x8, 8x32, 32x8, 8x64, 64x8, one preference; nothing destroyed there
+    for name, n in (("cublasLtMatrixLayoutCreate", 7), ("cublasLtMatmulDescCreate", 2),
+                    ("cublasLtMatmulPreferenceCreate", 1)):
         assert rows[ids[name]] == (n, 0), f"{name}: {rows[ids[name]]} (calls, waits), expected ({n}, 0)"
+    assert ids["cublasLtMatrixLayoutDestroy"] not in rows
     # proxy-cli profile names them
     pr = subprocess.run([*proxy_cli, "profile", str(prof)], capture_output=True, text=True, timeout=60)
     assert pr.returncode == 0 and "cublasLtMatmulAlgoGetHeuristic" in pr.stdout, pr.stdout + pr.stderr
