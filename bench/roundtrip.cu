@@ -113,7 +113,7 @@ int main(int argc, char **argv)
         }
         char extra[64];
         // every launch added one: the last copy saw them all
-        snprintf(extra, sizeof extra, ", \"check\": %d", h == iters + warm);
+        snprintf(extra, sizeof extra, ", \"check\": %d, \"value\": %d", h == iters + warm, h);
         report("sync_copy", t, extra);
     }
     if (wanted(which, "malloc_free")) {

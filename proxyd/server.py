@@ -641,19 +641,25 @@ class Server:
     def execute(self, s: Session, rid: bytes, seq: int, ops: list, via_chan: bool = False, raw=None):
         code, outs, msg = self.dispatcher.run_ops(s, ops, raw)
         s.last_seq = seq
-        last = FUNCTIONS.get(ops[-1][0]) if ops and isinstance(ops[-1], list) and ops[-1] \
-            and type(ops[-1][0]) is int else None
-        if via_chan and not (last is not None and last.sync):
+        lop = ops[-1] if ops else None
+        last = FUNCTIONS.get(lop[0]) if type(lop) is list and lop and type(lop[0]) is int else None
+        sync = last is not None and last.sync
+        if via_chan and not sync:
             # The channel keeps only the newest answer, which may replace
             # this one unread: async failures wait for the next sync answer.
+            ac, afid, amsg = 0, 0, ""
+        elif s.async_error is None:
             ac, afid, amsg = 0, 0, ""
         else:
             ac, afid, amsg = s.take_async_error()
         reply = [seq, code, outs, ac, afid, msg or amsg]
         if self.stdout_capture is not None:
-            if not s.may_print and any(isinstance(op, list) and op and op[0] in PRINTING_FIDS for op in ops):
-                s.may_print = True
-            if s.may_print and last is not None and last.sync:
+            if not s.may_print:
+                for op in ops:
+                    if type(op) is list and op and op[0] in PRINTING_FIDS:
+                        s.may_print = True
+                        break
+            if s.may_print and sync:
                 printed = self.stdout_capture.take()
                 if printed:
                     reply.append(printed)     # the shim writes it to the app's stdout
