@@ -176,6 +176,26 @@ _BYTES = (bytes, bytearray, memoryview)
 _SEQ = (list, tuple)
 
 
+def small_values(outs) -> bool:
+    """Whether a reply's out-values (None or a flat list) hold nothing that
+    Packer.pack would send as a frame of its own: no byte string of
+    INLINE_MAX or more, no nested list (checked by the general walk)."""
+    if outs is None:
+        return True
+    if type(outs) is not list:
+        return False
+    for v in outs:
+        t = type(v)
+        if t is int or v is None:
+            continue
+        if t is bytes or t is bytearray or t is memoryview:
+            if len(v) >= Packer.INLINE_MAX:
+                return False
+        elif t is not str and t is not float and t is not bool:
+            return False
+    return True
+
+
 def _has_big(x, depth: int) -> bool:
     """Whether x holds a byte string of Packer.INLINE_MAX or more (within
     depth levels of lists; deeper lists count as yes: the general path).

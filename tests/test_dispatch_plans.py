@@ -77,3 +77,19 @@ def test_reply_packer_finds_large_byte_strings():
             return bytes(a) == b if isinstance(b, bytes) else a == b
         assert same(back, norm)
         assert (len(frames) > 1) == _big(obj, 99, P.Packer.INLINE_MAX)
+
+
+def test_small_reply_shortcut_packs_as_the_packer_does():
+    """server.execute packs a reply whose outs pass protocol.small_values
+    with one msgpack call: that must be what Packer.pack makes of it."""
+    big = b"\1" * P.Packer.INLINE_MAX
+    for outs in (None, [], [None], [7, -1, 1 << 60], [b"abc", "s", 1.5, True], [bytearray(b"x" * 1000)],
+                 [big], [[1]], [memoryview(big)], (1, 2), [{"a": 1}]):
+        reply = [3, 0, outs, 0, 0, ""]
+        if P.small_values(outs):
+            assert P.Packer().pack(reply) == [msgpack.packb(reply, use_bin_type=True)]
+        else:
+            # only what the general walk must see is refused
+            assert outs is not None and (not isinstance(outs, list) or any(
+                isinstance(v, (list, dict)) or (isinstance(v, (bytes, bytearray, memoryview)) and len(v) >= len(big))
+                for v in outs))
