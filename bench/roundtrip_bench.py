@@ -99,7 +99,7 @@ def roundtrip_table(res: dict) -> str:
     return "\n".join(lines)
 
 
-STAGE_ORDER = ["gap", "handle", "chan_poll", "decode", "run_ops", "backend", "pack", "chan_reply"]
+STAGE_ORDER = ["gap", "handle", "handle_zmq", "chan_poll", "decode", "run_ops", "backend", "pack", "chan_reply"]
 
 
 def profile_suite(backend: str, work: Path) -> dict:

@@ -12,9 +12,11 @@ Stages (each the inclusive time of one function, per call):
   chan_poll    Channel.poll of a request that was there (copy out of the slot)
   decode       protocol.decode (msgpack -> Python objects)
   handle       Server.handle: everything done for one message, reply included
+  handle_zmq   the same, of the messages that came by ZeroMQ instead of the
+               channel (a doorbell, or a request that found the slot busy)
   run_ops      Dispatcher.run_ops: dispatch, handler and the backend's work
   backend      the backend functions a round trip uses (call, dtoh, launch, ...)
-  pack         Packer.pack of the reply
+  pack         packing the reply (Packer.pack, or execute()'s one msgpack call)
   chan_reply   Channel.reply (copy into the slot, fence)
   gap          loop time between the end of one handle() and the start of the
                next: the client's part of the round trip plus the worker's
@@ -81,6 +83,7 @@ def install(server, path: str):
     channel.Channel.poll = _timed("chan_poll", channel.Channel.poll, only_hits=True)
     channel.Channel.reply = _timed("chan_reply", channel.Channel.reply)
     server.packer.pack = _timed("pack", server.packer.pack)
+    srv_mod._packb = _timed("pack", srv_mod._packb)        # execute()'s one-call packing of small replies
     d = server.dispatcher
     d.run_ops = _timed("run_ops", d.run_ops)
     b = server.backend
@@ -92,6 +95,8 @@ def install(server, path: str):
     st_handle = STAGES.setdefault("handle", Stage())
     st_gap = STAGES.setdefault("gap", Stage())
 
+    st_zmq = STAGES.setdefault("handle_zmq", Stage())
+
     def timed_handle(rid, frames, via_chan=False):
         t0 = _ns()
         if _last_end[0]:
@@ -99,6 +104,8 @@ def install(server, path: str):
         handle(rid, frames, via_chan)
         t1 = _ns()
         st_handle.add(t1 - t0)
+        if not via_chan:
+            st_zmq.add(t1 - t0)     # messages that came by ZeroMQ (doorbells, fallbacks)
         _last_end[0] = t1
     server.handle = timed_handle
     srv_mod.log.info("round-trip profile on: %s", path)
