@@ -342,14 +342,16 @@ class Server:
                         self.wake_r.recv(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                # Helper threads put into the outbox before they wake the
-                # loop (post, call_in_loop), so the outbox needs a look only
-                # after a wake-up: the spin does not pay for the queue's lock.
+            # Helper threads put into the outbox, then wake the loop (post,
+            # call_in_loop); a wake-up can be lost (each thread has its own
+            # PAIR socket to wake_r), so look at every pass that is not a
+            # plain spin, without the queue's lock (a deque's length; an
+            # item appended meanwhile is seen on the next pass).
+            if self.outbox.queue:
                 self.drain_outbox()
             if now >= next_reap:
                 RATE.flush()
                 self.reap()
-                self.drain_outbox()      # a wake-up lost to a full pipe
                 next_reap = now + REAP_INTERVAL_S
 
     def drain_outbox(self):
