@@ -1,8 +1,10 @@
 """Runs gpuproxy's benchmarks natively and under the proxy, in the same run.
 
-    python bench/run_bench.py [--backend cuda|emu] [--out DIR] [--suite micro,checkpoint,small,clients,pin,whole] [--tcp]
+    python bench/run_bench.py [--backend cuda|emu] [--out DIR] [--suite micro,roundtrip,rtprofile,checkpoint,small,clients,pin,whole] [--tcp]
 
-Suites: micro (call path), checkpoint (dump/restore of 1/8/24 GiB, per
+Suites: micro (call path), roundtrip (single sync calls: min/median/p99 over
+several runs, issue 13 target 4), rtprofile (the same per worker stage),
+checkpoint (dump/restore of 1/8/24 GiB, per
 stage), small (many small allocations, issue 13 target 6), clients (N
 clients natively and proxied, target 5), pin (what page-locking host memory
 costs, target 2), whole (whole-process dump and restore).
@@ -148,6 +150,14 @@ def main(argv=None):
         if "micro" in a.suite:
             results["micro"] = micro(a.backend, work, a.repeat, a.tcp)
             md += ["### Call path and copies" + (" (keyed tcp)" if a.tcp else ""), "", micro_table(results["micro"]), ""]
+        if "roundtrip" in a.suite:
+            from roundtrip_bench import roundtrip_suite, roundtrip_table
+            results["roundtrip"] = roundtrip_suite(a.backend, work)
+            md += ["### Round trips (min / median / p99 of several runs)", "", roundtrip_table(results["roundtrip"]), ""]
+        if "rtprofile" in a.suite:
+            from roundtrip_bench import profile_suite, profile_table
+            results["rtprofile"] = profile_suite(a.backend, work)
+            md += ["### Round trips: the worker's time per stage", "", profile_table(results["rtprofile"]), ""]
         if "checkpoint" in a.suite:
             from checkpoint_bench import checkpoint_suite, checkpoint_table, stages_table
             results["checkpoint"] = checkpoint_suite(a.backend, work)

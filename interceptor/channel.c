@@ -31,6 +31,7 @@
 #include "gp_shim.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,7 @@ int gp_chan_send(uint64_t seq, const void *p, size_t n, int *need_doorbell)
         do {
             if (__atomic_load_n(F64(128), __ATOMIC_ACQUIRE) >= last_req)
                 break;
+            sched_yield();   /* proxyd's worker may be waiting for this CPU */
             clock_gettime(CLOCK_MONOTONIC, &t);
         } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 50000L);
         if (__atomic_load_n(F64(128), __ATOMIC_ACQUIRE) < last_req)

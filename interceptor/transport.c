@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -330,9 +331,16 @@ static int recv_message(gp_reply *r, long timeout_ms)
                 return 0;
             }
             zmq_msg_init(m);
-            /* the socket costs a system call: look at it less often than at the channel */
-            if ((++k & 15) == 0 || !gp_chan_active())
+            /* the socket costs a system call: look at it less often than at
+             * the channel; at the same rate give the CPU away if another
+             * thread wants it (sched_yield(2) returns at once otherwise), so
+             * that on a machine with few cores this spin does not keep the
+             * worker that is to answer, or other sessions, off the CPU */
+            if ((++k & 15) == 0 || !gp_chan_active()) {
+                if ((k & 15) == 0)
+                    sched_yield();
                 got = zmq_msg_recv(m, G.sock, ZMQ_DONTWAIT);
+            }
         }
         if (got < 0) {
             if (gp_chan_idle(1)) {

@@ -72,6 +72,10 @@ class Channel:
         _u64.pack_into(mm, REQ_TAKEN, seq)
         return seq, data
 
+    def pending(self) -> bool:
+        """Whether a request newer than the last one taken is in the slot."""
+        return _u64.unpack_from(self.mm, REQ_SEQ)[0] > self.taken
+
     def reply(self, seq: int, frame) -> bool:
         """Puts a reply in the slot; True if the client polls (no ZeroMQ copy
         needed), False if it sleeps and must also get it by ZeroMQ."""

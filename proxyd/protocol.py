@@ -160,8 +160,8 @@ class Packer:
 
     def pack(self, obj) -> list:
         # most replies hold no large bytes: one msgpack call, no walk
-        if not self._has_big(obj, 2):
-            return [msgpack.packb(obj, use_bin_type=True)]
+        if not _has_big(obj, 2):
+            return [_packb(obj, use_bin_type=True)]
         frames: list = [None]
 
         def enc(x):
@@ -175,11 +175,49 @@ class Packer:
         frames[0] = msgpack.packb(enc(obj), use_bin_type=True)
         return frames
 
-    def _has_big(self, x, depth: int) -> bool:
-        if isinstance(x, (bytes, bytearray, memoryview)):
-            return len(x) >= self.INLINE_MAX
-        if isinstance(x, (list, tuple)):
-            if depth == 0:
-                return True      # deeper than replies go: take the general path
-            return any(self._has_big(v, depth - 1) for v in x if isinstance(v, (bytes, bytearray, memoryview, list, tuple)))
+
+_packb = msgpack.packb
+_BYTES = (bytes, bytearray, memoryview)
+_SEQ = (list, tuple)
+
+
+def small_values(outs) -> bool:
+    """Whether a reply's out-values (None or a flat list) hold nothing that
+    Packer.pack would send as a frame of its own: no byte string of
+    INLINE_MAX or more, no nested list (checked by the general walk)."""
+    if outs is None:
+        return True
+    if type(outs) is not list:
         return False
+    for v in outs:
+        t = type(v)
+        if t is int or v is None:
+            continue
+        if t is bytes or t is bytearray or t is memoryview:
+            if len(v) >= Packer.INLINE_MAX:
+                return False
+        elif t is not str and t is not float and t is not bool:
+            return False
+    return True
+
+
+def _has_big(x, depth: int) -> bool:
+    """Whether x holds a byte string of Packer.INLINE_MAX or more (within
+    depth levels of lists; deeper lists count as yes: the general path).
+    A plain loop: this runs for every reply (the round-trip path)."""
+    if isinstance(x, _BYTES):
+        return len(x) >= Packer.INLINE_MAX
+    if not isinstance(x, _SEQ):
+        return False
+    if depth == 0:
+        return True
+    for v in x:
+        t = type(v)
+        if t is int or t is str or v is None:
+            continue      # what replies are mostly made of
+        if isinstance(v, _BYTES):
+            if len(v) >= Packer.INLINE_MAX:
+                return True
+        elif isinstance(v, _SEQ) and _has_big(v, depth - 1):
+            return True
+    return False

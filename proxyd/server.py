@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 
+import msgpack
 import zmq
 
 from . import __version__
@@ -43,6 +44,7 @@ from .session import Session
 from .shm import ShmError, ShmMap
 
 log = logging.getLogger("proxyd")
+_packb = msgpack.packb
 
 # Each session's device addresses live in their own slice of virtual address
 # space at a fixed, documented place (docs/protocol.md, "Device addresses"):
@@ -166,6 +168,31 @@ class StdoutCapture:
             return out
 
 
+class SpinBudget:
+    """How long the loop keeps polling after a request (adaptive, bounded
+    by --spin-us). A client calling back to back finds the worker polling;
+    one that pauses longer than the budget makes the spin a waste of a CPU
+    that other sessions may need, so each spin that runs out without a
+    request halves the next one (down to a floor), and each request doubles
+    it back (up to the bound).
+
+    Locking: the main loop's only."""
+
+    FLOOR_S = 20e-6
+
+    def __init__(self, max_s: float):
+        self.max_s = max_s
+        self.cur = max_s
+
+    def hit(self) -> float:
+        if self.cur < self.max_s:
+            self.cur = min(self.max_s, self.cur * 2)
+        return self.cur
+
+    def miss(self):
+        self.cur = max(min(self.FLOOR_S, self.max_s), self.cur / 2)
+
+
 class Server:
     def __init__(self, backend, endpoint: str, spin_us: int = 200, worker: bool = False):
         self.backend = backend
@@ -268,23 +295,33 @@ class Server:
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake_r, zmq.POLLIN)
         spin_until = 0.0
+        spin = SpinBudget(self.spin_s)
         next_reap = time.monotonic() + REAP_INTERVAL_S
         log.info("proxyd %s serving %s with the %s backend", __version__, self.endpoint, self.backend.name)
         k = 0
+        sched_yield = os.sched_yield
         while not self.stopping:
             busy = self.poll_channels()
             now = time.monotonic()
             if busy:
-                spin_until = now + self.spin_s
+                spin_until = now + spin.hit()
             # Spin briefly after activity: the next call is then picked up
             # without the cost of waking a sleeping thread. The socket costs a
-            # system call per look, the channels a memory read.
+            # system call per look, the channels a memory read. Every eighth
+            # look gives the CPU away if another process wants it
+            # (sched_yield returns at once otherwise): on a machine with few
+            # cores, a client and its worker spinning together must not keep
+            # other sessions off the CPU.
             if now < spin_until:
                 k += 1
                 if k % 8:
                     continue
+                sched_yield()
                 events = dict(poller.poll(0))
             else:
+                if spin_until:
+                    spin.miss()      # the spin ran out without a request
+                    spin_until = 0.0
                 events = dict(poller.poll(0))
                 if not events and not self.go_idle():
                     events = dict(poller.poll(500))
@@ -298,31 +335,40 @@ class Server:
                     if self.zap is not None and len(frames) > 1:
                         self.meta = frames[1]
                     self.handle(frames[0].bytes, [f.buffer for f in frames[1:]])
-                spin_until = time.monotonic() + self.spin_s
+                spin_until = time.monotonic() + spin.hit()
             if self.wake_r in events:
                 while True:
                     try:
                         self.wake_r.recv(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-            while True:
-                try:
-                    item = self.outbox.get_nowait()
-                except queue.Empty:
-                    break
-                if item[0] == "call":
-                    _, fn, fut = item
-                    try:
-                        fut.set_result(fn())
-                    except BaseException as e:   # handed to the waiting worker
-                        fut.set_exception(e)
-                else:
-                    _, rid, frames = item
-                    self.sock.send_multipart([rid] + frames, copy=False)
+            # Helper threads put into the outbox, then wake the loop (post,
+            # call_in_loop); a wake-up can be lost (each thread has its own
+            # PAIR socket to wake_r), so look at every pass that is not a
+            # plain spin, without the queue's lock (a deque's length; an
+            # item appended meanwhile is seen on the next pass).
+            if self.outbox.queue:
+                self.drain_outbox()
             if now >= next_reap:
                 RATE.flush()
                 self.reap()
                 next_reap = now + REAP_INTERVAL_S
+
+    def drain_outbox(self):
+        while True:
+            try:
+                item = self.outbox.get_nowait()
+            except queue.Empty:
+                break
+            if item[0] == "call":
+                _, fn, fut = item
+                try:
+                    fut.set_result(fn())
+                except BaseException as e:   # handed to the waiting worker
+                    fut.set_exception(e)
+            else:
+                _, rid, frames = item
+                self.sock.send_multipart([rid] + frames, copy=False)
 
     # --------------------------------------------------------- fast channel
     def poll_channels(self) -> bool:
@@ -641,19 +687,25 @@ class Server:
     def execute(self, s: Session, rid: bytes, seq: int, ops: list, via_chan: bool = False, raw=None):
         code, outs, msg = self.dispatcher.run_ops(s, ops, raw)
         s.last_seq = seq
-        last = FUNCTIONS.get(ops[-1][0]) if ops and isinstance(ops[-1], list) and ops[-1] \
-            and type(ops[-1][0]) is int else None
-        if via_chan and not (last is not None and last.sync):
+        lop = ops[-1] if ops else None
+        last = FUNCTIONS.get(lop[0]) if type(lop) is list and lop and type(lop[0]) is int else None
+        sync = last is not None and last.sync
+        if via_chan and not sync:
             # The channel keeps only the newest answer, which may replace
             # this one unread: async failures wait for the next sync answer.
+            ac, afid, amsg = 0, 0, ""
+        elif s.async_error is None:
             ac, afid, amsg = 0, 0, ""
         else:
             ac, afid, amsg = s.take_async_error()
         reply = [seq, code, outs, ac, afid, msg or amsg]
         if self.stdout_capture is not None:
-            if not s.may_print and any(isinstance(op, list) and op and op[0] in PRINTING_FIDS for op in ops):
-                s.may_print = True
-            if s.may_print and last is not None and last.sync:
+            if not s.may_print:
+                for op in ops:
+                    if type(op) is list and op and op[0] in PRINTING_FIDS:
+                        s.may_print = True
+                        break
+            if s.may_print and sync:
                 printed = self.stdout_capture.take()
                 if printed:
                     reply.append(printed)     # the shim writes it to the app's stdout
@@ -662,7 +714,19 @@ class Server:
                     # flushed its printf buffer: nothing more can come until
                     # the next launch, so later sync calls skip the flush+read
                     s.may_print = False
-        frames = self.packer.pack(reply)
+        if via_chan and not sync and s.chan is not None and s.chan.pending():
+            # The client's next request already waits in the slot, and the
+            # answer to it settles this one too (a reply to sequence number s
+            # acknowledges every earlier message: docs/protocol.md, "Fast
+            # channel"). Not answering saves a pack and a slot write per
+            # launch of a launch + sync-copy pair. A resend of this message
+            # gets the empty answer of a duplicate (on_call).
+            s.last_reply = None
+            return
+        if len(reply) == 6 and P.small_values(outs):
+            frames = [_packb(reply, use_bin_type=True)]     # one frame: Packer.pack's result without its walk
+        else:
+            frames = self.packer.pack(reply)
         s.last_reply = frames
         if via_chan and s.chan is not None and len(frames) == 1 and s.chan.reply(seq, frames[0]):
             return

@@ -66,6 +66,10 @@ def main(argv=None):
     except EndpointInUse as e:
         sys.exit(f"proxyd worker: {e}")
     server.stdout_capture = capture
+    prof = os.environ.get("GPUPROXY_RT_PROFILE")
+    if prof:     # bench/roundtrip_profile.py: stage timers (rtprofile.py); absent, no timing code runs
+        from . import rtprofile
+        rtprofile.install(server, prof)
     devices = [{"index": d, "name": backend.device_name(d), "memory": backend.device_total_mem(d)}
                for d in range(backend.device_count())]
     info = {"endpoint": server.bound_endpoint, "pid": os.getpid(), "backend": backend.name,
@@ -88,6 +92,8 @@ def main(argv=None):
     try:
         server.serve_forever()
     finally:
+        if prof:
+            rtprofile.dump()
         server.close()
         if prof is not None:
             prof.disable()

@@ -237,8 +237,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "gpu-check-out"))
     ap.add_argument("--skip", default="", help="comma list of: corpus,static,whole,pytest,bench")
-    ap.add_argument("--bench-suites", default="micro,checkpoint,small,clients,pin,whole",
-                    help="bench/run_bench.py suites (micro,checkpoint,small,clients,pin,whole)")
+    ap.add_argument("--bench-suites", default="micro,roundtrip,rtprofile,checkpoint,small,clients,pin,whole",
+                    help="bench/run_bench.py suites (micro,roundtrip,rtprofile,checkpoint,small,clients,pin,whole)")
     ap.add_argument("--tcp", action="store_true", help="also the corpus over a keyed (CURVE) tcp endpoint")
     ap.add_argument("--python", action="store_true", help="also the Python-framework checks (gpu_check_python.py)")
     ap.add_argument("--pycuda-from", default=str(ROOT / ".carry" / "pycuda"),
