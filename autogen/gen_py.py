@@ -46,6 +46,8 @@ _BUILTIN = {"char": ("int", 1), "signed char": ("int", 1), "unsigned char": ("ui
 
 def _lib_class(t: str, sf):
     t = t.replace("const ", "").strip()
+    if t.endswith(" const"):     # cudnnBackendDescriptor_t const (cudnn_graph.h)
+        t = t[:-len(" const")]
     words = t.split()
     if words and set(words) <= {"long", "int", "short", "char", "signed", "unsigned"} and len(words) > 1:
         # 'long long int', 'unsigned long long int', 'unsigned int', ...
