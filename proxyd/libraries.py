@@ -395,6 +395,8 @@ class LibraryCalls:
             return self.cudnn.execute(sess, fn, fid, ctxh, args, lib)
         cargs = self._decode(sess, fn, args, lib)
         code, outs = lib.call(fn, cargs)
+        if code == st.success and not fn.sync and fn.restore == "object" and fn.key:
+            self._record_setting(sess, fn, fid, args)      # an asynchronous setting (cudnnSetStream)
         if code != st.success or not fn.sync:
             return code, None if code != st.success else []
         enc = []

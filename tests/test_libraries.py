@@ -1,5 +1,6 @@
 """Library remoting (docs/libraries.md): the stand-ins libcublas.so.13,
-libcublasLt.so.13 and libnvidia-ml.so.1, their specs, and the worker side.
+libcublasLt.so.13, libnvidia-ml.so.1 and libcudnn.so.9, their specs, and
+the worker side.
 
 Runs on the emulated backend (CI). The cuBLAS corpus program
 (tests/programs/cublas_gemm.cu) is run by test_corpus_emu.py and across
@@ -192,6 +193,135 @@ def test_worker_without_nvidias_library_answers_not_supported(monkeypatch):
     assert code == 15 and msg2 == msg
 
 
+# ------------------------------------------------------------------ cuDNN
+
+CUDNN_SCRIPT = r"""
+import ctypes, json
+from ctypes import byref, c_int64, c_void_p, c_char_p, c_size_t
+dn = ctypes.CDLL("/somewhere/site-packages/nvidia/cudnn/lib/libcudnn.so.9")   # by path: the stand-in
+dn.cudnnGetErrorString.restype = c_char_p
+dn.cudnnGetVersion.restype = c_size_t
+out = {}
+out["version"] = dn.cudnnGetVersion()
+h = c_void_p()
+out["create"] = dn.cudnnCreate(byref(h))
+# an unknown descriptor type: the create is asynchronous and answers success;
+# cuDNN's status comes with the next synchronous call on the descriptor
+bad = c_void_p()
+out["bad_create"] = dn.cudnnBackendCreateDescriptor(999, byref(bad))
+out["bad_finalize"] = dn.cudnnBackendFinalize(bad)
+# a tensor descriptor: a set after finalize fails (natively at once), its
+# status is answered by the next synchronous call on it
+t = c_void_p()
+out["t_create"] = dn.cudnnBackendCreateDescriptor(17, byref(t))
+dims = (c_int64 * 4)(1, 2, 3, 4)
+strides = (c_int64 * 4)(24, 12, 4, 1)
+one = c_int64(1)
+dt = ctypes.c_int(0)
+out["set"] = [dn.cudnnBackendSetAttribute(t, 901, 1, c_int64(1), byref(dt)),
+              dn.cudnnBackendSetAttribute(t, 902, 3, c_int64(4), dims),
+              dn.cudnnBackendSetAttribute(t, 903, 3, c_int64(4), strides),
+              dn.cudnnBackendSetAttribute(t, 906, 3, c_int64(1), byref(one))]
+out["finalize"] = dn.cudnnBackendFinalize(t)
+got = (c_int64 * 8)()
+n = c_int64(-1)
+out["get"] = dn.cudnnBackendGetAttribute(t, 902, 3, c_int64(8), byref(n), got)
+out["dims"] = [got[i] for i in range(n.value)]
+out["set_after"] = dn.cudnnBackendSetAttribute(t, 906, 3, c_int64(1), byref(one))
+out["get_after"] = dn.cudnnBackendGetAttribute(t, 902, 3, c_int64(8), byref(n), got)
+# an unknown attribute type is refused in the application, at once
+out["bad_type"] = dn.cudnnBackendSetAttribute(t, 902, 777, c_int64(1), dims)
+out["destroy"] = dn.cudnnBackendDestroyDescriptor(t)
+# unsupported: CUDNN_STATUS_NOT_SUPPORTED and one stderr line
+out["unsupported"] = dn.cudnnConvolutionForward(h, None, None, None, None, None, None, 0, None, 0, None, None, None)
+out["name"] = dn.cudnnGetErrorString(3000).decode()
+out["destroy_handle"] = dn.cudnnDestroy(h)
+print(json.dumps(out))
+"""
+
+
+def test_cudnn_backend_calls_errors_and_unsupported(emu_daemon):
+    r = _run_py(emu_daemon, CUDNN_SCRIPT)
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["version"] // 10000 == 9
+    assert o["create"] == 0
+    assert o["bad_create"] == 0, "descriptor creation is asynchronous"
+    assert o["bad_finalize"] == 3000, "the failed creation's status comes with the next synchronous call"
+    assert o["t_create"] == 0 and o["set"] == [0, 0, 0, 0] and o["finalize"] == 0
+    assert o["get"] == 0 and o["dims"] == [1, 2, 3, 4], "attribute values come back as set"
+    assert o["set_after"] == 0 and o["get_after"] == 2000, "a failed set's status comes with the next query"
+    assert o["bad_type"] == 2010, "CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE"
+    assert o["destroy"] == 0
+    assert o["unsupported"] == 3000 and len(_lines_naming(r.stderr, "cudnnConvolutionForward")) == 1, r.stderr
+    assert o["name"] == "CUDNN_STATUS_NOT_SUPPORTED"
+    assert o["destroy_handle"] == 0
+
+
+def test_cudnn_backend_log_keeps_what_live_descriptors_need():
+    """proxyd/cudnn.py BackendLog: a destroyed descriptor's calls stay while
+    a live descriptor's call names it, and go with the last such one."""
+    from gpuproxy.proxyd.cudnn import BackendLog
+    lg = BackendLog()
+    a, b, c, t1, t2 = 1, 2, 3, 4, 5
+    for h in (a, b, c, t1, t2):
+        lg.types[h] = 0
+        lg.add(100, 0, [0, h], [h])                  # creates
+    lg.add(101, 0, ["b names a"], [b], [a])           # b's attribute names a
+    lg.add(102, 0, ["fill t1, t2 from c"], [t1, t2], [c])
+    lg.destroyed(a)
+    assert a in lg.dead and len(lg.ops) == 7, "a is still named by b's attribute"
+    lg.destroyed(c)
+    lg.destroyed(t2)
+    assert {c, t2} <= lg.dead or t2 not in lg.subj
+    assert any(op[2] == ["fill t1, t2 from c"] for op in lg.ops.values()), "t1 still needs the fill"
+    lg.destroyed(b)
+    assert a not in lg.subj and b not in lg.subj, "b gone: a's and b's calls go"
+    lg.destroyed(t1)
+    assert not lg.ops and not lg.dead and not lg.subj, lg.ops
+
+
+def test_cudnn_plan_is_in_the_image_and_comes_back(tmp_path):
+    """cudnn_conv paced to iteration 1, dumped: the image holds its cuDNN
+    handle with its stream and the backend log (every live descriptor's
+    creation, the heuristics' fill of the chosen engine config, the plan's
+    finalize; the destroyed heuristics descriptor, which the fill needs,
+    listed to be destroyed again); restored into a fresh proxyd, the plan is
+    built again and the program finishes (it checks every convolution)."""
+    from paced import PacedRun
+    from test_checkpoint import ctl, daemon, restart
+    import corpus
+    if not corpus.nvcc_path():
+        pytest.skip("nvcc not found")
+    b = corpus.build(corpus.get_program("cudnn_conv"), corpus.default_build_dir())
+    d = daemon(tmp_path)
+    try:
+        with PacedRun(b, d) as run:
+            run.step_to(1)
+            st = ctl(d, "dump", pid=run.pid, dir=str(tmp_path / "img"))
+            assert st["released"]
+            from gpuproxy.proxyd.checkpoint.image import Image
+            from gpuproxy.proxyd._generated import FUNCTIONS
+            sess = Image.open(str(tmp_path / "img")).session
+            libs = sess["libraries"]
+            assert [o["kind"] for o in libs] == ["cudnn_handle"]
+            assert [FUNCTIONS[f].name for f, _ in libs[0]["settings"]] == ["cudnnSetStream"]
+            *ops, (_, _, dead) = sess["cudnn_backend"]
+            names = [FUNCTIONS[f].name for f, _, _ in ops]
+            # tensors x3, conv, op, graph, heuristics, engine config, plan, variant pack
+            assert names.count("cudnnBackendCreateDescriptor") == 10, names
+            assert names.count("cudnnBackendFinalize") == 9, names   # all but the filled engine config
+            assert names.count("cudnnBackendGetAttribute") == 1, names
+            heur = [a[1] for f, _, a in ops if FUNCTIONS[f].name == "cudnnBackendCreateDescriptor" and a[0] == 4]
+            assert dead == heur, (dead, heur)
+            d = restart(d, tmp_path, "fresh")
+            ctl(d, "restore", dir=str(tmp_path / "img"))
+            out = run.finish()
+            assert out == b.program.expected_output, run.stderr()
+    finally:
+        d.cleanup()
+
+
 # ------------------------------------------------------------------ specs
 
 def test_library_specs_are_complete_and_consistent():
@@ -207,14 +337,39 @@ def test_library_specs_are_complete_and_consistent():
                         assert p.mode and p.size and p.size != "?", f.name
     # what CI's emulated backend implements is supported in the specs
     from gpuproxy.emu.blas import EmuLibrary
+    from gpuproxy.emu.cudnn import EmuCudnn
+    from gpuproxy.proxyd.cudnn import SPECIAL
     for f in SPECS.libraries:
-        if f.supported and f.shim != "override":
-            assert hasattr(EmuLibrary, "f_" + f.name), f"{f.name} is supported but not emulated"
+        if f.supported and f.shim != "override" and f.name not in SPECIAL:
+            emu = EmuCudnn if f.name.startswith("cudnn") else EmuLibrary
+            assert hasattr(emu, "f_" + f.name), f"{f.name} is supported but not emulated"
     # what PyTorch 2.11 calls first
     for name in ("cublasCreate_v2", "cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSetMathMode",
                  "cublasGemmEx", "cublasSgemm_v2", "cublasSgemmStridedBatched", "cublasGemmStridedBatchedEx",
                  "cublasLtMatmul", "cublasLtMatmulAlgoGetHeuristic", "cublasLtMatmulDescSetAttribute"):
         assert SPECS.by_name[name].supported, name
+
+
+def test_cudnn_decls_header_matches_the_specs():
+    """tests/programs/cudnn_decls.h (used where nvcc finds no cudnn.h)
+    declares each function as the spec (from NVIDIA's cudnn_graph.h) does."""
+    text = (REPO / "tests" / "programs" / "cudnn_decls.h").read_text()
+    text = re.sub(r"^\s*#.*$", " ", re.sub(r"/\*.*?\*/", " ", text, flags=re.S), flags=re.M)
+    text = text.replace('extern "C" {', "")
+    decls = {n: (ret, [p.type for p in ps]) for n, ret, ps in hdr.function_decls(text) if n.startswith("cudnn")}
+    assert len(decls) >= 12
+    for name, (ret, types) in decls.items():
+        f = SPECS.by_name[name]
+        assert (ret, types) == (f.returns, [p.type for p in f.params]), name
+
+
+def test_cudnn_descriptor_kind_agrees_between_shim_and_proxyd():
+    """The shim picks backend descriptor handles (interceptor/lib_cudnn.c);
+    proxyd must read the same kind out of them."""
+    from gpuproxy.proxyd import protocol as P
+    src = (REPO / "interceptor" / "lib_cudnn.c").read_text()
+    m = re.search(r"#define GP_K_CUDNN_BACKEND_DESC (\d+)ull", src)
+    assert m and int(m.group(1)) == P.K_CUDNN_BACKEND_DESC
 
 
 def test_cublas_decls_header_matches_the_specs():
