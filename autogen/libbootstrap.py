@@ -310,7 +310,7 @@ SUPPORTED: Dict[str, Dict] = {
                                             "elementCount=out_value", "arrayOfElements=out_buffer@?"],
                                  "objects": "cudnn_backend_desc:use", "restore": "object", "shim": "override"},
     "cudnnBackendFinalize": {"params": ["descriptor=handle:cudnn_backend_desc"], "objects": "cudnn_backend_desc:use",
-                             "restore": "object"},
+                             "restore": "object", "shim": "override"},
     "cudnnBackendExecute": {"params": ["handle=handle:cudnn_handle", "executionPlan=handle:cudnn_backend_desc",
                                        "variantPack=handle:cudnn_backend_desc"],
                             "objects": "cudnn_handle:use cudnn_backend_desc:use", "restore": "memory",

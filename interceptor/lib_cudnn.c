@@ -17,7 +17,11 @@
  *     kernel) fails at the next synchronising CUDA call
  *     (docs/libraries.md, "Asynchronous calls").
  *   - cudnnBackendFinalize and cudnnBackendGetAttribute are synchronous
- *     (they answer statuses and values).
+ *     (they answer statuses and values), except the finalize of a variant
+ *     pack: PyTorch builds one per convolution call (cached plan, fresh
+ *     pointers), so it is sent asynchronously and a failure is answered by
+ *     the cudnnBackendExecute that uses the pack (reported at the next
+ *     synchronising CUDA call). A cached convolution so costs no round trip.
  *
  * Attribute arrays travel as bytes: elementCount elements whose size follows
  * the attribute type (cudnn_graph.h, cudnnBackendAttributeType_t and the
@@ -31,6 +35,7 @@
  * go along and the worker points cuDNN at its own copy.
  *
  * Locking: gp_lock (recursive) around the descriptor counter and every op. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "gp_lib_cudnn.h"
@@ -53,7 +58,22 @@ enum { T_HANDLE = 0, T_BOOLEAN = 2, T_INT64 = 3, T_FLOAT = 4, T_DOUBLE = 5, T_VO
        T_BACKEND_DESCRIPTOR = 15, T_INT32 = 23, T_CHAR = 24, T_FRACTION = 26, T_LAST = 30 };
 enum { ATTR_VARIANT_PACK_DATA_POINTERS = 1001 };
 
+enum { D_VARIANT_PACK = 16 };   /* cudnnBackendDescriptorType_t */
+
 static uint64_t next_desc;      /* under gp_lock */
+
+/* The live variant packs (few at a time: PyTorch destroys each after its
+ * execution). Under gp_lock. */
+static uint64_t *packs;
+static size_t npacks, cap_packs;
+
+static int pack_index(uint64_t h)
+{
+    for (size_t i = 0; i < npacks; i++)
+        if (packs[i] == h)
+            return (int)i;
+    return -1;
+}
 
 /* Bytes of one element of an attribute of type t, 0 for an unknown type.
  * Enumerated types are C enums (4 bytes), CUDNN_TYPE_BOOLEAN a C++ bool,
@@ -100,6 +120,19 @@ cudnnStatus_t gpo_cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t desc
         return ST_ALLOC_FAILED;
     }
     uint64_t h = (GP_K_CUDNN_BACKEND_DESC << 32) | ++next_desc;
+    if (descriptorType == D_VARIANT_PACK) {
+        if (npacks == cap_packs) {
+            size_t nc = cap_packs ? 2 * cap_packs : 16;
+            uint64_t *np = realloc(packs, nc * sizeof *np);
+            if (!np) {
+                gp_unlock();
+                return ST_ALLOC_FAILED;
+            }
+            packs = np;
+            cap_packs = nc;
+        }
+        packs[npacks++] = h;
+    }
     gp_buf *b = gp_op_begin(GP_FID_cudnnBackendCreateDescriptor, 2);
     mp_uint(b, (uint64_t)descriptorType);
     mp_uint(b, h);
@@ -120,7 +153,31 @@ cudnnStatus_t gpo_cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descrip
         gp_unlock();
         return GP_CUDNN_UNAVAILABLE;
     }
+    int pi = pack_index((uint64_t)(uintptr_t)descriptor);
+    if (pi >= 0)
+        packs[pi] = packs[--npacks];
     gp_buf *b = gp_op_begin(GP_FID_cudnnBackendDestroyDescriptor, 1);
+    mp_uint(b, (uint64_t)(uintptr_t)descriptor);
+    int rc = gp_lib_op_async();
+    gp_unlock();
+    return rc < 0 ? GP_CUDNN_UNAVAILABLE : ST_SUCCESS;
+}
+
+cudnnStatus_t gpo_cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor)
+{
+    if (!descriptor)
+        return ST_BAD_PARAM_NULL_POINTER;
+    gp_lock();
+    int pack = pack_index((uint64_t)(uintptr_t)descriptor) >= 0;
+    if (!pack) {
+        gp_unlock();
+        return gpg_cudnnBackendFinalize(descriptor);
+    }
+    if (gp_session() != CUDA_SUCCESS) {
+        gp_unlock();
+        return GP_CUDNN_UNAVAILABLE;
+    }
+    gp_buf *b = gp_op_begin(GP_FID_cudnnBackendFinalize, 1);
     mp_uint(b, (uint64_t)(uintptr_t)descriptor);
     int rc = gp_lib_op_async();
     gp_unlock();

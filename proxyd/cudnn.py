@@ -63,6 +63,7 @@ SUCCESS, BAD_PARAM, BAD_PARAM_NULL, NOT_SUPPORTED = 0, 2000, 2002, 3000
 # cudnn_graph.h cudnnBackendAttributeType_t
 T_HANDLE, T_VOID_PTR, T_BACKEND_DESCRIPTOR = 0, 6, 15
 ATTR_VARIANT_PACK_DATA_POINTERS = 1001
+D_VARIANT_PACK = 16         # cudnnBackendDescriptorType_t
 
 SPECIAL = ("cudnnBackendCreateDescriptor", "cudnnBackendDestroyDescriptor", "cudnnBackendSetAttribute",
            "cudnnBackendGetAttribute", "cudnnBackendFinalize")
@@ -250,11 +251,19 @@ class CudnnBackendCalls:
                        [h], refs, handles)
             return SUCCESS, []
         if o.info.get("deferred"):
+            if name == "cudnnBackendFinalize" and o.info.get("type") == D_VARIANT_PACK:
+                return SUCCESS, []          # asynchronous: answered by the execution (below)
             return o.info["deferred"], None
         if name == "cudnnBackendFinalize":
             st = lib.bk_finalize(o.real)
             if st == SUCCESS and not replay:
                 lg.add(fid, ctxh, args, [h])
+            if o.info.get("type") == D_VARIANT_PACK:
+                # sent asynchronously (interceptor/lib_cudnn.c): a failure is
+                # answered by the execution that uses the pack
+                if st != SUCCESS:
+                    o.info["deferred"] = st
+                return SUCCESS, []
             return st, ([] if st == SUCCESS else None)
         # cudnnBackendGetAttribute
         _, aname, atype, requested, want_count, arr = args

@@ -335,8 +335,9 @@ class LibraryCalls:
                     out.append(lib.lt_of_cublas(sess.get(P.K_CUBLAS_HANDLE, int(a)).real))
                 elif kind in DECODE_KINDS:
                     o = sess.get(DECODE_KINDS[kind], int(a)) if a else None
-                    if o is not None and o.real is None and "deferred" in o.info:
-                        # a cuDNN descriptor whose creation failed (cudnn.py)
+                    if o is not None and "deferred" in o.info:
+                        # a cuDNN descriptor whose creation, a setting or (a
+                        # variant pack's) finalize failed (cudnn.py)
                         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {name} was not created "
                                                                   f"(cudnnStatus_t {o.info['deferred']})")
                     out.append(o.real if o is not None else None)

@@ -232,6 +232,16 @@ out["get_after"] = dn.cudnnBackendGetAttribute(t, 902, 3, c_int64(8), byref(n), 
 # an unknown attribute type is refused in the application, at once
 out["bad_type"] = dn.cudnnBackendSetAttribute(t, 902, 777, c_int64(1), dims)
 out["destroy"] = dn.cudnnBackendDestroyDescriptor(t)
+# a variant pack's finalize is asynchronous (one per PyTorch convolution):
+# finalized without its attributes, it fails the execution that uses it,
+# at the next synchronising CUDA call
+vp = c_void_p()
+out["vp_create"] = dn.cudnnBackendCreateDescriptor(16, byref(vp))
+out["vp_finalize"] = dn.cudnnBackendFinalize(vp)
+out["execute"] = dn.cudnnBackendExecute(h, vp, vp)
+rt = ctypes.CDLL("libcudart.so.13")
+out["sync"] = rt.cudaDeviceSynchronize()
+out["sync_again"] = rt.cudaDeviceSynchronize()
 # unsupported: CUDNN_STATUS_NOT_SUPPORTED and one stderr line
 out["unsupported"] = dn.cudnnConvolutionForward(h, None, None, None, None, None, None, 0, None, 0, None, None, None)
 out["name"] = dn.cudnnGetErrorString(3000).decode()
@@ -253,7 +263,11 @@ def test_cudnn_backend_calls_errors_and_unsupported(emu_daemon):
     assert o["set_after"] == 0 and o["get_after"] == 2000, "a failed set's status comes with the next query"
     assert o["bad_type"] == 2010, "CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE"
     assert o["destroy"] == 0
+    assert o["vp_create"] == 0 and o["vp_finalize"] == 0 and o["execute"] == 0
+    assert o["sync"] == 719 and o["sync_again"] == 0, "the failed pack fails its execution, reported at the sync"
+    assert _lines_naming(r.stderr, "cudnnBackendExecute"), r.stderr
     assert o["unsupported"] == 3000 and len(_lines_naming(r.stderr, "cudnnConvolutionForward")) == 1, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 2, r.stderr
     assert o["name"] == "CUDNN_STATUS_NOT_SUPPORTED"
     assert o["destroy_handle"] == 0
 
