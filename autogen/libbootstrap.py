@@ -114,6 +114,7 @@ NUMERIC_ELEM = {"float": "sizeof(float)", "double": "sizeof(double)", "cuComplex
 # scalar_ptr's size is the host value's size and `mode` (in the YAML) the C
 # expression that is true when the pointer is a device pointer.
 H = "handle=handle:cublas_handle"
+DH = "handle=handle:cudnn_handle"
 LH = "lightHandle=handle:cublaslt_handle"
 
 
@@ -311,6 +312,64 @@ SUPPORTED: Dict[str, Dict] = {
                                  "objects": "cudnn_backend_desc:use", "restore": "object", "shim": "override"},
     "cudnnBackendFinalize": {"params": ["descriptor=handle:cudnn_backend_desc"], "objects": "cudnn_backend_desc:use",
                              "restore": "object", "shim": "override"},
+    # legacy tensor descriptors and batch normalization (cudnn_ops.h): what
+    # PyTorch's BatchNorm2d calls. Descriptor settings are asynchronous and
+    # kept for restore; alpha/beta are host scalars, double for double
+    # tensors and float otherwise (cuDNN docs, "Scaling Parameters"), which
+    # the shim tracks per descriptor (lib_cudnn.c).
+    "cudnnCreateTensorDescriptor": {"params": ["tensorDesc=out_value:cudnn_desc"], "objects": "cudnn_desc:create",
+                                    "restore": "object"},
+    "cudnnDestroyTensorDescriptor": {"params": ["tensorDesc=handle:cudnn_desc"], "objects": "cudnn_desc:destroy",
+                                     "restore": "object", "shim": "override", "sync": False},
+    "cudnnSetTensorNdDescriptor": {"params": ["tensorDesc=handle:cudnn_desc", "dataType=scalar", "nbDims=scalar",
+                                              "dimA=in_buffer@nbDims * sizeof(int)",
+                                              "strideA=in_buffer@nbDims * sizeof(int)"],
+                                   "objects": "cudnn_desc:use", "restore": _object(["tensorDesc"]),
+                                   "shim": "override", "sync": False},
+    "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize": {
+        "params": [DH, "mode=scalar", "bnOps=scalar", "xDesc=handle:cudnn_desc", "zDesc=handle:cudnn_desc",
+                   "yDesc=handle:cudnn_desc", "bnScaleBiasMeanVarDesc=handle:cudnn_desc",
+                   "activationDesc=handle:cudnn_desc", "sizeInBytes=out_value"],
+        "objects": "cudnn_handle:use cudnn_desc:use", "restore": "query"},
+    "cudnnGetBatchNormalizationBackwardExWorkspaceSize": {
+        "params": [DH, "mode=scalar", "bnOps=scalar", "xDesc=handle:cudnn_desc", "yDesc=handle:cudnn_desc",
+                   "dyDesc=handle:cudnn_desc", "dzDesc=handle:cudnn_desc", "dxDesc=handle:cudnn_desc",
+                   "dBnScaleBiasDesc=handle:cudnn_desc", "activationDesc=handle:cudnn_desc", "sizeInBytes=out_value"],
+        "objects": "cudnn_handle:use cudnn_desc:use", "restore": "query"},
+    "cudnnGetBatchNormalizationTrainingExReserveSpaceSize": {
+        "params": [DH, "mode=scalar", "bnOps=scalar", "activationDesc=handle:cudnn_desc", "xDesc=handle:cudnn_desc",
+                   "sizeInBytes=out_value"],
+        "objects": "cudnn_handle:use cudnn_desc:use", "restore": "query"},
+    "cudnnBatchNormalizationForwardTrainingEx": {
+        "params": [DH, "mode=scalar", "bnOps=scalar", "alpha=scalar_ptr@gp_cudnn_scalar_size(xDesc)",
+                   "beta=scalar_ptr@gp_cudnn_scalar_size(xDesc)", "xDesc=handle:cudnn_desc", "xData=device_ptr",
+                   "zDesc=handle:cudnn_desc", "zData=device_ptr", "yDesc=handle:cudnn_desc", "yData=device_ptr",
+                   "bnScaleBiasMeanVarDesc=handle:cudnn_desc", "bnScale=device_ptr", "bnBias=device_ptr",
+                   "exponentialAverageFactor=scalar", "resultRunningMean=device_ptr",
+                   "resultRunningVariance=device_ptr", "epsilon=scalar", "resultSaveMean=device_ptr",
+                   "resultSaveInvVariance=device_ptr", "activationDesc=handle:cudnn_desc", "workspace=device_ptr",
+                   "workSpaceSizeInBytes=scalar", "reserveSpace=device_ptr", "reserveSpaceSizeInBytes=scalar"],
+        "objects": "cudnn_handle:use cudnn_desc:use", "restore": "memory", "sync": False},
+    "cudnnBatchNormalizationBackwardEx": {
+        "params": [DH, "mode=scalar", "bnOps=scalar", "alphaDataDiff=scalar_ptr@gp_cudnn_scalar_size(xDesc)",
+                   "betaDataDiff=scalar_ptr@gp_cudnn_scalar_size(xDesc)",
+                   "alphaParamDiff=scalar_ptr@gp_cudnn_scalar_size(xDesc)",
+                   "betaParamDiff=scalar_ptr@gp_cudnn_scalar_size(xDesc)", "xDesc=handle:cudnn_desc",
+                   "xData=device_ptr", "yDesc=handle:cudnn_desc", "yData=device_ptr", "dyDesc=handle:cudnn_desc",
+                   "dyData=device_ptr", "dzDesc=handle:cudnn_desc", "dzData=device_ptr", "dxDesc=handle:cudnn_desc",
+                   "dxData=device_ptr", "dBnScaleBiasDesc=handle:cudnn_desc", "bnScaleData=device_ptr",
+                   "bnBiasData=device_ptr", "dBnScaleData=device_ptr", "dBnBiasData=device_ptr", "epsilon=scalar",
+                   "savedMean=device_ptr", "savedInvVariance=device_ptr", "activationDesc=handle:cudnn_desc",
+                   "workSpace=device_ptr", "workSpaceSizeInBytes=scalar", "reserveSpace=device_ptr",
+                   "reserveSpaceSizeInBytes=scalar"],
+        "objects": "cudnn_handle:use cudnn_desc:use", "restore": "memory", "sync": False},
+    "cudnnBatchNormalizationForwardInference": {
+        "params": [DH, "mode=scalar", "alpha=scalar_ptr@gp_cudnn_scalar_size(xDesc)",
+                   "beta=scalar_ptr@gp_cudnn_scalar_size(xDesc)", "xDesc=handle:cudnn_desc", "x=device_ptr",
+                   "yDesc=handle:cudnn_desc", "y=device_ptr", "bnScaleBiasMeanVarDesc=handle:cudnn_desc",
+                   "bnScale=device_ptr", "bnBias=device_ptr", "estimatedMean=device_ptr",
+                   "estimatedVariance=device_ptr", "epsilon=scalar"],
+        "objects": "cudnn_handle:use cudnn_desc:use", "restore": "memory", "sync": False},
     "cudnnBackendExecute": {"params": ["handle=handle:cudnn_handle", "executionPlan=handle:cudnn_backend_desc",
                                        "variantPack=handle:cudnn_backend_desc"],
                             "objects": "cudnn_handle:use cudnn_backend_desc:use", "restore": "memory",

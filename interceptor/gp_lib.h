@@ -42,6 +42,12 @@ size_t gp_lt_scale_size(const void *desc);
 /* which: 0 alpha, 1 beta; 1 when that scalar is a device pointer */
 int gp_lt_device_mode(const void *desc, int which);
 
+/* cuDNN (cudnn_ops.h, "Scaling Parameters"): bytes of alpha/beta of a call
+ * on tensors described by desc: sizeof(double) for CUDNN_DATA_DOUBLE
+ * tensors, else sizeof(float). The data type is noted by
+ * cudnnSetTensorNdDescriptor. lib_cudnn.c (in libcudnn.so.9). */
+size_t gp_cudnn_scalar_size(const void *desc);
+
 /* cublas_api.h: names and descriptions of cublasStatus_t. lib_state.c. */
 const char *gp_cublas_status_name(int s);
 const char *gp_cublas_status_string(int s);

@@ -299,6 +299,70 @@ cudnnStatus_t gpo_cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descri
     return s;
 }
 
+/* Legacy tensor descriptors: the data type of each, for the size of the
+ * alpha/beta of calls on it (gp_lib.h). PyTorch makes and destroys a few
+ * per call, so the list stays short. Under gp_lock. */
+typedef struct tdesc {
+    uint64_t h;
+    int dtype;
+    struct tdesc *next;
+} tdesc;
+static tdesc *tdescs;
+
+enum { DATA_DOUBLE = 1 };       /* cudnnDataType_t */
+
+size_t gp_cudnn_scalar_size(const void *desc)
+{
+    gp_lock();
+    int dt = 0;
+    for (tdesc *t = tdescs; t; t = t->next)
+        if (t->h == (uint64_t)(uintptr_t)desc) {
+            dt = t->dtype;
+            break;
+        }
+    gp_unlock();
+    return dt == DATA_DOUBLE ? sizeof(double) : sizeof(float);
+}
+
+cudnnStatus_t gpo_cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t dataType, int nbDims,
+                                             const int dimA[], const int strideA[])
+{
+    if (!tensorDesc || (nbDims > 0 && (!dimA || !strideA)))
+        return ST_BAD_PARAM_NULL_POINTER;
+    if (nbDims <= 0 || nbDims > 8)      /* CUDNN_DIM_MAX */
+        return ST_BAD_PARAM;
+    cudnnStatus_t s = gpg_cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA);
+    if (s != ST_SUCCESS)
+        return s;
+    gp_lock();
+    tdesc *t = tdescs;
+    while (t && t->h != (uint64_t)(uintptr_t)tensorDesc)
+        t = t->next;
+    if (!t && (t = calloc(1, sizeof *t)) != NULL) {
+        t->h = (uint64_t)(uintptr_t)tensorDesc;
+        t->next = tdescs;
+        tdescs = t;
+    }
+    if (t)
+        t->dtype = (int)dataType;
+    gp_unlock();
+    return s;
+}
+
+cudnnStatus_t gpo_cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t tensorDesc)
+{
+    gp_lock();
+    for (tdesc **p = &tdescs; *p; p = &(*p)->next)
+        if ((*p)->h == (uint64_t)(uintptr_t)tensorDesc) {
+            tdesc *t = *p;
+            *p = t->next;
+            free(t);
+            break;
+        }
+    gp_unlock();
+    return gpg_cudnnDestroyTensorDescriptor(tensorDesc);
+}
+
 /* cudnn_graph.h: cudnnGetErrorString's names, answered here (no round trip) */
 const char *gpo_cudnnGetErrorString(cudnnStatus_t status)
 {

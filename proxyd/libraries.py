@@ -48,7 +48,8 @@ CUDA_ERROR_NOT_SUPPORTED = 801
 # object kinds of library handles -> protocol kind codes
 LIB_KINDS = {"cublas_handle": P.K_CUBLAS_HANDLE, "cublaslt_handle": P.K_CUBLASLT_HANDLE,
              "cublaslt_matmul_desc": P.K_CUBLASLT_MATMUL_DESC, "cublaslt_layout": P.K_CUBLASLT_LAYOUT,
-             "cublaslt_preference": P.K_CUBLASLT_PREFERENCE, "cudnn_handle": P.K_CUDNN_HANDLE}
+             "cublaslt_preference": P.K_CUBLASLT_PREFERENCE, "cudnn_handle": P.K_CUDNN_HANDLE,
+             "cudnn_desc": P.K_CUDNN_DESC}
 # kinds a library call may name: the above and cuDNN's backend descriptors,
 # which are restored through their own log (cudnn.py), not as objects here
 DECODE_KINDS = {**LIB_KINDS, "cudnn_backend_desc": P.K_CUDNN_BACKEND_DESC}

@@ -63,6 +63,7 @@ K_CUDNN_HANDLE = 38
 # cuDNN backend descriptors: the shim picks their ids (interceptor/lib_cudnn.c,
 # GP_K_CUDNN_BACKEND_DESC), proxyd never allocates one (proxyd/cudnn.py)
 K_CUDNN_BACKEND_DESC = 39
+K_CUDNN_DESC = 40       # cuDNN's legacy descriptors (cudnnTensorDescriptor_t, ...)
 
 KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
               "stream": K_STREAM, "event": K_EVENT, "mem_pool": K_MEM_POOL,
@@ -70,7 +71,7 @@ KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
               "cublas_handle": K_CUBLAS_HANDLE, "cublaslt_handle": K_CUBLASLT_HANDLE,
               "cublaslt_matmul_desc": K_CUBLASLT_MATMUL_DESC, "cublaslt_layout": K_CUBLASLT_LAYOUT,
               "cublaslt_preference": K_CUBLASLT_PREFERENCE, "cudnn_handle": K_CUDNN_HANDLE,
-              "cudnn_backend_desc": K_CUDNN_BACKEND_DESC}
+              "cudnn_backend_desc": K_CUDNN_BACKEND_DESC, "cudnn_desc": K_CUDNN_DESC}
 KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
 
 # special stream handle values (cuda.h)

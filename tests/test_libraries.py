@@ -272,6 +272,72 @@ def test_cudnn_backend_calls_errors_and_unsupported(emu_daemon):
     assert o["destroy_handle"] == 0
 
 
+BN_SCRIPT = r"""
+import ctypes, json, struct
+from ctypes import byref, c_void_p, c_float, c_double, c_size_t
+dn = ctypes.CDLL("libcudnn.so.9")
+rt = ctypes.CDLL("libcudart.so.13")
+h = c_void_p()
+assert dn.cudnnCreate(byref(h)) == 0
+N, C, HW = 2, 3, 4
+x = [((i * 5) % 11 - 5) / 4.0 for i in range(N * C * HW)]
+def dev(vals):
+    p = c_void_p()
+    assert rt.cudaMalloc(byref(p), 4 * len(vals)) == 0
+    buf = struct.pack(f"<{len(vals)}f", *vals)
+    assert rt.cudaMemcpy(p, buf, len(buf), 1) == 0
+    return p
+def host(p, n):
+    buf = ctypes.create_string_buffer(4 * n)
+    assert rt.cudaMemcpy(buf, p, 4 * n, 2) == 0
+    return list(struct.unpack(f"<{n}f", buf.raw))
+def tdesc(dims):
+    t = c_void_p()
+    assert dn.cudnnCreateTensorDescriptor(byref(t)) == 0
+    st = [1] * 4
+    for i in (2, 1, 0):
+        st[i] = st[i + 1] * dims[i + 1]
+    assert dn.cudnnSetTensorNdDescriptor(t, 0, 4, (ctypes.c_int * 4)(*dims), (ctypes.c_int * 4)(*st)) == 0
+    return t
+xd, pd = tdesc([N, C, 2, 2]), tdesc([1, C, 1, 1])
+dx, dy = dev(x), dev([0.0] * len(x))
+g, b = dev([1.0, 2.0, 0.5]), dev([0.0, 1.0, -1.0])
+rm, rv, sm, si = dev([0.0] * C), dev([1.0] * C), dev([0.0] * C), dev([0.0] * C)
+one, zero = c_float(1.0), c_float(0.0)
+ws = c_size_t(99)
+out = {"ws_rc": dn.cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, 1, 0, xd, None, xd, pd, None, byref(ws))}
+out["fwd"] = dn.cudnnBatchNormalizationForwardTrainingEx(h, 1, 0, byref(one), byref(zero), xd, dx, None, None, xd, dy,
+    pd, g, b, c_double(0.5), rm, rv, c_double(1e-5), sm, si, None, None, c_size_t(0), None, c_size_t(0))
+out["sync"] = rt.cudaDeviceSynchronize()
+out["x"], out["y"], out["rm"], out["rv"] = x, host(dy, len(x)), host(rm, C), host(rv, C)
+out["destroy"] = [dn.cudnnDestroyTensorDescriptor(xd), dn.cudnnDestroyTensorDescriptor(pd)]
+print(json.dumps(out))
+"""
+
+
+def test_cudnn_batch_norm_forward_training(emu_daemon):
+    """The legacy calls PyTorch's BatchNorm2d makes: tensor descriptors
+    (asynchronous settings, the data type tracked for alpha/beta) and
+    cudnnBatchNormalizationForwardTrainingEx, against the formulas."""
+    r = _run_py(emu_daemon, BN_SCRIPT)
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["ws_rc"] == 0 and o["fwd"] == 0 and o["sync"] == 0 and o["destroy"] == [0, 0], o
+    N, C, HW = 2, 3, 4
+    g, b = [1.0, 2.0, 0.5], [0.0, 1.0, -1.0]
+    for c in range(C):
+        vals = [o["x"][(n * C + c) * HW + i] for n in range(N) for i in range(HW)]
+        mean = sum(vals) / len(vals)
+        var = sum((v - mean) ** 2 for v in vals) / len(vals)
+        for n in range(N):
+            for i in range(HW):
+                k = (n * C + c) * HW + i
+                want = (o["x"][k] - mean) / (var + 1e-5) ** 0.5 * g[c] + b[c]
+                assert abs(o["y"][k] - want) < 1e-5, (k, o["y"][k], want)
+        assert abs(o["rm"][c] - 0.5 * mean) < 1e-6
+        assert abs(o["rv"][c] - (0.5 + 0.5 * var * len(vals) / (len(vals) - 1))) < 1e-5
+
+
 def test_cudnn_backend_log_keeps_what_live_descriptors_need():
     """proxyd/cudnn.py BackendLog: a destroyed descriptor's calls stay while
     a live descriptor's call names it, and go with the last such one."""

@@ -1,7 +1,9 @@
 """The emulated backend's cuDNN (docs/libraries.md, "cuDNN").
 
 What CI needs to run the cuDNN path end to end without a GPU: handles and
-their stream, versions, and the backend (graph) API's descriptor plumbing
+their stream, versions, legacy tensor descriptors and batch normalization
+(spatial mode, fp32/fp64, forward training, forward inference, backward; as
+PyTorch's BatchNorm2d calls them), and the backend (graph) API's descriptor plumbing
 with one engine: a graph of a single convolution forward (fp32 tensors of
 4 dimensions, any strides, padding, filter strides, dilation, groups,
 convolution or cross-correlation, fp32 or fp64 alpha/beta) computed in
@@ -98,6 +100,120 @@ class EmuCudnn(EmuLibrary):
 
     def f_cudnnGetLastErrorString(self, message, max_size):
         return 0, [b"\0" * max(int(max_size or 0), 0) if message else None]
+
+    # ------------------------------------------ legacy tensors, batch norm
+    def f_cudnnCreateTensorDescriptor(self, out):
+        return OK, [self._new(kind="tensor", dtype=None)]
+
+    def f_cudnnSetTensorNdDescriptor(self, t, dtype, nb, dims, strides):
+        o = self._obj(t)
+        if dtype not in (DATA_FLOAT, DATA_DOUBLE) or not 0 < nb <= 8:
+            return NOT_SUPPORTED if dtype not in (DATA_FLOAT, DATA_DOUBLE) else BAD_PARAM, []
+        o.update(dtype=dtype, dims=list(struct.unpack(f"<{nb}i", dims)),
+                 strides=list(struct.unpack(f"<{nb}i", strides)))
+        return OK, []
+
+    def f_cudnnDestroyTensorDescriptor(self, t):
+        self._obj(t)
+        del self.objs[t]
+        return OK, []
+
+    def f_cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(self, h, mode, ops, *descs_and_out):
+        return OK, [0]
+
+    def f_cudnnGetBatchNormalizationBackwardExWorkspaceSize(self, h, mode, ops, *descs_and_out):
+        return OK, [0]
+
+    def f_cudnnGetBatchNormalizationTrainingExReserveSpaceSize(self, h, mode, ops, act, x, out):
+        return OK, [0]
+
+    def _lt(self, desc, addr):
+        """A legacy tensor (its descriptor and device address) as a numpy view."""
+        o = self._obj(desc)
+        if o.get("dtype") is None:
+            raise Unsupported("tensor descriptor was not set")
+        dt = np.float32 if o["dtype"] == DATA_FLOAT else np.float64
+        item = np.dtype(dt).itemsize
+        n = 1 + sum((d - 1) * s for d, s in zip(o["dims"], o["strides"]))
+        flat = self.b.resolve(int(addr), item * n).view(dt)
+        return np.lib.stride_tricks.as_strided(flat, shape=o["dims"], strides=[item * s for s in o["strides"]])
+
+    @staticmethod
+    def _bn_check(mode, ops=0):
+        # cudnn_ops.h: CUDNN_BATCHNORM_SPATIAL 1, _SPATIAL_PERSISTENT 2; CUDNN_BATCHNORM_OPS_BN 0
+        if mode not in (1, 2) or ops != 0:
+            raise Unsupported(f"batch normalization mode {mode} / ops {ops} (only spatial, BN alone)")
+
+    def _scal(self, v, desc):
+        return self._scalar(v, "d" if self._obj(desc)["dtype"] == DATA_DOUBLE else "f")
+
+    def f_cudnnBatchNormalizationForwardTrainingEx(self, h, mode, ops, alpha, beta, xd, x, zd, z, yd, y, pd, scale,
+                                                   bias, factor, rmean, rvar, eps, smean, sinv, act, ws, wss, rs, rss):
+        self._bn_check(mode, ops)
+        X, Y = self._lt(xd, x), self._lt(yd, y)
+        g, b = self._lt(pd, scale).reshape(-1), self._lt(pd, bias).reshape(-1)
+        axes = (0,) + tuple(range(2, X.ndim))
+        xf = X.astype(np.float64)
+        mean = xf.mean(axis=axes)
+        var = xf.var(axis=axes)
+        m = xf.size // xf.shape[1]
+        shape = (1, -1) + (1,) * (X.ndim - 2)
+        inv = 1.0 / np.sqrt(var + eps)
+        res = (xf - mean.reshape(shape)) * inv.reshape(shape) * g.reshape(shape) + b.reshape(shape)
+        a, bt = self._scal(alpha, xd), self._scal(beta, xd)
+        Y[...] = a * res + (bt * Y.astype(np.float64) if bt != 0 else 0.0)
+        if rmean:
+            rm = self._lt(pd, rmean).reshape(-1)
+            rm[...] = (1 - factor) * rm + factor * mean
+        if rvar:
+            rv = self._lt(pd, rvar).reshape(-1)
+            rv[...] = (1 - factor) * rv + factor * var * m / max(m - 1, 1)     # unbiased, as cuDNN keeps it
+        if smean:
+            self._lt(pd, smean).reshape(-1)[...] = mean
+        if sinv:
+            self._lt(pd, sinv).reshape(-1)[...] = inv
+        return OK, []
+
+    def f_cudnnBatchNormalizationForwardInference(self, h, mode, alpha, beta, xd, x, yd, y, pd, scale, bias, emean,
+                                                  evar, eps):
+        self._bn_check(mode)
+        X, Y = self._lt(xd, x), self._lt(yd, y)
+        shape = (1, -1) + (1,) * (X.ndim - 2)
+        g, b, em, ev = (self._lt(pd, p).reshape(shape).astype(np.float64) for p in (scale, bias, emean, evar))
+        res = (X.astype(np.float64) - em) / np.sqrt(ev + eps) * g + b
+        a, bt = self._scal(alpha, xd), self._scal(beta, xd)
+        Y[...] = a * res + (bt * Y.astype(np.float64) if bt != 0 else 0.0)
+        return OK, []
+
+    def f_cudnnBatchNormalizationBackwardEx(self, h, mode, ops, ad, bd, ap, bp, xd, x, yd, y, dyd, dy, dzd, dz, dxd,
+                                            dx, pd, scale, bias, dscale, dbias, eps, smean, sinv, act, ws, wss,
+                                            rs, rss):
+        self._bn_check(mode, ops)
+        X = self._lt(xd, x).astype(np.float64)
+        DY = self._lt(dyd, dy).astype(np.float64)
+        DXv = self._lt(dxd, dx)
+        axes = (0,) + tuple(range(2, X.ndim))
+        shape = (1, -1) + (1,) * (X.ndim - 2)
+        m = X.size // X.shape[1]
+        if smean and sinv:
+            # what the forward pass saved (cudnnBatchNormalizationForwardTrainingEx)
+            mean = self._lt(pd, smean).reshape(-1).astype(np.float64)
+            inv = self._lt(pd, sinv).reshape(-1).astype(np.float64)
+        else:
+            mean = X.mean(axis=axes)
+            inv = 1.0 / np.sqrt(X.var(axis=axes) + eps)
+        g = self._lt(pd, scale).reshape(-1).astype(np.float64)
+        xhat = (X - mean.reshape(shape)) * inv.reshape(shape)
+        dbeta = DY.sum(axis=axes)
+        dgamma = (DY * xhat).sum(axis=axes)
+        dxr = (g * inv).reshape(shape) / m * (m * DY - dbeta.reshape(shape) - xhat * dgamma.reshape(shape))
+        a, bt = self._scal(ad, xd), self._scal(bd, xd)
+        DXv[...] = a * dxr + (bt * DXv.astype(np.float64) if bt != 0 else 0.0)
+        pa, pb = self._scal(ap, xd), self._scal(bp, xd)
+        for out, val in ((dscale, dgamma), (dbias, dbeta)):
+            v = self._lt(pd, out).reshape(-1)
+            v[...] = pa * val + (pb * v.astype(np.float64) if pb != 0 else 0.0)
+        return OK, []
 
     # ------------------------------------------------------- descriptors
     def _d(self, real) -> dict:
