@@ -108,7 +108,7 @@ def gen_dispatch(driver, types: dict[str, CType], sources: list[str], libs=()) -
             ret = g(f, "returns")
             rcls, rsize = _lib_class(ret, sf)
             rc = "void *" if ret.endswith("*") else ("" if rcls == "int" else "u") + f"int{8 * (rsize or 4)}_t" \
-                if rcls in ("int", "uint") else None
+                if rcls in ("int", "uint") else "void" if ret == "void" else None
             if None not in cp and rc:
                 decls.append(f"{rc} {g(f, 'name')}({', '.join(cp) or 'void'});")
         lib_cdef[sf.api] = (sf.soname, "\n".join(decls))

@@ -230,7 +230,7 @@ class RealLibrary:
                 res.append(o[1][0])
             else:
                 res.append(bytes(ffi.buffer(o[1])))
-        return int(r), res
+        return int(r) if r is not None else 0, res     # a void function (cudnnGetLastErrorString): 0
 
 
 class RealCudnn(RealLibrary):

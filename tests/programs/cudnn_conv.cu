@@ -11,7 +11,9 @@
 // a variant pack with the three device pointers and the plan's workspace.
 // The heuristics descriptor and the configs not chosen are destroyed once
 // the plan exists (cuDNN keeps what the plan needs). Every iteration
-// uploads new X and W, executes the plan and checks Y; so a dump/restore
+// fills X with a kernel of its own on the handle's stream (so the
+// execution must run after it, in stream order), uploads a new W,
+// executes the plan and checks Y; so a dump/restore
 // between iterations that lost a descriptor, an attribute or the plan
 // fails the program. Values are multiples of 1/8 in [-1, 1], so every
 // product and sum is exact in fp32 and in TF32 tensor-core arithmetic.
@@ -98,6 +100,14 @@ static cudnnBackendDescriptor_t tensor(int64_t uid, int64_t n, int64_t c, int64_
     set(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
     CHECK_DNN(cudnnBackendFinalize(d));
     return d;
+}
+
+// x[i] = ((i * 7 + seed * 13) % 17 - 8) / 8, as fill() below
+__global__ void fill_input(float *x, size_t n, int seed)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] = (float)((int)((i * 7 + (size_t)seed * 13) % 17) - 8) / 8.0f;
 }
 
 static void fill(std::vector<float> &v, int seed)
@@ -248,9 +258,12 @@ int main(int argc, char **argv)
 
         fill(x, it);
         fill(w, 3 * it + 1);
-        CHECK(cudaMemcpy(dx, x.data(), nx * sizeof(float), cudaMemcpyHostToDevice));
         CHECK(cudaMemcpy(dw, w.data(), nw * sizeof(float), cudaMemcpyHostToDevice));
+        CHECK(cudaMemset(dx, 0, nx * sizeof(float)));
         CHECK(cudaMemset(dy, 0xff, ny * sizeof(float)));     // NaNs: a skipped execution shows
+        CHECK(cudaDeviceSynchronize());
+        fill_input<<<(unsigned)((nx + 127) / 128), 128, 0, stream>>>(dx, nx, it);
+        CHECK(cudaGetLastError());
         CHECK_DNN(cudnnBackendExecute(dnn, plan, pack));
         CHECK(cudaStreamSynchronize(stream));
         CHECK(cudaMemcpy(y.data(), dy, ny * sizeof(float), cudaMemcpyDeviceToHost));
