@@ -338,6 +338,49 @@ def test_cudnn_batch_norm_forward_training(emu_daemon):
         assert abs(o["rv"][c] - (0.5 + 0.5 * var * len(vals) / (len(vals) - 1))) < 1e-5
 
 
+def test_real_cudnn_builds_a_graph_from_the_wire_layout(monkeypatch):
+    """The worker's path to NVIDIA's cuDNN (libraries.RealCudnn) with
+    attribute arrays laid out as the shim sends them and descriptor elements
+    as cuDNN's pointers: tensors, a convolution, the convolution-forward
+    operation and an operation graph finalize, and values read back are
+    what was set. cuDNN builds these without a GPU; skipped where
+    libcudnn.so.9 is not installed (GPUPROXY_LIB_DIR, nvidia/cudnn/lib)."""
+    import struct
+    path = libbootstrap.find_file(_lib_dirs() + [os.path.join(p, "nvidia", "cudnn", "lib") for p in sys.path],
+                                  "libcudnn.so.9")
+    if path is None:
+        pytest.skip("NVIDIA's libcudnn.so.9 not installed here (set GPUPROXY_LIB_DIR)")
+    monkeypatch.setenv("GPUPROXY_CUDNN_LIBRARY", path)
+    from gpuproxy.proxyd.libraries import RealCudnn
+    L = RealCudnn("cudnn")
+
+    def make(dtype, attrs):
+        st, d = L.bk_create(dtype)
+        assert st == 0 and d
+        for name, atype, fmt, vals in attrs:
+            assert L.bk_set(d, name, atype, len(vals), struct.pack("<" + fmt * len(vals), *vals)) == 0, name
+        assert L.bk_finalize(d) == 0, dtype
+        return d
+
+    def tensor(uid, dims):
+        strides = [1] * 4
+        for i in (2, 1, 0):
+            strides[i] = strides[i + 1] * dims[i + 1]
+        return make(17, [(901, 1, "i", [0]), (902, 3, "q", dims), (903, 3, "q", strides), (906, 3, "q", [uid]),
+                         (900, 3, "q", [16])])
+
+    x, w, y = tensor(1, [2, 4, 9, 9]), tensor(2, [6, 4, 3, 3]), tensor(3, [2, 6, 5, 5])
+    conv = make(1, [(106, 3, "q", [2]), (100, 1, "i", [0]), (101, 7, "i", [1]), (105, 3, "q", [1, 1]),
+                    (104, 3, "q", [1, 1]), (103, 3, "q", [2, 2]), (102, 3, "q", [1, 1])])
+    op = make(10, [(704, 15, "Q", [x]), (703, 15, "Q", [w]), (705, 15, "Q", [y]), (702, 15, "Q", [conv]),
+                   (700, 4, "f", [1.0]), (701, 4, "f", [0.0])])
+    make(15, [(801, 15, "Q", [op])])
+    st, n, raw = L.bk_get(w, 902, 3, 4, 32)
+    assert st == 0 and n == 4 and struct.unpack("<4q", raw) == (6, 4, 3, 3)
+    st, n, raw = L.bk_get(op, 700, 4, 1, 4)
+    assert st == 0 and n == 1 and struct.unpack("<f", raw) == (1.0,)
+
+
 def test_cudnn_backend_log_keeps_what_live_descriptors_need():
     """proxyd/cudnn.py BackendLog: a destroyed descriptor's calls stay while
     a live descriptor's call names it, and go with the last such one."""
