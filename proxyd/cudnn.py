@@ -169,6 +169,9 @@ class CudnnBackendCalls:
         if atype == T_BACKEND_DESCRIPTOR:
             reals = []
             for h in _u64s(data, count):
+                if h == 0:
+                    reals.append(0)     # NULL passes as NULL: cuDNN answers it as natively
+                    continue
                 r = self._desc(sess, h)
                 refs.append(h)
                 if r.real is None:
