@@ -51,8 +51,11 @@ def _c_typedef(name: str, t: dict) -> str:
 
 
 def can_be_generic(f) -> bool:
-    if not g(f, "sync", True) and any(g(p, "role") in ("out_value", "out_buffer") for p in g(f, "params") or []):
-        return False    # asynchronous with outputs: only a hand-written body (cudnnBackendCreateDescriptor)
+    if not g(f, "sync", True) and g(f, "ids") != "shim" and \
+            any(g(p, "role") in ("out_value", "out_buffer") for p in g(f, "params") or []):
+        # asynchronous with outputs the generic body cannot name: only a
+        # hand-written body (cudnnBackendCreateDescriptor)
+        return False
     for p in g(f, "params") or []:
         if g(p, "role") in ("host_ptr", "callback", None) or g(p, "type") == "...":
             return False
