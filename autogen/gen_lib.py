@@ -26,7 +26,7 @@ STD_TYPES = {"FILE", "size_t"}
 
 
 def lib_name(api: str) -> str:
-    return {"cublas": "cublas", "cublaslt": "cublasLt", "nvml": "nvml"}[api]
+    return {"cublas": "cublas", "cublaslt": "cublasLt", "nvml": "nvml", "cudnn": "cudnn"}[api]
 
 
 def _c_typedef(name: str, t: dict) -> str:
@@ -51,6 +51,11 @@ def _c_typedef(name: str, t: dict) -> str:
 
 
 def can_be_generic(f) -> bool:
+    if not g(f, "sync", True) and g(f, "ids") != "shim" and \
+            any(g(p, "role") in ("out_value", "out_buffer") for p in g(f, "params") or []):
+        # asynchronous with outputs the generic body cannot name: only a
+        # hand-written body (cudnnBackendCreateDescriptor)
+        return False
     for p in g(f, "params") or []:
         if g(p, "role") in ("host_ptr", "callback", None) or g(p, "type") == "...":
             return False
@@ -88,7 +93,7 @@ def gen_header(sf, fns, sources) -> str:
 
 
 def _status_type(sf):
-    return "nvmlReturn_t" if sf.api == "nvml" else "cublasStatus_t"
+    return {"nvml": "nvmlReturn_t", "cudnn": "cudnnStatus_t"}.get(sf.api, "cublasStatus_t")
 
 
 def _fail(sf, ret: str, what: str) -> str:

@@ -46,6 +46,8 @@ _BUILTIN = {"char": ("int", 1), "signed char": ("int", 1), "unsigned char": ("ui
 
 def _lib_class(t: str, sf):
     t = t.replace("const ", "").strip()
+    if t.endswith(" const"):     # cudnnBackendDescriptor_t const (cudnn_graph.h)
+        t = t[:-len(" const")]
     words = t.split()
     if words and set(words) <= {"long", "int", "short", "char", "signed", "unsigned"} and len(words) > 1:
         # 'long long int', 'unsigned long long int', 'unsigned int', ...
@@ -106,7 +108,7 @@ def gen_dispatch(driver, types: dict[str, CType], sources: list[str], libs=()) -
             ret = g(f, "returns")
             rcls, rsize = _lib_class(ret, sf)
             rc = "void *" if ret.endswith("*") else ("" if rcls == "int" else "u") + f"int{8 * (rsize or 4)}_t" \
-                if rcls in ("int", "uint") else None
+                if rcls in ("int", "uint") else "void" if ret == "void" else None
             if None not in cp and rc:
                 decls.append(f"{rc} {g(f, 'name')}({', '.join(cp) or 'void'});")
         lib_cdef[sf.api] = (sf.soname, "\n".join(decls))

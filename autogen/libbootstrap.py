@@ -53,8 +53,21 @@ LIBS = {
         # nvml.h: NVML_SUCCESS 0, NVML_ERROR_NOT_SUPPORTED 3, NVML_ERROR_GPU_IS_LOST 15
         "errors": {"success": 0, "not_supported": 3, "unavailable": 15},
     },
+    "cudnn": {
+        # cuDNN 9 (nvidia-cudnn-cu13 wheel: nvidia/cudnn/include, lib):
+        # libcudnn.so.9 is the front library that programs link; it exports
+        # every function of the four headers and dlopens its sub-libraries
+        # (libcudnn_graph/ops/cnn/adv/engines_*/heuristic.so.9) itself
+        "library": "libcudnn.so.9", "header": "cudnn.h",
+        "own": ("cudnn.h", "cudnn_graph.h", "cudnn_ops.h", "cudnn_cnn.h", "cudnn_adv.h"),
+        "defines": [], "prefix": "cudnn", "status_type": "cudnnStatus_t",
+        # cudnn_graph.h: CUDNN_STATUS_SUCCESS 0, _NOT_SUPPORTED 3000,
+        # _EXECUTION_FAILED 5000 (what a call answers when proxyd is gone)
+        "errors": {"success": 0, "not_supported": 3000, "unavailable": 5000},
+    },
 }
-ID_RANGES = {"cublas": (20000, 24999), "cublaslt": (25000, 26999), "nvml": (27000, 29999)}
+ID_RANGES = {"cublas": (20000, 24999), "cublaslt": (25000, 26999), "nvml": (27000, 29999),
+             "cudnn": (30000, 31999)}
 
 # opaque handle typedefs -> object kind (docs/spec-format.md, kinds)
 HANDLE_KINDS = {
@@ -73,7 +86,21 @@ HANDLE_KINDS = {
     "nvmlGpuInstance_t": "nvml_gpu_instance",
     "nvmlComputeInstance_t": "nvml_compute_instance",
     "nvmlGpmSample_t": "nvml_gpm_sample",
+    "cudnnHandle_t": "cudnn_handle",
+    "cudnnBackendDescriptor_t": "cudnn_backend_desc",
 }
+
+
+def handle_kind(t: str):
+    """The object kind of an opaque handle type, or None. cuDNN's legacy
+    descriptors (cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, ...:
+    cudnn_ops.h, cudnn_cnn.h, cudnn_adv.h) share one kind, cudnn_desc."""
+    t = base_type(t)
+    if t in HANDLE_KINDS:
+        return HANDLE_KINDS[t]
+    if re.fullmatch(r"cudnn\w+Descriptor_t", t):
+        return "cudnn_desc"
+    return None
 BUILTIN = {"void", "char", "signed char", "unsigned char", "short", "unsigned short", "int", "unsigned int",
            "long", "unsigned long", "long long", "unsigned long long", "float", "double", "size_t",
            "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t"}
@@ -87,6 +114,7 @@ NUMERIC_ELEM = {"float": "sizeof(float)", "double": "sizeof(double)", "cuComplex
 # scalar_ptr's size is the host value's size and `mode` (in the YAML) the C
 # expression that is true when the pointer is a device pointer.
 H = "handle=handle:cublas_handle"
+DH = "handle=handle:cudnn_handle"
 LH = "lightHandle=handle:cublaslt_handle"
 
 
@@ -247,6 +275,105 @@ SUPPORTED: Dict[str, Dict] = {
     "nvmlSystemGetCudaDriverVersion": {"params": ["cudaDriverVersion=out_value"], "restore": "query"},
     "nvmlSystemGetCudaDriverVersion_v2": {"params": ["cudaDriverVersion=out_value"], "restore": "query"},
     "nvmlSystemGetNVMLVersion": {"params": ["version=out_buffer@length", "length=scalar"], "restore": "query"},
+    # --- cuDNN 9 (cudnn_graph.h): the handle, versions, errors and the
+    # backend (graph) API that cudnn-frontend -- and so PyTorch's
+    # convolutions and attention -- is built on. The backend calls are
+    # hand-marshalled (interceptor/lib_cudnn.c, proxyd/cudnn.py):
+    # attribute arrays whose element size follows the attribute type, and
+    # descriptor handles inside them.
+    "cudnnGetVersion": {"params": [], "restore": "query"},
+    "cudnnGetMaxDeviceVersion": {"params": [], "restore": "query"},
+    "cudnnGetCudartVersion": {"params": [], "restore": "query"},
+    "cudnnGetProperty": {"params": ["type=scalar", "value=out_value"], "restore": "query"},
+    "cudnnGetErrorString": {"params": ["status=scalar"], "restore": "client", "shim": "override"},
+    "cudnnGetLastErrorString": {"params": ["message=out_buffer@max_size", "max_size=scalar"], "restore": "query"},
+    "cudnnCreate": {"params": ["handle=out_value:cudnn_handle"], "objects": "cudnn_handle:create",
+                    "restore": "object", "shim": "override"},
+    "cudnnDestroy": {"params": ["handle=handle:cudnn_handle"], "objects": "cudnn_handle:destroy",
+                     "restore": "object"},
+    "cudnnSetStream": {"params": ["handle=handle:cudnn_handle", "streamId=handle:stream"],
+                       "objects": "cudnn_handle:use stream:use", "restore": _object(["handle"]), "sync": False},
+    "cudnnGetStream": {"params": ["handle=handle:cudnn_handle", "streamId=out_value:stream"],
+                       "objects": "cudnn_handle:use", "restore": "query"},
+    "cudnnBackendCreateDescriptor": {"params": ["descriptorType=scalar", "descriptor=out_value:cudnn_backend_desc"],
+                                     "objects": "cudnn_backend_desc:create", "restore": "object",
+                                     "shim": "override", "sync": False},
+    "cudnnBackendDestroyDescriptor": {"params": ["descriptor=handle:cudnn_backend_desc"],
+                                      "objects": "cudnn_backend_desc:destroy", "restore": "object",
+                                      "shim": "override", "sync": False},
+    "cudnnBackendSetAttribute": {"params": ["descriptor=handle:cudnn_backend_desc", "attributeName=scalar",
+                                            "attributeType=scalar", "elementCount=scalar",
+                                            "arrayOfElements=in_buffer@?"],
+                                 "objects": "cudnn_backend_desc:use", "restore": _object(["descriptor", "attributeName"]),
+                                 "shim": "override", "sync": False},
+    "cudnnBackendGetAttribute": {"params": ["descriptor=handle:cudnn_backend_desc", "attributeName=scalar",
+                                            "attributeType=scalar", "requestedElementCount=scalar",
+                                            "elementCount=out_value", "arrayOfElements=out_buffer@?"],
+                                 "objects": "cudnn_backend_desc:use", "restore": "object", "shim": "override"},
+    "cudnnBackendFinalize": {"params": ["descriptor=handle:cudnn_backend_desc"], "objects": "cudnn_backend_desc:use",
+                             "restore": "object", "shim": "override"},
+    # legacy tensor descriptors and batch normalization (cudnn_ops.h): what
+    # PyTorch's BatchNorm2d calls. Descriptor settings are asynchronous and
+    # kept for restore; alpha/beta are host scalars, double for double
+    # tensors and float otherwise (cuDNN docs, "Scaling Parameters"), which
+    # the shim tracks per descriptor (lib_cudnn.c).
+    "cudnnCreateTensorDescriptor": {"params": ["tensorDesc=out_value:cudnn_desc"], "objects": "cudnn_desc:create",
+                                    "restore": "object"},
+    "cudnnDestroyTensorDescriptor": {"params": ["tensorDesc=handle:cudnn_desc"], "objects": "cudnn_desc:destroy",
+                                     "restore": "object", "shim": "override", "sync": False},
+    "cudnnSetTensorNdDescriptor": {"params": ["tensorDesc=handle:cudnn_desc", "dataType=scalar", "nbDims=scalar",
+                                              "dimA=in_buffer@nbDims * sizeof(int)",
+                                              "strideA=in_buffer@nbDims * sizeof(int)"],
+                                   "objects": "cudnn_desc:use", "restore": _object(["tensorDesc"]),
+                                   "shim": "override", "sync": False},
+    "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize": {
+        "params": [DH, "mode=scalar", "bnOps=scalar", "xDesc=handle:cudnn_desc", "zDesc=handle:cudnn_desc",
+                   "yDesc=handle:cudnn_desc", "bnScaleBiasMeanVarDesc=handle:cudnn_desc",
+                   "activationDesc=handle:cudnn_desc", "sizeInBytes=out_value"],
+        "objects": "cudnn_handle:use cudnn_desc:use", "restore": "query"},
+    "cudnnGetBatchNormalizationBackwardExWorkspaceSize": {
+        "params": [DH, "mode=scalar", "bnOps=scalar", "xDesc=handle:cudnn_desc", "yDesc=handle:cudnn_desc",
+                   "dyDesc=handle:cudnn_desc", "dzDesc=handle:cudnn_desc", "dxDesc=handle:cudnn_desc",
+                   "dBnScaleBiasDesc=handle:cudnn_desc", "activationDesc=handle:cudnn_desc", "sizeInBytes=out_value"],
+        "objects": "cudnn_handle:use cudnn_desc:use", "restore": "query"},
+    "cudnnGetBatchNormalizationTrainingExReserveSpaceSize": {
+        "params": [DH, "mode=scalar", "bnOps=scalar", "activationDesc=handle:cudnn_desc", "xDesc=handle:cudnn_desc",
+                   "sizeInBytes=out_value"],
+        "objects": "cudnn_handle:use cudnn_desc:use", "restore": "query"},
+    "cudnnBatchNormalizationForwardTrainingEx": {
+        "params": [DH, "mode=scalar", "bnOps=scalar", "alpha=scalar_ptr@gp_cudnn_scalar_size(xDesc)",
+                   "beta=scalar_ptr@gp_cudnn_scalar_size(xDesc)", "xDesc=handle:cudnn_desc", "xData=device_ptr",
+                   "zDesc=handle:cudnn_desc", "zData=device_ptr", "yDesc=handle:cudnn_desc", "yData=device_ptr",
+                   "bnScaleBiasMeanVarDesc=handle:cudnn_desc", "bnScale=device_ptr", "bnBias=device_ptr",
+                   "exponentialAverageFactor=scalar", "resultRunningMean=device_ptr",
+                   "resultRunningVariance=device_ptr", "epsilon=scalar", "resultSaveMean=device_ptr",
+                   "resultSaveInvVariance=device_ptr", "activationDesc=handle:cudnn_desc", "workspace=device_ptr",
+                   "workSpaceSizeInBytes=scalar", "reserveSpace=device_ptr", "reserveSpaceSizeInBytes=scalar"],
+        "objects": "cudnn_handle:use cudnn_desc:use", "restore": "memory", "sync": False},
+    "cudnnBatchNormalizationBackwardEx": {
+        "params": [DH, "mode=scalar", "bnOps=scalar", "alphaDataDiff=scalar_ptr@gp_cudnn_scalar_size(xDesc)",
+                   "betaDataDiff=scalar_ptr@gp_cudnn_scalar_size(xDesc)",
+                   "alphaParamDiff=scalar_ptr@gp_cudnn_scalar_size(xDesc)",
+                   "betaParamDiff=scalar_ptr@gp_cudnn_scalar_size(xDesc)", "xDesc=handle:cudnn_desc",
+                   "xData=device_ptr", "yDesc=handle:cudnn_desc", "yData=device_ptr", "dyDesc=handle:cudnn_desc",
+                   "dyData=device_ptr", "dzDesc=handle:cudnn_desc", "dzData=device_ptr", "dxDesc=handle:cudnn_desc",
+                   "dxData=device_ptr", "dBnScaleBiasDesc=handle:cudnn_desc", "bnScaleData=device_ptr",
+                   "bnBiasData=device_ptr", "dBnScaleData=device_ptr", "dBnBiasData=device_ptr", "epsilon=scalar",
+                   "savedMean=device_ptr", "savedInvVariance=device_ptr", "activationDesc=handle:cudnn_desc",
+                   "workSpace=device_ptr", "workSpaceSizeInBytes=scalar", "reserveSpace=device_ptr",
+                   "reserveSpaceSizeInBytes=scalar"],
+        "objects": "cudnn_handle:use cudnn_desc:use", "restore": "memory", "sync": False},
+    "cudnnBatchNormalizationForwardInference": {
+        "params": [DH, "mode=scalar", "alpha=scalar_ptr@gp_cudnn_scalar_size(xDesc)",
+                   "beta=scalar_ptr@gp_cudnn_scalar_size(xDesc)", "xDesc=handle:cudnn_desc", "x=device_ptr",
+                   "yDesc=handle:cudnn_desc", "y=device_ptr", "bnScaleBiasMeanVarDesc=handle:cudnn_desc",
+                   "bnScale=device_ptr", "bnBias=device_ptr", "estimatedMean=device_ptr",
+                   "estimatedVariance=device_ptr", "epsilon=scalar"],
+        "objects": "cudnn_handle:use cudnn_desc:use", "restore": "memory", "sync": False},
+    "cudnnBackendExecute": {"params": ["handle=handle:cudnn_handle", "executionPlan=handle:cudnn_backend_desc",
+                                       "variantPack=handle:cudnn_backend_desc"],
+                            "objects": "cudnn_handle:use cudnn_backend_desc:use", "restore": "memory",
+                            "sync": False},
 }
 
 
@@ -312,7 +439,7 @@ def preprocess(api: str, includes: List[str], cuda_inc: str) -> Tuple[str, str]:
     return text, d
 
 
-_DROP = re.compile(r"\b(CUBLASAPI|CUBLASWINAPI|DECLDIR|NVML_API_EXPORT)\b")
+_DROP = re.compile(r"\b(CUBLASAPI|CUBLASWINAPI|DECLDIR|NVML_API_EXPORT|CUDNNWINAPI|CUDNN_DEPRECATED)\b")
 
 
 def parse_decls(api: str, text: str) -> Dict[str, hdr.Prototype]:
@@ -407,19 +534,20 @@ def infer_param(api: str, fn: hdr.Prototype, i: int, types: Dict[str, Dict]) -> 
     q = {"name": n, "type": t}
     b = base_type(t)
     ptr = t.count("*") + t.count("[")
+    hk = handle_kind(t)
     if ptr == 0:
-        if t in HANDLE_KINDS:
-            q.update(role="handle", kind=HANDLE_KINDS[t])
+        if hk:
+            q.update(role="handle", kind=hk)
         elif types.get(t, {}).get("class") == "pointer" or "(*" in t:
             q["role"] = "callback" if "(*" in t or "Callback" in t else "host_ptr"
         else:
             q["role"] = "scalar"
         return q
-    if b in HANDLE_KINDS and ptr == 1 and "const" not in t:
-        q.update(role="out_value", kind=HANDLE_KINDS[b])
+    if hk and ptr == 1 and "const" not in t:
+        q.update(role="out_value", kind=hk)
         return q
-    if b in HANDLE_KINDS:
-        q.update(role="in_buffer", kind=HANDLE_KINDS[b], size="?")
+    if hk:
+        q.update(role="in_buffer", kind=hk, size="?")
         return q
     if n in ("alpha", "beta") and api != "nvml":
         q.update(role="scalar_ptr", size=NUMERIC_ELEM.get(b, "?"))

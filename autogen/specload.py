@@ -22,12 +22,14 @@ import yaml
 
 # Library families (docs/libraries.md): NVIDIA's math libraries and NVML,
 # whose shim stand-ins forward each call to the session's worker.
-LIBRARY_APIS = ("cublas", "cublaslt", "nvml")
+LIBRARY_APIS = ("cublas", "cublaslt", "nvml", "cudnn")
 APIS = ("driver", "runtime") + LIBRARY_APIS
 LIBRARIES = {"driver": "libcuda.so.1", "runtime": "libcudart.so.13", "cublas": "libcublas.so.13",
-             "cublaslt": "libcublasLt.so.13", "nvml": "libnvidia-ml.so.1"}
+             "cublaslt": "libcublasLt.so.13", "nvml": "libnvidia-ml.so.1",
+             "cudnn": "libcudnn.so.9"}
 ID_RANGES = {"driver": (1, 9999), "runtime": (10000, 19999), "cublas": (20000, 24999),
-             "cublaslt": (25000, 26999), "nvml": (27000, 29999)}
+             "cublaslt": (25000, 26999), "nvml": (27000, 29999),
+             "cudnn": (30000, 31999)}
 # scalar_ptr: a library's alpha/beta: a host pointer to one value (sent as
 # the value, `size` bytes) or a device pointer, as the C expression `mode`
 # says (the handle's pointer mode, tracked in the shim)
@@ -41,7 +43,9 @@ KINDS = ("context", "module", "function", "library", "kernel", "stream", "event"
          # library objects (docs/libraries.md)
          "cublas_handle", "cublaslt_handle", "cublaslt_matmul_desc", "cublaslt_layout",
          "cublaslt_preference", "cublaslt_transform_desc", "cublaslt_emulation_desc", "nvml_device",
-         "nvml_unit", "nvml_event_set", "nvml_gpu_instance", "nvml_compute_instance", "nvml_gpm_sample")
+         "nvml_unit", "nvml_event_set", "nvml_gpu_instance", "nvml_compute_instance", "nvml_gpm_sample",
+         # cuDNN: the handle, backend (graph API) descriptors, the legacy descriptors (one kind)
+         "cudnn_handle", "cudnn_backend_desc", "cudnn_desc")
 EFFECTS = ("create", "destroy", "use")
 STATUSES = ("supported", "unsupported")
 SHIMS = {"driver": ("override", "local"), "runtime": ("override",),

@@ -77,6 +77,12 @@ int gp_lt_heuristic_find(const void *ctx, const void *handle, const void *const 
 void gp_lt_heuristic_store(const void *ctx, const void *handle, const void *const descs6[6], int requested,
                            const void *results, size_t result_size, int count);
 
+/* cuDNN (cudnn_ops.h, "Scaling Parameters"): bytes of alpha/beta of a call
+ * on tensors described by desc: sizeof(double) for CUDNN_DATA_DOUBLE
+ * tensors, else sizeof(float). The data type is noted by
+ * cudnnSetTensorNdDescriptor. lib_cudnn.c (in libcudnn.so.9). */
+size_t gp_cudnn_scalar_size(const void *desc);
+
 /* cublas_api.h: names and descriptions of cublasStatus_t. lib_state.c. */
 const char *gp_cublas_status_name(int s);
 const char *gp_cublas_status_string(int s);

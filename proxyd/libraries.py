@@ -35,6 +35,7 @@ from . import protocol as P
 from ._generated import FUNCTIONS, LIBRARY, LIBRARY_CDEF
 from .dispatch import norm_scalar
 from .ratelog import RATE
+from .cudnn import SPECIAL as CUDNN_SPECIAL
 from .session import CudaError, Session
 
 log = logging.getLogger("proxyd")
@@ -47,7 +48,11 @@ CUDA_ERROR_NOT_SUPPORTED = 801
 # object kinds of library handles -> protocol kind codes
 LIB_KINDS = {"cublas_handle": P.K_CUBLAS_HANDLE, "cublaslt_handle": P.K_CUBLASLT_HANDLE,
              "cublaslt_matmul_desc": P.K_CUBLASLT_MATMUL_DESC, "cublaslt_layout": P.K_CUBLASLT_LAYOUT,
-             "cublaslt_preference": P.K_CUBLASLT_PREFERENCE}
+             "cublaslt_preference": P.K_CUBLASLT_PREFERENCE, "cudnn_handle": P.K_CUDNN_HANDLE,
+             "cudnn_desc": P.K_CUDNN_DESC}
+# kinds a library call may name: the above and cuDNN's backend descriptors,
+# which are restored through their own log (cudnn.py), not as objects here
+DECODE_KINDS = {**LIB_KINDS, "cudnn_backend_desc": P.K_CUDNN_BACKEND_DESC}
 
 
 class Status:
@@ -61,12 +66,14 @@ class Status:
 _CUBLAS = Status(0, 7, 15, 14, 1)       # ..., CUBLAS_STATUS_NOT_INITIALIZED for an unknown handle
 STATUS = {"cublas": _CUBLAS, "cublaslt": _CUBLAS,
           # NVML_SUCCESS, _ERROR_INVALID_ARGUMENT, _NOT_SUPPORTED, _UNKNOWN, _INVALID_ARGUMENT
-          "nvml": Status(0, 2, 3, 999, 2)}
+          "nvml": Status(0, 2, 3, 999, 2),
+          # cudnn_graph.h: CUDNN_STATUS_SUCCESS, _BAD_PARAM, _NOT_SUPPORTED, _INTERNAL_ERROR, _BAD_PARAM
+          "cudnn": Status(0, 2000, 3000, 4000, 2000)}
 
 
 def api_of(fid: int) -> str:
     """The library family of a function id (autogen/specload.py, ID_RANGES)."""
-    return "cublas" if fid < 25000 else "cublaslt" if fid < 27000 else "nvml"
+    return "cublas" if fid < 25000 else "cublaslt" if fid < 27000 else "nvml" if fid < 30000 else "cudnn"
 
 
 class LibraryUnavailable(Exception):
@@ -76,6 +83,8 @@ class LibraryUnavailable(Exception):
 def _status_name(api: str, code: int) -> str:
     if api == "nvml":
         return f"nvmlReturn_t {code}"
+    if api == "cudnn":
+        return f"cudnnStatus_t {code}"
     names = {0: "SUCCESS", 1: "NOT_INITIALIZED", 3: "ALLOC_FAILED", 7: "INVALID_VALUE", 8: "ARCH_MISMATCH",
              11: "MAPPING_ERROR", 13: "EXECUTION_FAILED", 14: "INTERNAL_ERROR", 15: "NOT_SUPPORTED"}
     return "CUBLAS_STATUS_" + names.get(code, str(code))
@@ -98,6 +107,8 @@ def _candidates(api: str, soname: str) -> list[str]:
         out.append(os.path.join(d, soname))
     for sp in sys.path:
         out += glob.glob(os.path.join(sp, "nvidia", "cu13", "lib", soname))
+        # cuDNN's wheel (nvidia-cudnn-cu13) has a folder of its own
+        out += glob.glob(os.path.join(sp, "nvidia", "cudnn", "lib", soname))
     for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
         if home and os.path.exists(os.path.join(home, "lib64", soname)):
             out.append(os.path.join(home, "lib64", soname))
@@ -219,7 +230,48 @@ class RealLibrary:
                 res.append(o[1][0])
             else:
                 res.append(bytes(ffi.buffer(o[1])))
-        return int(r), res
+        return int(r) if r is not None else 0, res     # a void function (cudnnGetLastErrorString): 0
+
+
+class RealCudnn(RealLibrary):
+    """NVIDIA's cuDNN: the backend calls that cudnn.py makes, with attribute
+    arrays as bytes (element layout: cudnn_graph.h) and descriptors as
+    integers (cuDNN's pointers)."""
+
+    def _p(self, real):
+        return self.ffi.cast("void *", int(real or 0))
+
+    def bk_create(self, dtype: int):
+        p = self.ffi.new("void *[1]")
+        st = self.lib.cudnnBackendCreateDescriptor(dtype, self.ffi.cast("void *", p))
+        return int(st), int(self.ffi.cast("uintptr_t", p[0]))
+
+    def bk_destroy(self, real) -> int:
+        return int(self.lib.cudnnBackendDestroyDescriptor(self._p(real)))
+
+    def bk_finalize(self, real) -> int:
+        return int(self.lib.cudnnBackendFinalize(self._p(real)))
+
+    def bk_set(self, real, name: int, atype: int, count: int, data: bytes) -> int:
+        buf = self.ffi.new("char[]", data) if data else self.ffi.NULL
+        return int(self.lib.cudnnBackendSetAttribute(self._p(real), name, atype, count,
+                                                     self.ffi.cast("void *", buf)))
+
+    def bk_get(self, real, name: int, atype: int, requested: int, arr):
+        """arr: None (count only), a size in bytes (values come back), or
+        bytes (cuDNN's descriptors to fill). (status, count, bytes or None)."""
+        ffi = self.ffi
+        cnt = ffi.new("int64_t[1]")
+        if arr is None:
+            buf = ffi.NULL
+        elif isinstance(arr, int):
+            buf = ffi.new("char[]", max(arr, 1))
+        else:
+            buf = ffi.new("char[]", bytes(arr))
+        st = self.lib.cudnnBackendGetAttribute(self._p(real), name, atype, requested, ffi.cast("void *", cnt),
+                                               ffi.cast("void *", buf))
+        out = bytes(ffi.buffer(buf, arr)) if isinstance(arr, int) else None
+        return int(st), int(cnt[0]), out
 
 
 # ------------------------------------------------------------------ calls
@@ -232,6 +284,8 @@ class LibraryCalls:
         self.backend = dispatcher.backend
         self._libs: dict[str, object] = {}
         self._missing: dict[str, str] = {}
+        from .cudnn import CudnnBackendCalls
+        self.cudnn = CudnnBackendCalls(self)
 
     def library(self, api: str):
         lib = self._libs.get(api)
@@ -241,7 +295,7 @@ class LibraryCalls:
             raise LibraryUnavailable(self._missing[api])
         try:
             make = getattr(self.backend, "library", None)
-            lib = make(api) if make is not None else RealLibrary(api)
+            lib = make(api) if make is not None else RealCudnn(api) if api == "cudnn" else RealLibrary(api)
         except LibraryUnavailable as e:
             self._missing[api] = str(e)
             log.warning("%s: every %s call answers not-supported", e, api)
@@ -280,8 +334,14 @@ class LibraryCalls:
                 elif kind == "cublaslt_handle" and a and P.split_handle(int(a))[0] == P.K_CUBLAS_HANDLE:
                     # a cuBLAS handle cast to a cuBLASLt one (lt_of_cublas)
                     out.append(lib.lt_of_cublas(sess.get(P.K_CUBLAS_HANDLE, int(a)).real))
-                elif kind in LIB_KINDS:
-                    out.append(sess.get(LIB_KINDS[kind], int(a)).real if a else None)
+                elif kind in DECODE_KINDS:
+                    o = sess.get(DECODE_KINDS[kind], int(a)) if a else None
+                    if o is not None and "deferred" in o.info:
+                        # a cuDNN descriptor whose creation, a setting or (a
+                        # variant pack's) finalize failed (cudnn.py)
+                        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {name} was not created "
+                                                                  f"(cudnnStatus_t {o.info['deferred']})")
+                    out.append(o.real if o is not None else None)
                 else:
                     raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: handles of kind {kind} are not supported")
             elif role == "scalar_ptr":
@@ -333,6 +393,8 @@ class LibraryCalls:
         ctx = sess.context(ctxh) if ctxh else None
         if ctx is not None:
             self.backend.make_current(ctx.real)
+        if api == "cudnn" and fn.name in CUDNN_SPECIAL:
+            return self.cudnn.execute(sess, fn, fid, ctxh, args, lib)
         cargs = self._decode(sess, fn, args, lib)
         code, outs = lib.call(fn, cargs)
         if code != st.success:

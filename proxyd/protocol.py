@@ -59,13 +59,19 @@ K_CUBLASLT_MATMUL_DESC = 34
 K_CUBLASLT_LAYOUT = 35
 K_CUBLASLT_PREFERENCE = 36
 K_NVML_DEVICE = 37      # a value (the device's index + 1), never a session object
+K_CUDNN_HANDLE = 38
+# cuDNN backend descriptors: the shim picks their ids (interceptor/lib_cudnn.c,
+# GP_K_CUDNN_BACKEND_DESC), proxyd never allocates one (proxyd/cudnn.py)
+K_CUDNN_BACKEND_DESC = 39
+K_CUDNN_DESC = 40       # cuDNN's legacy descriptors (cudnnTensorDescriptor_t, ...)
 
 KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
               "stream": K_STREAM, "event": K_EVENT, "mem_pool": K_MEM_POOL,
               "mem_handle": K_MEM_HANDLE, "graph": K_GRAPH, "graph_exec": K_GRAPH_EXEC,
               "cublas_handle": K_CUBLAS_HANDLE, "cublaslt_handle": K_CUBLASLT_HANDLE,
               "cublaslt_matmul_desc": K_CUBLASLT_MATMUL_DESC, "cublaslt_layout": K_CUBLASLT_LAYOUT,
-              "cublaslt_preference": K_CUBLASLT_PREFERENCE}
+              "cublaslt_preference": K_CUBLASLT_PREFERENCE, "cudnn_handle": K_CUDNN_HANDLE,
+              "cudnn_backend_desc": K_CUDNN_BACKEND_DESC, "cudnn_desc": K_CUDNN_DESC}
 KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
 
 # special stream handle values (cuda.h)

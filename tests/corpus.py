@@ -259,7 +259,7 @@ def _make_libcuda_stub(obj: Path, stub_dir: Path) -> None:
 
 # NVIDIA libraries a program may link (-lcublas, -lcublasLt): the soname each
 # -l flag stands for
-NVIDIA_LIBS = {"-lcublas": "libcublas.so.13", "-lcublasLt": "libcublasLt.so.13"}
+NVIDIA_LIBS = {"-lcublas": "libcublas.so.13", "-lcublasLt": "libcublasLt.so.13", "-lcudnn": "libcudnn.so.9"}
 
 
 def _nvidia_lib_dir(nvcc: str, soname: str) -> Optional[Path]:
@@ -273,6 +273,7 @@ def _nvidia_lib_dir(nvcc: str, soname: str) -> Optional[Path]:
     if os.environ.get("GPUPROXY_NVIDIA_LIB_DIR"):
         dirs.append(Path(os.environ["GPUPROXY_NVIDIA_LIB_DIR"]))
     dirs += [Path(p) / "nvidia" / "cu13" / "lib" for p in sys.path if p]
+    dirs += [Path(p) / "nvidia" / "cudnn" / "lib" for p in sys.path if p]     # nvidia-cudnn-cu13
     for d in dirs:
         if (d / soname).exists():
             return d

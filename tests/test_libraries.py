@@ -1,5 +1,6 @@
 """Library remoting (docs/libraries.md): the stand-ins libcublas.so.13,
-libcublasLt.so.13 and libnvidia-ml.so.1, their specs, and the worker side.
+libcublasLt.so.13, libnvidia-ml.so.1 and libcudnn.so.9, their specs, and
+the worker side.
 
 Runs on the emulated backend (CI). The cuBLAS corpus program
 (tests/programs/cublas_gemm.cu) is run by test_corpus_emu.py and across
@@ -359,6 +360,258 @@ def test_worker_without_nvidias_library_answers_not_supported(monkeypatch):
     assert code == 15 and msg2 == msg
 
 
+# ------------------------------------------------------------------ cuDNN
+
+CUDNN_SCRIPT = r"""
+import ctypes, json
+from ctypes import byref, c_int64, c_void_p, c_char_p, c_size_t
+dn = ctypes.CDLL("/somewhere/site-packages/nvidia/cudnn/lib/libcudnn.so.9")   # by path: the stand-in
+dn.cudnnGetErrorString.restype = c_char_p
+dn.cudnnGetVersion.restype = c_size_t
+out = {}
+out["version"] = dn.cudnnGetVersion()
+h = c_void_p()
+out["create"] = dn.cudnnCreate(byref(h))
+# an unknown descriptor type: the create is asynchronous and answers success;
+# cuDNN's status comes with the next synchronous call on the descriptor
+bad = c_void_p()
+out["bad_create"] = dn.cudnnBackendCreateDescriptor(999, byref(bad))
+out["bad_finalize"] = dn.cudnnBackendFinalize(bad)
+# a tensor descriptor: a set after finalize fails (natively at once), its
+# status is answered by the next synchronous call on it
+t = c_void_p()
+out["t_create"] = dn.cudnnBackendCreateDescriptor(17, byref(t))
+dims = (c_int64 * 4)(1, 2, 3, 4)
+strides = (c_int64 * 4)(24, 12, 4, 1)
+one = c_int64(1)
+dt = ctypes.c_int(0)
+out["set"] = [dn.cudnnBackendSetAttribute(t, 901, 1, c_int64(1), byref(dt)),
+              dn.cudnnBackendSetAttribute(t, 902, 3, c_int64(4), dims),
+              dn.cudnnBackendSetAttribute(t, 903, 3, c_int64(4), strides),
+              dn.cudnnBackendSetAttribute(t, 906, 3, c_int64(1), byref(one))]
+out["finalize"] = dn.cudnnBackendFinalize(t)
+got = (c_int64 * 8)()
+n = c_int64(-1)
+out["get"] = dn.cudnnBackendGetAttribute(t, 902, 3, c_int64(8), byref(n), got)
+out["dims"] = [got[i] for i in range(n.value)]
+out["set_after"] = dn.cudnnBackendSetAttribute(t, 906, 3, c_int64(1), byref(one))
+out["get_after"] = dn.cudnnBackendGetAttribute(t, 902, 3, c_int64(8), byref(n), got)
+# an unknown attribute type is refused in the application, at once
+out["bad_type"] = dn.cudnnBackendSetAttribute(t, 902, 777, c_int64(1), dims)
+out["destroy"] = dn.cudnnBackendDestroyDescriptor(t)
+# a variant pack's finalize is asynchronous (one per PyTorch convolution):
+# finalized without its attributes, it fails the execution that uses it,
+# at the next synchronising CUDA call
+vp = c_void_p()
+out["vp_create"] = dn.cudnnBackendCreateDescriptor(16, byref(vp))
+out["vp_finalize"] = dn.cudnnBackendFinalize(vp)
+out["execute"] = dn.cudnnBackendExecute(h, vp, vp)
+rt = ctypes.CDLL("libcudart.so.13")
+out["sync"] = rt.cudaDeviceSynchronize()
+out["sync_again"] = rt.cudaDeviceSynchronize()
+# unsupported: CUDNN_STATUS_NOT_SUPPORTED and one stderr line
+out["unsupported"] = dn.cudnnConvolutionForward(h, None, None, None, None, None, None, 0, None, 0, None, None, None)
+out["name"] = dn.cudnnGetErrorString(3000).decode()
+out["destroy_handle"] = dn.cudnnDestroy(h)
+print(json.dumps(out))
+"""
+
+
+def test_cudnn_backend_calls_errors_and_unsupported(emu_daemon):
+    r = _run_py(emu_daemon, CUDNN_SCRIPT)
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["version"] // 10000 == 9
+    assert o["create"] == 0
+    assert o["bad_create"] == 0, "descriptor creation is asynchronous"
+    assert o["bad_finalize"] == 3000, "the failed creation's status comes with the next synchronous call"
+    assert o["t_create"] == 0 and o["set"] == [0, 0, 0, 0] and o["finalize"] == 0
+    assert o["get"] == 0 and o["dims"] == [1, 2, 3, 4], "attribute values come back as set"
+    assert o["set_after"] == 0 and o["get_after"] == 2000, "a failed set's status comes with the next query"
+    assert o["bad_type"] == 2010, "CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE"
+    assert o["destroy"] == 0
+    assert o["vp_create"] == 0 and o["vp_finalize"] == 0 and o["execute"] == 0
+    assert o["sync"] == 719 and o["sync_again"] == 0, "the failed pack fails its execution, reported at the sync"
+    assert _lines_naming(r.stderr, "cudnnBackendExecute"), r.stderr
+    assert o["unsupported"] == 3000 and len(_lines_naming(r.stderr, "cudnnConvolutionForward")) == 1, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 2, r.stderr
+    assert o["name"] == "CUDNN_STATUS_NOT_SUPPORTED"
+    assert o["destroy_handle"] == 0
+
+
+BN_SCRIPT = r"""
+import ctypes, json, struct
+from ctypes import byref, c_void_p, c_float, c_double, c_size_t
+dn = ctypes.CDLL("libcudnn.so.9")
+rt = ctypes.CDLL("libcudart.so.13")
+h = c_void_p()
+assert dn.cudnnCreate(byref(h)) == 0
+N, C, HW = 2, 3, 4
+x = [((i * 5) % 11 - 5) / 4.0 for i in range(N * C * HW)]
+def dev(vals):
+    p = c_void_p()
+    assert rt.cudaMalloc(byref(p), 4 * len(vals)) == 0
+    buf = struct.pack(f"<{len(vals)}f", *vals)
+    assert rt.cudaMemcpy(p, buf, len(buf), 1) == 0
+    return p
+def host(p, n):
+    buf = ctypes.create_string_buffer(4 * n)
+    assert rt.cudaMemcpy(buf, p, 4 * n, 2) == 0
+    return list(struct.unpack(f"<{n}f", buf.raw))
+def tdesc(dims):
+    t = c_void_p()
+    assert dn.cudnnCreateTensorDescriptor(byref(t)) == 0
+    st = [1] * 4
+    for i in (2, 1, 0):
+        st[i] = st[i + 1] * dims[i + 1]
+    assert dn.cudnnSetTensorNdDescriptor(t, 0, 4, (ctypes.c_int * 4)(*dims), (ctypes.c_int * 4)(*st)) == 0
+    return t
+xd, pd = tdesc([N, C, 2, 2]), tdesc([1, C, 1, 1])
+dx, dy = dev(x), dev([0.0] * len(x))
+g, b = dev([1.0, 2.0, 0.5]), dev([0.0, 1.0, -1.0])
+rm, rv, sm, si = dev([0.0] * C), dev([1.0] * C), dev([0.0] * C), dev([0.0] * C)
+one, zero = c_float(1.0), c_float(0.0)
+ws = c_size_t(99)
+out = {"ws_rc": dn.cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, 1, 0, xd, None, xd, pd, None, byref(ws))}
+out["fwd"] = dn.cudnnBatchNormalizationForwardTrainingEx(h, 1, 0, byref(one), byref(zero), xd, dx, None, None, xd, dy,
+    pd, g, b, c_double(0.5), rm, rv, c_double(1e-5), sm, si, None, None, c_size_t(0), None, c_size_t(0))
+out["sync"] = rt.cudaDeviceSynchronize()
+out["x"], out["y"], out["rm"], out["rv"] = x, host(dy, len(x)), host(rm, C), host(rv, C)
+out["destroy"] = [dn.cudnnDestroyTensorDescriptor(xd), dn.cudnnDestroyTensorDescriptor(pd)]
+print(json.dumps(out))
+"""
+
+
+def test_cudnn_batch_norm_forward_training(emu_daemon):
+    """The legacy calls PyTorch's BatchNorm2d makes: tensor descriptors
+    (asynchronous settings, the data type tracked for alpha/beta) and
+    cudnnBatchNormalizationForwardTrainingEx, against the formulas."""
+    r = _run_py(emu_daemon, BN_SCRIPT)
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["ws_rc"] == 0 and o["fwd"] == 0 and o["sync"] == 0 and o["destroy"] == [0, 0], o
+    N, C, HW = 2, 3, 4
+    g, b = [1.0, 2.0, 0.5], [0.0, 1.0, -1.0]
+    for c in range(C):
+        vals = [o["x"][(n * C + c) * HW + i] for n in range(N) for i in range(HW)]
+        mean = sum(vals) / len(vals)
+        var = sum((v - mean) ** 2 for v in vals) / len(vals)
+        for n in range(N):
+            for i in range(HW):
+                k = (n * C + c) * HW + i
+                want = (o["x"][k] - mean) / (var + 1e-5) ** 0.5 * g[c] + b[c]
+                assert abs(o["y"][k] - want) < 1e-5, (k, o["y"][k], want)
+        assert abs(o["rm"][c] - 0.5 * mean) < 1e-6
+        assert abs(o["rv"][c] - (0.5 + 0.5 * var * len(vals) / (len(vals) - 1))) < 1e-5
+
+
+def test_real_cudnn_builds_a_graph_from_the_wire_layout(monkeypatch):
+    """The worker's path to NVIDIA's cuDNN (libraries.RealCudnn) with
+    attribute arrays laid out as the shim sends them and descriptor elements
+    as cuDNN's pointers: tensors, a convolution, the convolution-forward
+    operation and an operation graph finalize, and values read back are
+    what was set. cuDNN builds these without a GPU; skipped where
+    libcudnn.so.9 is not installed (GPUPROXY_LIB_DIR, nvidia/cudnn/lib)."""
+    import struct
+    path = libbootstrap.find_file(_lib_dirs() + [os.path.join(p, "nvidia", "cudnn", "lib") for p in sys.path],
+                                  "libcudnn.so.9")
+    if path is None:
+        pytest.skip("NVIDIA's libcudnn.so.9 not installed here (set GPUPROXY_LIB_DIR)")
+    monkeypatch.setenv("GPUPROXY_CUDNN_LIBRARY", path)
+    from gpuproxy.proxyd.libraries import RealCudnn
+    L = RealCudnn("cudnn")
+
+    def make(dtype, attrs):
+        st, d = L.bk_create(dtype)
+        assert st == 0 and d
+        for name, atype, fmt, vals in attrs:
+            assert L.bk_set(d, name, atype, len(vals), struct.pack("<" + fmt * len(vals), *vals)) == 0, name
+        assert L.bk_finalize(d) == 0, dtype
+        return d
+
+    def tensor(uid, dims):
+        strides = [1] * 4
+        for i in (2, 1, 0):
+            strides[i] = strides[i + 1] * dims[i + 1]
+        return make(17, [(901, 1, "i", [0]), (902, 3, "q", dims), (903, 3, "q", strides), (906, 3, "q", [uid]),
+                         (900, 3, "q", [16])])
+
+    x, w, y = tensor(1, [2, 4, 9, 9]), tensor(2, [6, 4, 3, 3]), tensor(3, [2, 6, 5, 5])
+    conv = make(1, [(106, 3, "q", [2]), (100, 1, "i", [0]), (101, 7, "i", [1]), (105, 3, "q", [1, 1]),
+                    (104, 3, "q", [1, 1]), (103, 3, "q", [2, 2]), (102, 3, "q", [1, 1])])
+    op = make(10, [(704, 15, "Q", [x]), (703, 15, "Q", [w]), (705, 15, "Q", [y]), (702, 15, "Q", [conv]),
+                   (700, 4, "f", [1.0]), (701, 4, "f", [0.0])])
+    make(15, [(801, 15, "Q", [op])])
+    st, n, raw = L.bk_get(w, 902, 3, 4, 32)
+    assert st == 0 and n == 4 and struct.unpack("<4q", raw) == (6, 4, 3, 3)
+    st, n, raw = L.bk_get(op, 700, 4, 1, 4)
+    assert st == 0 and n == 1 and struct.unpack("<f", raw) == (1.0,)
+
+
+def test_cudnn_backend_log_keeps_what_live_descriptors_need():
+    """proxyd/cudnn.py BackendLog: a destroyed descriptor's calls stay while
+    a live descriptor's call names it, and go with the last such one."""
+    from gpuproxy.proxyd.cudnn import BackendLog
+    lg = BackendLog()
+    a, b, c, t1, t2 = 1, 2, 3, 4, 5
+    for h in (a, b, c, t1, t2):
+        lg.types[h] = 0
+        lg.add(100, 0, [0, h], [h])                  # creates
+    lg.add(101, 0, ["b names a"], [b], [a])           # b's attribute names a
+    lg.add(102, 0, ["fill t1, t2 from c"], [t1, t2], [c])
+    lg.destroyed(a)
+    assert a in lg.dead and len(lg.ops) == 7, "a is still named by b's attribute"
+    lg.destroyed(c)
+    lg.destroyed(t2)
+    assert {c, t2} <= lg.dead or t2 not in lg.subj
+    assert any(op[2] == ["fill t1, t2 from c"] for op in lg.ops.values()), "t1 still needs the fill"
+    lg.destroyed(b)
+    assert a not in lg.subj and b not in lg.subj, "b gone: a's and b's calls go"
+    lg.destroyed(t1)
+    assert not lg.ops and not lg.dead and not lg.subj, lg.ops
+
+
+def test_cudnn_plan_is_in_the_image_and_comes_back(tmp_path):
+    """cudnn_conv paced to iteration 1, dumped: the image holds its cuDNN
+    handle with its stream and the backend log (every live descriptor's
+    creation, the heuristics' fill of the chosen engine config, the plan's
+    finalize; the destroyed heuristics descriptor, which the fill needs,
+    listed to be destroyed again); restored into a fresh proxyd, the plan is
+    built again and the program finishes (it checks every convolution)."""
+    from paced import PacedRun
+    from test_checkpoint import ctl, daemon, restart
+    import corpus
+    if not corpus.nvcc_path():
+        pytest.skip("nvcc not found")
+    b = corpus.build(corpus.get_program("cudnn_conv"), corpus.default_build_dir())
+    d = daemon(tmp_path)
+    try:
+        with PacedRun(b, d) as run:
+            run.step_to(1)
+            st = ctl(d, "dump", pid=run.pid, dir=str(tmp_path / "img"))
+            assert st["released"]
+            from gpuproxy.proxyd.checkpoint.image import Image
+            from gpuproxy.proxyd._generated import FUNCTIONS
+            sess = Image.open(str(tmp_path / "img")).session
+            libs = sess["libraries"]
+            assert [o["kind"] for o in libs] == ["cudnn_handle"]
+            assert [FUNCTIONS[f].name for f, _ in libs[0]["settings"]] == ["cudnnSetStream"]
+            *ops, (_, _, dead) = sess["cudnn_backend"]
+            names = [FUNCTIONS[f].name for f, _, _ in ops]
+            # tensors x3, conv, op, graph, heuristics, engine config, plan, variant pack
+            assert names.count("cudnnBackendCreateDescriptor") == 10, names
+            assert names.count("cudnnBackendFinalize") == 9, names   # all but the filled engine config
+            assert names.count("cudnnBackendGetAttribute") == 1, names
+            heur = [a[1] for f, _, a in ops if FUNCTIONS[f].name == "cudnnBackendCreateDescriptor" and a[0] == 4]
+            assert dead == heur, (dead, heur)
+            d = restart(d, tmp_path, "fresh")
+            ctl(d, "restore", dir=str(tmp_path / "img"))
+            out = run.finish()
+            assert out == b.program.expected_output, run.stderr()
+    finally:
+        d.cleanup()
+
+
 # ------------------------------------------------------------------ specs
 
 def test_library_specs_are_complete_and_consistent():
@@ -374,14 +627,39 @@ def test_library_specs_are_complete_and_consistent():
                         assert p.mode and p.size and p.size != "?", f.name
     # what CI's emulated backend implements is supported in the specs
     from gpuproxy.emu.blas import EmuLibrary
+    from gpuproxy.emu.cudnn import EmuCudnn
+    from gpuproxy.proxyd.cudnn import SPECIAL
     for f in SPECS.libraries:
-        if f.supported and f.shim != "override":
-            assert hasattr(EmuLibrary, "f_" + f.name), f"{f.name} is supported but not emulated"
+        if f.supported and f.shim != "override" and f.name not in SPECIAL:
+            emu = EmuCudnn if f.name.startswith("cudnn") else EmuLibrary
+            assert hasattr(emu, "f_" + f.name), f"{f.name} is supported but not emulated"
     # what PyTorch 2.11 calls first
     for name in ("cublasCreate_v2", "cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSetMathMode",
                  "cublasGemmEx", "cublasSgemm_v2", "cublasSgemmStridedBatched", "cublasGemmStridedBatchedEx",
                  "cublasLtMatmul", "cublasLtMatmulAlgoGetHeuristic", "cublasLtMatmulDescSetAttribute"):
         assert SPECS.by_name[name].supported, name
+
+
+def test_cudnn_decls_header_matches_the_specs():
+    """tests/programs/cudnn_decls.h (used where nvcc finds no cudnn.h)
+    declares each function as the spec (from NVIDIA's cudnn_graph.h) does."""
+    text = (REPO / "tests" / "programs" / "cudnn_decls.h").read_text()
+    text = re.sub(r"^\s*#.*$", " ", re.sub(r"/\*.*?\*/", " ", text, flags=re.S), flags=re.M)
+    text = text.replace('extern "C" {', "")
+    decls = {n: (ret, [p.type for p in ps]) for n, ret, ps in hdr.function_decls(text) if n.startswith("cudnn")}
+    assert len(decls) >= 12
+    for name, (ret, types) in decls.items():
+        f = SPECS.by_name[name]
+        assert (ret, types) == (f.returns, [p.type for p in f.params]), name
+
+
+def test_cudnn_descriptor_kind_agrees_between_shim_and_proxyd():
+    """The shim picks backend descriptor handles (interceptor/lib_cudnn.c);
+    proxyd must read the same kind out of them."""
+    from gpuproxy.proxyd import protocol as P
+    src = (REPO / "interceptor" / "lib_cudnn.c").read_text()
+    m = re.search(r"#define GP_K_CUDNN_BACKEND_DESC (\d+)ull", src)
+    assert m and int(m.group(1)) == P.K_CUDNN_BACKEND_DESC
 
 
 def test_cublas_decls_header_matches_the_specs():

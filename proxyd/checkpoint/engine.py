@@ -104,6 +104,8 @@ def describe(sess: Session) -> dict:
     out["graphs"] = describe_graphs(sess)         # graphs and executable graphs with their ops
     from ..libraries import describe as describe_libraries
     out["libraries"] = describe_libraries(sess)   # cuBLAS/cuBLASLt handles and descriptors with their settings
+    from ..cudnn import describe as describe_cudnn
+    out["cudnn_backend"] = describe_cudnn(sess)   # cuDNN backend descriptors: the calls that made them
     out["capture"] = {str(k): v for k, v in sess.capture.items()}
     out["capture_events"] = {str(k): v for k, v in sess.capture_events.items()}
     # who the process is, where this proxyd can tell (its pid namespace):
@@ -976,6 +978,9 @@ class Engine:
         # workspaces in the arena and contexts exist again by now)
         from ..libraries import rebuild as rebuild_libraries
         rebuild_libraries(self.dispatcher, sess, desc.get("libraries", []))
+        # cuDNN backend descriptors: their calls replayed (plans finalized again)
+        from ..cudnn import rebuild as rebuild_cudnn
+        rebuild_cudnn(self.dispatcher, sess, desc.get("cudnn_backend", []))
         # settings made through `restore: replay` calls, now that the objects
         # they name exist again; run_op records them on the new session too
         sess.primary_flags = {int(k): int(v) for k, v in desc.get("primary_flags", {}).items()}

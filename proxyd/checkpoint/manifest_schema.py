@@ -233,9 +233,14 @@ SESSION = Obj({
     # library handles and descriptors (proxyd/libraries.py): the creating
     # call and the settings, re-checked by the library path when replayed
     "libraries": List(Obj({"kind": Enum("cublas_handle", "cublaslt_handle", "cublaslt_matmul_desc",
-                                        "cublaslt_layout", "cublaslt_preference"),
+                                        "cublaslt_layout", "cublaslt_preference", "cudnn_handle",
+                                        "cudnn_desc"),
                            "id": ID, "ctx": ID, "create": Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS),
                            "settings": List(Tuple(Int(0, 1 << 20), HANDLE_ARGS), 1 << 16)}), 1 << 16),
+    # cuDNN backend descriptors (proxyd/cudnn.py): the log of the calls that
+    # made them, [function id, context handle, arguments], replayed by the
+    # cuDNN path (which re-checks them); last [0, 0, handles destroyed after]
+    "cudnn_backend": List(Tuple(Int(0, 1 << 20), U64, List(Any_(), 1 << 20)), 1 << 22),
 })
 
 MANIFEST = Obj({

@@ -523,6 +523,9 @@ class EmuBackend(Backend):
 
     def library(self, api: str):
         """The emulated cuBLAS / cuBLASLt / NVML (blas.py; proxyd/libraries.py)."""
+        if api == "cudnn":
+            from .cudnn import EmuCudnn     # the backend API's plumbing and one conv engine
+            return EmuCudnn(self, api)
         from .blas import EmuLibrary
         return EmuLibrary(self, api)
 

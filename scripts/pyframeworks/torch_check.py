@@ -1,6 +1,7 @@
 """PyTorch library checks, run natively and under gpuproxy by
 scripts/gpu_check.py (--python, frameworks step): matrix products that go
-through cuBLAS and cuBLASLt (docs/libraries.md), compared with the CPU, and
+through cuBLAS and cuBLASLt, convolutions and attention through cuDNN
+(docs/libraries.md), compared with the CPU, and
 a digest of each result's bytes so that the native and the proxied run can
 be compared bit for bit (the same GPU, the same library, the same inputs
 must give the same bits). Prints one JSON object {check: "ok" | "FAIL: ..."}
@@ -86,6 +87,73 @@ def _():
     c = torch.mm(a.cuda().bfloat16(), b.cuda().bfloat16())
     torch.testing.assert_close(c.float().cpu(), a.bfloat16().float().mm(b.bfloat16().float()), rtol=2e-2, atol=2e-1)
     _digest("mm bf16", c.float())
+
+
+@check("conv net (Conv2d+BatchNorm2d+ReLU) 3 training steps vs CPU (cuDNN backend API)")
+def _():
+    # deterministic cuDNN algorithms, no autotuning: the same engine natively
+    # and proxied, so the same bits
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.allow_tf32 = False
+
+    def net():
+        torch.manual_seed(7)
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                   torch.nn.Conv2d(8, 4, 3, stride=2, padding=1), torch.nn.ReLU())
+
+    x, = _inputs(8, (4, 3, 16, 16))
+    outs = {}
+    for dev in ("cpu", "cuda"):
+        m = net().to(dev)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        xd = x.to(dev)
+        losses = []
+        for _step in range(3):
+            opt.zero_grad()
+            loss = m(xd).square().mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        outs[dev] = (torch.stack(losses).cpu(), m[0].weight.detach().cpu(), m(xd).detach().cpu())
+    for a, b in zip(outs["cuda"], outs["cpu"]):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+    _digest("convnet losses", outs["cuda"][0])
+    _digest("convnet conv1 weight", outs["cuda"][1])
+    _digest("convnet output", outs["cuda"][2])
+
+
+@check("conv2d forward/backward alone vs CPU (cuDNN backend API, no BatchNorm)")
+def _():
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    x, w = _inputs(9, (2, 4, 12, 12), (6, 4, 3, 3))
+    xc, wc = x.cuda().requires_grad_(), w.cuda().requires_grad_()
+    y = torch.nn.functional.conv2d(xc, wc, padding=1)
+    y.square().sum().backward()
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    yr = torch.nn.functional.conv2d(xr, wr, padding=1)
+    yr.square().sum().backward()
+    torch.testing.assert_close(y.cpu(), yr.float().detach(), rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(wc.grad.cpu(), wr.grad.float(), rtol=1e-3, atol=1e-2)
+    _digest("conv2d out", y)
+    _digest("conv2d wgrad", wc.grad)
+    _digest("conv2d xgrad", xc.grad)
+
+
+@check("scaled_dot_product_attention, cuDNN backend, bf16 forward/backward vs math")
+def _():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    q, k, v = _inputs(10, (2, 4, 128, 64), (2, 4, 128, 64), (2, 4, 128, 64))
+    q, k, v = (t.cuda().bfloat16().requires_grad_() for t in (q, k, v))
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    o.float().square().sum().backward()
+    ref = torch.nn.functional.scaled_dot_product_attention(q.detach().float().cpu(), k.detach().float().cpu(),
+                                                           v.detach().float().cpu(), is_causal=True)
+    torch.testing.assert_close(o.float().cpu(), ref, rtol=3e-2, atol=3e-2)
+    _digest("sdpa cudnn out", o.float())
+    _digest("sdpa cudnn dq", q.grad.float())
 
 
 results["result digests"] = digests
