@@ -66,10 +66,10 @@ def main(argv=None):
     except EndpointInUse as e:
         sys.exit(f"proxyd worker: {e}")
     server.stdout_capture = capture
-    prof = os.environ.get("GPUPROXY_RT_PROFILE")
-    if prof:     # bench/roundtrip_profile.py: stage timers (rtprofile.py); absent, no timing code runs
+    rt_prof = os.environ.get("GPUPROXY_RT_PROFILE")
+    if rt_prof:  # bench/roundtrip_profile.py: stage timers (rtprofile.py); absent, no timing code runs
         from . import rtprofile
-        rtprofile.install(server, prof)
+        rtprofile.install(server, rt_prof)
     devices = [{"index": d, "name": backend.device_name(d), "memory": backend.device_total_mem(d)}
                for d in range(backend.device_count())]
     info = {"endpoint": server.bound_endpoint, "pid": os.getpid(), "backend": backend.name,
@@ -82,23 +82,23 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # ^C in the daemon's terminal is the supervisor's
     prof_dir = os.environ.get("GPUPROXY_WORKER_CPROFILE")
-    prof = None
+    cprof = None
     if prof_dir:
         # where a worker's time goes (issue 13's profile-first rule): cProfile
         # of the serving loop, written as <dir>/worker-<pid>.pstats at exit
         import cProfile
-        prof = cProfile.Profile()
-        prof.enable()
+        cprof = cProfile.Profile()
+        cprof.enable()
     try:
         server.serve_forever()
     finally:
-        if prof:
+        if rt_prof:
             rtprofile.dump()
         server.close()
-        if prof is not None:
-            prof.disable()
+        if cprof is not None:
+            cprof.disable()
             os.makedirs(prof_dir, exist_ok=True)
-            prof.dump_stats(os.path.join(prof_dir, f"worker-{os.getpid()}.pstats"))
+            cprof.dump_stats(os.path.join(prof_dir, f"worker-{os.getpid()}.pstats"))
 
 
 if __name__ == "__main__":
