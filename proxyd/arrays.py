@@ -375,13 +375,12 @@ def describe(sess) -> tuple[list, list]:
     return arrays, objs
 
 
-def contents(backend, sess):
-    """(chunk key, bytes) of every array, in ARRAY_PIECE pieces."""
-    for o in sess.of_kind(P.K_ARRAY):
-        s = o.info["shape"]
-        data = backend.array_read(o.real, s)
-        for off in range(0, max(len(data), 1), ARRAY_PIECE):
-            yield ARRAY_KEY | (o.id << 32) | (off // ARRAY_PIECE), bytes(data[off:off + ARRAY_PIECE])
+def contents(backend, o):
+    """(chunk key, bytes) of array o, in ARRAY_PIECE pieces (the caller has
+    made its context current)."""
+    data = backend.array_read(o.real, o.info["shape"])
+    for off in range(0, len(data), ARRAY_PIECE):
+        yield ARRAY_KEY | (o.id << 32) | (off // ARRAY_PIECE), bytes(data[off:off + ARRAY_PIECE])
 
 
 def rebuild(d, sess, arrays: list, objs: list, read_key):
@@ -389,10 +388,19 @@ def rebuild(d, sess, arrays: list, objs: list, read_key):
     texture and surface objects in ascending value order, in the contexts
     that exist again."""
     b = d.backend
+
+    def context(i):
+        c = sess.contexts.get(i)
+        if c is None:
+            raise RuntimeError(f"the image names context {i} for a CUDA array or texture object; it has none such")
+        return c
     for a in sorted(arrays, key=lambda a: a["id"]):
-        ctx = sess.contexts[a["ctx"]]
+        ctx = context(a["ctx"])
         b.make_current(ctx.real)
-        info = ArrayInfo.from_dict(a)
+        try:
+            info = ArrayInfo.from_dict(a)
+        except CudaError as e:
+            raise RuntimeError(f"CUDA array {a['id']} in the image: {e.message}") from e
         o = sess.add(P.K_ARRAY, b.array_create(info), ctx.id, {"shape": info}, ident=a["id"])
         parts = []
         for k in range((info.nbytes + ARRAY_PIECE - 1) // ARRAY_PIECE):
@@ -405,9 +413,14 @@ def rebuild(d, sess, arrays: list, objs: list, read_key):
             raise RuntimeError(f"CUDA array {o.handle:#x}: {len(data)} bytes in the image, expected {info.nbytes}")
         b.array_write(o.real, info, data)
     for t in sorted(objs, key=lambda t: t["value"]):
-        ctx = sess.contexts[t["ctx"]]
+        ctx = context(t["ctx"])
         b.make_current(ctx.real)
         kind = "t" if t["kind"] == "texture" else "s"
+        sizes = (("res", RES_DESC_SIZE), ("tex", TEX_DESC_SIZE if kind == "t" else None), ("view", VIEW_DESC_SIZE))
+        for field, n in sizes:
+            if (t[field] is not None or field == "res") and (t[field] is None or len(t[field]) != 2 * (n or 0)):
+                raise RuntimeError(f"{t['kind']} object {t['value']:#x}: its {field} descriptor in the image "
+                                   f"has the wrong size")
         try:
             _create_obj(d, sess, ctx, kind, bytes.fromhex(t["res"]),
                         bytes.fromhex(t["tex"]) if t["tex"] is not None else None,
