@@ -1131,6 +1131,19 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
                                     "array:use; stream:use"),
     "cudaMemcpy3D": P("p=in_buffer@sizeof(struct cudaMemcpy3DParms)"),
     "cudaMemcpy3DAsync": P("p=in_buffer@sizeof(struct cudaMemcpy3DParms); stream=handle:stream", "stream:use"),
+    "cudaMemcpyToArray": P("dst=handle:array; wOffset=scalar; hOffset=scalar; src=device_ptr; count=scalar; "
+                           "kind=scalar", "array:use"),
+    "cudaMemcpyFromArray": P("dst=device_ptr; src=handle:array; wOffset=scalar; hOffset=scalar; count=scalar; "
+                             "kind=scalar", "array:use"),
+    "cudaMemcpyArrayToArray": P("dst=handle:array; wOffsetDst=scalar; hOffsetDst=scalar; src=handle:array; "
+                                "wOffsetSrc=scalar; hOffsetSrc=scalar; count=scalar; kind=scalar", "array:use"),
+    "cudaMemcpyToArrayAsync": P("dst=handle:array; wOffset=scalar; hOffset=scalar; src=device_ptr; count=scalar; "
+                                "kind=scalar; stream=handle:stream", "array:use; stream:use"),
+    "cudaMemcpyFromArrayAsync": P("dst=device_ptr; src=handle:array; wOffset=scalar; hOffset=scalar; count=scalar; "
+                                  "kind=scalar; stream=handle:stream", "array:use; stream:use"),
+    "cudaGetTextureObjectTextureDesc": P("pTexDesc=out_value; texObject=handle:tex_object", "tex_object:use"),
+    "cudaGetTextureObjectResourceViewDesc": P("pResViewDesc=out_value; texObject=handle:tex_object",
+                                              "tex_object:use"),
     "cudaCreateTextureObject": P("pTexObject=out_value:tex_object; pResDesc=in_buffer@sizeof(struct cudaResourceDesc); "
                                  "pTexDesc=in_buffer@sizeof(struct cudaTextureDesc); "
                                  "pResViewDesc=in_buffer@sizeof(struct cudaResourceViewDesc)", "tex_object:create"),

@@ -309,6 +309,120 @@ cudaError_t gpo_cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wOffsetDst, siz
     return run_copy(&c, 0, NULL);
 }
 
+/* The deprecated cudaMemcpyToArray family (still exported by CUDA 13):
+ * count bytes from (wOffset bytes, hOffset rows) on, continuing on the next
+ * row at the end of one (the array read row after row). Split into a
+ * partial first row, whole rows (one 2D copy) and a partial last row. */
+static size_t row_bytes(cudaArray_const_t array)
+{
+    CUDA_ARRAY3D_DESCRIPTOR a;
+    if (cuArray3DGetDescriptor(&a, (CUarray)array) != CUDA_SUCCESS)
+        return 0;
+    return (size_t)format_bits(a.Format) / 8 * a.NumChannels * a.Width;
+}
+
+typedef cudaError_t (*piece_fn)(void *arg, size_t x, size_t y, size_t off, size_t w, size_t h);
+
+static cudaError_t linear_pieces(cudaArray_const_t array, size_t wOffset, size_t hOffset, size_t count,
+                                 piece_fn piece, void *arg)
+{
+    size_t rb = row_bytes(array);
+    if (!rb)
+        return cudaErrorInvalidResourceHandle;
+    if (wOffset >= rb && count)
+        return cudaErrorInvalidValue;
+    size_t off = 0, x = wOffset, y = hOffset;
+    while (off < count) {
+        size_t w = rb - x, h = 1;
+        if (x == 0 && count - off >= rb) {
+            w = rb;
+            h = (count - off) / rb;
+        } else if (w > count - off) {
+            w = count - off;
+        }
+        cudaError_t e = piece(arg, x, y, off, w, h);
+        if (e != cudaSuccess)
+            return e;
+        off += w * h;
+        y += h;
+        x = 0;
+    }
+    return cudaSuccess;
+}
+
+struct lin_copy {
+    cudaArray_t arr;
+    char *mem;
+    enum cudaMemcpyKind kind;
+    int to, async;
+    cudaStream_t stream;
+};
+
+static cudaError_t lin_piece(void *arg, size_t x, size_t y, size_t off, size_t w, size_t h)
+{
+    struct lin_copy *c = arg;
+    if (c->to)
+        return to_array(c->arr, x, y, c->mem + off, w, w, h, c->kind, c->async, c->stream);
+    return from_array(c->mem + off, w, c->arr, x, y, w, h, c->kind, c->async, c->stream);
+}
+
+cudaError_t gpo_cudaMemcpyToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count,
+                                  enum cudaMemcpyKind kind)
+{
+    RT_INIT();
+    struct lin_copy c = { dst, (char *)src, kind, 1, 0, NULL };
+    return gp_rt_ret(linear_pieces(dst, wOffset, hOffset, count, lin_piece, &c));
+}
+
+cudaError_t gpo_cudaMemcpyToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src,
+                                       size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    RT_INIT();
+    struct lin_copy c = { dst, (char *)src, kind, 1, 1, stream };
+    return gp_rt_ret(linear_pieces(dst, wOffset, hOffset, count, lin_piece, &c));
+}
+
+cudaError_t gpo_cudaMemcpyFromArray(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count,
+                                    enum cudaMemcpyKind kind)
+{
+    RT_INIT();
+    struct lin_copy c = { (cudaArray_t)src, dst, kind, 0, 0, NULL };
+    return gp_rt_ret(linear_pieces(src, wOffset, hOffset, count, lin_piece, &c));
+}
+
+cudaError_t gpo_cudaMemcpyFromArrayAsync(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset,
+                                         size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    RT_INIT();
+    struct lin_copy c = { (cudaArray_t)src, dst, kind, 0, 1, stream };
+    return gp_rt_ret(linear_pieces(src, wOffset, hOffset, count, lin_piece, &c));
+}
+
+/* array to array with independent row splits: through a device buffer */
+cudaError_t gpo_cudaMemcpyArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src,
+                                       size_t wOffsetSrc, size_t hOffsetSrc, size_t count, enum cudaMemcpyKind kind)
+{
+    RT_INIT();
+    if (kind != cudaMemcpyDeviceToDevice && kind != cudaMemcpyDefault)
+        return gp_rt_ret(cudaErrorInvalidMemcpyDirection);
+    if (!count)
+        return cudaSuccess;
+    CUdeviceptr tmp;
+    CUresult r = cuMemAlloc(&tmp, count);
+    if (r != CUDA_SUCCESS)
+        RT_RETURN_CU(r);
+    struct lin_copy c = { (cudaArray_t)src, (char *)(uintptr_t)tmp, cudaMemcpyDeviceToDevice, 0, 0, NULL };
+    cudaError_t e = linear_pieces(src, wOffsetSrc, hOffsetSrc, count, lin_piece, &c);
+    if (e == cudaSuccess) {
+        struct lin_copy d = { dst, (char *)(uintptr_t)tmp, cudaMemcpyDeviceToDevice, 1, 0, NULL };
+        e = linear_pieces(dst, wOffsetDst, hOffsetDst, count, lin_piece, &d);
+    }
+    r = cuMemFree(tmp);
+    if (e == cudaSuccess && r != CUDA_SUCCESS)
+        e = gp_rt_from_cu(r);
+    return gp_rt_ret(e);
+}
+
 /* cudaMemcpy3D: an array side counts positions and the extent's width in
  * elements, a linear side in bytes (cuda_runtime_api.h, cudaMemcpy3D). */
 static cudaError_t memcpy3d(const struct cudaMemcpy3DParms *p, int async, cudaStream_t stream)
@@ -484,6 +598,45 @@ cudaError_t gpo_cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDe
     if (r == CUDA_SUCCESS)
         from_res(&d, pResDesc);
     RT_RETURN_CU(r);
+}
+
+cudaError_t gpo_cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *pTexDesc, cudaTextureObject_t texObject)
+{
+    if (!pTexDesc)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    CUDA_TEXTURE_DESC t;
+    CUresult r = cuTexObjectGetTextureDesc(&t, (CUtexObject)texObject);
+    if (r != CUDA_SUCCESS)
+        RT_RETURN_CU(r);
+    memset(pTexDesc, 0, sizeof *pTexDesc);
+    for (int i = 0; i < 3; i++)
+        pTexDesc->addressMode[i] = (enum cudaTextureAddressMode)t.addressMode[i];
+    pTexDesc->filterMode = (enum cudaTextureFilterMode)t.filterMode;
+    /* no READ_AS_INTEGER flag: normalised floats (for float formats the
+     * runtime's element type; cudaCreateTextureObject sets the flag only
+     * for integer formats) */
+    pTexDesc->readMode = (t.flags & CU_TRSF_READ_AS_INTEGER) ? cudaReadModeElementType : cudaReadModeNormalizedFloat;
+    pTexDesc->normalizedCoords = !!(t.flags & CU_TRSF_NORMALIZED_COORDINATES);
+    pTexDesc->sRGB = !!(t.flags & CU_TRSF_SRGB);
+    pTexDesc->disableTrilinearOptimization = !!(t.flags & CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION);
+    pTexDesc->seamlessCubemap = !!(t.flags & CU_TRSF_SEAMLESS_CUBEMAP);
+    pTexDesc->maxAnisotropy = t.maxAnisotropy;
+    pTexDesc->mipmapFilterMode = (enum cudaTextureFilterMode)t.mipmapFilterMode;
+    pTexDesc->mipmapLevelBias = t.mipmapLevelBias;
+    pTexDesc->minMipmapLevelClamp = t.minMipmapLevelClamp;
+    pTexDesc->maxMipmapLevelClamp = t.maxMipmapLevelClamp;
+    memcpy(pTexDesc->borderColor, t.borderColor, sizeof pTexDesc->borderColor);
+    return cudaSuccess;
+}
+
+cudaError_t gpo_cudaGetTextureObjectResourceViewDesc(struct cudaResourceViewDesc *pResViewDesc,
+                                                     cudaTextureObject_t texObject)
+{
+    if (!pResViewDesc)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    RT_RETURN_CU(cuTexObjectGetResourceViewDesc((CUDA_RESOURCE_VIEW_DESC *)pResViewDesc, (CUtexObject)texObject));
 }
 
 cudaError_t gpo_cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObject, const struct cudaResourceDesc *pResDesc)

@@ -32,6 +32,9 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+// cudaMemcpyToArray/FromArray are deprecated but exported, and programs use them
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 #define NAME "textures"
 #define CHECK(call)                                                             \
     do {                                                                        \
@@ -148,6 +151,30 @@ int main(int argc, char **argv)
     cudaResourceDesc back;
     CHECK(cudaGetTextureObjectResourceDesc(&back, tex));
     EXPECT(back.resType == cudaResourceTypeArray && back.res.array.array == src, "texture resource desc");
+
+    cudaTextureDesc tback;
+    CHECK(cudaGetTextureObjectTextureDesc(&tback, tex));
+    EXPECT(tback.addressMode[0] == cudaAddressModeClamp && tback.filterMode == cudaFilterModePoint &&
+           !tback.normalizedCoords, "texture desc");
+
+    // the deprecated row-wrapping copies (cudaMemcpyToArray/FromArray): 10
+    // floats from element 2 of row 0 of a 5x3 array fill the rest of row 0,
+    // all of row 1 and the first 2 elements of row 2
+    {
+        cudaArray_t lin;
+        CHECK(cudaMallocArray(&lin, &fd, 5, 3));
+        std::vector<float> zeros(15, 0.0f), ten(10), all(15, -1.0f);
+        for (int i = 0; i < 10; ++i)
+            ten[i] = (float)(i + 1);
+        CHECK(cudaMemcpy2DToArray(lin, 0, 0, zeros.data(), 5 * sizeof(float), 5 * sizeof(float), 3,
+                                  cudaMemcpyHostToDevice));
+        CHECK(cudaMemcpyToArray(lin, 2 * sizeof(float), 0, ten.data(), 10 * sizeof(float), cudaMemcpyHostToDevice));
+        CHECK(cudaMemcpyFromArray(all.data(), lin, 0, 0, 15 * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 15; ++i)
+            EXPECT(all[i] == (i >= 2 && i < 12 ? (float)(i - 1) : 0.0f), "row-wrapping copy: element %d is %g", i,
+                   all[i]);
+        CHECK(cudaFreeArray(lin));
+    }
 
     cudaResourceDesc sd;
     memset(&sd, 0, sizeof sd);
