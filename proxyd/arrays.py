@@ -114,7 +114,12 @@ class ArrayInfo:
 
 
 def _bytes(d, sess, v, n: int, what: str) -> bytes:
-    data = bytes(d.data(sess, v) or b"")
+    data = d.data(sess, v)
+    if data is None:
+        data = b""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{what}: a descriptor must be bytes, got {type(data).__name__}")
+    data = bytes(data)
     if len(data) < n:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{what}: {len(data)} bytes, expected {n}")
     return data[:n]

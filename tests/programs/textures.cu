@@ -173,6 +173,15 @@ int main(int argc, char **argv)
         for (int i = 0; i < 15; ++i)
             EXPECT(all[i] == (i >= 2 && i < 12 ? (float)(i - 1) : 0.0f), "row-wrapping copy: element %d is %g", i,
                    all[i]);
+        // the same through an asynchronous 2D copy on a stream
+        cudaStream_t st;
+        CHECK(cudaStreamCreate(&st));
+        std::vector<float> again(15, -1.0f);
+        CHECK(cudaMemcpy2DFromArrayAsync(again.data(), 5 * sizeof(float), lin, 0, 0, 5 * sizeof(float), 3,
+                                         cudaMemcpyDeviceToHost, st));
+        CHECK(cudaStreamSynchronize(st));
+        EXPECT(again == all, "asynchronous copy from the array differs");
+        CHECK(cudaStreamDestroy(st));
         CHECK(cudaFreeArray(lin));
     }
 
@@ -272,6 +281,22 @@ int main(int argc, char **argv)
     b3.Depth = Z3;
     CHECK_CU(cuMemcpy3D(&b3));
     EXPECT(vol_back == vol, "3D array contents differ after the copy back");
+    // and with the runtime's cudaMemcpy3D (positions and width in elements on
+    // the array side): slice 1 .. 2, rows 1 .. 3, elements 2 .. 7
+    std::vector<float> part(6 * 3 * 2, -1.0f);
+    cudaMemcpy3DParms p3;
+    memset(&p3, 0, sizeof p3);
+    p3.srcArray = (cudaArray_t)a3;
+    p3.srcPos = make_cudaPos(2, 1, 1);
+    p3.dstPtr = make_cudaPitchedPtr(part.data(), 6 * sizeof(float), 6, 3);
+    p3.extent = make_cudaExtent(6, 3, 2);
+    p3.kind = cudaMemcpyDeviceToHost;
+    CHECK(cudaMemcpy3D(&p3));
+    for (int z = 0; z < 2; ++z)
+        for (int y = 0; y < 3; ++y)
+            for (int x = 0; x < 6; ++x)
+                EXPECT(part[(z * 3 + y) * 6 + x] == vol[((z + 1) * Y3 + y + 1) * X3 + x + 2],
+                       "cudaMemcpy3D from the array: (%d, %d, %d)", x, y, z);
 
     double sum = 0;
     for (float v : want)
