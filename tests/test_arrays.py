@@ -212,3 +212,40 @@ def test_unsupported_format_is_refused(env):
     b, d, s, ctx = env
     with pytest.raises(CudaError, match="format 0xb0 is not supported"):
         A.h_array_create(d, s, FN["cuArray3DCreate_v2"], ctx, [True, A.ARRAY3D_DESC.pack(4, 4, 0, 0xB0, 1, 0)])
+
+
+@pytest.mark.gpu
+def test_gpu_texture_values_come_back_in_a_fresh_context():
+    """On the GPU: objects made in one context (with a gap: one destroyed)
+    and recreated by arrays.rebuild in a fresh context after the first is
+    gone get the same values, and the array its contents. (A restore does
+    this in a fresh worker process; the corpus program textures checks that
+    path, dumped and restored, on the GPU too.)"""
+    from gpuproxy.proxyd.cuda_backend import CudaBackend
+    b = CudaBackend()
+    d = Disp(b)
+    s, ctx = _session(b)
+    b.make_current(ctx.real)
+    arr = _array(d, s, ctx, 16, 8, flags=0x02)
+    o = s.get(P.K_ARRAY, arr)
+    data = np.arange(16 * 8, dtype=np.float32)
+    b.array_write(o.real, o.info["shape"], data.tobytes())
+    texs = [_call(d, s, ctx, "cuTexObjectCreate", True, _res_array(arr), _tex_desc(), None)[0] for _ in range(3)]
+    surf = _call(d, s, ctx, "cuSurfObjectCreate", True, _res_array(arr))[0]
+    _call(d, s, ctx, "cuTexObjectDestroy", texs[1])
+    arrays, objs = A.describe(s)
+    keys = dict(A.contents(b, o))
+    before = sorted(v for _, v in s.tex_objects)
+    A.release_context(d, s, ctx.id)
+    b.array_destroy(o.real)
+    b.ctx_destroy(ctx.real)
+    s2, ctx2 = _session(b)
+    b.make_current(ctx2.real)
+    A.rebuild(d, s2, arrays, objs, keys.get)
+    after = sorted(v for _, v in s2.tex_objects)
+    assert after == before, f"texture/surface values {before} came back as {after} (created {texs}, surface {surf})"
+    o2 = s2.get(P.K_ARRAY, arr)
+    assert np.array_equal(np.frombuffer(b.array_read(o2.real, o2.info["shape"]), np.float32), data)
+    A.release_context(d, s2, ctx2.id)
+    b.array_destroy(o2.real)
+    b.ctx_destroy(ctx2.real)
