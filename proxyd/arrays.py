@@ -154,13 +154,16 @@ def h_array_create(d, sess, fn, ctx, args, **kw):
 @handler("array_destroy")
 def h_array_destroy(d, sess, fn, ctx, args, **kw):
     o, _ = array_of(sess, args[0])
-    for key, t in sess.tex_objects.items():
+    for key, t in list(sess.tex_objects.items()):
         if t["res"][0] == RES_ARRAY and t["res"][1] == o.handle:
-            # cuda.h leaves this undefined; natively the object reads freed
-            # memory. proxyd refuses it: the object would break a restore.
-            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: array {o.handle:#x} is still bound to "
-                                                      f"{'texture' if key[0] == 't' else 'surface'} object "
-                                                      f"{key[1]:#x}; destroy that first")
+            # An object still reading the array (programs free the array
+            # first at cleanup). Using it afterwards reads freed memory,
+            # which cuda.h leaves undefined; proxyd destroys it with the
+            # array, since a restore could not recreate it, and accepts the
+            # application's later destroy of its value (tex_gone).
+            (d.backend.tex_destroy if key[0] == "t" else d.backend.surf_destroy)(key[1])
+            del sess.tex_objects[key]
+            sess.tex_gone.add(key)
     d.backend.array_destroy(o.real)
     sess.drop(o)
     return CUDA_SUCCESS, []
@@ -291,6 +294,7 @@ def _create_obj(d, sess, ctx, kind: str, raw_res: bytes, tex: bytes | None, view
                             f"{'texture' if kind == 't' else 'surface'} object {want:#x} could not be recreated "
                             f"under its value (the driver gave {value:#x}): kernels that hold the old value "
                             f"would read the wrong object")
+    sess.tex_gone.discard((kind, value))      # the driver reuses a value that went with its array
     sess.tex_objects[(kind, value)] = {"ctx": ctx.id, "res": rec, "raw": bytes(raw_res),
                                        "tex": bytes(tex) if tex is not None else None,
                                        "view": bytes(view) if view is not None else None}
@@ -324,7 +328,7 @@ def h_surf_object_create(d, sess, fn, ctx, args, **kw):
     return CUDA_SUCCESS, [value if args[0] else None]
 
 
-def _obj(sess, kind: str, value, who: str) -> dict:
+def _obj(sess, kind: str, value, who: str) -> dict | None:
     t = sess.tex_objects.get((kind, int(value or 0)))
     if t is None:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{who}: unknown {'texture' if kind == 't' else 'surface'} "
@@ -335,6 +339,9 @@ def _obj(sess, kind: str, value, who: str) -> dict:
 @handler("tex_object_destroy")
 def h_tex_object_destroy(d, sess, fn, ctx, args, **kw):
     kind = "t" if fn.name.startswith("cuTex") else "s"
+    if (kind, int(args[0] or 0)) in sess.tex_gone:
+        sess.tex_gone.discard((kind, int(args[0])))    # went with its array (h_array_destroy)
+        return CUDA_SUCCESS, []
     _obj(sess, kind, args[0], fn.name)
     (d.backend.tex_destroy if kind == "t" else d.backend.surf_destroy)(int(args[0]))
     del sess.tex_objects[(kind, int(args[0]))]
@@ -377,6 +384,9 @@ def describe(sess) -> tuple[list, list]:
              "tex": t["tex"].hex() if t["tex"] is not None else None,
              "view": t["view"].hex() if t["view"] is not None else None}
             for (k, v), t in sorted(sess.tex_objects.items(), key=lambda kv: kv[0][1])]
+    # objects that went with their array and that the app may still destroy
+    objs += [{"kind": "texture" if k == "t" else "surface", "value": v, "ctx": 0, "res": "", "tex": None,
+              "view": None, "gone": True} for k, v in sorted(sess.tex_gone)]
     return arrays, objs
 
 
@@ -417,7 +427,10 @@ def rebuild(d, sess, arrays: list, objs: list, read_key):
         if len(data) != info.nbytes:
             raise RuntimeError(f"CUDA array {o.handle:#x}: {len(data)} bytes in the image, expected {info.nbytes}")
         b.array_write(o.real, info, data)
-    for t in sorted(objs, key=lambda t: t["value"]):
+    for t in objs:
+        if t.get("gone"):
+            sess.tex_gone.add(("t" if t["kind"] == "texture" else "s", t["value"]))
+    for t in sorted((t for t in objs if not t.get("gone")), key=lambda t: t["value"]):
         ctx = context(t["ctx"])
         b.make_current(ctx.real)
         kind = "t" if t["kind"] == "texture" else "s"

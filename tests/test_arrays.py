@@ -152,9 +152,19 @@ def test_emulated_fetch_clamps_and_surface_traps(env):
     assert _call(d, s, ctx, "cuTexObjectGetTextureDesc", True, tex)[0] == _tex_desc()
     assert _call(d, s, ctx, "cuArray3DGetDescriptor_v2", True, arr)[0] == \
         A.ARRAY3D_DESC.pack(4, 3, 0, CU_AD_FORMAT_UNSIGNED_INT8, 2, 2)
-    # an array still bound to an object is not destroyed
-    with pytest.raises(CudaError, match="still bound"):
-        A.h_array_destroy(d, s, FN["cuArrayDestroy"], ctx, [arr])
+    # an array freed before its objects (a common cleanup order): the
+    # objects go with it; the app's later destroys of them succeed, also
+    # after a restore in between
+    _call(d, s, ctx, "cuArrayDestroy", arr)
+    assert not s.tex_objects and tex not in b.textures.objects
+    _call(d, s, ctx, "cuTexObjectDestroy", tex)
+    b2, d2, s2, arrays, objs, keys = _rebuild_into_fresh(s, b)
+    A.rebuild(d2, s2, arrays, objs, keys.get)
+    assert not b2.textures.objects
+    _call(d2, s2, ctx, "cuSurfObjectDestroy", surf)
+    _call(d2, s2, ctx, "cuTexObjectDestroy", tn)
+    with pytest.raises(CudaError, match="unknown texture object"):
+        A.h_tex_object_destroy(d2, s2, FN["cuTexObjectDestroy"], ctx, [tn])
 
 
 def _rebuild_into_fresh(s, b):

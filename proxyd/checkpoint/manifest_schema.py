@@ -237,7 +237,8 @@ SESSION = Obj({
     "tex_objects": List(Obj({"kind": Enum("texture", "surface"), "value": U64, "ctx": ID,
                              "res": Str(288, r"[0-9a-f]*", "hex bytes"),
                              "tex": Opt(Str(208, r"[0-9a-f]*", "hex bytes")),
-                             "view": Opt(Str(224, r"[0-9a-f]*", "hex bytes"))}), 1 << 20),
+                             "view": Opt(Str(224, r"[0-9a-f]*", "hex bytes"))},
+                            optional={"gone": Bool()}), 1 << 20),
     # library handles and descriptors (proxyd/libraries.py): the creating
     # call and the settings, re-checked by the library path when replayed
     "libraries": List(Obj({"kind": Enum("cublas_handle", "cublaslt_handle", "cublaslt_matmul_desc",
