@@ -157,9 +157,10 @@ int main(int argc, char **argv)
     EXPECT(tback.addressMode[0] == cudaAddressModeClamp && tback.filterMode == cudaFilterModePoint &&
            !tback.normalizedCoords, "texture desc");
 
-    // the deprecated row-wrapping copies (cudaMemcpyToArray/FromArray): 10
-    // floats from element 2 of row 0 of a 5x3 array fill the rest of row 0,
-    // all of row 1 and the first 2 elements of row 2
+    // the deprecated copies (cudaMemcpyToArray/FromArray) into a 5x3 array:
+    // 3 floats at element 2 of row 0 (the rest of the row), then 7 floats
+    // from the start of row 1, which continue on row 2; the whole array
+    // comes back in one copy of 15 floats
     {
         cudaArray_t lin;
         CHECK(cudaMallocArray(&lin, &fd, 5, 3));
@@ -168,7 +169,8 @@ int main(int argc, char **argv)
             ten[i] = (float)(i + 1);
         CHECK(cudaMemcpy2DToArray(lin, 0, 0, zeros.data(), 5 * sizeof(float), 5 * sizeof(float), 3,
                                   cudaMemcpyHostToDevice));
-        CHECK(cudaMemcpyToArray(lin, 2 * sizeof(float), 0, ten.data(), 10 * sizeof(float), cudaMemcpyHostToDevice));
+        CHECK(cudaMemcpyToArray(lin, 2 * sizeof(float), 0, ten.data(), 3 * sizeof(float), cudaMemcpyHostToDevice));
+        CHECK(cudaMemcpyToArray(lin, 0, 1, ten.data() + 3, 7 * sizeof(float), cudaMemcpyHostToDevice));
         CHECK(cudaMemcpyFromArray(all.data(), lin, 0, 0, 15 * sizeof(float), cudaMemcpyDeviceToHost));
         for (int i = 0; i < 15; ++i)
             EXPECT(all[i] == (i >= 2 && i < 12 ? (float)(i - 1) : 0.0f), "row-wrapping copy: element %d is %g", i,
