@@ -234,8 +234,12 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--wait-at-step", type=int, default=0, metavar="K",
                     help="after step K print 'waiting' and wait for a line on stdin")
+    ap.add_argument("--pause", type=float, default=0.0, metavar="S",
+                    help="sleep S seconds after printing each step (a whole-process dump then lands between steps)")
     ap.add_argument("--bench", action="store_true", help="print median step times of the two bench configs")
     ap.add_argument("--bench-steps", type=int, default=50)
+    ap.add_argument("--bench-configs", default="launch-bound-pointwise,gpu-bound,launch-bound",
+                    help="comma-separated bench configs (default: all three)")
     args = ap.parse_args()
 
     if not torch.cuda.is_available():
@@ -253,7 +257,7 @@ def main() -> int:
 
     if args.bench:
         failed = 0
-        for name in ("launch-bound-pointwise", "gpu-bound", "launch-bound"):
+        for name in args.bench_configs.split(","):
             try:
                 med = bench(dev, name, args.bench_steps, warmup=10)
             except RuntimeError as e:      # e.g. a library that cannot run here: the others still do
@@ -267,6 +271,8 @@ def main() -> int:
     for s in range(1, args.steps + 1):
         loss = tr.step()
         print(f"step {s} loss {float(loss).hex()}", flush=True)
+        if args.pause:
+            time.sleep(args.pause)
         if s == args.wait_at_step:
             print("waiting", flush=True)
             sys.stdin.readline()

@@ -1,44 +1,379 @@
 /* Hand-written parts of the libcublasLt.so.13 stand-in (spec: shim:
- * override in specs/cublaslt/cublaslt.yaml). docs/libraries.md. The matmul
- * descriptor's scale type and pointer mode decide how alpha/beta travel
- * (lib_state.c). Locking: as lib_cublas.c. */
+ * override in specs/cublaslt/cublaslt.yaml). docs/libraries.md, "cuBLASLt
+ * descriptors".
+ *
+ * PyTorch builds a matmul descriptor, four layouts and a preference around
+ * every cuBLASLt matmul and destroys them after it (about 20 calls per
+ * matmul, measured on the H100 with GPUPROXY_PROFILE, 2026-11-24). Sending
+ * each to proxyd made the descriptors a third of all ops of a training
+ * step. So the app's descriptors live only in the shim (lt_heuristic.c
+ * keeps their creation arguments and attributes), under handles the shim
+ * chooses (lib_ids.c); creating, setting and destroying them costs no op.
+ * When a call needs one in proxyd (a matmul, a heuristic question the
+ * cache cannot answer, a get-attribute), realize() finds or makes proxyd's
+ * copy: copies are shared by content, so the descriptors PyTorch rebuilds
+ * for every step map to the few proxyd already has. Device-pointer
+ * attributes (bias, aux, scale pointers) are not part of a copy's identity:
+ * they are set on the copy when they differ from what it has.
+ *
+ * Errors: what only NVIDIA's library can judge (an attribute id or size it
+ * does not know) shows when the copy is made, as the asynchronous failure
+ * of the call that needed it (reported at the next synchronising CUDA call,
+ * like a failed launch); what the shim can judge (NULL pointers, unknown
+ * descriptors) fails at once.
+ *
+ * Checkpoints: proxyd's copies are library objects like any (created under
+ * shim-chosen handles, settings recorded), so a restore brings them back
+ * under the same handles; the app's descriptors are app memory.
+ *
+ * Locking: everything under gp_lock (the generated bodies take it too; it
+ * is recursive). Protocol kind codes: proxyd/protocol.py. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "gp_lib_cublaslt.h"
+
+enum { K_MATMUL_DESC = 34, K_LAYOUT = 35, K_PREFERENCE = 36 };
+enum { LT_DESC_SCALE_TYPE = 1 };                    /* cublasLt.h */
+#define CUBLAS_ALLOC_FAILED 3                       /* cublas_api.h */
 
 extern int cudaFree(void *devPtr);     /* cuda_runtime_api.h; see lib_cublas.c */
 
 cublasStatus_t gpo_cublasLtCreate(cublasLtHandle_t *lightHandle)
 {
     if (!lightHandle)
-        return 7;       /* CUBLAS_STATUS_INVALID_VALUE */
+        return GP_CUBLASLT_INVALID;
     if (cudaFree(NULL) != 0)
         return 1;       /* CUBLAS_STATUS_NOT_INITIALIZED */
     return gpg_cublasLtCreate(lightHandle);
 }
 
+/* ------------------------------------------------------ proxyd's copies */
+
+#define RZ_BUCKETS 256
+#define RZ_MAX 1024             /* copies kept; then all go and are made again on demand */
+#define RZ_PTRS 16
+
+typedef struct rz_copy {
+    uint64_t hash;
+    unsigned char *key;
+    size_t nkey;
+    int kind;
+    void *wh;                   /* proxyd's handle */
+    int nptr;                   /* device-pointer attributes as last set on the copy */
+    int ptr_id[RZ_PTRS];
+    uint64_t ptr_val[RZ_PTRS];
+    struct rz_copy *next;
+} rz_copy;
+
+static rz_copy *copies[RZ_BUCKETS];
+static size_t ncopies;
+
+static void put(unsigned char **k, size_t *n, size_t *cap, const void *p, size_t len)
+{
+    if (!*k && *cap)
+        return;                 /* an allocation failed before */
+    if (*n + len > *cap) {
+        size_t c = *cap ? *cap * 2 : 512;
+        while (c < *n + len)
+            c *= 2;
+        unsigned char *q = realloc(*k, c);
+        if (!q) {
+            free(*k);
+            *k = NULL;
+            *cap = 1;
+            return;
+        }
+        *k = q;
+        *cap = c;
+    }
+    memcpy(*k + *n, p, len);
+    *n += len;
+}
+
+static uint64_t fnv(const unsigned char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void destroy_copy(rz_copy *c)
+{
+    if (c->kind == K_MATMUL_DESC) {
+        gpg_cublasLtMatmulDescDestroy(c->wh);
+        gp_lt_forget(c->wh);
+    } else if (c->kind == K_LAYOUT) {
+        gpg_cublasLtMatrixLayoutDestroy(c->wh);
+    } else {
+        gpg_cublasLtMatmulPreferenceDestroy(c->wh);
+    }
+    gp_lib_free_handle(c->wh);
+    free(c->key);
+    free(c);
+}
+
+static void drop_all_copies(void)
+{
+    for (size_t b = 0; b < RZ_BUCKETS; b++) {
+        for (rz_copy *c = copies[b], *nx; c; c = nx) {
+            nx = c->next;
+            destroy_copy(c);
+        }
+        copies[b] = NULL;
+    }
+    ncopies = 0;
+}
+
+static cublasStatus_t set_attr(int kind, void *wh, int id, const void *v, size_t n)
+{
+    if (kind == K_MATMUL_DESC) {
+        gp_lt_note_attr(wh, id, v, n);      /* scale type, pointer mode: how alpha/beta travel */
+        return gpg_cublasLtMatmulDescSetAttribute(wh, (cublasLtMatmulDescAttributes_t)id, v, n);
+    }
+    if (kind == K_LAYOUT)
+        return gpg_cublasLtMatrixLayoutSetAttribute(wh, (cublasLtMatrixLayoutAttribute_t)id, v, n);
+    return gpg_cublasLtMatmulPreferenceSetAttribute(wh, (cublasLtMatmulPreferenceAttributes_t)id, v, n);
+}
+
+/* proxyd's handle for the app's descriptor h; h itself when the shim does
+ * not know it (proxyd then answers for an invalid handle). */
+static void *realize(const void *h)
+{
+    int kind;
+    const void *args;
+    size_t nargs, nattrs;
+    if (!h || !gp_lt_state_get(h, &kind, &args, &nargs, &nattrs))
+        return (void *)h;
+    gp_lock();
+    unsigned char *key = NULL;
+    size_t nkey = 0, cap = 0;
+    uint64_t head[3] = { (uint64_t)kind, nargs, nattrs };
+    put(&key, &nkey, &cap, head, sizeof head);
+    put(&key, &nkey, &cap, args, nargs);
+    for (size_t i = 0; i < nattrs; i++) {
+        int id;
+        const void *v;
+        size_t n;
+        gp_lt_state_attr_at(h, i, &id, &v, &n);
+        uint64_t a[2] = { (uint64_t)id, n };
+        put(&key, &nkey, &cap, a, sizeof a);
+        if (!(kind == K_MATMUL_DESC && gp_lt_pointer_attr(id) && n == sizeof(uint64_t)))
+            put(&key, &nkey, &cap, v, n);
+    }
+    if (!key) {
+        gp_unlock();
+        return (void *)h;
+    }
+    uint64_t hash = fnv(key, nkey);
+    rz_copy *c = copies[hash % RZ_BUCKETS];
+    while (c && !(c->hash == hash && c->nkey == nkey && !memcmp(c->key, key, nkey)))
+        c = c->next;
+    if (c) {
+        free(key);
+    } else {
+        if (ncopies >= RZ_MAX)
+            drop_all_copies();
+        c = calloc(1, sizeof *c);
+        if (!c) {
+            free(key);
+            gp_unlock();
+            return (void *)h;
+        }
+        c->hash = hash;
+        c->key = key;
+        c->nkey = nkey;
+        c->kind = kind;
+        if (kind == K_MATMUL_DESC) {
+            int32_t a[2];
+            memcpy(a, args, sizeof a);
+            gpg_cublasLtMatmulDescCreate((cublasLtMatmulDesc_t *)&c->wh, (cublasComputeType_t)a[0],
+                                         (cudaDataType_t)a[1]);
+            gp_lt_note_desc(c->wh, a[1]);
+        } else if (kind == K_LAYOUT) {
+            uint64_t a[4];
+            memcpy(a, args, sizeof a);
+            gpg_cublasLtMatrixLayoutCreate((cublasLtMatrixLayout_t *)&c->wh, (cudaDataType)a[0], a[1], a[2],
+                                           (int64_t)a[3]);
+        } else {
+            gpg_cublasLtMatmulPreferenceCreate((cublasLtMatmulPreference_t *)&c->wh);
+        }
+        for (size_t i = 0; i < nattrs; i++) {
+            int id;
+            const void *v;
+            size_t n;
+            gp_lt_state_attr_at(h, i, &id, &v, &n);
+            if (!(kind == K_MATMUL_DESC && gp_lt_pointer_attr(id) && n == sizeof(uint64_t)))
+                set_attr(kind, c->wh, id, v, n);
+        }
+        c->next = copies[hash % RZ_BUCKETS];
+        copies[hash % RZ_BUCKETS] = c;
+        ncopies++;
+    }
+    /* device-pointer attributes: set where the copy differs (same ids by the key) */
+    if (kind == K_MATMUL_DESC) {
+        for (size_t i = 0; i < nattrs; i++) {
+            int id;
+            const void *v;
+            size_t n;
+            gp_lt_state_attr_at(h, i, &id, &v, &n);
+            if (!gp_lt_pointer_attr(id) || n != sizeof(uint64_t))
+                continue;
+            uint64_t val;
+            memcpy(&val, v, sizeof val);
+            int j = 0;
+            while (j < c->nptr && c->ptr_id[j] != id)
+                j++;
+            if (j < c->nptr && c->ptr_val[j] == val)
+                continue;
+            set_attr(kind, c->wh, id, v, n);
+            if (j == c->nptr && c->nptr < RZ_PTRS)
+                c->ptr_id[c->nptr++] = id;
+            if (j < c->nptr)
+                c->ptr_val[j] = val;
+        }
+    }
+    void *wh = c->wh;
+    gp_unlock();
+    return wh;
+}
+
+/* ------------------------------------------- the app's descriptors: local */
+
+static cublasStatus_t make_local(void **out, int kind, const void *args, size_t nargs)
+{
+    if (!out)
+        return GP_CUBLASLT_INVALID;
+    void *h = (void *)(uintptr_t)gp_lib_new_handle((uint32_t)kind);
+    if (gp_lt_state_create(h, kind, args, nargs) != 0) {
+        gp_lib_free_handle(h);
+        return CUBLAS_ALLOC_FAILED;
+    }
+    *out = h;
+    return GP_CUBLASLT_SUCCESS;
+}
+
+static cublasStatus_t set_local(const void *h, int id, const void *buf, size_t n)
+{
+    if (!buf && n)
+        return GP_CUBLASLT_INVALID;
+    int rc = gp_lt_state_attr(h, id, buf, n);
+    return rc == 0 ? GP_CUBLASLT_SUCCESS : rc == -1 ? GP_CUBLASLT_INVALID : CUBLAS_ALLOC_FAILED;
+}
+
+static cublasStatus_t destroy_local(const void *h)
+{
+    int kind;
+    const void *args;
+    size_t nargs, nattrs;
+    if (h && gp_lt_state_get(h, &kind, &args, &nargs, &nattrs)) {
+        gp_lt_state_forget(h);
+        gp_lib_free_handle(h);
+    }
+    return GP_CUBLASLT_SUCCESS;     /* cublasLt.h: destroying NULL is allowed */
+}
+
 cublasStatus_t gpo_cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc, cublasComputeType_t computeType,
                                             cudaDataType_t scaleType)
 {
-    cublasStatus_t s = gpg_cublasLtMatmulDescCreate(matmulDesc, computeType, scaleType);
-    if (s == GP_CUBLASLT_SUCCESS)
-        gp_lt_note_desc(*matmulDesc, (int)scaleType);
-    return s;
+    int32_t a[2] = { (int32_t)computeType, (int32_t)scaleType };
+    return make_local((void **)matmulDesc, K_MATMUL_DESC, a, sizeof a);
 }
 
-cublasStatus_t gpo_cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc)
-{
-    cublasStatus_t s = gpg_cublasLtMatmulDescDestroy(matmulDesc);
-    if (s == GP_CUBLASLT_SUCCESS)
-        gp_lt_forget(matmulDesc);
-    return s;
-}
+cublasStatus_t gpo_cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) { return destroy_local(matmulDesc); }
 
 cublasStatus_t gpo_cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc,
                                                   cublasLtMatmulDescAttributes_t attr, const void *buf,
                                                   size_t sizeInBytes)
 {
-    cublasStatus_t s = gpg_cublasLtMatmulDescSetAttribute(matmulDesc, attr, buf, sizeInBytes);
-    if (s == GP_CUBLASLT_SUCCESS)
-        gp_lt_note_attr(matmulDesc, (int)attr, buf, sizeInBytes);
+    return set_local(matmulDesc, (int)attr, buf, sizeInBytes);
+}
+
+cublasStatus_t gpo_cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *matLayout, cudaDataType type, uint64_t rows,
+                                              uint64_t cols, int64_t ld)
+{
+    uint64_t a[4] = { (uint64_t)type, rows, cols, (uint64_t)ld };
+    return make_local((void **)matLayout, K_LAYOUT, a, sizeof a);
+}
+
+cublasStatus_t gpo_cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout) { return destroy_local(matLayout); }
+
+cublasStatus_t gpo_cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t matLayout,
+                                                    cublasLtMatrixLayoutAttribute_t attr, const void *buf,
+                                                    size_t sizeInBytes)
+{
+    return set_local(matLayout, (int)attr, buf, sizeInBytes);
+}
+
+cublasStatus_t gpo_cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref)
+{
+    return make_local((void **)pref, K_PREFERENCE, NULL, 0);
+}
+
+cublasStatus_t gpo_cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) { return destroy_local(pref); }
+
+cublasStatus_t gpo_cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                        cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                                        size_t sizeInBytes)
+{
+    return set_local(pref, (int)attr, buf, sizeInBytes);
+}
+
+/* Queries go to proxyd's copy: it also knows the attributes nobody set. */
+cublasStatus_t gpo_cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t matmulDesc,
+                                                  cublasLtMatmulDescAttributes_t attr, void *buf, size_t sizeInBytes,
+                                                  size_t *sizeWritten)
+{
+    return gpg_cublasLtMatmulDescGetAttribute(realize(matmulDesc), attr, buf, sizeInBytes, sizeWritten);
+}
+
+cublasStatus_t gpo_cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout_t matLayout,
+                                                    cublasLtMatrixLayoutAttribute_t attr, void *buf,
+                                                    size_t sizeInBytes, size_t *sizeWritten)
+{
+    return gpg_cublasLtMatrixLayoutGetAttribute(realize(matLayout), attr, buf, sizeInBytes, sizeWritten);
+}
+
+/* --------------------------------------------------- heuristic, matmul */
+
+cublasStatus_t gpo_cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc,
+                                                  cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                                  cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                                  cublasLtMatmulPreference_t preference, int requestedAlgoCount,
+                                                  cublasLtMatmulHeuristicResult_t heuristicResultsArray[],
+                                                  int *returnAlgoCount)
+{
+    const void *d6[6] = { operationDesc, Adesc, Bdesc, Cdesc, Ddesc, preference };
+    const void *ctx = gp_ctx_current();
+    int cacheable = requestedAlgoCount > 0 && heuristicResultsArray && returnAlgoCount;
+    if (cacheable && gp_lt_heuristic_find(ctx, lightHandle, d6, requestedAlgoCount, heuristicResultsArray,
+                                          sizeof heuristicResultsArray[0], returnAlgoCount))
+        return GP_CUBLASLT_SUCCESS;
+    gp_lock();
+    cublasStatus_t s = gpg_cublasLtMatmulAlgoGetHeuristic(lightHandle, realize(operationDesc), realize(Adesc),
+                                                          realize(Bdesc), realize(Cdesc), realize(Ddesc),
+                                                          realize(preference), requestedAlgoCount,
+                                                          heuristicResultsArray, returnAlgoCount);
+    gp_unlock();
+    if (s == GP_CUBLASLT_SUCCESS && cacheable)
+        gp_lt_heuristic_store(ctx, lightHandle, d6, requestedAlgoCount, heuristicResultsArray,
+                              sizeof heuristicResultsArray[0], *returnAlgoCount);
+    return s;
+}
+
+cublasStatus_t gpo_cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
+                                  const void *A, cublasLtMatrixLayout_t Adesc, const void *B,
+                                  cublasLtMatrixLayout_t Bdesc, const void *beta, const void *C,
+                                  cublasLtMatrixLayout_t Cdesc, void *D, cublasLtMatrixLayout_t Ddesc,
+                                  const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspaceSizeInBytes,
+                                  cudaStream_t stream)
+{
+    gp_lock();
+    cublasStatus_t s = gpg_cublasLtMatmul(lightHandle, realize(computeDesc), alpha, A, realize(Adesc), B,
+                                          realize(Bdesc), beta, C, realize(Cdesc), D, realize(Ddesc), algo, workspace,
+                                          workspaceSizeInBytes, stream);
+    gp_unlock();
     return s;
 }
 

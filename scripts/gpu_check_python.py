@@ -147,6 +147,64 @@ def pycuda_suite(log, out: Path, carry: Path, d: Daemon) -> list[tuple[str, str]
     return results
 
 
+def cupy_suite(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
+    """A chosen part of CuPy's own test suite (issue 11), natively and
+    proxied side by side, compared test by test. The tests are not part of
+    this repository: scripts/gpu-check's caller carries them (a `git
+    archive` of the matching CuPy release's tests/, e.g. .carry/cupy-tests;
+    $GPUPROXY_CUPY_TESTS_DIR). $GPUPROXY_CUPY_TESTS names the files (default:
+    every test_*.py there); $GPUPROXY_CUPY_TEST_TIMEOUT_S bounds each file
+    per mode (default 120): a file that runs out of time in either mode is
+    reported, not compared."""
+    root = Path(os.environ.get("GPUPROXY_CUPY_TESTS_DIR", str(ROOT / ".carry" / "cupy-tests")))
+    tdir = root / "tests"
+    if not tdir.is_dir():
+        log(f"cupy suite: no CuPy tests at {tdir} (carry them: see scripts/gpu_check_python.py)")
+        return [("cupy suite", "SKIP (no tests carried)")]
+    names = [t for t in os.environ.get("GPUPROXY_CUPY_TESTS", "").split(",") if t] or \
+        sorted(str(p.relative_to(tdir)) for p in tdir.rglob("test_*.py"))
+    limit = float(os.environ.get("GPUPROXY_CUPY_TEST_TIMEOUT_S", "120"))
+    summary, results = {}, []
+    for fname in names:
+        tag = fname.replace("/", "-")[:-3]
+        procs = {}
+        for mode in ("native", "proxied"):
+            xml = out / f"cupy-{tag}-{mode}.xml"
+            env = _env({"CUPY_CACHE_DIR": str(out / "cupy-kernel-cache")})
+            if mode == "proxied":
+                env = d.env_for_client(env)
+            log_f = open(out / f"cupy-{tag}-{mode}.log", "w")
+            procs[mode] = (subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                             f"--junitxml={xml}", fname], stdout=log_f, stderr=subprocess.STDOUT,
+                                            env=env, cwd=tdir), xml, log_f)
+        runs, timed_out = {}, []
+        for mode, (pr, xml, log_f) in procs.items():
+            try:
+                pr.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                pr.kill()
+                pr.wait()
+                timed_out.append(mode)
+            log_f.close()
+            runs[mode] = _junit(xml)
+        count = lambda r, s: sum(1 for v in r.values() if v == s)  # noqa: E731
+        nat, prx = runs["native"], runs["proxied"]
+        rec = {m: {s: count(runs[m], s) for s in ("passed", "failed", "skipped")} for m in runs}
+        if timed_out:
+            rec["timed_out"] = timed_out
+            summary[fname] = rec
+            log(f"cupy {fname}: ran out of time ({limit:g} s) in {', '.join(timed_out)}: not compared")
+            results.append((f"cupy {fname}", f"TIMEOUT ({', '.join(timed_out)})"))
+            continue
+        regress = sorted(n for n, v in nat.items() if v == "passed" and prx.get(n) != "passed")
+        rec["pass_natively_not_proxied"] = regress
+        summary[fname] = rec
+        log(f"cupy {fname}: native {rec['native']} proxied {rec['proxied']}; {len(regress)} pass natively only")
+        results.append((f"cupy {fname} proxied >= native", "PASS" if not regress else f"FAIL ({len(regress)})"))
+    (out / "cupy-tests.json").write_text(json.dumps(summary, indent=1))
+    return results
+
+
 def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
     results = []
     for name, script, module in (("cupy", "cupy_check.py", "cupy"),
@@ -182,7 +240,7 @@ def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
     return results
 
 
-STEPS = ("example", "suite", "frameworks", "tests", "torch")
+STEPS = ("example", "suite", "frameworks", "tests", "torch", "cupysuite")
 
 
 def _pycuda_installed() -> bool:
@@ -203,7 +261,7 @@ def run(log, out: Path, carry: Path, steps=STEPS) -> list[tuple[str, str]]:
         return [("install pycuda", "FAIL")]
     else:
         results.append(("install pycuda", "PASS"))
-    if not set(steps) & {"example", "suite", "frameworks"}:
+    if not set(steps) & {"example", "suite", "frameworks", "cupysuite"}:
         d = None                 # the remaining steps start their own proxyd
     else:
         d = Daemon(backend="cuda", log_path=str(out / "proxyd-python.log"))
@@ -211,7 +269,8 @@ def run(log, out: Path, carry: Path, steps=STEPS) -> list[tuple[str, str]]:
     try:
         for name, step in (("example", lambda: example(log, out, d)),
                            ("suite", lambda: pycuda_suite(log, out, carry, d)),
-                           ("frameworks", lambda: feature_checks(log, out, d))):
+                           ("frameworks", lambda: feature_checks(log, out, d)),
+                           ("cupysuite", lambda: cupy_suite(log, out, d))):
             if name not in steps:
                 continue
             try:

@@ -19,7 +19,10 @@ torch the step reports SKIP with the reason.
    and proxied, with an empty and with a warm module cache
    (proxyd/modstore.py);
 5. how many module images the checkpoint holds (only those the session
-   loaded: libtorch registers hundreds).
+   loaded: libtorch registers hundreds);
+6. a whole-process checkpoint (CRIU + proxyd) of the proxied GPT run between
+   two steps, the app ended, proxyd killed, restored into a fresh proxyd:
+   the curve must equal the uninterrupted one.
 
 Everything goes to DIR/torch.json (and DIR/torch-*.log).
 """
@@ -187,6 +190,84 @@ def checkpoint(log, out: Path, rec: dict, model: str = "gpt") -> list[tuple[str,
              "PASS" if "nvidia_files_open" in c and not c["nvidia_files_open"] else "FAIL")]
 
 
+def whole_process(log, out: Path, rec: dict, model: str = "gpt") -> list[tuple[str, str]]:
+    """Whole-process checkpoint of a proxied torch training (issue 12 part 5,
+    with the CRIU issue's machinery): proxy-cli --dump (CRIU for the Python
+    process, proxyd for its GPU state) between two steps, which ends the app;
+    proxyd killed; a fresh proxyd and proxy-cli --restore bring the process
+    back; the curve it prints, before and after, must be the uninterrupted
+    one. Needs CRIU (scripts/install-criu)."""
+    from gpuproxy.proxyd.checkpoint.criu import pid_alive
+    py = torch_python()
+    n, k = STEPS[model], WAIT_AT
+    tmp = Path(f"/tmp/gpx-torch-whole-{os.getpid()}")
+    tmp.mkdir(exist_ok=True)
+    cli = [sys.executable, "-m", "gpuproxy.cli"]
+    d = Daemon(backend="cuda", endpoint=f"ipc://{tmp}/proxyd.sock", log_path=str(out / f"torch-whole-{model}-a.log")).start()
+    outf = tmp / "train.out"
+    proc = subprocess.Popen([py, str(EXAMPLE), "--model", model, "--steps", str(n), "--pause", "0.3"],
+                            stdin=subprocess.DEVNULL, stdout=open(outf, "w"), stderr=open(str(outf) + ".err", "w"),
+                            env=d.env_for_client(_env()), start_new_session=True)
+    pid = proc.pid
+    cli_env = _env({"GPUPROXY_ENDPOINT": d.endpoint})
+    c = {"model": model, "dump_after_step": k}
+    d2 = None
+    try:
+        end = time.monotonic() + 600
+        while f"step {k} " not in outf.read_text():
+            if proc.poll() is not None or time.monotonic() > end:
+                raise RuntimeError("the run ended before step %d:\n%s" % (k, open(str(outf) + ".err").read()[-3000:]))
+            time.sleep(0.02)
+        img = tmp / "img"
+        t = time.monotonic()
+        r = _run([*cli, "--dump", "--pid", str(pid), "--dir", str(img)], cli_env, 900)
+        c["dump_s"] = time.monotonic() - t
+        c["dump"] = (r.stdout + r.stderr)[-2000:]
+        if r.returncode != 0:
+            raise RuntimeError(f"dump failed: {r.stdout}{r.stderr}")
+        proc.wait(60)
+        c["steps_before_dump"] = len(_steps(outf.read_text()))
+        c["image_bytes"] = sum(f.stat().st_size for f in img.rglob("*") if f.is_file())
+        d.kill()
+        d2 = Daemon(backend="cuda", endpoint=d.endpoint, log_path=str(out / f"torch-whole-{model}-b.log")).start()
+        t = time.monotonic()
+        r = _run([*cli, "--restore", "--dir", str(img)], cli_env, 900)
+        c["restore_s"] = time.monotonic() - t
+        c["restore"] = (r.stdout + r.stderr)[-2000:]
+        if r.returncode != 0:
+            raise RuntimeError(f"restore failed: {r.stdout}{r.stderr}")
+        end = time.monotonic() + 900
+        while pid_alive(pid):
+            if time.monotonic() > end:
+                raise RuntimeError("the restored training did not finish")
+            time.sleep(0.05)
+    except Exception as e:
+        c["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+        d.cleanup()
+        if d2:
+            d2.cleanup()
+    text = outf.read_text() if outf.exists() else ""
+    (out / f"torch-whole-{model}.log").write_text(text + "\n--- stderr\n" +
+                                                  (open(str(outf) + ".err").read() if outf.exists() else ""))
+    printed = _steps(text)
+    want = rec["_uninterrupted"].get(model)
+    c["steps_printed"] = len(printed)
+    c["identical_to_uninterrupted"] = bool(want) and printed == want and len(printed) == n
+    rec.setdefault("whole_process", {})[model] = c
+    log(f"torch whole-process checkpoint after step {k}: "
+        f"{json.dumps({x: y for x, y in c.items() if x not in ('dump', 'restore')})}")
+    return [(f"torch {model}: whole-process dump after step {k}, proxyd killed, restore: curve identical",
+             "PASS" if c["identical_to_uninterrupted"] else "FAIL")]
+
+
 def bench(log, out: Path, d: Daemon, rec: dict) -> list[tuple[str, str]]:
     argv = [torch_python(), str(EXAMPLE), "--bench"]
     res = {}
@@ -261,6 +342,7 @@ def run(log, out: Path) -> list[tuple[str, str]]:
         d.stop()
     for name, fn in (("checkpoint pointwise", lambda: checkpoint(log, out, rec, "pointwise")),
                      ("checkpoint gpt", lambda: checkpoint(log, out, rec, "gpt")),
+                     ("whole-process gpt", lambda: whole_process(log, out, rec, "gpt")),
                      ("first-kernel", lambda: first_kernel(log, out, rec))):
         try:
             results += fn()

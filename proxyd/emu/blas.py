@@ -352,10 +352,16 @@ class EmuLibrary:
 
     f_cublasLtMatmulDescDestroy = f_cublasLtMatrixLayoutDestroy = f_cublasLtMatmulPreferenceDestroy = _destroy
 
+    # the largest attribute id of each descriptor kind in cublasLt.h (CUDA 13.0):
+    # CUBLASLT_MATMUL_DESC_EMULATION_DESCRIPTOR, _MATRIX_LAYOUT_BATCH_MODE,
+    # _MATMUL_PREF_IMPL_MASK; NVIDIA's library refuses ids it does not know
+    _MAX_ATTR = {"desc": 38, "layout": 8, "pref": 12}
+
     def _set_attr(self, h, attr, buf, size):
-        if buf is None or len(buf) != size:
+        o = self._obj(h)
+        if buf is None or len(buf) != size or not 0 <= attr <= self._MAX_ATTR.get(o.get("kind"), 1 << 30):
             return INVALID, None
-        self._obj(h)["attrs"][attr] = bytes(buf)
+        o["attrs"][attr] = bytes(buf)
         return OK, []
 
     f_cublasLtMatmulDescSetAttribute = f_cublasLtMatrixLayoutSetAttribute = _set_attr
