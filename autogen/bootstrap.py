@@ -756,6 +756,39 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuDeviceSetMemPool": P(f"{DEV}; pool=handle:mem_pool", "device:use; mem_pool:use"),
     "cuDeviceGetMemPool": P(f"pool=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
     "cuDeviceGetDefaultMemPool": P(f"pool_out=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
+    # issue 10, group 5: CUDA arrays, texture and surface objects (proxyd/arrays.py, interceptor/arrays.c)
+    "cuArrayCreate_v2": P("pHandle=out_value:array; pAllocateArray=in_buffer@sizeof(CUDA_ARRAY_DESCRIPTOR)",
+                          "array:create"),
+    "cuArray3DCreate_v2": P("pHandle=out_value:array; pAllocateArray=in_buffer@sizeof(CUDA_ARRAY3D_DESCRIPTOR)",
+                            "array:create"),
+    "cuArrayDestroy": P("hArray=handle:array", "array:destroy"),
+    "cuArrayGetDescriptor_v2": P("pArrayDescriptor=out_value; hArray=handle:array", "array:use"),
+    "cuArray3DGetDescriptor_v2": P("pArrayDescriptor=out_value; hArray=handle:array", "array:use"),
+    "cuMemcpyHtoA_v2": P("dstArray=handle:array; dstOffset=scalar; srcHost=in_buffer@ByteCount; ByteCount=scalar",
+                         "array:use"),
+    "cuMemcpyAtoH_v2": P("dstHost=out_buffer@ByteCount; srcArray=handle:array; srcOffset=scalar; ByteCount=scalar",
+                         "array:use"),
+    "cuMemcpyDtoA_v2": P("dstArray=handle:array; dstOffset=scalar; srcDevice=device_ptr; ByteCount=scalar",
+                         "array:use"),
+    "cuMemcpyAtoD_v2": P("dstDevice=device_ptr; srcArray=handle:array; srcOffset=scalar; ByteCount=scalar",
+                         "array:use"),
+    "cuMemcpyAtoA_v2": P("dstArray=handle:array; dstOffset=scalar; srcArray=handle:array; srcOffset=scalar; "
+                         "ByteCount=scalar", "array:use"),
+    "cuMemcpyHtoAAsync_v2": P("dstArray=handle:array; dstOffset=scalar; srcHost=in_buffer@ByteCount; "
+                              "ByteCount=scalar; hStream=handle:stream", "array:use; stream:use"),
+    "cuMemcpyAtoHAsync_v2": P("dstHost=out_buffer@ByteCount; srcArray=handle:array; srcOffset=scalar; "
+                              "ByteCount=scalar; hStream=handle:stream", "array:use; stream:use"),
+    "cuTexObjectCreate": P("pTexObject=out_value:tex_object; pResDesc=in_buffer@sizeof(CUDA_RESOURCE_DESC); "
+                           "pTexDesc=in_buffer@sizeof(CUDA_TEXTURE_DESC); "
+                           "pResViewDesc=in_buffer@sizeof(CUDA_RESOURCE_VIEW_DESC)", "tex_object:create"),
+    "cuTexObjectDestroy": P("texObject=handle:tex_object", "tex_object:destroy"),
+    "cuTexObjectGetResourceDesc": P("pResDesc=out_value; texObject=handle:tex_object", "tex_object:use"),
+    "cuTexObjectGetTextureDesc": P("pTexDesc=out_value; texObject=handle:tex_object", "tex_object:use"),
+    "cuTexObjectGetResourceViewDesc": P("pResViewDesc=out_value; texObject=handle:tex_object", "tex_object:use"),
+    "cuSurfObjectCreate": P("pSurfObject=out_value:surf_object; pResDesc=in_buffer@sizeof(CUDA_RESOURCE_DESC)",
+                            "surf_object:create"),
+    "cuSurfObjectDestroy": P("surfObject=handle:surf_object", "surf_object:destroy"),
+    "cuSurfObjectGetResourceDesc": P("pResDesc=out_value; surfObject=handle:surf_object", "surf_object:use"),
     # issue 10, group 4: the application's VMM (proxyd/vmm.py)
     "cuMemAddressReserve": P("ptr=out_value:memory; size=scalar; alignment=scalar; addr=device_ptr; flags=scalar",
                              "memory:create"),
@@ -803,8 +836,11 @@ DRIVER_SHIM_LOCAL = {
     "cuFuncSetBlockShape", "cuFuncSetSharedSize", "cuParamSetSize", "cuParamSeti", "cuParamSetf",
     "cuParamSetv", "cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuCtxAttach", "cuCtxDetach",
     # built in the shim on the linear allocations, copies and memsets (interceptor/copy2d.c)
-    "cuMemAllocPitch_v2", "cuMemcpy2D_v2", "cuMemcpy2DUnaligned_v2", "cuMemcpy2DAsync_v2", "cuMemcpy3D_v2",
-    "cuMemcpy3DAsync_v2", "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2",
+    "cuMemAllocPitch_v2", "cuMemcpy2D_v2", "cuMemcpy2DUnaligned_v2", "cuMemcpy2DAsync_v2",
+    "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2",
+    # array copies as cuMemcpy3D ops, host sides staged (interceptor/arrays.c)
+    "cuMemcpyHtoA_v2", "cuMemcpyAtoH_v2", "cuMemcpyDtoA_v2", "cuMemcpyAtoD_v2", "cuMemcpyAtoA_v2",
+    "cuMemcpyHtoAAsync_v2", "cuMemcpyAtoHAsync_v2",
     "cuGetProcAddress", "cuGetProcAddress_v2", "cuGetErrorString", "cuGetErrorName",
     "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuCtxSetCurrent", "cuCtxGetCurrent",
     "cuCtxGetDevice", "cuDriverGetVersion", "cuFuncGetParamInfo", "cuFuncGetName",
@@ -843,6 +879,8 @@ DRIVER_SHIM_OVERRIDE = {
     "cuIpcGetEventHandle", "cuIpcOpenEventHandle", "cuEventRecord", "cuEventRecordWithFlags",
     # the launch configuration travels as cuLaunchKernelEx's (interceptor/launch_ex.c)
     "cuOccupancyMaxActiveClusters",
+    # linear copies in the shim (copy2d.c); with a CUDA array, a cuMemcpy3D op to proxyd (arrays.c)
+    "cuMemcpy3D_v2", "cuMemcpy3DAsync_v2",
 }
 
 DRIVER_HANDLERS = {
@@ -885,6 +923,13 @@ DRIVER_HANDLERS = {
     "cuMemPoolCreate": "mem_pool_create", "cuMemPoolDestroy": "mem_pool_destroy",
     "cuDeviceSetMemPool": "device_set_mem_pool", "cuDeviceGetMemPool": "device_get_mem_pool",
     "cuDeviceGetDefaultMemPool": "device_get_default_mem_pool",
+    "cuArrayCreate_v2": "array_create", "cuArray3DCreate_v2": "array_create", "cuArrayDestroy": "array_destroy",
+    "cuArrayGetDescriptor_v2": "array_get_descriptor", "cuArray3DGetDescriptor_v2": "array_get_descriptor",
+    "cuMemcpy3D_v2": "memcpy_3d", "cuMemcpy3DAsync_v2": "memcpy_3d",
+    "cuTexObjectCreate": "tex_object_create", "cuTexObjectDestroy": "tex_object_destroy",
+    "cuTexObjectGetResourceDesc": "tex_object_get", "cuTexObjectGetTextureDesc": "tex_object_get",
+    "cuTexObjectGetResourceViewDesc": "tex_object_get", "cuSurfObjectCreate": "surf_object_create",
+    "cuSurfObjectDestroy": "tex_object_destroy", "cuSurfObjectGetResourceDesc": "tex_object_get",
     "cuMemAddressReserve": "vmm_reserve", "cuMemAddressFree": "vmm_address_free", "cuMemCreate": "vmm_create",
     "cuMemRelease": "vmm_release", "cuMemMap": "vmm_map", "cuMemUnmap": "vmm_unmap",
     "cuMemSetAccess": "vmm_set_access", "cuMemGetAccess": "vmm_get_access",
@@ -1062,6 +1107,52 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaDeviceGetDefaultMemPool": P("memPool=out_value:mem_pool; device=scalar", "mem_pool:create"),
     "cudaDeviceSetMemPool": P("device=scalar; memPool=handle:mem_pool", "mem_pool:use"),
     "cudaDeviceGetMemPool": P("memPool=out_value:mem_pool; device=scalar", "mem_pool:create"),
+    # issue 10, group 5: CUDA arrays, texture and surface objects (interceptor/rt_arrays.c)
+    "cudaCreateChannelDesc": P("x=scalar; y=scalar; z=scalar; w=scalar; f=scalar"),
+    "cudaMallocArray": P("array=out_value:array; desc=in_buffer@sizeof(struct cudaChannelFormatDesc); width=scalar; "
+                         "height=scalar; flags=scalar", "array:create"),
+    "cudaMalloc3DArray": P("array=out_value:array; desc=in_buffer@sizeof(struct cudaChannelFormatDesc); "
+                           "extent=scalar; flags=scalar", "array:create"),
+    "cudaFreeArray": P("array=handle:array", "array:destroy"),
+    "cudaArrayGetInfo": P("desc=out_value; extent=out_value; flags=out_value; array=handle:array", "array:use"),
+    "cudaGetChannelDesc": P("desc=out_value; array=handle:array", "array:use"),
+    "cudaMemcpy2DToArray": P("dst=handle:array; wOffset=scalar; hOffset=scalar; src=device_ptr; spitch=scalar; "
+                             "width=scalar; height=scalar; kind=scalar", "array:use"),
+    "cudaMemcpy2DFromArray": P("dst=device_ptr; dpitch=scalar; src=handle:array; wOffset=scalar; hOffset=scalar; "
+                               "width=scalar; height=scalar; kind=scalar", "array:use"),
+    "cudaMemcpy2DArrayToArray": P("dst=handle:array; wOffsetDst=scalar; hOffsetDst=scalar; src=handle:array; "
+                                  "wOffsetSrc=scalar; hOffsetSrc=scalar; width=scalar; height=scalar; kind=scalar",
+                                  "array:use"),
+    "cudaMemcpy2DToArrayAsync": P("dst=handle:array; wOffset=scalar; hOffset=scalar; src=device_ptr; spitch=scalar; "
+                                  "width=scalar; height=scalar; kind=scalar; stream=handle:stream",
+                                  "array:use; stream:use"),
+    "cudaMemcpy2DFromArrayAsync": P("dst=device_ptr; dpitch=scalar; src=handle:array; wOffset=scalar; "
+                                    "hOffset=scalar; width=scalar; height=scalar; kind=scalar; stream=handle:stream",
+                                    "array:use; stream:use"),
+    "cudaMemcpy3D": P("p=in_buffer@sizeof(struct cudaMemcpy3DParms)"),
+    "cudaMemcpy3DAsync": P("p=in_buffer@sizeof(struct cudaMemcpy3DParms); stream=handle:stream", "stream:use"),
+    "cudaMemcpyToArray": P("dst=handle:array; wOffset=scalar; hOffset=scalar; src=device_ptr; count=scalar; "
+                           "kind=scalar", "array:use"),
+    "cudaMemcpyFromArray": P("dst=device_ptr; src=handle:array; wOffset=scalar; hOffset=scalar; count=scalar; "
+                             "kind=scalar", "array:use"),
+    "cudaMemcpyArrayToArray": P("dst=handle:array; wOffsetDst=scalar; hOffsetDst=scalar; src=handle:array; "
+                                "wOffsetSrc=scalar; hOffsetSrc=scalar; count=scalar; kind=scalar", "array:use"),
+    "cudaMemcpyToArrayAsync": P("dst=handle:array; wOffset=scalar; hOffset=scalar; src=device_ptr; count=scalar; "
+                                "kind=scalar; stream=handle:stream", "array:use; stream:use"),
+    "cudaMemcpyFromArrayAsync": P("dst=device_ptr; src=handle:array; wOffset=scalar; hOffset=scalar; count=scalar; "
+                                  "kind=scalar; stream=handle:stream", "array:use; stream:use"),
+    "cudaGetTextureObjectTextureDesc": P("pTexDesc=out_value; texObject=handle:tex_object", "tex_object:use"),
+    "cudaGetTextureObjectResourceViewDesc": P("pResViewDesc=out_value; texObject=handle:tex_object",
+                                              "tex_object:use"),
+    "cudaCreateTextureObject": P("pTexObject=out_value:tex_object; pResDesc=in_buffer@sizeof(struct cudaResourceDesc); "
+                                 "pTexDesc=in_buffer@sizeof(struct cudaTextureDesc); "
+                                 "pResViewDesc=in_buffer@sizeof(struct cudaResourceViewDesc)", "tex_object:create"),
+    "cudaDestroyTextureObject": P("texObject=handle:tex_object", "tex_object:destroy"),
+    "cudaGetTextureObjectResourceDesc": P("pResDesc=out_value; texObject=handle:tex_object", "tex_object:use"),
+    "cudaCreateSurfaceObject": P("pSurfObject=out_value:surf_object; "
+                                 "pResDesc=in_buffer@sizeof(struct cudaResourceDesc)", "surf_object:create"),
+    "cudaDestroySurfaceObject": P("surfObject=handle:surf_object", "surf_object:destroy"),
+    "cudaGetSurfaceObjectResourceDesc": P("pResDesc=out_value; surfObject=handle:surf_object", "surf_object:use"),
     # issue 10, group 3
     "cudaStreamBeginCapture": P(f"{STREAM}; mode=scalar", "stream:use"),
     "cudaStreamEndCapture": P(f"{STREAM}; pGraph=out_value:graph", "graph:create; stream:use"),

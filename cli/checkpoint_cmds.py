@@ -352,7 +352,8 @@ def memory_lines(img: Image) -> list[str]:
     out = [f"memory     {mem.get('chunks')} chunks, {fmt_bytes(mem.get('bytes'))}: "
            f"{mem.get('stored_chunks')} stored here ({fmt_bytes(mem.get('stored_bytes'))}), "
            f"{mem.get('referenced_chunks')} in ancestors ({fmt_bytes(mem.get('referenced_bytes'))}); "
-           f"{mem.get('global_chunks')} of them __device__ variables ({fmt_bytes(mem.get('global_bytes'))})"]
+           f"{mem.get('global_chunks')} of them __device__ variables and CUDA arrays "
+           f"({fmt_bytes(mem.get('global_bytes'))})"]
     try:
         refs = img.chunks()
     except ImageError:

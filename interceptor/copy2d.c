@@ -6,9 +6,8 @@
  * A 2D/3D copy is one linear copy when both sides are contiguous over the
  * whole region (pitch == width), else one linear copy per row: every row
  * goes through the same path as cuMemcpyHtoD & co., so proxyd, the async
- * batching and checkpoints see ordinary copies. CUDA arrays
- * (CU_MEMORYTYPE_ARRAY) are not supported (no cuArray* in gpuproxy): such
- * copies answer CUDA_ERROR_NOT_SUPPORTED with one stderr line. Semantics
+ * batching and checkpoints see ordinary copies. Copies with a CUDA array
+ * (CU_MEMORYTYPE_ARRAY) on either side go to arrays.c. Semantics
  * follow cuda.h's CUDA_MEMCPY2D / CUDA_MEMCPY3D documentation. */
 #include "gp_shim.h"
 #include "gp_gen.h"
@@ -132,10 +131,28 @@ static CUresult copy_rows(const side *src, size_t s0, const side *dst, size_t d0
     return CUDA_SUCCESS;
 }
 
+CUresult gp_array_copy3d(const CUDA_MEMCPY3D *c, CUstream st, int async, int per_thread);   /* arrays.c */
+
+static int has_array(CUmemorytype s, CUmemorytype d)
+{
+    return s == CU_MEMORYTYPE_ARRAY || d == CU_MEMORYTYPE_ARRAY;
+}
+
 static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream st, int async, int per_thread, const char *who)
 {
     if (!c)
         return CUDA_ERROR_INVALID_VALUE;
+    if (has_array(c->srcMemoryType, c->dstMemoryType)) {
+        /* the 2D copy as a 3D copy of depth 1 (the fields mean the same) */
+        CUDA_MEMCPY3D t;
+        memset(&t, 0, sizeof t);
+        t.srcXInBytes = c->srcXInBytes; t.srcY = c->srcY; t.srcMemoryType = c->srcMemoryType;
+        t.srcHost = c->srcHost; t.srcDevice = c->srcDevice; t.srcArray = c->srcArray; t.srcPitch = c->srcPitch;
+        t.dstXInBytes = c->dstXInBytes; t.dstY = c->dstY; t.dstMemoryType = c->dstMemoryType;
+        t.dstHost = c->dstHost; t.dstDevice = c->dstDevice; t.dstArray = c->dstArray; t.dstPitch = c->dstPitch;
+        t.WidthInBytes = c->WidthInBytes; t.Height = c->Height; t.Depth = 1;
+        return gp_array_copy3d(&t, st, async, per_thread);
+    }
     side s = { .per_thread = per_thread }, d = { .per_thread = per_thread };
     if (resolve_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, &s) ||
         resolve_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, &d)) {
@@ -156,6 +173,8 @@ static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream st, int async, int per_t
 {
     if (!c)
         return CUDA_ERROR_INVALID_VALUE;
+    if (has_array(c->srcMemoryType, c->dstMemoryType))
+        return gp_array_copy3d(c, st, async, per_thread);
     side s = { .per_thread = per_thread }, d = { .per_thread = per_thread };
     if (resolve_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, &s) ||
         resolve_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, &d) ||
@@ -172,6 +191,12 @@ static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream st, int async, int per_t
     size_t s0 = (c->srcZ * s.height + c->srcY) * s.pitch + c->srcXInBytes;
     size_t d0 = (c->dstZ * d.height + c->dstY) * d.pitch + c->dstXInBytes;
     return copy_rows(&s, s0, &d, d0, c->WidthInBytes, c->Height, c->Depth, st, async);
+}
+
+/* linear sides only (arrays.c stages host memory with it) */
+CUresult gp_linear_copy3d(const CUDA_MEMCPY3D *c, CUstream st, int async, int per_thread)
+{
+    return copy3d(c, st, async, per_thread, "cuMemcpy3D");
 }
 
 #define COPY_ENTRY(name, fn, args, call) \

@@ -134,6 +134,15 @@ int cuEventSynchronize(void *e);
 int cuEventQuery(void *e);
 int cuEventDestroy_v2(void *e);
 int cuLaunchHostFunc(void *s, void (*fn)(void *), void *userData);
+int cuArray3DCreate_v2(void **pHandle, const void *desc);
+int cuArrayDestroy(void *hArray);
+int cuMemcpy3D_v2(const void *pCopy);
+int cuMemcpy3DAsync_v2(const void *pCopy, void *stream);
+int cuTexObjectCreate(unsigned long long *pTexObject, const void *pResDesc, const void *pTexDesc,
+                      const void *pResViewDesc);
+int cuTexObjectDestroy(unsigned long long texObject);
+int cuSurfObjectCreate(unsigned long long *pSurfObject, const void *pResDesc);
+int cuSurfObjectDestroy(unsigned long long surfObject);
 """
 
 # constants from cuda.h
@@ -480,6 +489,88 @@ class CudaBackend(Backend):
         else:
             r = self.lib.cuMemsetD32Async(dst, value & 0xFFFFFFFF, count, s)
         self.check(r, "cuMemset")
+
+    # ------------------------------------------- arrays, textures, surfaces
+    # (proxyd/arrays.py): descriptors are packed as cuda.h lays them out,
+    # with the driver's own array handles and the arena's device addresses
+    def array_create(self, info):
+        p = self.ffi.new("void **")
+        self.check(self.lib.cuArray3DCreate_v2(p, self.ffi.from_buffer(info.desc3d())), "cuArray3DCreate")
+        return self.ptr(p[0])
+
+    def array_destroy(self, arr):
+        self.check(self.lib.cuArrayDestroy(self.vp(arr)), "cuArrayDestroy")
+
+    @staticmethod
+    def _side3d(side, host_addr=0):
+        from .arrays import MT_ARRAY, MT_DEVICE, MT_HOST
+        if side["type"] == "array":
+            return (side["x"], side["y"], side["z"], 0, MT_ARRAY, 0, 0, side["real"], 0, 0, 0)
+        if side["type"] == "host":
+            return (0, 0, 0, 0, MT_HOST, host_addr, 0, 0, 0, side["pitch"], side["height"])
+        return (side["x"], side["y"], side["z"], 0, MT_DEVICE, 0, side["addr"], 0, 0, side["pitch"], side["height"])
+
+    def _copy3d(self, src, dst, extent, stream, keep=None):
+        from .arrays import MEMCPY3D
+        raw = MEMCPY3D.pack(*self._side3d(src, src.get("host", 0)), *self._side3d(dst, dst.get("host", 0)), *extent)
+        buf = self.ffi.from_buffer(raw)
+        if stream is None:
+            self.check(self.lib.cuMemcpy3D_v2(buf), "cuMemcpy3D")
+        else:
+            self.check(self.lib.cuMemcpy3DAsync_v2(buf, self.vp(stream)), "cuMemcpy3DAsync")
+
+    def array_copy(self, src, dst, extent, stream):
+        self._copy3d(src, dst, extent, stream)
+
+    def _whole(self, arr, info, host_addr, to_array):
+        a = {"type": "array", "real": arr, "x": 0, "y": 0, "z": 0}
+        h = {"type": "host", "host": host_addr, "pitch": info.row_bytes, "height": info.rows}
+        ext = (info.row_bytes, info.rows, info.slices)
+        self._copy3d(h, a, ext, None) if to_array else self._copy3d(a, h, ext, None)
+
+    def array_read(self, arr, info) -> bytes:
+        out = bytearray(info.nbytes)
+        if out:
+            self._whole(arr, info, self.ptr(self.ffi.from_buffer(out, require_writable=True)), False)
+        return bytes(out)
+
+    def array_write(self, arr, info, data):
+        buf = self.ffi.from_buffer(data)
+        if len(data):
+            self._whole(arr, info, self.ptr(buf), True)
+
+    def _res_desc(self, res) -> bytes:
+        import struct
+        from .arrays import RES_ARRAY, RES_LINEAR, RES_DESC_SIZE
+        out = bytearray(RES_DESC_SIZE)
+        struct.pack_into("<I", out, 0, res["type"])
+        if res["type"] == RES_ARRAY:
+            struct.pack_into("<Q", out, 8, res["real"])
+        elif res["type"] == RES_LINEAR:
+            struct.pack_into("<QIIQ", out, 8, res["addr"], res["format"], res["channels"], res["size"])
+        else:
+            struct.pack_into("<QIIQQQ", out, 8, res["addr"], res["format"], res["channels"], res["width"],
+                             res["height"], res["pitch"])
+        struct.pack_into("<I", out, 136, res["flags"])
+        return bytes(out)
+
+    def tex_create(self, res, tex, view):
+        p = self.ffi.new("unsigned long long *")
+        r = self.lib.cuTexObjectCreate(p, self.ffi.from_buffer(self._res_desc(res)), self.ffi.from_buffer(tex),
+                                       self.ffi.from_buffer(view) if view is not None else self.ffi.NULL)
+        self.check(r, "cuTexObjectCreate")
+        return int(p[0])
+
+    def tex_destroy(self, value):
+        self.check(self.lib.cuTexObjectDestroy(value), "cuTexObjectDestroy")
+
+    def surf_create(self, res):
+        p = self.ffi.new("unsigned long long *")
+        self.check(self.lib.cuSurfObjectCreate(p, self.ffi.from_buffer(self._res_desc(res))), "cuSurfObjectCreate")
+        return int(p[0])
+
+    def surf_destroy(self, value):
+        self.check(self.lib.cuSurfObjectDestroy(value), "cuSurfObjectDestroy")
 
     # ------------------------------------------------------------- JIT linker
     # (proxyd/link.py): the option arrays and log buffers stay alive with the

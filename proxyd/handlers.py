@@ -110,6 +110,8 @@ def h_primary_release(d, sess, fn, ctx, args, **kw):
 def destroy_context(d, sess, c):
     """Frees everything the session created in context c, then c itself."""
     d.backend.ctx_sync(c.real)
+    from .arrays import release_context
+    release_context(d, sess, c.id)       # texture/surface objects before the arrays they read
     for o in list(sess.objects.values()):
         if o.ctx == c.id:
             release_object(d, sess, o)
@@ -127,6 +129,8 @@ def release_object(d, sess, o):
         b.call_named("cuStreamDestroy_v2", [o.real])
     elif o.kind == P.K_EVENT:
         b.call_named("cuEventDestroy_v2", [o.real])
+    elif o.kind == P.K_ARRAY:
+        b.array_destroy(o.real)
     sess.drop(o)
 
 

@@ -128,6 +128,11 @@ class Session:
         # the pool it came from; device -> its current pool (cuDeviceSetMemPool)
         self.pool_allocs: dict[int, int] = {}
         self.mem_pool_current: dict[int, int] = {}
+        # texture ("t") and surface ("s") objects (arrays.py): (kind, the
+        # driver's value, which the app holds) -> creating context, recorded
+        # resource (array handle or address), raw descriptors as given
+        self.tex_objects: dict[tuple[str, int], dict] = {}
+        self.tex_gone: set[tuple[str, int]] = set()     # objects destroyed with their array
         # the application's VMM (vmm.py): mapped address -> id of its mem_handle
         self.vmm_mapped: dict[int, int] = {}
         # stream capture (graphs.py): capturing stream value -> graph id, and

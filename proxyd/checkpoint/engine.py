@@ -106,6 +106,10 @@ def describe(sess: Session) -> dict:
     out["libraries"] = describe_libraries(sess)   # cuBLAS/cuBLASLt handles and descriptors with their settings
     from ..cudnn import describe as describe_cudnn
     out["cudnn_backend"] = describe_cudnn(sess)   # cuDNN backend descriptors: the calls that made them
+    from ..arrays import describe as describe_arrays
+    # CUDA arrays (their contents are chunks of the image, FLAG_ARRAY) and
+    # texture/surface objects with the descriptors they were created from
+    out["arrays"], out["tex_objects"] = describe_arrays(sess)
     out["capture"] = {str(k): v for k, v in sess.capture.items()}
     out["capture_events"] = {str(k): v for k, v in sess.capture_events.items()}
     # who the process is, where this proxyd can tell (its pid namespace):
@@ -348,6 +352,7 @@ class Engine:
             # the app may load or unload modules once it runs again
             modules = [o.info["image"] for o in sess.of_kind(P.K_MODULE)]
             globals_ = self._read_globals(sess, desc)
+            globals_ += self._read_arrays(sess)
             pieces = pieces_of(sess)
             total = sum(p.n for p in pieces)
             stats.update(bytes=total, chunks=len(pieces), quiesce_ms=_ms(t0, t_quiet))
@@ -455,6 +460,20 @@ class Engine:
                     b.dtoh(buf, addr, size, 0, True)
                 md["globals"][name] = [addr, size]
                 out.append((addr, size, bytes(buf)))
+        return out
+
+    def _read_arrays(self, sess: Session) -> list:
+        """Contents of every CUDA array (proxyd/arrays.py), as (key, size,
+        bytes, flags) in the image's array pieces; read while frozen, like
+        the __device__ variables."""
+        from ..arrays import FLAG_ARRAY, contents
+        out = []
+        for o in sess.of_kind(P.K_ARRAY):
+            ctx = sess.contexts.get(o.ctx)
+            if ctx is not None:
+                self.backend.make_current(ctx.real)
+            for key, data in contents(self.backend, o):
+                out.append((key, len(data), data, FLAG_GLOBAL | FLAG_ARRAY))
         return out
 
     def _snapshot_to_device(self, pieces: list[Piece]):
@@ -568,12 +587,13 @@ class Engine:
                 w.add_unchanged(p.addr, p.n, p.hash)
         w.add_chunks([(p.addr, p.host, p.hash, 0) for p in pieces if p.changed or parent_img is None],
                      workers=self.WRITERS)
-        for addr, size, data in globals_:
+        for addr, size, data, *fl in globals_:
+            flags = fl[0] if fl else FLAG_GLOBAL       # __device__ variables, or array pieces
             h = hashing.gp64(data)
             if parent_img is not None and parent_img.hash_of(addr) == h:
-                w.add_unchanged(addr, size, h, flags=FLAG_GLOBAL)
+                w.add_unchanged(addr, size, h, flags=flags)
             else:
-                w.add_chunk(addr, data, hash=h, flags=FLAG_GLOBAL)
+                w.add_chunk(addr, data, hash=h, flags=flags)
         stats["image_write"] = dict(w.write_stats, direct=w.direct)
         if w.compress is not None:
             stats["image_write"]["compress"] = f"{w.compress[0]}:{w.compress[1]}"
@@ -824,6 +844,27 @@ class Engine:
                  "token": token, "pid": sess.pid, **self.rstats}
         return sess, stats
 
+    def _rebuild_arrays(self, sess: Session, img: Image, desc: dict) -> None:
+        """CUDA arrays with their contents, then texture and surface objects
+        under their old values (proxyd/arrays.py), once the arena is mapped
+        again (objects on linear memory name arena addresses)."""
+        from ..arrays import rebuild
+
+        def read_key(key):
+            r = img.find(key)
+            if r is None:
+                return None
+            data = bytes(img.read_chunk(r))
+            if hashing.gp64(data) != r.hash:
+                raise CheckpointError(f"CUDA array piece {key:#x} is corrupt in the image")
+            return data
+        try:
+            rebuild(self.dispatcher, sess, desc.get("arrays", []), desc.get("tex_objects", []), read_key)
+        except RuntimeError as e:
+            raise CheckpointError(str(e)) from None
+        self.rstats["arrays"] = len(desc.get("arrays", []))
+        self.rstats["tex_objects"] = len(desc.get("tex_objects", []))
+
     def _check_process(self, desc: dict) -> None:
         """Refuses to restore into a process that is gone: a session with no
         process would sit in proxyd holding memory (a phantom). Only where
@@ -931,6 +972,7 @@ class Engine:
         rebuild_vmm(sess, desc.get("mem_handles", []), dmap)
         from ..graphs import rebuild as rebuild_graphs
         rebuild_graphs(sess, desc.get("graphs", []), desc.get("capture", {}), desc.get("capture_events", {}))
+        self._rebuild_arrays(sess, img, desc)
         t_arena = time.monotonic()
         self.rstats["memory_map_ms"] = _ms(t_mod, t_arena)     # the arena's chunks mapped again
         for f in desc["functions"]:

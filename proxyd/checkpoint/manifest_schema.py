@@ -230,6 +230,15 @@ SESSION = Obj({
                        optional={"origin": U64, "capturing": Bool(), "graph": ID}), 1 << 16),
     "capture": Map(NUM, ID, 1 << 16),
     "capture_events": Map(NUM, ID, 1 << 16),
+    # CUDA arrays (proxyd/arrays.py; contents: FLAG_ARRAY chunks) and texture /
+    # surface objects under the driver's values, with their descriptors as hex
+    "arrays": List(Obj({"id": ID, "ctx": ID, "width": SIZE, "height": SIZE, "depth": SIZE,
+                        "format": Int(0, 0xFF), "channels": Int(1, 4), "flags": ID}), 1 << 20),
+    "tex_objects": List(Obj({"kind": Enum("texture", "surface"), "value": U64, "ctx": ID,
+                             "res": Str(288, r"[0-9a-f]*", "hex bytes"),
+                             "tex": Opt(Str(208, r"[0-9a-f]*", "hex bytes")),
+                             "view": Opt(Str(224, r"[0-9a-f]*", "hex bytes"))},
+                            optional={"gone": Bool()}), 1 << 20),
     # library handles and descriptors (proxyd/libraries.py): the creating
     # call and the settings, re-checked by the library path when replayed
     "libraries": List(Obj({"kind": Enum("cublas_handle", "cublaslt_handle", "cublaslt_matmul_desc",

@@ -16,6 +16,11 @@ emulated device memory:
     def increment(k):
         k.global_array("counter", 1, "i4")[0] += 1   # a __device__ variable of the kernel's module
 
+Texture and surface objects (a `cudaTextureObject_t` parameter: `k.param(i, "Q")`)
+are read with `k.tex1dfetch(obj, i)`, `k.tex2d(obj, x, y)`, `k.tex3d(obj, x, y, z)`
+(point sampling, clamp addressing: one row of channels per coordinate) and
+`k.surf2dread(obj, xbytes, y)` / `k.surf2dwrite(obj, values, xbytes, y)`;
+see proxyd/emu/textures.py for what is modelled.
 `k.grid` and `k.block` are 3-tuples; `k.shared_bytes` is the launch's dynamic
 shared memory size; `k.cluster` is the thread block cluster shape (launch
 attribute, (1, 1, 1) without one) and `k.cooperative` says whether it is a

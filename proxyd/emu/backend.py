@@ -142,6 +142,8 @@ class EmuBackend(Backend):
             pass
         self._chunk_dev: dict[int, tuple[int, int]] = {}   # chunk address -> (device, size)
         self._reserved: dict[int, int] = {}                # the app's reservations: start -> size
+        from .textures import Textures
+        self.textures = Textures(self)                     # CUDA arrays, texture/surface objects
 
     # ------------------------------------------------------------- memory
     def _register(self, addr: int, arr: np.ndarray):
@@ -336,6 +338,36 @@ class EmuBackend(Backend):
         dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[elem]
         self.resolve(dst, elem * count).view(dt)[:] = value & ((1 << (8 * elem)) - 1)
 
+    # ------------------------------------------- arrays, textures, surfaces
+    # (proxyd/arrays.py calls these; emu/textures.py holds the objects)
+    def array_create(self, info):
+        from .textures import EmuArray
+        return EmuArray(info)
+
+    def array_destroy(self, arr):
+        arr.data = arr.data[:0]
+
+    def array_copy(self, src, dst, extent, stream):
+        self.textures.copy(src, dst, extent)
+
+    def array_read(self, arr, info) -> bytes:
+        return arr.data.tobytes()
+
+    def array_write(self, arr, info, data):
+        arr.data.reshape(-1)[:] = np.frombuffer(data, np.uint8)
+
+    def tex_create(self, res, tex, view):
+        return self.textures.create(res, tex)
+
+    def tex_destroy(self, value):
+        self.textures.destroy(value)
+
+    def surf_create(self, res):
+        return self.textures.create(res, None)
+
+    def surf_destroy(self, value):
+        self.textures.destroy(value)
+
     # ------------------------------------------------------------ devices
     def device_count(self) -> int:
         return self.devices
@@ -465,6 +497,7 @@ class EmuBackend(Backend):
         self._check_launch(fn, grid, block, shmem, cluster, coop)
         k = KernelLaunch(fn.name, grid, block, shmem, params, info["layout"], self.resolve, fn.module.globals,
                          cluster=cluster, cooperative=coop)
+        k._textures = self.textures
         try:
             impl(k)
         except CudaError as e:

@@ -59,6 +59,7 @@ class KernelLaunch:
         self._layout = layout
         self._memory = memory
         self._globals = module_globals
+        self._textures = None       # the backend's texture/surface objects (emu/textures.py)
 
     def param(self, index: int, fmt: str):
         """Parameter `index` unpacked with struct format `fmt` (native
@@ -80,6 +81,35 @@ class KernelLaunch:
         """A writable view of n elements of `dtype` at device address ptr."""
         dt = np.dtype(dtype)
         return self._memory(int(ptr), int(n) * dt.itemsize).view(dt)
+
+    # Texture and surface objects (a kernel parameter of type
+    # cudaTextureObject_t / cudaSurfaceObject_t: read it with param(i, "Q")).
+    # What is and is not modelled: proxyd/emu/textures.py.
+    def tex1dfetch(self, obj: int, i) -> np.ndarray:
+        """tex1Dfetch over integer indices i: one row of channels per index."""
+        from .textures import fetch_linear
+        return fetch_linear(self._textures.get(obj), i)
+
+    def tex2d(self, obj: int, x, y) -> np.ndarray:
+        """tex2D, point sampling, clamp addressing: texels at (x, y)."""
+        from .textures import fetch
+        return fetch(self._textures.get(obj), x, y)
+
+    def tex3d(self, obj: int, x, y, z) -> np.ndarray:
+        from .textures import fetch
+        return fetch(self._textures.get(obj), x, y, z)
+
+    def surf2dread(self, obj: int, xbytes, y) -> np.ndarray:
+        """surf2Dread: elements at byte column xbytes, row y."""
+        from .textures import surf_index
+        el, xi, yi = surf_index(self._textures.get(obj), xbytes, y)
+        return el[0, yi, xi]
+
+    def surf2dwrite(self, obj: int, values, xbytes, y) -> None:
+        """surf2Dwrite of values (one row of channels per coordinate)."""
+        from .textures import surf_index
+        el, xi, yi = surf_index(self._textures.get(obj), xbytes, y)
+        el[0, yi, xi] = np.asarray(values).reshape(el[0, yi, xi].shape)
 
     def global_array(self, name: str, n: int, dtype) -> np.ndarray:
         """A view of the __device__ variable `name` of the kernel's module."""
