@@ -50,7 +50,8 @@ static char shim_dir[PATH_MAX];
  * the app (only the worker loads that).
  *
  * The library a name stands for: an index into shim_files (1 libcuda, 2
- * libcudart, 3 libcublas, 4 libcublasLt, 5 libnvidia-ml), 0 none. Matches
+ * libcudart, 3 libcublas, 4 libcublasLt, 5 libnvidia-ml, 6 libcufft, 7
+ * libcurand, 8 libcusparse, 9 libcusolver), 0 none. Matches
  * the file name part only: "libcuda.so", "libcuda.so.1", "libcuda.so.580.95",
  * "/opt/x/libcudart.so.13" -- and not "libcudadebugger.so.1" or
  * "libcudart_static.a". */
@@ -66,6 +67,10 @@ static int cuda_lib_kind(const char *file)
         {"libcublas.so", 3},
         {"libcublasLt.so", 4},
         {"libnvidia-ml.so", 5},
+        {"libcufft.so", 6},
+        {"libcurand.so", 7},
+        {"libcusparse.so", 8},
+        {"libcusolver.so", 9},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         size_t n = strlen(names[i].stem);
@@ -102,8 +107,9 @@ static const char *shim_path(int kind, char *buf, size_t cap)
         snprintf(shim_dir, sizeof shim_dir, "%s", tmp);
     }
     static const char *const shim_files[] = {NULL, "libcuda.so.1", "libcudart.so.13", "libcublas.so.13",
-                                             "libcublasLt.so.13", "libnvidia-ml.so.1"};
-    if (kind < 1 || kind > 5)
+                                             "libcublasLt.so.13", "libnvidia-ml.so.1", "libcufft.so.12",
+                                             "libcurand.so.10", "libcusparse.so.12", "libcusolver.so.12"};
+    if (kind < 1 || kind > (int)(sizeof shim_files / sizeof shim_files[0]) - 1)
         return NULL;
     snprintf(buf, cap, "%s/%s", shim_dir, shim_files[kind]);
     return buf;

@@ -59,13 +59,25 @@ K_CUBLASLT_MATMUL_DESC = 34
 K_CUBLASLT_LAYOUT = 35
 K_CUBLASLT_PREFERENCE = 36
 K_NVML_DEVICE = 37      # a value (the device's index + 1), never a session object
+K_CUFFT_PLAN = 40       # the app holds the bare id: cufftHandle is an int (cufft.h)
+K_CURAND_GENERATOR = 41
+K_CUSPARSE_HANDLE = 42
+K_CUSPARSE_SPMAT = 43
+K_CUSPARSE_DNVEC = 44
+K_CUSPARSE_DNMAT = 45
+K_CUSOLVER_DN_HANDLE = 46
+K_CUSOLVER_DN_PARAMS = 47
 
 KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
               "stream": K_STREAM, "event": K_EVENT, "mem_pool": K_MEM_POOL,
               "mem_handle": K_MEM_HANDLE, "graph": K_GRAPH, "graph_exec": K_GRAPH_EXEC,
               "cublas_handle": K_CUBLAS_HANDLE, "cublaslt_handle": K_CUBLASLT_HANDLE,
               "cublaslt_matmul_desc": K_CUBLASLT_MATMUL_DESC, "cublaslt_layout": K_CUBLASLT_LAYOUT,
-              "cublaslt_preference": K_CUBLASLT_PREFERENCE}
+              "cublaslt_preference": K_CUBLASLT_PREFERENCE, "cufft_plan": K_CUFFT_PLAN,
+              "curand_generator": K_CURAND_GENERATOR, "cusparse_handle": K_CUSPARSE_HANDLE,
+              "cusparse_spmat": K_CUSPARSE_SPMAT, "cusparse_dnvec": K_CUSPARSE_DNVEC,
+              "cusparse_dnmat": K_CUSPARSE_DNMAT, "cusolver_dn_handle": K_CUSOLVER_DN_HANDLE,
+              "cusolver_dn_params": K_CUSOLVER_DN_PARAMS}
 KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
 
 # special stream handle values (cuda.h)

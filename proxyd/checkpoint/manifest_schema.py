@@ -233,9 +233,15 @@ SESSION = Obj({
     # library handles and descriptors (proxyd/libraries.py): the creating
     # call and the settings, re-checked by the library path when replayed
     "libraries": List(Obj({"kind": Enum("cublas_handle", "cublaslt_handle", "cublaslt_matmul_desc",
-                                        "cublaslt_layout", "cublaslt_preference"),
+                                        "cublaslt_layout", "cublaslt_preference", "cufft_plan",
+                                        "curand_generator", "cusparse_handle", "cusparse_spmat",
+                                        "cusparse_dnvec", "cusparse_dnmat", "cusolver_dn_handle",
+                                        "cusolver_dn_params"),
                            "id": ID, "ctx": ID, "create": Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS),
-                           "settings": List(Tuple(Int(0, 1 << 20), HANDLE_ARGS), 1 << 16)}), 1 << 16),
+                           "settings": List(Tuple(Int(0, 1 << 20), HANDLE_ARGS), 1 << 16)},
+                          # cuRAND generators: numbers generated since the last
+                          # seed/offset setting (libraries.curand_position)
+                          optional={"generated": U64}), 1 << 16),
 })
 
 MANIFEST = Obj({
