@@ -207,24 +207,47 @@ def test_library_specs_are_complete_and_consistent():
                         assert p.mode and p.size and p.size != "?", f.name
     # what CI's emulated backend implements is supported in the specs
     from gpuproxy.emu.blas import EmuLibrary
+    from gpuproxy.emu.mathlibs import CLASSES
     for f in SPECS.libraries:
-        if f.supported and f.shim != "override":
-            assert hasattr(EmuLibrary, "f_" + f.name), f"{f.name} is supported but not emulated"
+        emu = CLASSES.get(f.api, EmuLibrary)
+        # overrides of the math libraries send their op too (cufftCreate, ...)
+        if f.supported and (f.shim != "override" or f.api in CLASSES) and f.restore != "client":
+            assert hasattr(emu, "f_" + f.name), f"{f.name} is supported but not emulated"
     # what PyTorch 2.11 calls first
     for name in ("cublasCreate_v2", "cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSetMathMode",
                  "cublasGemmEx", "cublasSgemm_v2", "cublasSgemmStridedBatched", "cublasGemmStridedBatchedEx",
                  "cublasLtMatmul", "cublasLtMatmulAlgoGetHeuristic", "cublasLtMatmulDescSetAttribute"):
         assert SPECS.by_name[name].supported, name
+    # what PyTorch 2.11 (torch.fft, torch.linalg.cholesky) and CuPy 14
+    # (cupy.fft, cupy.random, cupyx.scipy.sparse, cupy.linalg.solve) call first
+    for name in ("cufftCreate", "cufftSetAutoAllocation", "cufftSetStream", "cufftSetWorkArea",
+                 "cufftXtMakePlanMany", "cufftXtExec", "cufftPlanMany", "cufftExecC2C", "cufftExecR2C",
+                 "cufftExecC2R", "cufftExecZ2Z", "curandCreateGenerator", "curandSetPseudoRandomGeneratorSeed",
+                 "curandSetGeneratorOffset", "curandSetStream", "curandGenerateUniform", "curandGenerateNormal",
+                 "curandGenerate", "cusparseCreate", "cusparseSetStream", "cusparseCreateCsr", "cusparseCreateDnVec",
+                 "cusparseSpMV_bufferSize", "cusparseSpMV", "cusparseSpMM", "cusolverDnCreate",
+                 "cusolverDnSetStream", "cusolverDnCreateParams", "cusolverDnXpotrf", "cusolverDnXpotrf_bufferSize",
+                 "cusolverDnXpotrs", "cusolverDnSgetrf", "cusolverDnDgetrf", "cusolverDnDgetrs",
+                 "cusolverDnSpotrf", "cusolverDnDpotrs"):
+        assert SPECS.by_name[name].supported, name
+    # execution calls are asynchronous; calls that answer host values are not
+    for name in ("cufftExecC2C", "cufftXtExec", "curandGenerateUniform", "cusparseSpMV", "cusolverDnSpotrf",
+                 "cusolverDnXpotrf"):
+        assert not SPECS.by_name[name].sync, name
+    for name in ("cufftMakePlan1d", "cusparseSpMV_bufferSize", "cusolverDnSpotrf_bufferSize"):
+        assert SPECS.by_name[name].sync, name
 
 
-def test_cublas_decls_header_matches_the_specs():
-    """tests/programs/cublas_decls.h (used where the toolkit has no cuBLAS
-    headers) declares each function as the spec (from NVIDIA's header) does."""
-    text = (REPO / "tests" / "programs" / "cublas_decls.h").read_text()
+@pytest.mark.parametrize("header,prefixes", [("cublas_decls.h", ("cublas",)),
+                                             ("mathlibs_decls.h", ("cufft", "curand", "cusparse", "cusolver"))])
+def test_decls_headers_match_the_specs(header, prefixes):
+    """tests/programs/cublas_decls.h and mathlibs_decls.h (used where the
+    toolkit has no headers of these libraries) declare each function as the
+    spec (from NVIDIA's header) does."""
+    text = (REPO / "tests" / "programs" / header).read_text()
     text = re.sub(r"^\s*#.*$", " ", re.sub(r"/\*.*?\*/", " ", text, flags=re.S), flags=re.M)
     text = text.replace('extern "C" {', "").replace("}\n", "}\n")
-    decls = {n: (ret, [p.type for p in ps]) for n, ret, ps in hdr.function_decls(text)
-             if n.startswith("cublas")}
+    decls = {n: (ret, [p.type for p in ps]) for n, ret, ps in hdr.function_decls(text) if n.startswith(prefixes)}
     assert len(decls) >= 20
     for name, (ret, types) in decls.items():
         f = SPECS.by_name[name]
@@ -269,6 +292,9 @@ def test_spec_prototypes_match_nvidias_headers(api):
             continue        # declared but not exported (bootstrap reports it)
         assert f.declared
         assert (f.returns, [q.type for q in f.params]) == (p.returns, list(p.param_types)), name
+    # the types of what the library exports (the bootstrap leaves out the
+    # declared-but-not-exported ones, e.g. cusolverDnLogger*)
+    protos = {n: p for n, p in protos.items() if n in by}
     types = libbootstrap.probe_types(api, libbootstrap.named_types(protos.values()), _include_dirs(), cuda_inc,
                                      hdir)
     assert types == sf.types, "the spec's types differ from the header's: run bootstrap.py --libraries"

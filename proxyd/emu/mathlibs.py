@@ -274,6 +274,30 @@ class EmuCurand(EmuLibrary):
         self._gen(h)["order"] = order
         return CURAND_OK, []
 
+    def f_curandSetQuasiRandomGeneratorDimensions(self, h, dims):
+        self._gen(h)
+        return CURAND_TYPE_ERROR, None      # curand.h: "not a quasirandom number generator"
+
+    def f_curandGeneratePoisson(self, h, out, n, lam):
+        if not lam > 0:
+            return CURAND_OUT_OF_RANGE, None
+        _, _, z = self._bits(h, n)
+        u = self._uniform(z, True)
+        # the inverse of the Poisson distribution function at u, term by term
+        k = np.zeros(int(n), np.uint32)
+        term = np.full(int(n), np.exp(-lam))
+        cdf = term.copy()
+        top = int(lam + 12 * np.sqrt(lam) + 30)
+        for i in range(1, top):
+            below = cdf < u
+            if not below.any():
+                break
+            k[below] = i
+            term = term * lam / i
+            cdf = cdf + term
+        self._out(out, n, np.uint32)[:] = k
+        return CURAND_OK, []
+
     def _bits(self, h, n):
         g = self._gen(h)
         pos = np.arange(g["pos"], g["pos"] + int(n), dtype=np.uint64)
