@@ -168,6 +168,93 @@ def test_cublas_async_error_unsupported_and_status_names(emu_daemon):
     assert o["bad_handle"] == 1, "a destroyed handle is CUBLAS_STATUS_NOT_INITIALIZED"
 
 
+MATHLIBS_SCRIPT = r"""
+import ctypes, json
+from ctypes import byref, c_int, c_void_p, c_size_t, c_float, c_ulonglong
+
+# by absolute paths, as CuPy loads them: the stand-ins all the same
+fft = ctypes.CDLL("/opt/nowhere/nvidia/cu13/lib/libcufft.so.12")
+rnd = ctypes.CDLL("/opt/nowhere/lib/libcurand.so.10")
+sp = ctypes.CDLL("libcusparse.so.12")
+so = ctypes.CDLL("/x/libcusolver.so.12")
+rt = ctypes.CDLL("libcudart.so.13")
+out = {}
+v = c_int()
+out["fft_version"] = [fft.cufftGetVersion(byref(v)), v.value]
+plan = c_int(-1)
+out["plan1d"] = fft.cufftPlan1d(byref(plan), 8, 0x29, 1)
+out["plan"] = plan.value
+buf = c_void_p()
+rt.cudaMalloc(byref(buf), ctypes.c_size_t(8 * 8 * 2))
+# a bad direction: asynchronous, so reported at the next synchronisation
+out["exec_bad"] = fft.cufftExecC2C(plan, buf, buf, 7)
+out["sync"] = rt.cudaDeviceSynchronize()
+out["sync_again"] = rt.cudaDeviceSynchronize()
+out["exec_ok"] = fft.cufftExecC2C(plan, buf, buf, -1)
+out["destroy"] = fft.cufftDestroy(plan)
+out["exec_destroyed"] = fft.cufftExecC2C(plan, buf, buf, -1)
+out["sync_destroyed"] = rt.cudaDeviceSynchronize()
+out["fft_unsupported"] = fft.cufftEstimate1d(8, 0x29, 1, byref(c_size_t()))
+# cuRAND: the same seed, the same numbers; an offset positions the sequence
+g1, g2 = c_void_p(), c_void_p()
+out["gen"] = [rnd.curandCreateGenerator(byref(g1), 100), rnd.curandCreateGenerator(byref(g2), 100)]
+rnd.curandSetPseudoRandomGeneratorSeed(g1, c_ulonglong(7))
+rnd.curandSetPseudoRandomGeneratorSeed(g2, c_ulonglong(7))
+d = c_void_p()
+rt.cudaMalloc(byref(d), ctypes.c_size_t(4 * 64))
+vals = (c_float * 64)()
+rnd.curandGenerateUniform(g1, d, c_size_t(64))
+rt.cudaMemcpy(vals, d, ctypes.c_size_t(4 * 64), 2)
+out["u"] = list(vals)
+rnd.curandGenerateUniform(g2, d, c_size_t(32))
+rnd.curandGenerateUniform(g2, d, c_size_t(32))
+rt.cudaMemcpy(vals, d, ctypes.c_size_t(4 * 32), 2)
+out["u_second_half"] = list(vals)[:32]
+rnd.curandSetGeneratorOffset(g2, c_ulonglong(16))
+rnd.curandGenerateUniform(g2, d, c_size_t(8))
+rt.cudaMemcpy(vals, d, ctypes.c_size_t(4 * 8), 2)
+out["u_at_16"] = list(vals)[:8]
+out["normal_odd"] = rnd.curandGenerateNormal(g1, d, c_size_t(3), c_float(0), c_float(1))
+out["sync_normal"] = rt.cudaDeviceSynchronize()
+out["rand_unsupported"] = rnd.curandCreateGeneratorHost(byref(c_void_p()), 100)
+h = c_void_p()
+out["sp_create"] = sp.cusparseCreate(byref(h))
+out["sp_unsupported"] = sp.cusparseCreateMatDescr(byref(c_void_p()))
+s = c_void_p()
+out["so_create"] = so.cusolverDnCreate(byref(s))
+out["so_unsupported"] = so.cusolverDnSsyevd(s, 0, 0, 4, None, 4, None, None, 0, None)
+print(json.dumps(out))
+"""
+
+
+def test_math_libraries_handles_async_errors_and_unsupported(emu_daemon):
+    """cuFFT, cuRAND, cuSPARSE and cuSOLVER as ctypes (like CuPy) load them:
+    an int cufftHandle, an asynchronous failure surfacing at the next
+    synchronisation, a destroyed plan, the emulated generator's sequence and
+    offset, and one stderr line with each library's not-supported status."""
+    r = _run_py(emu_daemon, MATHLIBS_SCRIPT)
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["fft_version"] == [0, 12000]
+    assert o["plan1d"] == 0 and 0 < o["plan"] < 1 << 31, "a cufftHandle is a small int"
+    assert o["exec_bad"] == 0 and o["sync"] == 719, "a failed cufftExec* is reported at the next sync"
+    assert _lines_naming(r.stderr, "cufftExecC2C"), r.stderr
+    assert o["sync_again"] == 0 and o["exec_ok"] == 0 and o["destroy"] == 0
+    assert o["exec_destroyed"] == 0 and o["sync_destroyed"] == 719, "a destroyed plan fails at the sync"
+    assert o["fft_unsupported"] == 16 and len(_lines_naming(r.stderr, "cufftEstimate1d")) == 1, r.stderr
+    assert o["gen"] == [0, 0]
+    u = o["u"]
+    assert all(0.0 < x <= 1.0 for x in u) and len(set(u)) > 60
+    assert o["u_second_half"] == u[32:], "two calls continue one sequence"
+    assert o["u_at_16"] == u[16:24], "curandSetGeneratorOffset positions the sequence absolutely"
+    assert o["normal_odd"] == 0 and o["sync_normal"] == 719, "an odd count of normals fails (curand.h)"
+    assert o["rand_unsupported"] == 204 and len(_lines_naming(r.stderr, "curandCreateGeneratorHost")) == 1
+    assert o["sp_create"] == 0 and o["sp_unsupported"] == 10
+    assert len(_lines_naming(r.stderr, "cusparseCreateMatDescr")) == 1
+    assert o["so_create"] == 0 and o["so_unsupported"] == 9
+    assert len(_lines_naming(r.stderr, "cusolverDnSsyevd")) == 1
+
+
 def test_worker_without_nvidias_library_answers_not_supported(monkeypatch):
     """The cuda backend's worker loads NVIDIA's library itself; where it is
     missing every call answers the not-supported status with a reason."""
@@ -362,6 +449,47 @@ def test_handles_and_settings_are_in_the_image_and_come_back(tmp_path):
                                ["cublasSetPointerMode_v2", "cublasSetStream_v2"]], handles
             descs = sorted(v for (k, _), v in settings.items() if k == "cublaslt_matmul_desc")
             assert descs == [["cublasLtMatmulDescSetAttribute"], ["cublasLtMatmulDescSetAttribute"] * 2], descs
+            d = restart(d, tmp_path, "fresh")
+            ctl(d, "restore", dir=str(tmp_path / "img"))
+            out = run.finish()
+            assert out == b.program.expected_output, run.stderr()
+    finally:
+        d.cleanup()
+
+
+def test_math_library_objects_are_in_the_image_and_come_back(tmp_path):
+    """mathlibs paced to iteration 1, dumped: the image lists its cuFFT
+    plans, cuRAND generator (with the count of numbers it generated),
+    cuSPARSE handle and descriptors and cuSOLVER handle with their settings;
+    restored into a fresh proxyd, the program finishes with its expected
+    output (it checks every result, and that the generator continued its
+    sequence exactly)."""
+    from paced import PacedRun
+    from test_checkpoint import ctl, daemon, restart
+    import corpus
+    if not corpus.nvcc_path():
+        pytest.skip("nvcc not found")
+    b = corpus.build(corpus.get_program("mathlibs"), corpus.default_build_dir())
+    d = daemon(tmp_path)
+    try:
+        with PacedRun(b, d) as run:
+            run.step_to(1)
+            st = ctl(d, "dump", pid=run.pid, dir=str(tmp_path / "img"))
+            assert st["released"]
+            from gpuproxy.proxyd.checkpoint.image import Image
+            from gpuproxy.proxyd._generated import FUNCTIONS
+            libs = Image.open(str(tmp_path / "img")).session["libraries"]
+            kinds = sorted(o["kind"] for o in libs)
+            assert kinds == sorted(["cufft_plan"] * 3 + ["curand_generator", "cusparse_handle", "cusparse_spmat"]
+                                   + ["cusparse_dnvec"] * 2 + ["cusolver_dn_handle"]), kinds
+            settings = {(o["kind"], o["id"]): sorted(FUNCTIONS[fid].name for fid, _ in o["settings"]) for o in libs}
+            plans = sorted(v for (k, _), v in settings.items() if k == "cufft_plan")
+            assert plans == [["cufftMakePlan1d", "cufftSetAutoAllocation", "cufftSetStream", "cufftSetWorkArea"],
+                             ["cufftSetStream"], ["cufftSetStream"]], plans
+            gen = [o for o in libs if o["kind"] == "curand_generator"][0]
+            assert sorted(FUNCTIONS[fid].name for fid, _ in gen["settings"]) == [
+                "curandSetPseudoRandomGeneratorSeed", "curandSetStream"]
+            assert gen["generated"] == 4096, "one iteration's CHUNK of numbers"
             d = restart(d, tmp_path, "fresh")
             ctl(d, "restore", dir=str(tmp_path / "img"))
             out = run.finish()
