@@ -496,3 +496,34 @@ def test_math_library_objects_are_in_the_image_and_come_back(tmp_path):
             assert out == b.program.expected_output, run.stderr()
     finally:
         d.cleanup()
+
+
+def test_nvidias_math_libraries_answer_through_the_workers_declarations(monkeypatch):
+    """The worker's cffi declarations (generated from the specs) against
+    NVIDIA's real libraries, with the calls that need no GPU: versions and
+    properties, cuSPARSE descriptors (int64 sizes, device pointers as values,
+    an out handle), cuSOLVER params. Skips where the libraries are absent."""
+    d = libbootstrap.find_file(_lib_dirs() + [os.environ.get("GPUPROXY_NVIDIA_LIB_DIR", "")], "libcusparse.so.12")
+    if d is None:
+        pytest.skip("NVIDIA's libcusparse.so.12 etc. not installed here (set GPUPROXY_LIB_DIR)")
+    monkeypatch.setenv("GPUPROXY_NVIDIA_LIB_DIR", os.path.dirname(d))
+    from gpuproxy.proxyd.libraries import RealLibrary
+    from gpuproxy.proxyd._generated import FUNCTIONS
+    by = {f.name: f for f in FUNCTIONS.values()}
+    libs = {api: RealLibrary(api) for api in ("cufft", "curand", "cusparse", "cusolver")}
+    for api, name in (("cufft", "cufftGetVersion"), ("curand", "curandGetVersion"), ("cusolver", "cusolverGetVersion")):
+        code, outs = libs[api].call(by[name], [True])
+        assert code == 0 and outs[0] >= 10000, (name, code, outs)
+    code, outs = libs["cufft"].call(by["cufftGetProperty"], [0, True])      # MAJOR_VERSION
+    assert code == 0 and outs == [12]
+    sp = libs["cusparse"]
+    code, (vec,) = sp.call(by["cusparseCreateDnVec"], [True, 16, 0x7F0000000000, 0])
+    assert code == 0 and vec
+    assert sp.call(by["cusparseDestroyDnVec"], [vec]) == (0, [])
+    code, (mat,) = sp.call(by["cusparseCreateCsr"], [True, 4, 4, 2, 0x7F0000000000, 0x7F0000001000, 0x7F0000002000,
+                                                     2, 2, 0, 0])
+    assert code == 0 and mat
+    assert sp.call(by["cusparseDestroySpMat"], [mat]) == (0, [])
+    code, (params,) = libs["cusolver"].call(by["cusolverDnCreateParams"], [True])
+    assert code == 0 and params
+    assert libs["cusolver"].call(by["cusolverDnDestroyParams"], [params]) == (0, [])
