@@ -14,6 +14,7 @@
 //   * cusparseSpMV (alpha 2, beta 1/2) against a CPU CSR loop;
 //   * cusolverDnSpotrf + Spotrs and Sgetrf + Sgetrs, the residual of the
 //     solution checked on the CPU.
+// The C2C input is made by a kernel of the program on the same stream.
 // After the last iteration a second generator with the same seed, making
 // the same calls, must give exactly the numbers the first one gave across
 // all iterations (and so across a dump/restore between them), and one with
@@ -114,6 +115,17 @@ static void cpu_dft(const double *re, const double *im, int n, int sign, double 
     }
 }
 
+// the C2C input, made on the device by the program's own kernel: the cuFFT
+// call that follows on the same stream must see it (stream order between
+// the application's kernels and the library's)
+__global__ void fill_complex(cufftComplex *x, int n, int seed)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] = make_cuComplex((float)((i * 7 + seed * 13) % 17 - 8) / 8.0f,
+                              (float)(((i + 5) * 7 + (seed + 1) * 13) % 17 - 8) / 8.0f);
+}
+
 static void fft_iteration(int it, cufftHandle pc2c, cufftHandle pr2c, cufftHandle pc2r, cufftComplex *dC,
                           cufftComplex *dF, float *dR, cufftComplex *dRF, float *dRB)
 {
@@ -121,7 +133,8 @@ static void fft_iteration(int it, cufftHandle pc2c, cufftHandle pr2c, cufftHandl
     std::vector<cufftComplex> x((size_t)NFFT * FBATCH);
     for (size_t i = 0; i < x.size(); i++)
         x[i] = make_cuComplex(val((int)i, it), val((int)i + 5, it + 1));
-    upload(dC, x);
+    fill_complex<<<(NFFT * FBATCH + 127) / 128, 128, 0, stream>>>(dC, NFFT * FBATCH, it);
+    CHECK(cudaGetLastError());
     CHECK_LIB(cufftExecC2C(pc2c, dC, dF, CUFFT_FORWARD));
     std::vector<cufftComplex> f = download(dF, x.size());
     std::vector<double> re(NFFT), im(NFFT), ore(NFFT), oim(NFFT);
