@@ -252,6 +252,9 @@ MATH_SUPPORTED: Dict[str, Dict] = {
                         "shim": "override"},
     "cusparseGetVersion": {"params": [SH, "version=out_value"], "objects": "cusparse_handle:use",
                            "restore": "query"},
+    # cusparse.h: names and descriptions of cusparseStatus_t, answered in the app
+    "cusparseGetErrorName": {"params": ["status=scalar"], "restore": "client", "shim": "override"},
+    "cusparseGetErrorString": {"params": ["status=scalar"], "restore": "client", "shim": "override"},
     "cusparseSetStream": {"params": [SH, "streamId=handle:stream"], "objects": "cusparse_handle:use stream:use",
                           "restore": _object(["handle"])},
     "cusparseGetStream": {"params": [SH, "streamId=out_value:stream"], "objects": "cusparse_handle:use",

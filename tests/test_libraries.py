@@ -220,6 +220,8 @@ out["rand_unsupported"] = rnd.curandCreateGeneratorHost(byref(c_void_p()), 100)
 h = c_void_p()
 out["sp_create"] = sp.cusparseCreate(byref(h))
 out["sp_unsupported"] = sp.cusparseCreateMatDescr(byref(c_void_p()))
+sp.cusparseGetErrorName.restype = ctypes.c_char_p
+out["sp_name10"] = sp.cusparseGetErrorName(10).decode()
 s = c_void_p()
 out["so_create"] = so.cusolverDnCreate(byref(s))
 out["so_unsupported"] = so.cusolverDnSsyevd(s, 0, 0, 4, None, 4, None, None, 0, None)
@@ -251,6 +253,7 @@ def test_math_libraries_handles_async_errors_and_unsupported(emu_daemon):
     assert o["rand_unsupported"] == 204 and len(_lines_naming(r.stderr, "curandCreateGeneratorHost")) == 1
     assert o["sp_create"] == 0 and o["sp_unsupported"] == 10
     assert len(_lines_naming(r.stderr, "cusparseCreateMatDescr")) == 1
+    assert o["sp_name10"] == "CUSPARSE_STATUS_NOT_SUPPORTED"
     assert o["so_create"] == 0 and o["so_unsupported"] == 9
     assert len(_lines_naming(r.stderr, "cusolverDnSsyevd")) == 1
 
@@ -298,7 +301,7 @@ def test_library_specs_are_complete_and_consistent():
     for f in SPECS.libraries:
         emu = CLASSES.get(f.api, EmuLibrary)
         # overrides of the math libraries send their op too (cufftCreate, ...)
-        if f.supported and (f.shim != "override" or f.api in CLASSES) and f.restore != "client":
+        if f.supported and (f.shim != "override" or f.api in CLASSES) and f.restore.rule != "client":
             assert hasattr(emu, "f_" + f.name), f"{f.name} is supported but not emulated"
     # what PyTorch 2.11 calls first
     for name in ("cublasCreate_v2", "cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSetMathMode",
