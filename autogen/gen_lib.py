@@ -67,7 +67,8 @@ def gen_header(sf, fns, sources) -> str:
     er = sf.errors
     out += ["", f"#define GP_{api.upper()}_SUCCESS {er['success']}",
             f"#define GP_{api.upper()}_NOT_SUPPORTED {er['not_supported']}",
-            f"#define GP_{api.upper()}_UNAVAILABLE {er['unavailable']}", ""]
+            f"#define GP_{api.upper()}_UNAVAILABLE {er['unavailable']}",
+            f"#define GP_{api.upper()}_INVALID {er.get('invalid', er['not_supported'])}", ""]
     for f in fns:
         out.append(f"#define GP_FID_{g(f, 'name')} {g(f, 'id')}u")
     out.append("")
@@ -110,6 +111,28 @@ def _fail(sf, ret: str, what: str) -> str:
     return f"return ({ret})0;"
 
 
+# protocol kind codes of library objects whose handles the shim chooses
+# (spec `ids: shim`; proxyd/protocol.py K_*; tests/test_libraries.py checks
+# that the two agree)
+SHIM_ID_KINDS = {"cublaslt_matmul_desc": 34, "cublaslt_layout": 35, "cublaslt_preference": 36}
+
+
+# handles the shim knows (lib_state.c): an asynchronous call on one it does
+# not know fails at once, as the real library would answer (a destroyed
+# cuBLAS handle: CUBLAS_STATUS_NOT_INITIALIZED)
+KNOWN_HANDLES = {"cublas_handle": ("gp_cublas_known", "1")}
+
+
+# cuBLAS handle settings that PyTorch makes before every gemm (stream,
+# workspace, math mode) are kept in the shim and sent only when they differ
+# from what proxyd has, by the time a call uses the handle
+# (interceptor/lib_cublas.c, "Coalesced settings"). Every other call on a
+# cuBLAS handle (or a cuBLAS handle passed as a cuBLASLt one) flushes them
+# before its own op; the setters' own generic bodies are what a flush sends.
+FLUSH_KINDS = ("cublas_handle", "cublaslt_handle")
+COALESCED_SETTERS = ("cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSetMathMode")
+
+
 def generic_body(sf, f) -> str:
     name = g(f, "name")
     params = g(f, "params") or []
@@ -119,6 +142,10 @@ def generic_body(sf, f) -> str:
              "    if (gp_session() != CUDA_SUCCESS) {", "        gp_unlock();", f"        {_fail(sf, ret, 'UNAVAILABLE')}",
              "    }",
              f"    gp_buf *b_ = gp_op_begin(GP_FID_{name}, {len(params)});"]
+    if name not in COALESCED_SETTERS:
+        flush = [p for p in params if g(p, "role") == "handle" and g(p, "kind") in FLUSH_KINDS]
+        if flush:
+            lines.insert(5, f"    gp_cublas_flush({g(flush[0], 'name')});")
     outs = []
     for p in params:
         role, pn = g(p, "role"), g(p, "name")
@@ -142,6 +169,16 @@ def generic_body(sf, f) -> str:
         elif role == "out_buffer":
             lines.append(f"    if ({pn}) mp_uint(b_, (uint64_t)({g(p, 'size')})); else mp_nil(b_);")
             outs.append(p)
+        elif role == "out_value" and g(f, "ids") == "shim":
+            # the shim names the new object (gp_lib_new_handle), so nothing
+            # comes back and the create can travel asynchronously
+            code = SHIM_ID_KINDS.get(g(p, "kind"))
+            if code is None:
+                raise GenError(f"{name}: ids: shim for kind {g(p, 'kind')}, which has no kind code here")
+            lines.insert(0, f"    if (!{pn}) {_fail(sf, ret, 'INVALID')}")
+            lines.append(f"    uint64_t h_ = gp_lib_new_handle({code});")
+            lines.append("    mp_uint(b_, h_);")
+            lines.append(f"    *{pn} = ({g(p, 'type')[:-1].strip()})(uintptr_t)h_;")
         elif role == "out_value":
             lines.append(f"    mp_bool(b_, {pn} != NULL);")
             outs.append(p)
@@ -149,6 +186,11 @@ def generic_body(sf, f) -> str:
             raise GenError(f"{name}: parameter {pn} has role {role}, which the generic path cannot send")
     if outs and not sync:
         raise GenError(f"{name}: async function with out parameters")
+    if not sync:
+        for p in params:
+            known = KNOWN_HANDLES.get(g(p, "kind")) if g(p, "role") == "handle" else None
+            if known:
+                lines.insert(0, f"    if (!{known[0]}({g(p, 'name')})) return ({ret}){known[1]};")
     if not sync:
         lines += ["    int rc_ = gp_lib_op_async();", "    gp_unlock();",
                   f"    if (rc_ < 0) {{ {_fail(sf, ret, 'UNAVAILABLE')} }}", f"    {_fail(sf, ret, 'SUCCESS')}"]

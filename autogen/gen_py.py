@@ -100,7 +100,7 @@ def gen_dispatch(driver, types: dict[str, CType], sources: list[str], libs=()) -
             key = tuple(pnames.index(k) for k in (g(rs, "key") or ()))
             # every library call goes through proxyd/libraries.py (handler "library")
             rows.append(f"    {g(f, 'id')}: Fn({g(f, 'name')!r}, {bool(g(f, 'sync', True))!r}, 'library', "
-                        f"{g(f, 'shim')!r}, {pt!r}, {objs!r}, {g(rs, 'rule')!r}, {key!r}),")
+                        f"{g(f, 'shim')!r}, {pt!r}, {objs!r}, {g(rs, 'rule')!r}, {key!r}, {g(f, 'ids')!r}),")
             lib_rows.append(f"    {g(f, 'id')}: {sf.api!r},")
             cp = [_lib_cffi(g(p, "type"), g(p, "role"), sf) for p in params]
             ret = g(f, "returns")
@@ -137,8 +137,9 @@ def gen_dispatch(driver, types: dict[str, CType], sources: list[str], libs=()) -
         "",
         "# params: (name, role, kind, ctype, value class, value size, size expression)",
         "# restore: the spec's restore rule; key: for replay, the indices of the params",
-        "# that name the setting (-1: the current context)",
-        "Fn = namedtuple('Fn', 'name sync handler shim params objects restore key')",
+        "# that name the setting (-1: the current context); ids: 'shim' where the shim",
+        "# names the object the call creates",
+        "Fn = namedtuple('Fn', 'name sync handler shim params objects restore key ids', defaults=(None,))",
         "",
         "FUNCTIONS = {",
         *rows,

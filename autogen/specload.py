@@ -62,9 +62,10 @@ FILE_KEYS = ("api", "family", "library", "soname", "header", "doc_group", "cuda_
 # size/alignment/class of every named type their prototypes use
 LIBRARY_FILE_KEYS = FILE_KEYS + ("version_node", "errors", "types")
 ERROR_KEYS = ("success", "not_supported", "unavailable")
+ERROR_KEYS_OPTIONAL = ("invalid",)     # the invalid-argument status, where the shim checks arguments
 TYPE_CLASSES = ("int", "uint", "float", "pointer", "struct", "opaque")
 FUNCTION_KEYS = ("name", "id", "returns", "params", "objects", "sync", "status", "proc",
-                 "handler", "shim", "restore", "declared")
+                 "handler", "shim", "restore", "declared", "ids")
 # How a supported function's effect comes back after a restore (docs/spec-format.md,
 # "Restore rules"); every supported function names one.
 RESTORE_RULES = ("replay", "object", "memory", "driver", "client", "query", "none-needed")
@@ -134,6 +135,7 @@ class Function:
     shim: Optional[str] = None
     restore: Optional[Restore] = None
     declared: bool = True               # library exports without a header declaration: False
+    ids: Optional[str] = None           # "shim": the shim names the object it creates (async create)
 
     @property
     def is_library(self) -> bool:
@@ -370,6 +372,19 @@ def _parse_function(raw: Any, api: str, family: str, path: str, errs: _Errors) -
         bad("shim: local functions are never sent, they take no handler")
     if api == "runtime" and status == "supported" and shim != "override":
         bad("a supported runtime function must be shim: override")
+    ids = raw.get("ids")
+    if ids is not None:
+        # docs/spec-format.md, "ids: shim": only library creates, which may
+        # then be asynchronous because the caller needs no answer
+        creates = [p for p in params if p.role == "out_value" and p.kind]
+        if ids != "shim":
+            bad(f"ids {ids!r} must be 'shim'")
+        elif api not in LIBRARY_APIS or status != "supported":
+            bad("ids: shim is only for supported library functions")
+        elif len(creates) != 1 or len([p for p in params if p.role in ("out_value", "out_buffer")]) != 1:
+            bad("ids: shim needs exactly one out parameter, the created object's handle")
+        elif not any(o.kind == creates[0].kind and o.effect == "create" for o in objects):
+            bad(f"ids: shim, but the function creates no {creates[0].kind}")
     declared = raw.get("declared", True)
     if not isinstance(declared, bool) or (not declared and (api not in LIBRARY_APIS or status == "supported")):
         bad("declared: false is only for unsupported library exports")
@@ -403,7 +418,7 @@ def _parse_function(raw: Any, api: str, family: str, path: str, errs: _Errors) -
     return Function(name=name, id=fid, returns=raw["returns"].strip(), params=params,
                     objects=objects, sync=sync, status=status, api=api, family=family,
                     file=path, proc=proc, handler=handler, shim=shim, restore=restore,
-                    declared=declared is not False)
+                    declared=declared is not False, ids=ids)
 
 
 def _parse_restore(raw, present: bool, api: str, status: str, shim, params: List[Param], bad) -> Optional[Restore]:
@@ -509,7 +524,8 @@ def _parse_file(path: Path, api: str, errs: _Errors) -> Optional[SpecFile]:
                   cuda_version_min=cv["min"], cuda_version_max=cv["max"])
     if api in LIBRARY_APIS:
         er, ty = data["errors"], data["types"]
-        if not isinstance(er, dict) or set(er) != set(ERROR_KEYS) or not all(isinstance(v, int) for v in er.values()):
+        if not isinstance(er, dict) or not set(ERROR_KEYS) <= set(er) <= set(ERROR_KEYS + ERROR_KEYS_OPTIONAL) \
+                or not all(isinstance(v, int) for v in er.values()):
             errs.add(path, None, f"errors must be {{{', '.join(ERROR_KEYS)}}} (integers), got {er!r}")
         else:
             sf.errors = dict(er)

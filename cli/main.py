@@ -127,6 +127,39 @@ def cmd_keygen(a):
     return 0
 
 
+def cmd_profile(a):
+    """Names the functions of a shim call profile (GPUPROXY_PROFILE=FILE,
+    interceptor/profile.c) and sorts them by time spent waiting."""
+    try:
+        from gpuproxy.proxyd._generated import NAMES
+    except ImportError:
+        NAMES = {}
+    import glob
+    merged: dict[int, list] = {}
+    files = [a.file] + sorted(glob.glob(glob.escape(a.file) + ".*"))
+    for path in files:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("#") or not line.strip():
+                    continue
+                fid, calls, sync_calls, wait_us = line.split()
+                m = merged.setdefault(int(fid), [0, 0, 0.0])
+                m[0] += int(calls)
+                m[1] += int(sync_calls)
+                m[2] += float(wait_us)
+    rows = [(NAMES.get(fid, f"id {fid}"), c, s, w) for fid, (c, s, w) in merged.items()]
+    if len(files) > 1:
+        print(f"(merged {len(files)} files: {', '.join(files)})")
+    rows.sort(key=lambda r: (-r[3], -r[1]))
+    total_wait = sum(r[3] for r in rows)
+    print(f"{'function':44} {'calls':>9} {'sync':>9} {'wait ms':>10} {'us/sync':>8}")
+    for name, calls, sync_calls, wait_us in rows[:a.top]:
+        per = wait_us / sync_calls if sync_calls else 0.0
+        print(f"{name:44} {calls:9d} {sync_calls:9d} {wait_us / 1000:10.1f} {per:8.1f}")
+    print(f"{'total':44} {sum(r[1] for r in rows):9d} {sum(r[2] for r in rows):9d} {total_wait / 1000:10.1f}")
+    return 0
+
+
 def build_parser():
     ap = argparse.ArgumentParser(prog="proxy-cli", description="Drive gpuproxy: run programs under the shim, "
                                  "inspect sessions, checkpoint and restore their GPU state.")
@@ -142,6 +175,10 @@ def build_parser():
     s = sub.add_parser("status", help="sessions served by proxyd")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_status)
+    pr = sub.add_parser("profile", help="name and sort a shim call profile (written where GPUPROXY_PROFILE says)")
+    pr.add_argument("file")
+    pr.add_argument("--top", type=int, default=40, help="rows to print (default 40)")
+    pr.set_defaults(fn=cmd_profile)
     k = sub.add_parser("keygen", help="make a CURVE client key pair for tcp endpoints")
     k.add_argument("--out", help="where to write it (default: curve-client.key in the key directory)")
     k.add_argument("--force", action="store_true", help="replace an existing key pair")

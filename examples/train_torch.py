@@ -236,6 +236,8 @@ def main() -> int:
                     help="after step K print 'waiting' and wait for a line on stdin")
     ap.add_argument("--bench", action="store_true", help="print median step times of the two bench configs")
     ap.add_argument("--bench-steps", type=int, default=50)
+    ap.add_argument("--bench-configs", default="launch-bound-pointwise,gpu-bound,launch-bound",
+                    help="comma-separated bench configs (default: all three)")
     args = ap.parse_args()
 
     if not torch.cuda.is_available():
@@ -253,7 +255,7 @@ def main() -> int:
 
     if args.bench:
         failed = 0
-        for name in ("launch-bound-pointwise", "gpu-bound", "launch-bound"):
+        for name in args.bench_configs.split(","):
             try:
                 med = bench(dev, name, args.bench_steps, warmup=10)
             except RuntimeError as e:      # e.g. a library that cannot run here: the others still do

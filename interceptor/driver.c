@@ -22,11 +22,7 @@
 
 /* ----------------------------------------------------------------- init */
 
-CUresult gpo_cuInit(unsigned int Flags)
-{
-    GP_ENTER();
-    GP_LEAVE(gpg_cuInit(Flags));
-}
+/* cuInit: query_cache.c */
 
 static int driver_version = 13000;
 void gp_note_driver_version(int v) { if (v > 0) driver_version = v; }

@@ -29,6 +29,18 @@ int gp_lib_op_async(void);
 int gp_cublas_device_mode(const void *h);
 void gp_cublas_note_pointer_mode(const void *h, int mode);
 void gp_cublas_forget(const void *h);
+/* Coalesced cuBLAS settings (lib_cublas.c): sends h's pending stream,
+ * workspace and math mode if they differ from what proxyd has; no-op for
+ * other handles. The cuBLAS stand-in registers the function (lib_state.c),
+ * so the cuBLASLt stand-in can flush a cuBLAS handle passed as its own. */
+void gp_cublas_flush(const void *h);
+void gp_cublas_set_flush_hook(void (*fn)(const void *h));
+/* transport.c: an asynchronous op failed; settings it may have made are
+ * unknown. gp_lib_failure_gen counts such failures. */
+void gp_lib_async_failed(void);
+uint64_t gp_lib_failure_gen(void);
+/* 1 when h is a live cuBLAS handle of this process */
+int gp_cublas_known(const void *h);
 /* Bytes of alpha/beta of cublasGemmEx-like calls: the scalar type follows
  * the compute type, complex when C is (cuBLAS docs, cublasGemmEx). */
 size_t gp_cublas_scalar_size(int compute_type, int c_type);
@@ -52,6 +64,23 @@ void gp_lt_forget(const void *desc);
 size_t gp_lt_scale_size(const void *desc);
 /* which: 0 alpha, 1 beta; 1 when that scalar is a device pointer */
 int gp_lt_device_mode(const void *desc, int which);
+
+/* Handles the shim names (spec `ids: shim`; lib_ids.c): (kind << 32) | id
+ * with bit 31 of id set; freed ids are reused. */
+uint64_t gp_lib_new_handle(uint32_t kind);
+void gp_lib_free_handle(const void *h);
+int gp_lib_is_shim_handle(const void *h);
+
+/* cuBLASLt descriptors' contents and the heuristic cache (lt_heuristic.c).
+ * kind: the protocol kind code; args: the create call's scalars. */
+void gp_lt_state_create(const void *h, int kind, const void *args, size_t nargs);
+void gp_lt_state_attr(const void *h, int attr, const void *buf, size_t n);
+void gp_lt_state_forget(const void *h);
+/* descs6: operation descriptor, A, B, C, D layouts, preference */
+int gp_lt_heuristic_find(const void *ctx, const void *handle, const void *const descs6[6], int requested,
+                         void *results, size_t result_size, int *count);
+void gp_lt_heuristic_store(const void *ctx, const void *handle, const void *const descs6[6], int requested,
+                           const void *results, size_t result_size, int count);
 
 /* cublas_api.h: names and descriptions of cublasStatus_t. lib_state.c. */
 const char *gp_cublas_status_name(int s);

@@ -81,6 +81,15 @@ typedef struct gp_reply {
 
 /* ---- locking and session ---- */
 void gp_lock(void);
+/* transport.c: changes whenever the session moves to another worker (a
+ * restore, a migration): state derived from the GPU is stale then */
+uint64_t gp_session_epoch(void);
+/* query_cache.c: sees every op, to drop answers the op may change */
+void gp_qc_note_op(uint32_t fid);
+/* profile.c (GPUPROXY_PROFILE): per-function call counts and sync waits */
+void gp_prof_op(uint32_t fid);
+uint64_t gp_prof_wait_begin(void);
+void gp_prof_wait_end(uint64_t t0);
 void gp_unlock(void);
 int gp_trylock(void);               /* 0 when taken (park.c) */
 void gp_resend_unanswered(void);

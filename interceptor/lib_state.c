@@ -77,6 +77,33 @@ void gp_cublas_note_pointer_mode(const void *h, int mode)
     gp_unlock();
 }
 
+/* Counts failed asynchronous ops (transport.c): settings a failed op
+ * carried may not have been made, so coalesced settings are resent whole
+ * after one (lib_cublas.c). */
+static uint64_t failures;
+
+void gp_lib_async_failed(void) { __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED); }
+
+uint64_t gp_lib_failure_gen(void) { return __atomic_load_n(&failures, __ATOMIC_RELAXED); }
+
+static void (*flush_hook)(const void *h);
+
+void gp_cublas_set_flush_hook(void (*fn)(const void *h)) { flush_hook = fn; }
+
+void gp_cublas_flush(const void *h)
+{
+    if (flush_hook && h)
+        flush_hook(h);
+}
+
+int gp_cublas_known(const void *h)
+{
+    gp_lock();
+    int k = find(h, 0) != NULL;
+    gp_unlock();
+    return k;
+}
+
 void gp_cublas_forget(const void *h)
 {
     gp_lock();

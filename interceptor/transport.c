@@ -102,6 +102,7 @@ static struct {
     long connect_ms;            /* silence after which the first contact gives up */
     int batching;
     int warned_unreachable;
+    uint64_t epoch;             /* counts worker endpoints taken: restores, migrations */
 } G;
 
 /* ---------------------------------------------------------------- utils */
@@ -426,8 +427,12 @@ static int reply_parse(gp_reply *r, uint64_t *seq, int *code, CUresult *async_co
     return r->rd.err ? -1 : 0;
 }
 
+void gp_lib_async_failed(void);     /* lib_state.c */
+
 static void note_async_error(CUresult e, uint32_t fid)
 {
+    if (e != CUDA_SUCCESS)
+        gp_lib_async_failed();     /* a library setting it carried may not have been made */
     if (e != CUDA_SUCCESS && G.async_err == CUDA_SUCCESS) {
         G.async_err = e;
         if (G.debug)
@@ -629,9 +634,12 @@ static int open_socket(void)
 /* A worker endpoint as the client must dial it: a worker bound to all
  * interfaces (tcp://0.0.0.0:PORT) is reached at the host we reached the
  * supervisor at. */
+uint64_t gp_session_epoch(void) { return G.epoch; }
+
 static void set_worker_endpoint(const char *ep, size_t n)
 {
     char tmp[512];
+    G.epoch++;
     snprintf(tmp, sizeof tmp, "%.*s", (int)n, ep);
     const char *any[] = { "tcp://0.0.0.0:", "tcp://*:", "tcp://[::]:" };
     for (unsigned i = 0; i < sizeof any / sizeof any[0]; i++) {
@@ -1068,6 +1076,8 @@ gp_buf *gp_op_begin(uint32_t fid, uint32_t nargs)
     mp_array(b, nargs + 2);
     mp_uint(b, fid);
     mp_uint(b, (uint64_t)(uintptr_t)gp_ctx_current());
+    gp_prof_op(fid);
+    gp_qc_note_op(fid);
     G.cur_ops++;
     G.cur_has_ops = 1;
     return b;
@@ -1159,7 +1169,9 @@ CUresult gp_op_async(void)
     return CUDA_SUCCESS;
 }
 
-CUresult gp_op_sync(gp_reply *r)
+/* Sends the current batch as a sync message and waits for its answer:
+ * 0, or pump's failure (< 0) with *r reset. Shared by CUDA and library ops. */
+static int sync_exchange(gp_reply *r)
 {
     reply_init(r);
     gp_msg m = G.cur;
@@ -1169,12 +1181,21 @@ CUresult gp_op_sync(gp_reply *r)
     m.sync = 1;
     G.cur_ops = 0;
     G.cur_has_ops = 0;
+    uint64_t t0 = gp_prof_wait_begin();
     int rc = -1;
     if (msg_send(&m) == 0)
         rc = pump(&m, r, 0, G.timeout_ms, 1);
+    gp_prof_wait_end(t0);
     msg_free(&m);
-    if (rc != 0) {
+    if (rc != 0)
         reply_init(r);
+    return rc;
+}
+
+CUresult gp_op_sync(gp_reply *r)
+{
+    int rc = sync_exchange(r);
+    if (rc != 0) {
         r->code = lost_daemon(rc);
         return (CUresult)r->code;
     }
@@ -1191,20 +1212,8 @@ CUresult gp_op_sync(gp_reply *r)
  * synchronising CUDA call instead of turning into a library status. */
 int gp_lib_op_sync(gp_reply *r)
 {
-    reply_init(r);
-    gp_msg m = G.cur;
-    memset(&G.cur, 0, sizeof G.cur);
-    msg_reset(&G.cur);
-    msg_seal(&m, GP_MSG_CALL, G.cur_ops);
-    m.sync = 1;
-    G.cur_ops = 0;
-    G.cur_has_ops = 0;
-    int rc = -1;
-    if (msg_send(&m) == 0)
-        rc = pump(&m, r, 0, G.timeout_ms, 1);
-    msg_free(&m);
+    int rc = sync_exchange(r);
     if (rc != 0) {
-        reply_init(r);
         r->code = lost_daemon(rc);
         return -1;
     }

@@ -408,15 +408,29 @@ class LibraryCalls:
         if code == st.success and fn.name in CURAND_GENERATE:
             g = lib_object(sess, "curand_generator", args[0])
             g.info["generated"] = g.info.get("generated", 0) + int(args[2])
-        if code != st.success or not fn.sync:
-            return code, None if code != st.success else []
+        if code != st.success:
+            return code, None
         enc = []
         creates = {k for k, e in fn.objects if e == "create"}
         outs = list(outs or [])
-        for (name, role, kind, ctype, cls, size, _sz), v in zip([p for p in fn.params
-                                                                 if p[1] in ("out_value", "out_buffer")], outs):
+        out_args = [a for p, a in zip(fn.params, args) if p[1] in ("out_value", "out_buffer")]
+        for (name, role, kind, ctype, cls, size, _sz), v, a in zip([p for p in fn.params
+                                                                    if p[1] in ("out_value", "out_buffer")],
+                                                                   outs, out_args):
             if v is None:
                 enc.append(None)
+            elif role == "out_value" and kind in LIB_KINDS and kind in creates and fn.ids == "shim":
+                # spec `ids: shim`: the shim named the object (interceptor/lib_ids.c)
+                k, i = P.split_handle(int(a))
+                if k != LIB_KINDS[kind] or not i & P.SHIM_ID_BIT:
+                    lib_destroy(lib, kind, v)
+                    raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {int(a):#x} is not a shim-chosen {kind}")
+                if (k, i) in sess.objects:
+                    lib_destroy(lib, kind, v)
+                    raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: handle {int(a):#x} is already in use")
+                o = sess.add(k, v, ctx.id if ctx else 0, info={"api": api, "settings": {}},
+                             create=(fid, ctxh, list(args)), ident=i)
+                enc.append(o.handle)
             elif role == "out_value" and kind == "nvml_device":
                 # nvmlDeviceGetHandleByIndex: the handle is the index
                 enc.append(P.make_handle(P.K_NVML_DEVICE, int(args[0]) + 1))
@@ -435,7 +449,7 @@ class LibraryCalls:
                 sess.drop(lib_object(sess, kind, a))
         if fn.restore == "object" and fn.key:
             self._record_setting(sess, fn, fid, args)
-        return code, enc
+        return code, enc if fn.sync else []
 
     def _stream_handle(self, sess: Session, real):
         if real in (0, None) or (isinstance(real, int) and real in (P.STREAM_LEGACY, P.STREAM_PER_THREAD)):
@@ -459,6 +473,21 @@ class LibraryCalls:
         settings[key] = (fid, [bytes(a) if isinstance(a, (bytearray, memoryview)) else
                                bytes(self.d.data(sess, a)) if isinstance(a, (P.ShmRef, P.FrameRef)) else a
                                for a in args])
+
+
+# destroy functions by object kind, to undo a create whose handle is refused
+_DESTROY = {"cublaslt_matmul_desc": "cublasLtMatmulDescDestroy", "cublaslt_layout": "cublasLtMatrixLayoutDestroy",
+            "cublaslt_preference": "cublasLtMatmulPreferenceDestroy"}
+
+
+def lib_destroy(lib, kind: str, real):
+    name = _DESTROY.get(kind)
+    f = getattr(getattr(lib, "lib", None), name or "", None)
+    if f is not None:
+        try:
+            f(lib.ffi.cast("void *", real) if hasattr(lib, "ffi") else real)
+        except Exception:       # best effort: the create is refused anyway
+            pass
 
 
 def _key(v):

@@ -85,6 +85,11 @@ STREAM_LEGACY = 0x1
 STREAM_PER_THREAD = 0x2
 
 
+# ids with this bit were chosen by the shim (library creates with spec
+# `ids: shim`, interceptor/lib_ids.c); proxyd's own ids count up from 1
+SHIM_ID_BIT = 0x80000000
+
+
 def make_handle(kind: int, ident: int) -> int:
     return (kind << 32) | ident
 

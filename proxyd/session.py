@@ -150,7 +150,7 @@ class Session:
             ident: int | None = None) -> Obj:
         if ident is None:
             ident = self.new_id(kind)
-        else:
+        elif not ident & P.SHIM_ID_BIT:     # shim-chosen ids live apart (protocol.py)
             self.next_id[kind] = max(self.next_id[kind], ident + 1)
         o = Obj(kind, ident, real, ctx, info or {}, create)
         self.objects[(kind, ident)] = o

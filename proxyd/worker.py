@@ -77,10 +77,22 @@ def main(argv=None):
         server.stopping = True
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # ^C in the daemon's terminal is the supervisor's
+    prof_dir = os.environ.get("GPUPROXY_WORKER_CPROFILE")
+    prof = None
+    if prof_dir:
+        # where a worker's time goes (issue 13's profile-first rule): cProfile
+        # of the serving loop, written as <dir>/worker-<pid>.pstats at exit
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
     try:
         server.serve_forever()
     finally:
         server.close()
+        if prof is not None:
+            prof.disable()
+            os.makedirs(prof_dir, exist_ok=True)
+            prof.dump_stats(os.path.join(prof_dir, f"worker-{os.getpid()}.pstats"))
 
 
 if __name__ == "__main__":

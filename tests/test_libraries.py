@@ -229,6 +229,66 @@ print(json.dumps(out))
 """
 
 
+LT_ASYNC_SCRIPT = r"""
+import ctypes, json, sys
+from ctypes import byref, c_int, c_int32, c_uint64, c_int64, c_void_p, create_string_buffer, sizeof
+lt = ctypes.CDLL("libcublasLt.so.13")
+rt = ctypes.CDLL("libcudart.so.13")
+out = {}
+h = c_void_p()
+out["create"] = lt.cublasLtCreate(byref(h))
+lt.cublasLtMatmulDescCreate.argtypes = [ctypes.POINTER(c_void_p), c_int, c_int]
+lt.cublasLtMatrixLayoutCreate.argtypes = [ctypes.POINTER(c_void_p), c_int, c_uint64, c_uint64, c_int64]
+lt.cublasLtMatmulAlgoGetHeuristic.argtypes = [c_void_p] * 7 + [c_int, c_void_p, ctypes.POINTER(c_int)]
+
+def descs(k=16):
+    d, a, b, c, p = c_void_p(), c_void_p(), c_void_p(), c_void_p(), c_void_p()
+    rc = [lt.cublasLtMatmulDescCreate(byref(d), 68, 0)]          # CUBLAS_COMPUTE_32F, CUDA_R_32F
+    for x, (r, cc) in ((a, (8, k)), (b, (k, 8)), (c, (8, 8))):
+        rc.append(lt.cublasLtMatrixLayoutCreate(byref(x), 0, r, cc, r))
+    rc.append(lt.cublasLtMatmulPreferenceCreate(byref(p)))
+    ws = c_uint64(1 << 20)
+    rc.append(lt.cublasLtMatmulPreferenceSetAttribute(p, 1, byref(ws), 8))  # MAX_WORKSPACE_BYTES
+    return rc, (d, a, b, c, p)
+
+def heur(ds):
+    d, a, b, c, p = ds
+    res = create_string_buffer(96 * 2)
+    n = c_int(-1)
+    rc = lt.cublasLtMatmulAlgoGetHeuristic(h, d, a, b, c, c, p, 2, res, byref(n))
+    return rc, n.value, res.raw[:96 * max(n.value, 0)]
+
+def destroy(ds):
+    d, a, b, c, p = ds
+    return [lt.cublasLtMatmulDescDestroy(d), lt.cublasLtMatrixLayoutDestroy(a), lt.cublasLtMatrixLayoutDestroy(b),
+            lt.cublasLtMatrixLayoutDestroy(c), lt.cublasLtMatmulPreferenceDestroy(p)]
+
+rc, ds = descs()
+out["creates"] = rc
+out["handles"] = [x.value for x in ds]
+first = heur(ds)
+second = heur(ds)                      # same question: from the shim's cache
+out["heur"] = [first[0], first[1], second[0], second[1], first[2] == second[2]]
+out["destroy"] = destroy(ds)
+rc, ds2 = descs()                      # same contents under reused handles: a hit
+out["reused"] = sorted(x.value & 0xFFFFFFFF for x in ds2) == sorted(x & 0xFFFFFFFF for x in out["handles"])
+third = heur(ds2)
+out["third_same"] = third[2] == first[2] and third[1] == first[1]
+rc, ds3 = descs(k=32)                  # another shape: a new question
+fourth = heur(ds3)
+out["fourth"] = [fourth[0], fourth[1]]
+# an attribute set on a destroyed descriptor: NVIDIA's library judges it in
+# the worker, so the failure comes at the next synchronising call
+destroy(ds3)
+one = c_int32(1)
+out["late_set"] = lt.cublasLtMatmulDescSetAttribute(ds3[0], 3, byref(one), 4)   # TRANSA
+out["late_sync"] = rt.cudaDeviceSynchronize()
+out["null_buf"] = lt.cublasLtMatmulDescSetAttribute(ds2[0], 3, None, 4)
+out["null_out"] = lt.cublasLtMatrixLayoutCreate(None, 0, 8, 8, 8)
+print(json.dumps(out))
+"""
+
+
 def test_math_libraries_handles_async_errors_and_unsupported(emu_daemon):
     """cuFFT, cuRAND, cuSPARSE and cuSOLVER as ctypes (like CuPy) load them:
     an int cufftHandle, an asynchronous failure surfacing at the next
@@ -256,6 +316,103 @@ def test_math_libraries_handles_async_errors_and_unsupported(emu_daemon):
     assert o["sp_name10"] == "CUSPARSE_STATUS_NOT_SUPPORTED"
     assert o["so_create"] == 0 and o["so_unsupported"] == 9
     assert len(_lines_naming(r.stderr, "cusolverDnSsyevd")) == 1
+
+
+def test_lt_descriptors_are_async_and_heuristics_cached(emu_daemon, tmp_path, proxy_cli):
+    """cuBLASLt descriptors under handles the shim names (interceptor/lib_ids.c)
+    and the heuristic cache (lt_heuristic.c): the round trips a PyTorch
+    matmul pays, counted by the shim's own call profile."""
+    prof = tmp_path / "calls.prof"
+    r = subprocess.run([sys.executable, "-c", LT_ASYNC_SCRIPT], capture_output=True, text=True, timeout=60,
+                       env=client_env(emu_daemon, {"GPUPROXY_PROFILE": str(prof)}))
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["create"] == 0 and o["creates"] == [0] * 6
+    assert all(h >> 32 in (34, 35, 36) and h & 0x80000000 for h in o["handles"]), "shim-chosen handles"
+    assert len(set(o["handles"])) == 5
+    assert o["heur"][0] == 0 and o["heur"][1] >= 1 and o["heur"][2] == 0 and o["heur"][3] == o["heur"][1]
+    assert o["heur"][4], "the cached answer is the worker's answer"
+    assert o["destroy"] == [0] * 5 and o["reused"] and o["third_same"]
+    assert o["fourth"][0] == 0 and o["fourth"][1] >= 1
+    assert o["late_set"] == 0 and o["late_sync"] == 719, "a bad async set surfaces at the next sync"
+    assert _lines_naming(r.stderr, "cublasLtMatmulDescSetAttribute"), r.stderr
+    assert o["null_buf"] == 7 and o["null_out"] == 7, "what the shim can judge fails at once"
+    rows = {}
+    for line in prof.read_text().splitlines():
+        if not line.startswith("#"):
+            fid, calls, sync_calls, _us = line.split()
+            rows[int(fid)] = (int(calls), int(sync_calls))
+    ids = {f.name: f.id for f in SPECS.libraries}
+    heur = rows[ids["cublasLtMatmulAlgoGetHeuristic"]]
+    assert heur == (2, 2), f"4 questions, 2 distinct: 2 reach proxyd ({heur})"
+    for name, n in (("cublasLtMatrixLayoutCreate", 9), ("cublasLtMatmulDescCreate", 3),
+                    ("cublasLtMatmulPreferenceCreate", 3), ("cublasLtMatrixLayoutDestroy", 6)):
+        assert rows[ids[name]] == (n, 0), f"{name}: {rows[ids[name]]} (calls, waits), expected ({n}, 0)"
+    # proxy-cli profile names them
+    pr = subprocess.run([*proxy_cli, "profile", str(prof)], capture_output=True, text=True, timeout=60)
+    assert pr.returncode == 0 and "cublasLtMatmulAlgoGetHeuristic" in pr.stdout, pr.stdout + pr.stderr
+
+
+COALESCE_SCRIPT = r"""
+import ctypes, json
+from ctypes import byref, c_int, c_float, c_void_p
+cb = ctypes.CDLL("libcublas.so.13")
+rt = ctypes.CDLL("libcudart.so.13")
+out = {}
+h, d, ws, st = c_void_p(), c_void_p(), c_void_p(), c_void_p()
+out["create"] = cb.cublasCreate_v2(byref(h))
+rt.cudaMalloc(byref(d), 4096)
+rt.cudaMalloc(byref(ws), 1 << 20)
+rt.cudaStreamCreate(byref(st))
+one = c_float(1.0)
+rc = []
+for i in range(50):                    # what PyTorch does before every gemm
+    rc += [cb.cublasSetStream_v2(h, st), cb.cublasSetWorkspace_v2(h, ws, 1 << 20), cb.cublasSetMathMode(h, 0)]
+    rc.append(cb.cublasSgemm_v2(h, 0, 0, 8, 8, 8, byref(one), d, 8, d, 8, byref(one), d, 8))
+out["rc"] = sorted(set(rc))
+got = c_void_p()
+out["get_stream"] = [cb.cublasGetStream_v2(h, byref(got)), got.value == st.value]
+m = c_int(-1)
+cb.cublasSetMathMode(h, 3)             # CUBLAS_TF32_TENSOR_OP_MATH
+out["get_math"] = [cb.cublasGetMathMode(h, byref(m)), m.value]
+out["sync"] = rt.cudaDeviceSynchronize()
+out["destroy"] = cb.cublasDestroy_v2(h)
+out["after"] = [cb.cublasSetStream_v2(h, st), cb.cublasGetStream_v2(h, byref(got))]
+print(json.dumps(out))
+"""
+
+
+def test_cublas_settings_are_coalesced(emu_daemon, tmp_path):
+    """Stream, workspace and math mode set before every gemm reach proxyd
+    only when they change (interceptor/lib_cublas.c)."""
+    prof = tmp_path / "c.prof"
+    r = subprocess.run([sys.executable, "-c", COALESCE_SCRIPT], capture_output=True, text=True, timeout=60,
+                       env=client_env(emu_daemon, {"GPUPROXY_PROFILE": str(prof)}))
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["create"] == 0 and o["rc"] == [0] and o["sync"] == 0 and o["destroy"] == 0
+    assert o["get_stream"] == [0, True] and o["get_math"] == [0, 3]
+    assert o["after"][0] == 1, "a destroyed handle: CUBLAS_STATUS_NOT_INITIALIZED"
+    assert o["after"][1] != 0
+    ids = {f.name: f.id for f in SPECS.libraries}
+    rows = {}
+    for line in prof.read_text().splitlines():
+        if not line.startswith("#"):
+            fid, calls, _sync, _us = line.split()
+            rows[int(fid)] = int(calls)
+    assert rows[ids["cublasSgemm_v2"]] == 50
+    assert rows[ids["cublasSetStream_v2"]] == 1 and rows[ids["cublasSetWorkspace_v2"]] == 1, rows
+    # math mode 0 is the default, never sent; 3 goes out once, flushed by the destroy
+    assert rows.get(ids["cublasSetMathMode"], 0) == 1, rows
+    # answered in the shim, but for the destroyed handle's, which is proxyd's to refuse
+    assert rows[ids["cublasGetStream_v2"]] == 1 and ids["cublasGetMathMode"] not in rows
+
+
+def test_shim_chosen_kind_codes_match_the_protocol():
+    from gpuproxy.autogen import gen_lib
+    from gpuproxy.proxyd import libraries
+    for kind, code in gen_lib.SHIM_ID_KINDS.items():
+        assert libraries.LIB_KINDS[kind] == code, kind
 
 
 def test_worker_without_nvidias_library_answers_not_supported(monkeypatch):
