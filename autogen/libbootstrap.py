@@ -37,13 +37,14 @@ LIBS = {
         "library": "libcublas.so.13", "header": "cublas.h", "own": ("cublas_api.h", "cublas.h"),
         "defines": [], "prefix": "cublas", "status_type": "cublasStatus_t",
         # cublas_api.h: CUBLAS_STATUS_SUCCESS 0, _NOT_SUPPORTED 15,
-        # _EXECUTION_FAILED 13 (what a call answers when proxyd is gone)
-        "errors": {"success": 0, "not_supported": 15, "unavailable": 13},
+        # _EXECUTION_FAILED 13 (what a call answers when proxyd is gone),
+        # _INVALID_VALUE 7 (what the shim answers for what it judges itself)
+        "errors": {"success": 0, "not_supported": 15, "unavailable": 13, "invalid": 7},
     },
     "cublaslt": {
         "library": "libcublasLt.so.13", "header": "cublasLt.h", "own": ("cublasLt.h",),
         "defines": [], "prefix": "cublasLt", "status_type": "cublasStatus_t",
-        "errors": {"success": 0, "not_supported": 15, "unavailable": 13},
+        "errors": {"success": 0, "not_supported": 15, "unavailable": 13, "invalid": 7},
     },
     "nvml": {
         # both the versioned names (nvmlInit_v2) and the old ones (nvmlInit),
@@ -783,7 +784,7 @@ _MODE = {"cublas": "gp_cublas_device_mode(handle)", "cublaslt": "gp_lt_device_mo
 # --------------------------------------------------------------------- build
 
 PARAM_KEYS = ["name", "type", "role", "kind", "size", "mode"]
-ENTRY_KEYS = ["name", "id", "returns", "params", "objects", "sync", "status", "shim", "restore", "declared"]
+ENTRY_KEYS = ["name", "id", "returns", "params", "objects", "sync", "status", "shim", "ids", "restore", "declared"]
 FILE_KEYS = ["api", "family", "library", "soname", "version_node", "header", "doc_group", "cuda_version",
              "errors", "types"]
 
@@ -802,7 +803,7 @@ def emit(meta: Dict, entries: List[Dict]) -> str:
             for t, v in sorted(meta["types"].items()):
                 out.append(f"  {flow(t)}: {flow(v, ['size', 'align', 'class'])}")
         else:
-            out.append(f"{k}: {flow(meta[k], ['min', 'max', 'success', 'not_supported', 'unavailable'])}")
+            out.append(f"{k}: {flow(meta[k], ['min', 'max', 'success', 'not_supported', 'unavailable', 'invalid'])}")
     out.append("functions:")
     for e in entries:
         first = True
