@@ -25,10 +25,6 @@ from .gen_c import GenError, call_args, g, header_comment, param_decl, proto
 STD_TYPES = {"FILE", "size_t"}
 
 
-def lib_name(api: str) -> str:
-    return {"cublas": "cublas", "cublaslt": "cublasLt", "nvml": "nvml", "cudnn": "cudnn"}[api]
-
-
 def _c_typedef(name: str, t: dict) -> str:
     cls = t.get("class")
     if name in STD_TYPES:
@@ -92,8 +88,21 @@ def gen_header(sf, fns, sources) -> str:
     return "\n".join(out)
 
 
+# each library's status type (its header): what an unsupported or failed call answers
+STATUS_TYPES = {"cublas": "cublasStatus_t", "cublaslt": "cublasStatus_t", "nvml": "nvmlReturn_t",
+                "cufft": "cufftResult", "curand": "curandStatus_t", "cusparse": "cusparseStatus_t",
+                "cusolver": "cusolverStatus_t", "cudnn": "cudnnStatus_t"}
+
+
 def _status_type(sf):
-    return {"nvml": "nvmlReturn_t", "cudnn": "cudnnStatus_t"}.get(sf.api, "cublasStatus_t")
+    return STATUS_TYPES[sf.api]
+
+
+def _int_handle(sf, p) -> bool:
+    """A handle type that is an integer, not a pointer (cufft.h: typedef int
+    cufftHandle): the worker answers the object's id, written with its own size."""
+    t = g(p, "type").replace("*", "").replace("const", "").strip()
+    return (sf.types.get(t) or {}).get("class") in ("int", "uint")
 
 
 def _fail(sf, ret: str, what: str) -> str:
@@ -199,7 +208,7 @@ def generic_body(sf, f) -> str:
             pn = g(p, "name")
             if g(p, "role") == "out_buffer":
                 lines.append(f"        gp_out_buffer(&r_, {pn}, {pn} ? (size_t)({g(p, 'size')}) : 0);")
-            elif g(p, "kind") and g(p, "kind") != "device":
+            elif g(p, "kind") and g(p, "kind") != "device" and not _int_handle(sf, p):
                 lines.append(f"        gp_out_handle(&r_, (void **){pn});")
             else:
                 lines.append(f"        gp_out_value(&r_, {pn}, {pn} ? sizeof *{pn} : 0);")

@@ -37,13 +37,14 @@ LIBS = {
         "library": "libcublas.so.13", "header": "cublas.h", "own": ("cublas_api.h", "cublas.h"),
         "defines": [], "prefix": "cublas", "status_type": "cublasStatus_t",
         # cublas_api.h: CUBLAS_STATUS_SUCCESS 0, _NOT_SUPPORTED 15,
-        # _EXECUTION_FAILED 13 (what a call answers when proxyd is gone)
-        "errors": {"success": 0, "not_supported": 15, "unavailable": 13},
+        # _EXECUTION_FAILED 13 (what a call answers when proxyd is gone),
+        # _INVALID_VALUE 7 (what the shim answers for what it judges itself)
+        "errors": {"success": 0, "not_supported": 15, "unavailable": 13, "invalid": 7},
     },
     "cublaslt": {
         "library": "libcublasLt.so.13", "header": "cublasLt.h", "own": ("cublasLt.h",),
         "defines": [], "prefix": "cublasLt", "status_type": "cublasStatus_t",
-        "errors": {"success": 0, "not_supported": 15, "unavailable": 13},
+        "errors": {"success": 0, "not_supported": 15, "unavailable": 13, "invalid": 7},
     },
     "nvml": {
         # both the versioned names (nvmlInit_v2) and the old ones (nvmlInit),
@@ -65,9 +66,42 @@ LIBS = {
         # _EXECUTION_FAILED 5000 (what a call answers when proxyd is gone)
         "errors": {"success": 0, "not_supported": 3000, "unavailable": 5000},
     },
+    # issue 12 part 2: cuFFT, cuRAND (host API), cuSPARSE, cuSOLVER. CUDA 13's
+    # wheels (nvidia-cufft, -curand, -cusparse, -cusolver) keep the CUDA 12
+    # sonames of these four: libcufft.so.12, libcurand.so.10, ...
+    "cufft": {
+        # cufftXt.h includes cufft.h; libtorch calls cufftXtMakePlanMany/cufftXtExec
+        "library": "libcufft.so.12", "header": "cufftXt.h", "own": ("cufft.h", "cufftXt.h"),
+        "defines": [], "prefix": "cufft", "status_type": "cufftResult",
+        # cufft.h: CUFFT_SUCCESS 0, CUFFT_NOT_SUPPORTED 0x10, CUFFT_EXEC_FAILED 6
+        "errors": {"success": 0, "not_supported": 16, "unavailable": 6},
+    },
+    "curand": {
+        "library": "libcurand.so.10", "header": "curand.h", "own": ("curand.h",),
+        "defines": [], "prefix": "curand", "status_type": "curandStatus_t",
+        # curand.h has no not-supported code: CURAND_STATUS_ARCH_MISMATCH (204,
+        # "GPU does not support requested feature") is the nearest;
+        # CURAND_STATUS_LAUNCH_FAILURE 201 when proxyd is gone
+        "errors": {"success": 0, "not_supported": 204, "unavailable": 201},
+    },
+    "cusparse": {
+        "library": "libcusparse.so.12", "header": "cusparse.h", "own": ("cusparse.h",),
+        "defines": [], "prefix": "cusparse", "status_type": "cusparseStatus_t",
+        # cusparse.h: CUSPARSE_STATUS_NOT_SUPPORTED 10, _EXECUTION_FAILED 6
+        "errors": {"success": 0, "not_supported": 10, "unavailable": 6},
+    },
+    "cusolver": {
+        # the dense API (cusolverDn.h, with cusolver_common.h); the library's
+        # sparse/refactorisation/multi-GPU exports are listed undeclared
+        "library": "libcusolver.so.12", "header": "cusolverDn.h", "own": ("cusolverDn.h", "cusolver_common.h"),
+        "defines": [], "prefix": "cusolver", "status_type": "cusolverStatus_t",
+        # cusolver_common.h: CUSOLVER_STATUS_NOT_SUPPORTED 9, _EXECUTION_FAILED 6
+        "errors": {"success": 0, "not_supported": 9, "unavailable": 6},
+    },
 }
 ID_RANGES = {"cublas": (20000, 24999), "cublaslt": (25000, 26999), "nvml": (27000, 29999),
-             "cudnn": (30000, 31999)}
+             "cudnn": (30000, 31999), "cufft": (40000, 40999), "curand": (41000, 41999),
+             "cusparse": (42000, 43999), "cusolver": (44000, 46999)}
 
 # opaque handle typedefs -> object kind (docs/spec-format.md, kinds)
 HANDLE_KINDS = {
@@ -88,6 +122,15 @@ HANDLE_KINDS = {
     "nvmlGpmSample_t": "nvml_gpm_sample",
     "cudnnHandle_t": "cudnn_handle",
     "cudnnBackendDescriptor_t": "cudnn_backend_desc",
+    # cufftHandle is an int (cufft.h): the plan's session id, not (kind << 32) | id
+    "cufftHandle": "cufft_plan",
+    "curandGenerator_t": "curand_generator",
+    "cusparseHandle_t": "cusparse_handle",
+    "cusparseSpMatDescr_t": "cusparse_spmat", "cusparseConstSpMatDescr_t": "cusparse_spmat",
+    "cusparseDnVecDescr_t": "cusparse_dnvec", "cusparseConstDnVecDescr_t": "cusparse_dnvec",
+    "cusparseDnMatDescr_t": "cusparse_dnmat", "cusparseConstDnMatDescr_t": "cusparse_dnmat",
+    "cusolverDnHandle_t": "cusolver_dn_handle",
+    "cusolverDnParams_t": "cusolver_dn_params",
 }
 
 
@@ -127,6 +170,228 @@ def _object(key=None):
 
 
 NONE_SYNC = {"rule": "none-needed", "why": "synchronisation: a dump synchronises every context first"}
+# ---- cuFFT, cuRAND, cuSPARSE, cuSOLVER (issue 12 part 2; docs/libraries.md).
+# What PyTorch 2.11 (libtorch_cuda.so, libtorch_cuda_linalg.so: nm -D -u)
+# and CuPy 14 (cupy_backends/cuda/libs) call first. Execution calls that
+# return nothing to the host are asynchronous; workspace-size queries and
+# handle creation are synchronous.
+P = "plan=handle:cufft_plan"
+G = "generator=handle:curand_generator"
+SH = "handle=handle:cusparse_handle"
+DH = "handle=handle:cusolver_dn_handle"
+_EXEC = {"objects": "cufft_plan:use", "restore": "memory", "sync": False}
+_GEN = {"objects": "curand_generator:use", "restore": "memory", "sync": False}
+_SP_SCALAR = "scalar_ptr@gp_data_type_size(computeType)"
+
+
+def _int_arr(n, elem="int"):
+    return f"in_buffer@{n} * sizeof({elem})"
+
+
+MATH_SUPPORTED: Dict[str, Dict] = {
+    # --- cuFFT (cufft.h, cufftXt.h). Plans are created in the worker's
+    # current context: cufftCreate/cufftPlan* make sure the app has one.
+    "cufftCreate": {"params": ["handle=out_value:cufft_plan"], "objects": "cufft_plan:create",
+                    "restore": "object", "shim": "override"},
+    "cufftDestroy": {"params": [P], "objects": "cufft_plan:destroy", "restore": "object"},
+    "cufftPlan1d": {"params": ["plan=out_value:cufft_plan", "nx=scalar", "type=scalar", "batch=scalar"],
+                    "objects": "cufft_plan:create", "restore": "object", "shim": "override"},
+    "cufftPlan2d": {"params": ["plan=out_value:cufft_plan", "nx=scalar", "ny=scalar", "type=scalar"],
+                    "objects": "cufft_plan:create", "restore": "object", "shim": "override"},
+    "cufftPlanMany": {"params": ["plan=out_value:cufft_plan", "rank=scalar", "n=" + _int_arr("rank"),
+                                 "inembed=" + _int_arr("rank"), "istride=scalar", "idist=scalar",
+                                 "onembed=" + _int_arr("rank"), "ostride=scalar", "odist=scalar", "type=scalar",
+                                 "batch=scalar"],
+                      "objects": "cufft_plan:create", "restore": "object", "shim": "override"},
+    # MakePlan* configure a plan made by cufftCreate: settings of the plan,
+    # replayed on restore after the ones made before them (SetAutoAllocation)
+    "cufftMakePlan1d": {"params": [P, "nx=scalar", "type=scalar", "batch=scalar", "workSize=out_value"],
+                        "objects": "cufft_plan:use", "restore": _object(["plan"])},
+    "cufftMakePlanMany": {"params": [P, "rank=scalar", "n=" + _int_arr("rank"), "inembed=" + _int_arr("rank"),
+                                     "istride=scalar", "idist=scalar", "onembed=" + _int_arr("rank"),
+                                     "ostride=scalar", "odist=scalar", "type=scalar", "batch=scalar",
+                                     "workSize=out_value"],
+                          "objects": "cufft_plan:use", "restore": _object(["plan"])},
+    "cufftMakePlanMany64": {"params": [P, "rank=scalar", "n=" + _int_arr("rank", "long long"),
+                                       "inembed=" + _int_arr("rank", "long long"), "istride=scalar",
+                                       "idist=scalar", "onembed=" + _int_arr("rank", "long long"),
+                                       "ostride=scalar", "odist=scalar", "type=scalar", "batch=scalar",
+                                       "workSize=out_value"],
+                            "objects": "cufft_plan:use", "restore": _object(["plan"])},
+    "cufftXtMakePlanMany": {"params": [P, "rank=scalar", "n=" + _int_arr("rank", "long long"),
+                                       "inembed=" + _int_arr("rank", "long long"), "istride=scalar",
+                                       "idist=scalar", "inputtype=scalar", "onembed=" + _int_arr("rank", "long long"),
+                                       "ostride=scalar", "odist=scalar", "outputtype=scalar", "batch=scalar",
+                                       "workSize=out_value", "executiontype=scalar"],
+                            "objects": "cufft_plan:use", "restore": _object(["plan"])},
+    "cufftGetSize": {"params": ["handle=handle:cufft_plan", "workSize=out_value"], "objects": "cufft_plan:use",
+                     "restore": "query"},
+    "cufftSetWorkArea": {"params": [P, "workArea=device_ptr"], "objects": "cufft_plan:use",
+                         "restore": _object(["plan"])},
+    "cufftSetAutoAllocation": {"params": [P, "autoAllocate=scalar"], "objects": "cufft_plan:use",
+                               "restore": _object(["plan"])},
+    "cufftSetStream": {"params": [P, "stream=handle:stream"], "objects": "cufft_plan:use stream:use",
+                       "restore": _object(["plan"])},
+    "cufftExecC2C": {"params": [P, "idata=device_ptr", "odata=device_ptr", "direction=scalar"], **_EXEC},
+    "cufftExecR2C": {"params": [P, "idata=device_ptr", "odata=device_ptr"], **_EXEC},
+    "cufftExecC2R": {"params": [P, "idata=device_ptr", "odata=device_ptr"], **_EXEC},
+    "cufftExecZ2Z": {"params": [P, "idata=device_ptr", "odata=device_ptr", "direction=scalar"], **_EXEC},
+    "cufftExecD2Z": {"params": [P, "idata=device_ptr", "odata=device_ptr"], **_EXEC},
+    "cufftExecZ2D": {"params": [P, "idata=device_ptr", "odata=device_ptr"], **_EXEC},
+    "cufftXtExec": {"params": [P, "input=device_ptr", "output=device_ptr", "direction=scalar"], **_EXEC},
+    "cufftGetVersion": {"params": ["version=out_value"], "restore": "query"},
+    "cufftGetProperty": {"params": ["type=scalar", "value=out_value"], "restore": "query"},
+    # --- cuRAND host API (curand.h). The generator's position is restored
+    # from its seed, its offset and the count of numbers generated since
+    # (proxyd/libraries.py, curand_position).
+    "curandCreateGenerator": {"params": ["generator=out_value:curand_generator", "rng_type=scalar"],
+                              "objects": "curand_generator:create", "restore": "object", "shim": "override"},
+    "curandDestroyGenerator": {"params": [G], "objects": "curand_generator:destroy", "restore": "object"},
+    "curandGetVersion": {"params": ["version=out_value"], "restore": "query"},
+    "curandGetProperty": {"params": ["type=scalar", "value=out_value"], "restore": "query"},
+    "curandSetStream": {"params": [G, "stream=handle:stream"], "objects": "curand_generator:use stream:use",
+                        "restore": _object(["generator"])},
+    "curandSetPseudoRandomGeneratorSeed": {"params": [G, "seed=scalar"], "objects": "curand_generator:use",
+                                           "restore": _object(["generator"])},
+    "curandSetGeneratorOffset": {"params": [G, "offset=scalar"], "objects": "curand_generator:use",
+                                 "restore": _object(["generator"])},
+    "curandSetGeneratorOrdering": {"params": [G, "order=scalar"], "objects": "curand_generator:use",
+                                   "restore": _object(["generator"])},
+    "curandSetQuasiRandomGeneratorDimensions": {"params": [G, "num_dimensions=scalar"],
+                                                "objects": "curand_generator:use",
+                                                "restore": _object(["generator"])},
+    "curandGenerate": {"params": [G, "outputPtr=device_ptr", "num=scalar"], **_GEN},
+    "curandGenerateLongLong": {"params": [G, "outputPtr=device_ptr", "num=scalar"], **_GEN},
+    "curandGenerateUniform": {"params": [G, "outputPtr=device_ptr", "num=scalar"], **_GEN},
+    "curandGenerateUniformDouble": {"params": [G, "outputPtr=device_ptr", "num=scalar"], **_GEN},
+    "curandGenerateNormal": {"params": [G, "outputPtr=device_ptr", "n=scalar", "mean=scalar", "stddev=scalar"],
+                             **_GEN},
+    "curandGenerateNormalDouble": {"params": [G, "outputPtr=device_ptr", "n=scalar", "mean=scalar",
+                                              "stddev=scalar"], **_GEN},
+    "curandGenerateLogNormal": {"params": [G, "outputPtr=device_ptr", "n=scalar", "mean=scalar",
+                                           "stddev=scalar"], **_GEN},
+    "curandGenerateLogNormalDouble": {"params": [G, "outputPtr=device_ptr", "n=scalar", "mean=scalar",
+                                                 "stddev=scalar"], **_GEN},
+    "curandGeneratePoisson": {"params": [G, "outputPtr=device_ptr", "n=scalar", "lambda=scalar"], **_GEN},
+    # --- cuSPARSE (cusparse.h): handle, generic-API descriptors, SpMV/SpMM
+    "cusparseCreate": {"params": ["handle=out_value:cusparse_handle"], "objects": "cusparse_handle:create",
+                       "restore": "object", "shim": "override"},
+    "cusparseDestroy": {"params": [SH], "objects": "cusparse_handle:destroy", "restore": "object",
+                        "shim": "override"},
+    "cusparseGetVersion": {"params": [SH, "version=out_value"], "objects": "cusparse_handle:use",
+                           "restore": "query"},
+    # cusparse.h: names and descriptions of cusparseStatus_t, answered in the app
+    "cusparseGetErrorName": {"params": ["status=scalar"], "restore": "client", "shim": "override"},
+    "cusparseGetErrorString": {"params": ["status=scalar"], "restore": "client", "shim": "override"},
+    "cusparseSetStream": {"params": [SH, "streamId=handle:stream"], "objects": "cusparse_handle:use stream:use",
+                          "restore": _object(["handle"])},
+    "cusparseGetStream": {"params": [SH, "streamId=out_value:stream"], "objects": "cusparse_handle:use",
+                          "restore": "query"},
+    "cusparseSetPointerMode": {"params": [SH, "mode=scalar"], "objects": "cusparse_handle:use",
+                               "restore": _object(["handle"]), "shim": "override"},
+    "cusparseGetPointerMode": {"params": [SH, "mode=out_value"], "objects": "cusparse_handle:use",
+                               "restore": "query"},
+    "cusparseCreateCsr": {"params": ["spMatDescr=out_value:cusparse_spmat", "rows=scalar", "cols=scalar",
+                                     "nnz=scalar", "csrRowOffsets=device_ptr", "csrColInd=device_ptr",
+                                     "csrValues=device_ptr", "csrRowOffsetsType=scalar", "csrColIndType=scalar",
+                                     "idxBase=scalar", "valueType=scalar"],
+                          "objects": "cusparse_spmat:create", "restore": "object"},
+    "cusparseCsrSetPointers": {"params": ["spMatDescr=handle:cusparse_spmat", "csrRowOffsets=device_ptr",
+                                          "csrColInd=device_ptr", "csrValues=device_ptr"],
+                               "objects": "cusparse_spmat:use", "restore": _object(["spMatDescr"])},
+    "cusparseDestroySpMat": {"params": ["spMatDescr=handle:cusparse_spmat"], "objects": "cusparse_spmat:destroy",
+                             "restore": "object"},
+    "cusparseCreateDnVec": {"params": ["dnVecDescr=out_value:cusparse_dnvec", "size=scalar", "values=device_ptr",
+                                       "valueType=scalar"], "objects": "cusparse_dnvec:create",
+                            "restore": "object"},
+    "cusparseDnVecSetValues": {"params": ["dnVecDescr=handle:cusparse_dnvec", "values=device_ptr"],
+                               "objects": "cusparse_dnvec:use", "restore": _object(["dnVecDescr"])},
+    "cusparseDestroyDnVec": {"params": ["dnVecDescr=handle:cusparse_dnvec"], "objects": "cusparse_dnvec:destroy",
+                             "restore": "object"},
+    "cusparseCreateDnMat": {"params": ["dnMatDescr=out_value:cusparse_dnmat", "rows=scalar", "cols=scalar",
+                                       "ld=scalar", "values=device_ptr", "valueType=scalar", "order=scalar"],
+                            "objects": "cusparse_dnmat:create", "restore": "object"},
+    "cusparseDestroyDnMat": {"params": ["dnMatDescr=handle:cusparse_dnmat"], "objects": "cusparse_dnmat:destroy",
+                             "restore": "object"},
+    "cusparseSpMV_bufferSize": {"params": [SH, "opA=scalar", "alpha=" + _SP_SCALAR, "matA=handle:cusparse_spmat",
+                                           "vecX=handle:cusparse_dnvec", "beta=" + _SP_SCALAR,
+                                           "vecY=handle:cusparse_dnvec", "computeType=scalar", "alg=scalar",
+                                           "bufferSize=out_value"],
+                                "objects": "cusparse_handle:use cusparse_spmat:use cusparse_dnvec:use",
+                                "restore": "query"},
+    "cusparseSpMV": {"params": [SH, "opA=scalar", "alpha=" + _SP_SCALAR, "matA=handle:cusparse_spmat",
+                                "vecX=handle:cusparse_dnvec", "beta=" + _SP_SCALAR, "vecY=handle:cusparse_dnvec",
+                                "computeType=scalar", "alg=scalar", "externalBuffer=device_ptr"],
+                     "objects": "cusparse_handle:use cusparse_spmat:use cusparse_dnvec:use",
+                     "restore": "memory", "sync": False},
+    "cusparseSpMM_bufferSize": {"params": [SH, "opA=scalar", "opB=scalar", "alpha=" + _SP_SCALAR,
+                                           "matA=handle:cusparse_spmat", "matB=handle:cusparse_dnmat",
+                                           "beta=" + _SP_SCALAR, "matC=handle:cusparse_dnmat", "computeType=scalar",
+                                           "alg=scalar", "bufferSize=out_value"],
+                                "objects": "cusparse_handle:use cusparse_spmat:use cusparse_dnmat:use",
+                                "restore": "query"},
+    "cusparseSpMM": {"params": [SH, "opA=scalar", "opB=scalar", "alpha=" + _SP_SCALAR,
+                                "matA=handle:cusparse_spmat", "matB=handle:cusparse_dnmat", "beta=" + _SP_SCALAR,
+                                "matC=handle:cusparse_dnmat", "computeType=scalar", "alg=scalar",
+                                "externalBuffer=device_ptr"],
+                     "objects": "cusparse_handle:use cusparse_spmat:use cusparse_dnmat:use",
+                     "restore": "memory", "sync": False},
+    # --- cuSOLVER dense (cusolverDn.h): Cholesky and LU, legacy and 64-bit API
+    "cusolverGetVersion": {"params": ["version=out_value"], "restore": "query"},
+    "cusolverGetProperty": {"params": ["type=scalar", "value=out_value"], "restore": "query"},
+    "cusolverDnCreate": {"params": ["handle=out_value:cusolver_dn_handle"], "objects": "cusolver_dn_handle:create",
+                         "restore": "object", "shim": "override"},
+    "cusolverDnDestroy": {"params": [DH], "objects": "cusolver_dn_handle:destroy", "restore": "object"},
+    "cusolverDnSetStream": {"params": [DH, "streamId=handle:stream"],
+                            "objects": "cusolver_dn_handle:use stream:use", "restore": _object(["handle"])},
+    "cusolverDnGetStream": {"params": [DH, "streamId=out_value:stream"], "objects": "cusolver_dn_handle:use",
+                            "restore": "query"},
+    "cusolverDnCreateParams": {"params": ["params=out_value:cusolver_dn_params"],
+                               "objects": "cusolver_dn_params:create", "restore": "object"},
+    "cusolverDnDestroyParams": {"params": ["params=handle:cusolver_dn_params"],
+                                "objects": "cusolver_dn_params:destroy", "restore": "object"},
+    "cusolverDnXpotrf_bufferSize": {
+        "params": [DH, "params=handle:cusolver_dn_params", "uplo=scalar", "n=scalar", "dataTypeA=scalar",
+                   "A=device_ptr", "lda=scalar", "computeType=scalar", "workspaceInBytesOnDevice=out_value",
+                   "workspaceInBytesOnHost=out_value"],
+        "objects": "cusolver_dn_handle:use cusolver_dn_params:use", "restore": "query"},
+    # bufferOnHost is scratch (cusolverDn.h): the worker passes its own copy
+    "cusolverDnXpotrf": {
+        "params": [DH, "params=handle:cusolver_dn_params", "uplo=scalar", "n=scalar", "dataTypeA=scalar",
+                   "A=device_ptr", "lda=scalar", "computeType=scalar", "bufferOnDevice=device_ptr",
+                   "workspaceInBytesOnDevice=scalar", "bufferOnHost=in_buffer@workspaceInBytesOnHost",
+                   "workspaceInBytesOnHost=scalar", "info=device_ptr"],
+        "objects": "cusolver_dn_handle:use cusolver_dn_params:use", "restore": "memory", "sync": False},
+    "cusolverDnXpotrs": {
+        "params": [DH, "params=handle:cusolver_dn_params", "uplo=scalar", "n=scalar", "nrhs=scalar",
+                   "dataTypeA=scalar", "A=device_ptr", "lda=scalar", "dataTypeB=scalar", "B=device_ptr",
+                   "ldb=scalar", "info=device_ptr"],
+        "objects": "cusolver_dn_handle:use cusolver_dn_params:use", "restore": "memory", "sync": False},
+}
+for _t, _ty in (("S", "float"), ("D", "double")):
+    MATH_SUPPORTED.update({
+        f"cusolverDn{_t}potrf_bufferSize": {"params": [DH, "uplo=scalar", "n=scalar", "A=device_ptr", "lda=scalar",
+                                                       "Lwork=out_value"],
+                                            "objects": "cusolver_dn_handle:use", "restore": "query"},
+        f"cusolverDn{_t}potrf": {"params": [DH, "uplo=scalar", "n=scalar", "A=device_ptr", "lda=scalar",
+                                            "Workspace=device_ptr", "Lwork=scalar", "devInfo=device_ptr"],
+                                 "objects": "cusolver_dn_handle:use", "restore": "memory", "sync": False},
+        f"cusolverDn{_t}potrs": {"params": [DH, "uplo=scalar", "n=scalar", "nrhs=scalar", "A=device_ptr",
+                                            "lda=scalar", "B=device_ptr", "ldb=scalar", "devInfo=device_ptr"],
+                                 "objects": "cusolver_dn_handle:use", "restore": "memory", "sync": False},
+        f"cusolverDn{_t}getrf_bufferSize": {"params": [DH, "m=scalar", "n=scalar", "A=device_ptr", "lda=scalar",
+                                                       "Lwork=out_value"],
+                                            "objects": "cusolver_dn_handle:use", "restore": "query"},
+        f"cusolverDn{_t}getrf": {"params": [DH, "m=scalar", "n=scalar", "A=device_ptr", "lda=scalar",
+                                            "Workspace=device_ptr", "devIpiv=device_ptr", "devInfo=device_ptr"],
+                                 "objects": "cusolver_dn_handle:use", "restore": "memory", "sync": False},
+        f"cusolverDn{_t}getrs": {"params": [DH, "trans=scalar", "n=scalar", "nrhs=scalar", "A=device_ptr",
+                                            "lda=scalar", "devIpiv=device_ptr", "B=device_ptr", "ldb=scalar",
+                                            "devInfo=device_ptr"],
+                                 "objects": "cusolver_dn_handle:use", "restore": "memory", "sync": False},
+    })
+
+
 SUPPORTED: Dict[str, Dict] = {
     # --- cuBLAS handles and their settings (cublas_api.h, "cuBLAS Helper Function Reference")
     "cublasCreate_v2": {"params": ["handle=out_value:cublas_handle"], "objects": "cublas_handle:create",
@@ -374,6 +639,7 @@ SUPPORTED: Dict[str, Dict] = {
                                        "variantPack=handle:cudnn_backend_desc"],
                             "objects": "cudnn_handle:use cudnn_backend_desc:use", "restore": "memory",
                             "sync": False},
+    **MATH_SUPPORTED,
 }
 
 
@@ -439,7 +705,9 @@ def preprocess(api: str, includes: List[str], cuda_inc: str) -> Tuple[str, str]:
     return text, d
 
 
-_DROP = re.compile(r"\b(CUBLASAPI|CUBLASWINAPI|DECLDIR|NVML_API_EXPORT|CUDNNWINAPI|CUDNN_DEPRECATED)\b")
+_DROP = re.compile(r"\b(CUBLASAPI|CUBLASWINAPI|DECLDIR|NVML_API_EXPORT|CUDNNWINAPI|CUDNN_DEPRECATED)\b"
+                   # cufft.h: CUFFTAPI is __attribute__ ((visibility ("default"))) with gcc
+                   r"|__attribute__\s*\(\(\s*visibility\s*\(\s*\"default\"\s*\)\s*\)\)")
 
 
 def parse_decls(api: str, text: str) -> Dict[str, hdr.Prototype]:
@@ -636,13 +904,14 @@ def new_entry(api: str, fn: hdr.Prototype, fid: int, types: Dict[str, Dict]) -> 
 
 # the C expression that is true when a scalar_ptr is a device pointer: the
 # handle's pointer mode as the shim tracks it (interceptor/lib_state.c)
-_MODE = {"cublas": "gp_cublas_device_mode(handle)", "cublaslt": "gp_lt_device_mode(computeDesc, WHICH)"}
+_MODE = {"cublas": "gp_cublas_device_mode(handle)", "cublaslt": "gp_lt_device_mode(computeDesc, WHICH)",
+         "cusparse": "gp_cusparse_device_mode(handle)"}
 
 
 # --------------------------------------------------------------------- build
 
 PARAM_KEYS = ["name", "type", "role", "kind", "size", "mode"]
-ENTRY_KEYS = ["name", "id", "returns", "params", "objects", "sync", "status", "shim", "restore", "declared"]
+ENTRY_KEYS = ["name", "id", "returns", "params", "objects", "sync", "status", "shim", "ids", "restore", "declared"]
 FILE_KEYS = ["api", "family", "library", "soname", "version_node", "header", "doc_group", "cuda_version",
              "errors", "types"]
 
@@ -661,7 +930,7 @@ def emit(meta: Dict, entries: List[Dict]) -> str:
             for t, v in sorted(meta["types"].items()):
                 out.append(f"  {flow(t)}: {flow(v, ['size', 'align', 'class'])}")
         else:
-            out.append(f"{k}: {flow(meta[k], ['min', 'max', 'success', 'not_supported', 'unavailable'])}")
+            out.append(f"{k}: {flow(meta[k], ['min', 'max', 'success', 'not_supported', 'unavailable', 'invalid'])}")
     out.append("functions:")
     for e in entries:
         first = True

@@ -22,14 +22,16 @@ import yaml
 
 # Library families (docs/libraries.md): NVIDIA's math libraries and NVML,
 # whose shim stand-ins forward each call to the session's worker.
-LIBRARY_APIS = ("cublas", "cublaslt", "nvml", "cudnn")
+LIBRARY_APIS = ("cublas", "cublaslt", "nvml", "cudnn", "cufft", "curand", "cusparse", "cusolver")
 APIS = ("driver", "runtime") + LIBRARY_APIS
 LIBRARIES = {"driver": "libcuda.so.1", "runtime": "libcudart.so.13", "cublas": "libcublas.so.13",
-             "cublaslt": "libcublasLt.so.13", "nvml": "libnvidia-ml.so.1",
-             "cudnn": "libcudnn.so.9"}
+             "cublaslt": "libcublasLt.so.13", "nvml": "libnvidia-ml.so.1", "cudnn": "libcudnn.so.9",
+             "cufft": "libcufft.so.12", "curand": "libcurand.so.10", "cusparse": "libcusparse.so.12",
+             "cusolver": "libcusolver.so.12"}
 ID_RANGES = {"driver": (1, 9999), "runtime": (10000, 19999), "cublas": (20000, 24999),
-             "cublaslt": (25000, 26999), "nvml": (27000, 29999),
-             "cudnn": (30000, 31999)}
+             "cublaslt": (25000, 26999), "nvml": (27000, 29999), "cudnn": (30000, 31999),
+             "cufft": (40000, 40999), "curand": (41000, 41999), "cusparse": (42000, 43999),
+             "cusolver": (44000, 46999)}
 # scalar_ptr: a library's alpha/beta: a host pointer to one value (sent as
 # the value, `size` bytes) or a device pointer, as the C expression `mode`
 # says (the handle's pointer mode, tracked in the shim)
@@ -45,7 +47,9 @@ KINDS = ("context", "module", "function", "library", "kernel", "stream", "event"
          "cublaslt_preference", "cublaslt_transform_desc", "cublaslt_emulation_desc", "nvml_device",
          "nvml_unit", "nvml_event_set", "nvml_gpu_instance", "nvml_compute_instance", "nvml_gpm_sample",
          # cuDNN: the handle, backend (graph API) descriptors, the legacy descriptors (one kind)
-         "cudnn_handle", "cudnn_backend_desc", "cudnn_desc")
+         "cudnn_handle", "cudnn_backend_desc", "cudnn_desc",
+         "cufft_plan", "curand_generator", "cusparse_handle", "cusparse_spmat", "cusparse_dnvec",
+         "cusparse_dnmat", "cusolver_dn_handle", "cusolver_dn_params")
 EFFECTS = ("create", "destroy", "use")
 STATUSES = ("supported", "unsupported")
 SHIMS = {"driver": ("override", "local"), "runtime": ("override",),

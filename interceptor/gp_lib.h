@@ -1,5 +1,6 @@
 /* Shared interface of the library stand-ins (libcublas.so.13,
- * libcublasLt.so.13, libnvidia-ml.so.1; docs/libraries.md).
+ * libcublasLt.so.13, libnvidia-ml.so.1, libcufft.so.12, libcurand.so.10,
+ * libcusparse.so.12, libcusolver.so.12; docs/libraries.md).
  *
  * The stand-ins are generated from specs/<library>/ (autogen/gen_lib.py)
  * and talk to proxyd through libcuda.so.1's transport, which exports the
@@ -43,6 +44,16 @@ int gp_cublas_known(const void *h);
 /* Bytes of alpha/beta of cublasGemmEx-like calls: the scalar type follows
  * the compute type, complex when C is (cuBLAS docs, cublasGemmEx). */
 size_t gp_cublas_scalar_size(int compute_type, int c_type);
+
+/* cuSPARSE pointer mode per handle (cusparse.h, cusparseSetPointerMode;
+ * CUSPARSE_POINTER_MODE_DEVICE = 1 like cuBLAS's): the same table as the
+ * cuBLAS handles (their values never collide: (kind << 32) | id), freed
+ * with gp_cublas_forget. lib_state.c. */
+int gp_cusparse_device_mode(const void *h);
+void gp_cusparse_note_pointer_mode(const void *h, int mode);
+/* Bytes of one value of a cudaDataType_t (library_types.h): alpha/beta of
+ * cusparseSpMV/SpMM are of the compute type. lib_state.c. */
+size_t gp_data_type_size(int data_type);
 
 /* cuBLASLt matmul descriptors: scale type (the type of alpha/beta) and
  * pointer mode (cublasLt.h, CUBLASLT_MATMUL_DESC_SCALE_TYPE and

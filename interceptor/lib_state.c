@@ -130,6 +130,22 @@ static size_t data_type_size(int t)
     }
 }
 
+size_t gp_data_type_size(int data_type)
+{
+    return data_type_size(data_type);
+}
+
+/* cusparse.h: CUSPARSE_POINTER_MODE_DEVICE = 1, as cuBLAS's: one table */
+int gp_cusparse_device_mode(const void *h)
+{
+    return gp_cublas_device_mode(h);
+}
+
+void gp_cusparse_note_pointer_mode(const void *h, int mode)
+{
+    gp_cublas_note_pointer_mode(h, mode);
+}
+
 size_t gp_cublas_scalar_size(int compute_type, int c_type)
 {
     /* complex C: complex scalars (cuBLAS docs, cublasGemmEx "alpha"); C_32F, C_64F, C_16F, C_32I, C_16BF */

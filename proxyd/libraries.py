@@ -1,6 +1,8 @@
-"""Library calls (cuBLAS, cuBLASLt, NVML) in the worker (docs/libraries.md).
+"""Library calls (cuBLAS, cuBLASLt, NVML, cuFFT, cuRAND, cuSPARSE, cuSOLVER)
+in the worker (docs/libraries.md).
 
 The shim's stand-ins (libcublas.so.13, libcublasLt.so.13, libnvidia-ml.so.1,
+libcufft.so.12, libcurand.so.10, libcusparse.so.12, libcusolver.so.12,
 generated from specs/<library>/) send each call as an op like a driver call;
 its function id is in a library's id range and its spec says `handler:
 library` in the dispatch table. Here the op is decoded by role, handles are
@@ -20,7 +22,11 @@ protocol.py) with the call that made them and their settings (calls whose
 spec says `restore: {rule: object, key: [...]}`: the latest call per key).
 A restore recreates each in a fresh worker under its old handle and replays
 its settings in the order they were last made (rebuild()). NVML device
-handles are values (the device's index), so they need no restore.
+handles are values (the device's index), so they need no restore. A cuFFT
+plan's handle is an int (cufft.h), so the application holds the plan's bare
+session id (INT_HANDLE_KINDS). A cuRAND generator also records how many
+numbers it generated since its offset was last set, and comes back at that
+position (curand_position).
 
 Locking: the worker's main loop only (like dispatch.py).
 """
@@ -49,10 +55,17 @@ CUDA_ERROR_NOT_SUPPORTED = 801
 LIB_KINDS = {"cublas_handle": P.K_CUBLAS_HANDLE, "cublaslt_handle": P.K_CUBLASLT_HANDLE,
              "cublaslt_matmul_desc": P.K_CUBLASLT_MATMUL_DESC, "cublaslt_layout": P.K_CUBLASLT_LAYOUT,
              "cublaslt_preference": P.K_CUBLASLT_PREFERENCE, "cudnn_handle": P.K_CUDNN_HANDLE,
-             "cudnn_desc": P.K_CUDNN_DESC}
+             "cudnn_desc": P.K_CUDNN_DESC, "cufft_plan": P.K_CUFFT_PLAN,
+             "curand_generator": P.K_CURAND_GENERATOR, "cusparse_handle": P.K_CUSPARSE_HANDLE,
+             "cusparse_spmat": P.K_CUSPARSE_SPMAT, "cusparse_dnvec": P.K_CUSPARSE_DNVEC,
+             "cusparse_dnmat": P.K_CUSPARSE_DNMAT, "cusolver_dn_handle": P.K_CUSOLVER_DN_HANDLE,
+             "cusolver_dn_params": P.K_CUSOLVER_DN_PARAMS}
 # kinds a library call may name: the above and cuDNN's backend descriptors,
 # which are restored through their own log (cudnn.py), not as objects here
 DECODE_KINDS = {**LIB_KINDS, "cudnn_backend_desc": P.K_CUDNN_BACKEND_DESC}
+# kinds whose C handle type is an int, not a pointer (cufft.h: typedef int
+# cufftHandle): the application holds the object's id alone
+INT_HANDLE_KINDS = {"cufft_plan"}
 
 
 class Status:
@@ -68,12 +81,64 @@ STATUS = {"cublas": _CUBLAS, "cublaslt": _CUBLAS,
           # NVML_SUCCESS, _ERROR_INVALID_ARGUMENT, _NOT_SUPPORTED, _UNKNOWN, _INVALID_ARGUMENT
           "nvml": Status(0, 2, 3, 999, 2),
           # cudnn_graph.h: CUDNN_STATUS_SUCCESS, _BAD_PARAM, _NOT_SUPPORTED, _INTERNAL_ERROR, _BAD_PARAM
-          "cudnn": Status(0, 2000, 3000, 4000, 2000)}
+          "cudnn": Status(0, 2000, 3000, 4000, 2000),
+          # cufft.h: CUFFT_SUCCESS, _INVALID_VALUE 4, _NOT_SUPPORTED 16, _INTERNAL_ERROR 5, _INVALID_PLAN 1
+          "cufft": Status(0, 4, 16, 5, 1),
+          # curand.h: _OUT_OF_RANGE 104, _ARCH_MISMATCH 204 (no not-supported
+          # code: the stand-in's choice, autogen/libbootstrap.py), _INTERNAL_ERROR 999, _NOT_INITIALIZED 101
+          "curand": Status(0, 104, 204, 999, 101),
+          # cusparse.h: _INVALID_VALUE 3, _NOT_SUPPORTED 10, _INTERNAL_ERROR 7, _NOT_INITIALIZED 1
+          "cusparse": Status(0, 3, 10, 7, 1),
+          # cusolver_common.h: _INVALID_VALUE 3, _NOT_SUPPORTED 9, _INTERNAL_ERROR 7, _NOT_INITIALIZED 1
+          "cusolver": Status(0, 3, 9, 7, 1)}
+
+# function id ranges (autogen/specload.py, ID_RANGES)
+_RANGES = (("cublas", 20000, 24999), ("cublaslt", 25000, 26999), ("nvml", 27000, 29999), ("cudnn", 30000, 31999),
+           ("cufft", 40000, 40999), ("curand", 41000, 41999), ("cusparse", 42000, 43999),
+           ("cusolver", 44000, 46999))
 
 
 def api_of(fid: int) -> str:
     """The library family of a function id (autogen/specload.py, ID_RANGES)."""
-    return "cublas" if fid < 25000 else "cublaslt" if fid < 27000 else "nvml" if fid < 30000 else "cudnn"
+    for api, lo, hi in _RANGES:
+        if lo <= fid <= hi:
+            return api
+    return "cublas"
+
+
+def lib_object(sess: Session, kind: str, a: int):
+    """The session object a library handle names (INT_HANDLE_KINDS: the bare id)."""
+    kc = LIB_KINDS[kind]
+    return sess.get(kc, P.make_handle(kc, int(a)) if kind in INT_HANDLE_KINDS else int(a))
+
+
+# cuRAND calls that advance a generator by their count argument (args[2]);
+# curandGenerateSeeds generates none
+CURAND_GENERATE = {"curandGenerate", "curandGenerateLongLong", "curandGenerateUniform",
+                   "curandGenerateUniformDouble", "curandGenerateNormal", "curandGenerateNormalDouble",
+                   "curandGenerateLogNormal", "curandGenerateLogNormalDouble", "curandGeneratePoisson"}
+
+
+def curand_position(obj) -> tuple[int, int]:
+    """(offset last set, numbers generated since) of a cuRAND generator.
+
+    curand.h, curandSetGeneratorOffset: "The offset position is absolute,
+    not relative to the current position in the sequence"; a generator's
+    results continue one ordered sequence, and each generate call of n
+    results moves the position on by n (cuRAND library guide, "Generator
+    Options", offset and ordering). So a generator is back where it was when
+    it is recreated with its settings (type, seed, ordering, stream) and its
+    offset set to the last offset plus the count generated since. Setting
+    the seed keeps the position (only curandSetGeneratorOffset moves it).
+    Counts are of results; whether a double-precision or Poisson result moves
+    the position by one is checked on the GPU (tests/programs/mathlibs.cu
+    checks single-precision uniform across a dump and restore)."""
+    base = 0
+    for sfid, sargs in obj.info.get("settings", {}).values():
+        fn = FUNCTIONS.get(sfid)
+        if fn is not None and fn.name == "curandSetGeneratorOffset":
+            base = int(sargs[1])
+    return base, int(obj.info.get("generated", 0))
 
 
 class LibraryUnavailable(Exception):
@@ -85,6 +150,9 @@ def _status_name(api: str, code: int) -> str:
         return f"nvmlReturn_t {code}"
     if api == "cudnn":
         return f"cudnnStatus_t {code}"
+    if api in ("cufft", "curand", "cusparse", "cusolver"):
+        return {"cufft": "cufftResult", "curand": "curandStatus_t", "cusparse": "cusparseStatus_t",
+                "cusolver": "cusolverStatus_t"}[api] + f" {code}"
     names = {0: "SUCCESS", 1: "NOT_INITIALIZED", 3: "ALLOC_FAILED", 7: "INVALID_VALUE", 8: "ARCH_MISMATCH",
              11: "MAPPING_ERROR", 13: "EXECUTION_FAILED", 14: "INTERNAL_ERROR", 15: "NOT_SUPPORTED"}
     return "CUBLAS_STATUS_" + names.get(code, str(code))
@@ -168,7 +236,9 @@ class RealLibrary:
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name} has no declaration for the library path")
         args, outs, keep = [], [], []
         for (name, role, kind, ctype, cls, size, _sz), a in zip(fn.params, cargs):
-            if role == "handle":
+            if role == "handle" and cls in ("int", "uint"):
+                args.append(int(a or 0))        # cufftHandle: the library's own int
+            elif role == "handle":
                 args.append(ffi.cast("void *", a or 0) if not isinstance(a, ffi.CData) else a)
             elif role == "device_ptr":
                 args.append(ffi.cast("void *", a or 0))
@@ -335,7 +405,12 @@ class LibraryCalls:
                     # a cuBLAS handle cast to a cuBLASLt one (lt_of_cublas)
                     out.append(lib.lt_of_cublas(sess.get(P.K_CUBLAS_HANDLE, int(a)).real))
                 elif kind in DECODE_KINDS:
-                    o = sess.get(DECODE_KINDS[kind], int(a)) if a else None
+                    if not a:
+                        o = None
+                    elif kind in LIB_KINDS:
+                        o = lib_object(sess, kind, a)
+                    else:
+                        o = sess.get(DECODE_KINDS[kind], int(a))
                     if o is not None and "deferred" in o.info:
                         # a cuDNN descriptor whose creation, a setting or (a
                         # variant pack's) finalize failed (cudnn.py)
@@ -397,6 +472,9 @@ class LibraryCalls:
             return self.cudnn.execute(sess, fn, fid, ctxh, args, lib)
         cargs = self._decode(sess, fn, args, lib)
         code, outs = lib.call(fn, cargs)
+        if code == st.success and fn.name in CURAND_GENERATE:
+            g = lib_object(sess, "curand_generator", args[0])
+            g.info["generated"] = g.info.get("generated", 0) + int(args[2])
         if code != st.success:
             return code, None
         enc = []
@@ -426,7 +504,7 @@ class LibraryCalls:
             elif role == "out_value" and kind in LIB_KINDS and kind in creates:
                 o = sess.add(LIB_KINDS[kind], v, ctx.id if ctx else 0, info={"api": api, "settings": {}},
                              create=(fid, ctxh, list(args)), ident=ident)
-                enc.append(o.handle)
+                enc.append(o.id if kind in INT_HANDLE_KINDS else o.handle)
             elif role == "out_value" and kind == "stream":
                 enc.append(self._stream_handle(sess, v))
             elif role == "out_value" and kind:
@@ -435,7 +513,7 @@ class LibraryCalls:
                 enc.append(v)
         for (name, role, kind, *_), a in zip(fn.params, args):
             if role == "handle" and kind in LIB_KINDS and (kind, "destroy") in fn.objects and a:
-                sess.remove(LIB_KINDS[kind], int(a))
+                sess.drop(lib_object(sess, kind, a))
         if fn.restore == "object" and fn.key:
             self._record_setting(sess, fn, fid, args)
         return code, enc if fn.sync else []
@@ -453,7 +531,9 @@ class LibraryCalls:
         later call with the same key replaces it and moves to the end."""
         i0 = fn.key[0]
         kind = fn.params[i0][2]
-        obj = sess.get(LIB_KINDS[kind], int(args[i0]))
+        obj = lib_object(sess, kind, args[i0])
+        if fn.name == "curandSetGeneratorOffset":
+            obj.info["generated"] = 0       # the position is the new offset (curand_position)
         key = (fid,) + tuple(_key(args[i]) for i in fn.key)
         settings = obj.info.setdefault("settings", {})
         settings.pop(key, None)
@@ -498,10 +578,13 @@ def describe(sess: Session) -> list:
     for kind, kc in LIB_KINDS.items():
         for o in sess.of_kind(kc):
             fid, ctxh, args = o.create
-            out.append({"kind": kind, "id": o.id, "ctx": o.ctx,
-                        "create": [fid, ctxh, [_jsonable(a) for a in args]],
-                        "settings": [[sfid, [_jsonable(a) for a in sargs]]
-                                     for sfid, sargs in o.info.get("settings", {}).values()]})
+            d = {"kind": kind, "id": o.id, "ctx": o.ctx,
+                 "create": [fid, ctxh, [_jsonable(a) for a in args]],
+                 "settings": [[sfid, [_jsonable(a) for a in sargs]]
+                              for sfid, sargs in o.info.get("settings", {}).values()]}
+            if kind == "curand_generator":
+                d["generated"] = int(o.info.get("generated", 0))
+            out.append(d)
     return out
 
 
@@ -546,3 +629,22 @@ def rebuild(d, sess: Session, desc: list):
             if code != STATUS[LIBRARY[sfid]].success:
                 raise CheckpointError(f"replaying {fn.name} on {od['kind']} {od['id']} failed "
                                       f"({_status_name(LIBRARY[sfid], code)})")
+        if od["kind"] == "curand_generator" and od.get("generated"):
+            _restore_curand_position(calls, sess, od)
+
+
+def _restore_curand_position(calls, sess: Session, od: dict):
+    """A restored generator continues its sequence: its offset is set to
+    the last offset plus the numbers generated since (curand_position); the
+    call is recorded as its offset setting, as if the app had made it."""
+    from .checkpoint.engine import CheckpointError
+    obj = sess.get(P.K_CURAND_GENERATOR, P.make_handle(P.K_CURAND_GENERATOR, od["id"]))
+    obj.info["generated"] = int(od["generated"])
+    base, generated = curand_position(obj)
+    fid = next((i for i, f in FUNCTIONS.items() if f.name == "curandSetGeneratorOffset"), None)
+    if fid is None:
+        raise CheckpointError("this proxyd has no curandSetGeneratorOffset to restore a cuRAND generator with")
+    code, _ = calls.execute(sess, FUNCTIONS[fid], fid, od["create"][1], [obj.handle, base + generated])
+    if code != STATUS["curand"].success:
+        raise CheckpointError(f"setting cuRAND generator {od['id']} to offset {base + generated} failed "
+                              f"({_status_name('curand', code)})")

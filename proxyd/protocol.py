@@ -65,6 +65,14 @@ K_CUDNN_HANDLE = 38
 # GP_K_CUDNN_BACKEND_DESC), proxyd never allocates one (proxyd/cudnn.py)
 K_CUDNN_BACKEND_DESC = 39
 K_CUDNN_DESC = 40       # cuDNN's legacy descriptors (cudnnTensorDescriptor_t, ...)
+K_CUFFT_PLAN = 41       # the app holds the bare id: cufftHandle is an int (cufft.h)
+K_CURAND_GENERATOR = 42
+K_CUSPARSE_HANDLE = 43
+K_CUSPARSE_SPMAT = 44
+K_CUSPARSE_DNVEC = 45
+K_CUSPARSE_DNMAT = 46
+K_CUSOLVER_DN_HANDLE = 47
+K_CUSOLVER_DN_PARAMS = 48
 
 KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
               "stream": K_STREAM, "event": K_EVENT, "mem_pool": K_MEM_POOL,
@@ -72,7 +80,12 @@ KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
               "cublas_handle": K_CUBLAS_HANDLE, "cublaslt_handle": K_CUBLASLT_HANDLE,
               "cublaslt_matmul_desc": K_CUBLASLT_MATMUL_DESC, "cublaslt_layout": K_CUBLASLT_LAYOUT,
               "cublaslt_preference": K_CUBLASLT_PREFERENCE, "cudnn_handle": K_CUDNN_HANDLE,
-              "cudnn_backend_desc": K_CUDNN_BACKEND_DESC, "cudnn_desc": K_CUDNN_DESC}
+              "cudnn_backend_desc": K_CUDNN_BACKEND_DESC, "cudnn_desc": K_CUDNN_DESC,
+              "cufft_plan": K_CUFFT_PLAN,
+              "curand_generator": K_CURAND_GENERATOR, "cusparse_handle": K_CUSPARSE_HANDLE,
+              "cusparse_spmat": K_CUSPARSE_SPMAT, "cusparse_dnvec": K_CUSPARSE_DNVEC,
+              "cusparse_dnmat": K_CUSPARSE_DNMAT, "cusolver_dn_handle": K_CUSOLVER_DN_HANDLE,
+              "cusolver_dn_params": K_CUSOLVER_DN_PARAMS}
 KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
 
 # special stream handle values (cuda.h)

@@ -257,9 +257,12 @@ def _make_libcuda_stub(obj: Path, stub_dir: Path) -> None:
          "libcuda stub")
 
 
-# NVIDIA libraries a program may link (-lcublas, -lcublasLt): the soname each
-# -l flag stands for
-NVIDIA_LIBS = {"-lcublas": "libcublas.so.13", "-lcublasLt": "libcublasLt.so.13", "-lcudnn": "libcudnn.so.9"}
+# NVIDIA libraries a program may link (-lcublas, -lcublasLt, ...): the soname
+# each -l flag stands for (CUDA 13's wheels keep cuFFT, cuRAND, cuSPARSE and
+# cuSOLVER at their CUDA 12 sonames)
+NVIDIA_LIBS = {"-lcublas": "libcublas.so.13", "-lcublasLt": "libcublasLt.so.13", "-lcufft": "libcufft.so.12",
+               "-lcurand": "libcurand.so.10", "-lcusparse": "libcusparse.so.12",
+               "-lcusolver": "libcusolver.so.12", "-lcudnn": "libcudnn.so.9"}
 
 
 def _nvidia_lib_dir(nvcc: str, soname: str) -> Optional[Path]:

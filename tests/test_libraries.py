@@ -169,6 +169,67 @@ def test_cublas_async_error_unsupported_and_status_names(emu_daemon):
     assert o["bad_handle"] == 1, "a destroyed handle is CUBLAS_STATUS_NOT_INITIALIZED"
 
 
+MATHLIBS_SCRIPT = r"""
+import ctypes, json
+from ctypes import byref, c_int, c_void_p, c_size_t, c_float, c_ulonglong
+
+# by absolute paths, as CuPy loads them: the stand-ins all the same
+fft = ctypes.CDLL("/opt/nowhere/nvidia/cu13/lib/libcufft.so.12")
+rnd = ctypes.CDLL("/opt/nowhere/lib/libcurand.so.10")
+sp = ctypes.CDLL("libcusparse.so.12")
+so = ctypes.CDLL("/x/libcusolver.so.12")
+rt = ctypes.CDLL("libcudart.so.13")
+out = {}
+v = c_int()
+out["fft_version"] = [fft.cufftGetVersion(byref(v)), v.value]
+plan = c_int(-1)
+out["plan1d"] = fft.cufftPlan1d(byref(plan), 8, 0x29, 1)
+out["plan"] = plan.value
+buf = c_void_p()
+rt.cudaMalloc(byref(buf), ctypes.c_size_t(8 * 8 * 2))
+# a bad direction: asynchronous, so reported at the next synchronisation
+out["exec_bad"] = fft.cufftExecC2C(plan, buf, buf, 7)
+out["sync"] = rt.cudaDeviceSynchronize()
+out["sync_again"] = rt.cudaDeviceSynchronize()
+out["exec_ok"] = fft.cufftExecC2C(plan, buf, buf, -1)
+out["destroy"] = fft.cufftDestroy(plan)
+out["exec_destroyed"] = fft.cufftExecC2C(plan, buf, buf, -1)
+out["sync_destroyed"] = rt.cudaDeviceSynchronize()
+out["fft_unsupported"] = fft.cufftEstimate1d(8, 0x29, 1, byref(c_size_t()))
+# cuRAND: the same seed, the same numbers; an offset positions the sequence
+g1, g2 = c_void_p(), c_void_p()
+out["gen"] = [rnd.curandCreateGenerator(byref(g1), 100), rnd.curandCreateGenerator(byref(g2), 100)]
+rnd.curandSetPseudoRandomGeneratorSeed(g1, c_ulonglong(7))
+rnd.curandSetPseudoRandomGeneratorSeed(g2, c_ulonglong(7))
+d = c_void_p()
+rt.cudaMalloc(byref(d), ctypes.c_size_t(4 * 64))
+vals = (c_float * 64)()
+rnd.curandGenerateUniform(g1, d, c_size_t(64))
+rt.cudaMemcpy(vals, d, ctypes.c_size_t(4 * 64), 2)
+out["u"] = list(vals)
+rnd.curandGenerateUniform(g2, d, c_size_t(32))
+rnd.curandGenerateUniform(g2, d, c_size_t(32))
+rt.cudaMemcpy(vals, d, ctypes.c_size_t(4 * 32), 2)
+out["u_second_half"] = list(vals)[:32]
+rnd.curandSetGeneratorOffset(g2, c_ulonglong(16))
+rnd.curandGenerateUniform(g2, d, c_size_t(8))
+rt.cudaMemcpy(vals, d, ctypes.c_size_t(4 * 8), 2)
+out["u_at_16"] = list(vals)[:8]
+out["normal_odd"] = rnd.curandGenerateNormal(g1, d, c_size_t(3), c_float(0), c_float(1))
+out["sync_normal"] = rt.cudaDeviceSynchronize()
+out["rand_unsupported"] = rnd.curandCreateGeneratorHost(byref(c_void_p()), 100)
+h = c_void_p()
+out["sp_create"] = sp.cusparseCreate(byref(h))
+out["sp_unsupported"] = sp.cusparseCreateMatDescr(byref(c_void_p()))
+sp.cusparseGetErrorName.restype = ctypes.c_char_p
+out["sp_name10"] = sp.cusparseGetErrorName(10).decode()
+s = c_void_p()
+out["so_create"] = so.cusolverDnCreate(byref(s))
+out["so_unsupported"] = so.cusolverDnSsyevd(s, 0, 0, 4, None, 4, None, None, 0, None)
+print(json.dumps(out))
+"""
+
+
 LT_ASYNC_SCRIPT = r"""
 import ctypes, json, sys
 from ctypes import byref, c_int, c_int32, c_uint64, c_int64, c_void_p, create_string_buffer, sizeof
@@ -232,6 +293,35 @@ out["null_buf"] = lt.cublasLtMatmulDescSetAttribute(ds2[0], 3, None, 4)
 out["null_out"] = lt.cublasLtMatrixLayoutCreate(None, 0, 8, 8, 8)
 print(json.dumps(out))
 """
+
+
+def test_math_libraries_handles_async_errors_and_unsupported(emu_daemon):
+    """cuFFT, cuRAND, cuSPARSE and cuSOLVER as ctypes (like CuPy) load them:
+    an int cufftHandle, an asynchronous failure surfacing at the next
+    synchronisation, a destroyed plan, the emulated generator's sequence and
+    offset, and one stderr line with each library's not-supported status."""
+    r = _run_py(emu_daemon, MATHLIBS_SCRIPT)
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["fft_version"] == [0, 12000]
+    assert o["plan1d"] == 0 and 0 < o["plan"] < 1 << 31, "a cufftHandle is a small int"
+    assert o["exec_bad"] == 0 and o["sync"] == 719, "a failed cufftExec* is reported at the next sync"
+    assert _lines_naming(r.stderr, "cufftExecC2C"), r.stderr
+    assert o["sync_again"] == 0 and o["exec_ok"] == 0 and o["destroy"] == 0
+    assert o["exec_destroyed"] == 0 and o["sync_destroyed"] == 719, "a destroyed plan fails at the sync"
+    assert o["fft_unsupported"] == 16 and len(_lines_naming(r.stderr, "cufftEstimate1d")) == 1, r.stderr
+    assert o["gen"] == [0, 0]
+    u = o["u"]
+    assert all(0.0 < x <= 1.0 for x in u) and len(set(u)) > 60
+    assert o["u_second_half"] == u[32:], "two calls continue one sequence"
+    assert o["u_at_16"] == u[16:24], "curandSetGeneratorOffset positions the sequence absolutely"
+    assert o["normal_odd"] == 0 and o["sync_normal"] == 719, "an odd count of normals fails (curand.h)"
+    assert o["rand_unsupported"] == 204 and len(_lines_naming(r.stderr, "curandCreateGeneratorHost")) == 1
+    assert o["sp_create"] == 0 and o["sp_unsupported"] == 10
+    assert len(_lines_naming(r.stderr, "cusparseCreateMatDescr")) == 1
+    assert o["sp_name10"] == "CUSPARSE_STATUS_NOT_SUPPORTED"
+    assert o["so_create"] == 0 and o["so_unsupported"] == 9
+    assert len(_lines_naming(r.stderr, "cusolverDnSsyevd")) == 1
 
 
 def test_lt_descriptors_are_async_and_heuristics_cached(emu_daemon, tmp_path, proxy_cli):
@@ -628,16 +718,41 @@ def test_library_specs_are_complete_and_consistent():
     # what CI's emulated backend implements is supported in the specs
     from gpuproxy.emu.blas import EmuLibrary
     from gpuproxy.emu.cudnn import EmuCudnn
+    from gpuproxy.emu.mathlibs import CLASSES
     from gpuproxy.proxyd.cudnn import SPECIAL
     for f in SPECS.libraries:
-        if f.supported and f.shim != "override" and f.name not in SPECIAL:
-            emu = EmuCudnn if f.name.startswith("cudnn") else EmuLibrary
+        if f.api == "cudnn":
+            emu = EmuCudnn
+            wanted = f.supported and f.shim != "override" and f.name not in SPECIAL
+        else:
+            emu = CLASSES.get(f.api, EmuLibrary)
+            # overrides of the math libraries send their op too (cufftCreate, ...)
+            wanted = f.supported and (f.shim != "override" or f.api in CLASSES) and f.restore.rule != "client"
+        if wanted:
             assert hasattr(emu, "f_" + f.name), f"{f.name} is supported but not emulated"
     # what PyTorch 2.11 calls first
     for name in ("cublasCreate_v2", "cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSetMathMode",
                  "cublasGemmEx", "cublasSgemm_v2", "cublasSgemmStridedBatched", "cublasGemmStridedBatchedEx",
                  "cublasLtMatmul", "cublasLtMatmulAlgoGetHeuristic", "cublasLtMatmulDescSetAttribute"):
         assert SPECS.by_name[name].supported, name
+    # what PyTorch 2.11 (torch.fft, torch.linalg.cholesky) and CuPy 14
+    # (cupy.fft, cupy.random, cupyx.scipy.sparse, cupy.linalg.solve) call first
+    for name in ("cufftCreate", "cufftSetAutoAllocation", "cufftSetStream", "cufftSetWorkArea",
+                 "cufftXtMakePlanMany", "cufftXtExec", "cufftPlanMany", "cufftExecC2C", "cufftExecR2C",
+                 "cufftExecC2R", "cufftExecZ2Z", "curandCreateGenerator", "curandSetPseudoRandomGeneratorSeed",
+                 "curandSetGeneratorOffset", "curandSetStream", "curandGenerateUniform", "curandGenerateNormal",
+                 "curandGenerate", "cusparseCreate", "cusparseSetStream", "cusparseCreateCsr", "cusparseCreateDnVec",
+                 "cusparseSpMV_bufferSize", "cusparseSpMV", "cusparseSpMM", "cusolverDnCreate",
+                 "cusolverDnSetStream", "cusolverDnCreateParams", "cusolverDnXpotrf", "cusolverDnXpotrf_bufferSize",
+                 "cusolverDnXpotrs", "cusolverDnSgetrf", "cusolverDnDgetrf", "cusolverDnDgetrs",
+                 "cusolverDnSpotrf", "cusolverDnDpotrs"):
+        assert SPECS.by_name[name].supported, name
+    # execution calls are asynchronous; calls that answer host values are not
+    for name in ("cufftExecC2C", "cufftXtExec", "curandGenerateUniform", "cusparseSpMV", "cusolverDnSpotrf",
+                 "cusolverDnXpotrf"):
+        assert not SPECS.by_name[name].sync, name
+    for name in ("cufftMakePlan1d", "cusparseSpMV_bufferSize", "cusolverDnSpotrf_bufferSize"):
+        assert SPECS.by_name[name].sync, name
 
 
 def test_cudnn_decls_header_matches_the_specs():
@@ -662,14 +777,16 @@ def test_cudnn_descriptor_kind_agrees_between_shim_and_proxyd():
     assert m and int(m.group(1)) == P.K_CUDNN_BACKEND_DESC
 
 
-def test_cublas_decls_header_matches_the_specs():
-    """tests/programs/cublas_decls.h (used where the toolkit has no cuBLAS
-    headers) declares each function as the spec (from NVIDIA's header) does."""
-    text = (REPO / "tests" / "programs" / "cublas_decls.h").read_text()
+@pytest.mark.parametrize("header,prefixes", [("cublas_decls.h", ("cublas",)),
+                                             ("mathlibs_decls.h", ("cufft", "curand", "cusparse", "cusolver"))])
+def test_decls_headers_match_the_specs(header, prefixes):
+    """tests/programs/cublas_decls.h and mathlibs_decls.h (used where the
+    toolkit has no headers of these libraries) declare each function as the
+    spec (from NVIDIA's header) does."""
+    text = (REPO / "tests" / "programs" / header).read_text()
     text = re.sub(r"^\s*#.*$", " ", re.sub(r"/\*.*?\*/", " ", text, flags=re.S), flags=re.M)
     text = text.replace('extern "C" {', "").replace("}\n", "}\n")
-    decls = {n: (ret, [p.type for p in ps]) for n, ret, ps in hdr.function_decls(text)
-             if n.startswith("cublas")}
+    decls = {n: (ret, [p.type for p in ps]) for n, ret, ps in hdr.function_decls(text) if n.startswith(prefixes)}
     assert len(decls) >= 20
     for name, (ret, types) in decls.items():
         f = SPECS.by_name[name]
@@ -714,6 +831,9 @@ def test_spec_prototypes_match_nvidias_headers(api):
             continue        # declared but not exported (bootstrap reports it)
         assert f.declared
         assert (f.returns, [q.type for q in f.params]) == (p.returns, list(p.param_types)), name
+    # the types of what the library exports (the bootstrap leaves out the
+    # declared-but-not-exported ones, e.g. cusolverDnLogger*)
+    protos = {n: p for n, p in protos.items() if n in by}
     types = libbootstrap.probe_types(api, libbootstrap.named_types(protos.values()), _include_dirs(), cuda_inc,
                                      hdir)
     assert types == sf.types, "the spec's types differ from the header's: run bootstrap.py --libraries"
@@ -787,3 +907,75 @@ def test_handles_and_settings_are_in_the_image_and_come_back(tmp_path):
             assert out == b.program.expected_output, run.stderr()
     finally:
         d.cleanup()
+
+
+def test_math_library_objects_are_in_the_image_and_come_back(tmp_path):
+    """mathlibs paced to iteration 1, dumped: the image lists its cuFFT
+    plans, cuRAND generator (with the count of numbers it generated),
+    cuSPARSE handle and descriptors and cuSOLVER handle with their settings;
+    restored into a fresh proxyd, the program finishes with its expected
+    output (it checks every result, and that the generator continued its
+    sequence exactly)."""
+    from paced import PacedRun
+    from test_checkpoint import ctl, daemon, restart
+    import corpus
+    if not corpus.nvcc_path():
+        pytest.skip("nvcc not found")
+    b = corpus.build(corpus.get_program("mathlibs"), corpus.default_build_dir())
+    d = daemon(tmp_path)
+    try:
+        with PacedRun(b, d) as run:
+            run.step_to(1)
+            st = ctl(d, "dump", pid=run.pid, dir=str(tmp_path / "img"))
+            assert st["released"]
+            from gpuproxy.proxyd.checkpoint.image import Image
+            from gpuproxy.proxyd._generated import FUNCTIONS
+            libs = Image.open(str(tmp_path / "img")).session["libraries"]
+            kinds = sorted(o["kind"] for o in libs)
+            assert kinds == sorted(["cufft_plan"] * 3 + ["curand_generator", "cusparse_handle", "cusparse_spmat"]
+                                   + ["cusparse_dnvec"] * 2 + ["cusolver_dn_handle"]), kinds
+            settings = {(o["kind"], o["id"]): sorted(FUNCTIONS[fid].name for fid, _ in o["settings"]) for o in libs}
+            plans = sorted(v for (k, _), v in settings.items() if k == "cufft_plan")
+            assert plans == [["cufftMakePlan1d", "cufftSetAutoAllocation", "cufftSetStream", "cufftSetWorkArea"],
+                             ["cufftSetStream"], ["cufftSetStream"]], plans
+            gen = [o for o in libs if o["kind"] == "curand_generator"][0]
+            assert sorted(FUNCTIONS[fid].name for fid, _ in gen["settings"]) == [
+                "curandSetPseudoRandomGeneratorSeed", "curandSetStream"]
+            assert gen["generated"] == 4096, "one iteration's CHUNK of numbers"
+            d = restart(d, tmp_path, "fresh")
+            ctl(d, "restore", dir=str(tmp_path / "img"))
+            out = run.finish()
+            assert out == b.program.expected_output, run.stderr()
+    finally:
+        d.cleanup()
+
+
+def test_nvidias_math_libraries_answer_through_the_workers_declarations(monkeypatch):
+    """The worker's cffi declarations (generated from the specs) against
+    NVIDIA's real libraries, with the calls that need no GPU: versions and
+    properties, cuSPARSE descriptors (int64 sizes, device pointers as values,
+    an out handle), cuSOLVER params. Skips where the libraries are absent."""
+    d = libbootstrap.find_file(_lib_dirs() + [os.environ.get("GPUPROXY_NVIDIA_LIB_DIR", "")], "libcusparse.so.12")
+    if d is None:
+        pytest.skip("NVIDIA's libcusparse.so.12 etc. not installed here (set GPUPROXY_LIB_DIR)")
+    monkeypatch.setenv("GPUPROXY_NVIDIA_LIB_DIR", os.path.dirname(d))
+    from gpuproxy.proxyd.libraries import RealLibrary
+    from gpuproxy.proxyd._generated import FUNCTIONS
+    by = {f.name: f for f in FUNCTIONS.values()}
+    libs = {api: RealLibrary(api) for api in ("cufft", "curand", "cusparse", "cusolver")}
+    for api, name in (("cufft", "cufftGetVersion"), ("curand", "curandGetVersion"), ("cusolver", "cusolverGetVersion")):
+        code, outs = libs[api].call(by[name], [True])
+        assert code == 0 and outs[0] >= 10000, (name, code, outs)
+    code, outs = libs["cufft"].call(by["cufftGetProperty"], [0, True])      # MAJOR_VERSION
+    assert code == 0 and outs == [12]
+    sp = libs["cusparse"]
+    code, (vec,) = sp.call(by["cusparseCreateDnVec"], [True, 16, 0x7F0000000000, 0])
+    assert code == 0 and vec
+    assert sp.call(by["cusparseDestroyDnVec"], [vec]) == (0, [])
+    code, (mat,) = sp.call(by["cusparseCreateCsr"], [True, 4, 4, 2, 0x7F0000000000, 0x7F0000001000, 0x7F0000002000,
+                                                     2, 2, 0, 0])
+    assert code == 0 and mat
+    assert sp.call(by["cusparseDestroySpMat"], [mat]) == (0, [])
+    code, (params,) = libs["cusolver"].call(by["cusolverDnCreateParams"], [True])
+    assert code == 0 and params
+    assert libs["cusolver"].call(by["cusolverDnDestroyParams"], [params]) == (0, [])

@@ -243,9 +243,15 @@ SESSION = Obj({
     # call and the settings, re-checked by the library path when replayed
     "libraries": List(Obj({"kind": Enum("cublas_handle", "cublaslt_handle", "cublaslt_matmul_desc",
                                         "cublaslt_layout", "cublaslt_preference", "cudnn_handle",
-                                        "cudnn_desc"),
+                                        "cudnn_desc", "cufft_plan",
+                                        "curand_generator", "cusparse_handle", "cusparse_spmat",
+                                        "cusparse_dnvec", "cusparse_dnmat", "cusolver_dn_handle",
+                                        "cusolver_dn_params"),
                            "id": ID, "ctx": ID, "create": Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS),
-                           "settings": List(Tuple(Int(0, 1 << 20), HANDLE_ARGS), 1 << 16)}), 1 << 16),
+                           "settings": List(Tuple(Int(0, 1 << 20), HANDLE_ARGS), 1 << 16)},
+                          # cuRAND generators: numbers generated since the last
+                          # seed/offset setting (libraries.curand_position)
+                          optional={"generated": U64}), 1 << 16),
     # cuDNN backend descriptors (proxyd/cudnn.py): the log of the calls that
     # made them, [function id, context handle, arguments], replayed by the
     # cuDNN path (which re-checks them); last [0, 0, handles destroyed after]

@@ -555,12 +555,14 @@ class EmuBackend(Backend):
         return getattr(self, "drv_" + name)(*args)
 
     def library(self, api: str):
-        """The emulated cuBLAS / cuBLASLt / NVML (blas.py; proxyd/libraries.py)."""
+        """The emulated cuBLAS / cuBLASLt / NVML (blas.py) and cuFFT / cuRAND /
+        cuSPARSE / cuSOLVER (mathlibs.py); proxyd/libraries.py."""
         if api == "cudnn":
             from .cudnn import EmuCudnn     # the backend API's plumbing and one conv engine
             return EmuCudnn(self, api)
         from .blas import EmuLibrary
-        return EmuLibrary(self, api)
+        from .mathlibs import CLASSES
+        return CLASSES.get(api, EmuLibrary)(self, api)
 
     def drv_cuDeviceGet(self, out, ordinal):
         return CUDA_SUCCESS, [self._dev(ordinal)]

@@ -159,6 +159,74 @@ for dt, tol in ((np.float32, 1e-4), (np.float64, 1e-12)):
         np.testing.assert_allclose(cp.asnumpy(c), a.astype(np.float64) @ b.astype(np.float64), rtol=tol, atol=tol)
         digests[f"batched matmul {np.dtype(dt).name}"] = _digest(c)
 
+
+# cuFFT, cuRAND, cuSPARSE, cuSOLVER (issue 12 part 2; docs/libraries.md):
+# against numpy with a tolerance, and digests compared with the native run
+@check("cupy.fft.fft/ifft complex64 vs numpy (cuFFT C2C)")
+def _():
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((4, 256)) + 1j * rng.standard_normal((4, 256))).astype(np.complex64)
+    f = cp.fft.fft(cp.asarray(x))
+    np.testing.assert_allclose(cp.asnumpy(f), np.fft.fft(x.astype(np.complex128)), rtol=1e-4, atol=1e-3)
+    back = cp.fft.ifft(f)
+    np.testing.assert_allclose(cp.asnumpy(back), x, rtol=1e-4, atol=1e-5)
+    digests["fft c64"] = _digest(f)
+
+
+@check("cupy.fft.rfft/irfft float64 vs numpy (cuFFT D2Z/Z2D)")
+def _():
+    x = np.random.default_rng(12).standard_normal((3, 500))
+    f = cp.fft.rfft(cp.asarray(x))
+    np.testing.assert_allclose(cp.asnumpy(f), np.fft.rfft(x), rtol=1e-10, atol=1e-9)
+    np.testing.assert_allclose(cp.asnumpy(cp.fft.irfft(f, n=500)), x, rtol=1e-10, atol=1e-12)
+    digests["rfft f64"] = _digest(f)
+
+
+@check("cupy.random (cuRAND): range, mean, same seed same numbers")
+def _():
+    rs = cp.random.RandomState(seed=2024)
+    u = rs.random_sample(100000, dtype=cp.float32)
+    n = rs.standard_normal(100000, dtype=cp.float64)
+    uh, nh = cp.asnumpy(u), cp.asnumpy(n)
+    assert uh.min() >= 0.0 and uh.max() < 1.0 and abs(uh.mean() - 0.5) < 0.01, (uh.min(), uh.max(), uh.mean())
+    assert abs(nh.mean()) < 0.02 and abs(nh.std() - 1.0) < 0.02, (nh.mean(), nh.std())
+    again = cp.random.RandomState(seed=2024).random_sample(100000, dtype=cp.float32)
+    assert (cp.asnumpy(again) == uh).all()
+    digests["random uniform f32"] = _digest(u)
+    digests["random normal f64"] = _digest(n)
+
+
+@check("cupyx.scipy.sparse csr_matrix @ vector vs numpy (cuSPARSE SpMV)")
+def _():
+    import cupyx.scipy.sparse as csp
+    rng = np.random.default_rng(13)
+    dense = rng.standard_normal((300, 200)) * (rng.random((300, 200)) < 0.05)
+    x = rng.standard_normal(200)
+    # made from CSR arrays (numpy), not from a dense array: CuPy converts a
+    # dense one with cusparseDenseToSparse_*, which is not remoted yet
+    rows, cols = np.nonzero(dense)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=300))]).astype(np.int32)
+    m = csp.csr_matrix((cp.asarray(dense[rows, cols]), cp.asarray(cols.astype(np.int32)), cp.asarray(indptr)),
+                       shape=(300, 200))
+    y = m @ cp.asarray(x)
+    np.testing.assert_allclose(cp.asnumpy(y), dense @ x, rtol=1e-10, atol=1e-10)
+    digests["spmv f64"] = _digest(y)
+
+
+@check("cupy.linalg.solve / cholesky vs numpy (cuSOLVER getrf/getrs, potrf)")
+def _():
+    rng = np.random.default_rng(14)
+    a = rng.standard_normal((64, 64)) + 64 * np.eye(64)
+    b = rng.standard_normal((64, 3))
+    x = cp.linalg.solve(cp.asarray(a), cp.asarray(b))
+    np.testing.assert_allclose(cp.asnumpy(x), np.linalg.solve(a, b), rtol=1e-9, atol=1e-9)
+    spd = a @ a.T
+    l = cp.linalg.cholesky(cp.asarray(spd))
+    np.testing.assert_allclose(cp.asnumpy(l), np.linalg.cholesky(spd), rtol=1e-9, atol=1e-8)
+    digests["solve f64"] = _digest(x)
+    digests["cholesky f64"] = _digest(l)
+
+
 results["result digests"] = digests
 
 

@@ -156,5 +156,55 @@ def _():
     _digest("sdpa cudnn dq", q.grad.float())
 
 
+# cuFFT and cuSOLVER (issue 12 part 2; docs/libraries.md). torch.randn on
+# the GPU does not use cuRAND: PyTorch's own Philox kernels (ATen
+# CUDAGeneratorImpl), so only its seed determinism is checked here.
+@check("torch.fft.fft/ifft complex64 vs CPU (cuFFT cufftXtMakePlanMany/cufftXtExec)")
+def _():
+    x = torch.complex(*_inputs(6, (4, 256), (4, 256)))
+    f = torch.fft.fft(x.cuda())
+    torch.testing.assert_close(f.cpu(), torch.fft.fft(x.to(torch.complex128)).to(torch.complex64),
+                               rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(torch.fft.ifft(f).cpu(), x, rtol=1e-4, atol=1e-5)
+    _digest("fft c64", torch.view_as_real(f))
+
+
+@check("torch.fft.rfft float64 vs CPU (cuFFT D2Z)")
+def _():
+    x, = _inputs(7, (3, 500), dtype=torch.float64)
+    f = torch.fft.rfft(x.cuda())
+    torch.testing.assert_close(f.cpu(), torch.fft.rfft(x), rtol=1e-10, atol=1e-9)
+    _digest("rfft f64", torch.view_as_real(f))
+
+
+@check("torch.randn(device='cuda'): same seed, same numbers (PyTorch's Philox, not cuRAND)")
+def _():
+    torch.manual_seed(123)
+    a = torch.randn(100000, device="cuda")
+    torch.manual_seed(123)
+    b = torch.randn(100000, device="cuda")
+    assert torch.equal(a, b)
+    assert abs(a.mean().item()) < 0.02 and abs(a.std().item() - 1.0) < 0.02
+    _digest("randn", a)
+
+
+@check("torch.linalg.cholesky float64 vs CPU (cuSOLVER cusolverDnXpotrf)")
+def _():
+    m, = _inputs(8, (64, 64), dtype=torch.float64)
+    spd = m @ m.T + 64 * torch.eye(64, dtype=torch.float64)
+    lc = torch.linalg.cholesky(spd.cuda())
+    torch.testing.assert_close(lc.cpu(), torch.linalg.cholesky(spd), rtol=1e-9, atol=1e-9)
+    _digest("cholesky f64", lc)
+
+
+@check("torch.linalg.solve float64 vs CPU (cuSOLVER getrf/getrs)")
+def _():
+    a, b = _inputs(9, (64, 64), (64, 3), dtype=torch.float64)
+    a = a + 64 * torch.eye(64, dtype=torch.float64)
+    x = torch.linalg.solve(a.cuda(), b.cuda())
+    torch.testing.assert_close(x.cpu(), torch.linalg.solve(a, b), rtol=1e-9, atol=1e-9)
+    _digest("solve f64", x)
+
+
 results["result digests"] = digests
 print(json.dumps(results, indent=1))
