@@ -282,3 +282,35 @@ CUresult gp_hostfn_add_rt_callback(CUstream wire, int per_thread, void *callback
     return enqueue(per_thread ? GP_FID_cuStreamAddCallback_ptsz : GP_FID_cuStreamAddCallback, 4, wire, HF_RUNTIME_CB,
                    callback, userData, app_stream);
 }
+
+/* A host node of a graph (graph_build.c): the function goes into the table
+ * under a fresh id and stays there (the worker asks for it with bit 63 set
+ * at every launch of an executable graph); *seg/*off/*len say where the
+ * gate is. An entry lives as long as the process: graphs can be cloned and
+ * instantiated any number of times, so no single destroy owns it. Caller
+ * holds gp_lock and has a session. */
+CUresult gp_hostfn_node(void *fn, void *user, uint64_t *id, uint32_t *seg, uint64_t *off, uint64_t *len)
+{
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = ensure_gate();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    uint64_t avail;
+    if (gp_host_lookup(gate, seg, off, &avail) != 0)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    hf_entry *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e->kind = HF_DRIVER_FN;
+    e->fn = fn;
+    e->user = user;
+    pthread_mutex_lock(&tab_mu);
+    e->id = next_id++;
+    e->next = tab;
+    tab = e;
+    pthread_mutex_unlock(&tab_mu);
+    *id = e->id;
+    *len = sizeof(gp_gate);
+    return CUDA_SUCCESS;
+}

@@ -51,6 +51,7 @@ K_MEM_POOL = 6      # proxyd-side objects (mempool.py); the shim never looks ins
 K_MEM_HANDLE = 7    # the application's physical allocations (cuMemCreate, vmm.py)
 K_GRAPH = 8         # graphs and executable graphs (graphs.py)
 K_GRAPH_EXEC = 9
+K_GRAPH_NODE = 10   # nodes of graphs built explicitly (graph_nodes.py)
 
 # library objects (libraries.py); the shim's own kinds stop below 32
 K_CUBLAS_HANDLE = 32
@@ -63,6 +64,7 @@ K_NVML_DEVICE = 37      # a value (the device's index + 1), never a session obje
 KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
               "stream": K_STREAM, "event": K_EVENT, "mem_pool": K_MEM_POOL,
               "mem_handle": K_MEM_HANDLE, "graph": K_GRAPH, "graph_exec": K_GRAPH_EXEC,
+              "graph_node": K_GRAPH_NODE,
               "cublas_handle": K_CUBLAS_HANDLE, "cublaslt_handle": K_CUBLASLT_HANDLE,
               "cublaslt_matmul_desc": K_CUBLASLT_MATMUL_DESC, "cublaslt_layout": K_CUBLASLT_LAYOUT,
               "cublaslt_preference": K_CUBLASLT_PREFERENCE}
