@@ -13,7 +13,8 @@
 // iteration; before launch 3 a kernel node's parameters change in the
 // executable graph (cudaGraphExecKernelNodeSetParams), before launch 4 the
 // executable graph takes a changed clone's parameters (cudaGraphExecUpdate,
-// and a topology change is refused). Every launch is checked element by
+// and a topology change is refused). A copy node from pageable memory is
+// refused under gpuproxy (natively it is allowed). Every launch is checked element by
 // element against a CPU computation.
 //
 // Driver part: cuGraphCreate, cuGraphAddNode (generic parameters, memset),
@@ -191,6 +192,16 @@ int main(int argc, char **argv)
     CHECK(cudaGraphAddMemcpyNode1D(&c3, g, &e1, 1, pin_z, z, N * sizeof(int), cudaMemcpyDefault));
     CHECK(cudaGraphAddEmptyNode(&extra, g, &c3, 1));
     CHECK(cudaGraphDestroyNode(extra));
+    // a copy node from pageable memory: natively fine; under gpuproxy refused
+    // with cudaErrorNotSupported and one stderr line (its worker cannot read
+    // the application's pageable memory when the graph runs)
+    std::vector<int> pageable(N, 1);
+    cudaError_t pe = cudaGraphAddMemcpyNode1D(&extra, g, &c3, 1, x, pageable.data(), N * sizeof(int),
+                                              cudaMemcpyHostToDevice);
+    EXPECT(pe == cudaSuccess || pe == cudaErrorNotSupported, "pageable copy node: %s", cudaGetErrorName(pe));
+    if (pe == cudaSuccess)
+        CHECK(cudaGraphDestroyNode(extra));
+    (void)cudaGetLastError();
 
     // topology as built
     size_t count = 0;
