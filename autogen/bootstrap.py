@@ -789,6 +789,7 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuGraphDestroy": P("hGraph=handle:graph", "graph:destroy"),
     "cuGraphExecDestroy": P("hGraphExec=handle:graph_exec", "graph_exec:destroy"),
     # issue 10, group 3: graphs built explicitly (proxyd/graph_nodes.py, interceptor/graph_build.c)
+    "cuGraphDebugDotPrint": P("hGraph=handle:graph; path=in_buffer@strlen(path) + 1; flags=scalar", "graph:use"),
     "cuGraphCreate": P("phGraph=out_value:graph; flags=scalar", "graph:create"),
     "cuGraphAddKernelNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUDA_KERNEL_NODE_PARAMS_v1)", "graph_node:create; graph:use; graph_node:use"),
     "cuGraphAddKernelNode_v2": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUDA_KERNEL_NODE_PARAMS)", "graph_node:create; graph:use; graph_node:use"),
@@ -857,7 +858,7 @@ DRIVER_SHIM_LOCAL = {
     "cuLinkCreate", "cuLinkAddData", "cuLinkAddFile", "cuLinkAddFile_v2",
     "cuStreamGetCaptureInfo_v2",   # on cuStreamGetCaptureInfo_v3 (interceptor/capture.c)
     # on the other graph calls (interceptor/graph_build.c)
-    "cuGraphAddKernelNode", "cuGraphGetEdges", "cuGraphAddDependencies", "cuGraphRemoveDependencies", "cuGraphInstantiateWithParams", "cuGraphAddNode", "cuGraphAddNode_v2",
+    "cuGraphDebugDotPrint", "cuGraphAddKernelNode", "cuGraphGetEdges", "cuGraphAddDependencies", "cuGraphRemoveDependencies", "cuGraphInstantiateWithParams", "cuGraphAddNode", "cuGraphAddNode_v2",
 }
 
 DRIVER_SHIM_OVERRIDE = {
@@ -1141,6 +1142,7 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaGraphDestroy": P("graph=handle:graph", "graph:destroy"),
     "cudaGraphExecDestroy": P("graphExec=handle:graph_exec", "graph_exec:destroy"),
     # graphs built explicitly (interceptor/rt_graph.c)
+    "cudaGraphDebugDotPrint": P("graph=handle:graph; path=in_buffer@strlen(path) + 1; flags=scalar", "graph:use"),
     "cudaGraphCreate": P("pGraph=out_value:graph; flags=scalar", "graph:create"),
     "cudaGraphAddKernelNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); numDependencies=scalar; pNodeParams=in_buffer@sizeof(struct cudaKernelNodeParams)", "graph_node:create; graph:use; graph_node:use"),
     "cudaGraphKernelNodeSetParams": P("node=handle:graph_node; pNodeParams=in_buffer@sizeof(struct cudaKernelNodeParams)", "graph_node:use"),

@@ -770,3 +770,61 @@ CUresult gpo_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph
 {
     return gpo_cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
 }
+
+/* ---------------------------------------------------------- DOT output */
+
+static const char *type_name(CUgraphNodeType t)
+{
+    static const char *names[] = { "kernel", "memcpy", "memset", "host", "graph", "empty", "wait_event",
+                                   "event_record" };
+    return (unsigned)t < sizeof names / sizeof *names ? names[t] : "node";
+}
+
+/* cuGraphDebugDotPrint: the graph's nodes (by type) and edges in Graphviz
+ * DOT, written in the application's process (the path is the
+ * application's). The flags choose how much detail the driver prints per
+ * node; this writes the topology only, which every flag includes. */
+CUresult gpo_cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
+{
+    (void)flags;
+    if (!hGraph || !path)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t n = 0, ne = 0;
+    CUresult rc = gpo_cuGraphGetNodes(hGraph, NULL, &n);
+    if (rc == CUDA_SUCCESS)
+        rc = gpo_cuGraphGetEdges_v2(hGraph, NULL, NULL, NULL, &ne);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    CUgraphNode *nodes = calloc(n + 1, sizeof *nodes), *from = calloc(ne + 1, sizeof *from),
+                *to = calloc(ne + 1, sizeof *to);
+    FILE *f = NULL;
+    if (!nodes || !from || !to) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    if ((rc = gpo_cuGraphGetNodes(hGraph, nodes, &n)) != CUDA_SUCCESS ||
+        (rc = gpo_cuGraphGetEdges_v2(hGraph, from, to, NULL, &ne)) != CUDA_SUCCESS)
+        goto out;
+    f = fopen(path, "w");
+    if (!f) {
+        rc = CUDA_ERROR_OPERATING_SYSTEM;
+        goto out;
+    }
+    fprintf(f, "digraph dot {\n");
+    for (size_t i = 0; i < n; i++) {
+        CUgraphNodeType t = CU_GRAPH_NODE_TYPE_EMPTY;
+        if ((rc = cuGraphNodeGetType(nodes[i], &t)) != CUDA_SUCCESS)
+            goto out;
+        fprintf(f, "  n%llx [label=\"%zu %s\"];\n", (unsigned long long)(uintptr_t)nodes[i], i, type_name(t));
+    }
+    for (size_t i = 0; i < ne; i++)
+        fprintf(f, "  n%llx -> n%llx;\n", (unsigned long long)(uintptr_t)from[i], (unsigned long long)(uintptr_t)to[i]);
+    fprintf(f, "}\n");
+out:
+    if (f && fclose(f) != 0 && rc == CUDA_SUCCESS)
+        rc = CUDA_ERROR_OPERATING_SYSTEM;
+    free(nodes);
+    free(from);
+    free(to);
+    return rc;
+}

@@ -528,3 +528,9 @@ cudaError_t gpo_cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *pGraphExec,
 {
     return gpo_cudaGraphInstantiateWithParams(pGraphExec, graph, instantiateParams);
 }
+
+cudaError_t gpo_cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned int flags)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuGraphDebugDotPrint((CUgraph)graph, path, flags));
+}

@@ -36,6 +36,7 @@ Locking: the worker's main loop only (dispatch.py).
 """
 from __future__ import annotations
 
+import heapq
 import struct
 
 from . import protocol as P
@@ -144,11 +145,13 @@ def flatten(sess, g) -> tuple[list, dict]:
     for n in xs:
         for d in n.info["deps"]:
             succ[d].append(n.id)
-    ready = sorted((i for i, k in indeg.items() if k == 0), key=order.get)
+    # Kahn's algorithm; the ready node created first goes first
+    ready = [(order[i], i) for i, k in indeg.items() if k == 0]
+    heapq.heapify(ready)
     byid = {n.id: n for n in xs}
     done = 0
     while ready:
-        i = ready.pop(0)
+        _, i = heapq.heappop(ready)
         done += 1
         n = byid[i]
         pos = []
@@ -160,12 +163,10 @@ def flatten(sess, g) -> tuple[list, dict]:
             pos.append(len(ops))
             ops.append(list(n.info["op"]))
         index[i] = pos
-        new = []
         for s in succ[i]:
             indeg[s] -= 1
             if indeg[s] == 0:
-                new.append(s)
-        ready = sorted(ready + new, key=order.get)
+                heapq.heappush(ready, (order[s], s))
     if done != len(xs):
         raise CudaError(CUDA_ERROR_INVALID_VALUE, "the graph has a cycle")
     return ops, index
@@ -353,7 +354,7 @@ def h_clone(d, sess, fn, ctx, args, **kw):
     if src.info.get("capturing"):
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the graph is being captured")
     g = sess.add(P.K_GRAPH, None, src.ctx, {"nodes": [list(n) for n in src.info["nodes"]], "origin": 0,
-                                            "capturing": False, "xnodes": [], "clone_of": src.id})
+                                            "capturing": False, "xnodes": []})
     new_id = {}
     for i in _xnodes(src):
         o = sess.objects[(K_GRAPH_NODE, i)]
@@ -363,7 +364,6 @@ def h_clone(d, sess, fn, ctx, args, **kw):
         info["op"] = None if o.info.get("op") is None else list(o.info["op"])
         if "child" in o.info:
             info["child"] = [list(x) for x in o.info["child"]]
-        info["origin_node"] = o.id
         n = sess.add(K_GRAPH_NODE, None, o.ctx, info)
         new_id[o.id] = n.id
         g.info["xnodes"].append(n.id)

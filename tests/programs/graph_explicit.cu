@@ -8,7 +8,7 @@
 // program records on another stream), an event-record node, an empty join
 // node, a child-graph node, and an edge added afterwards with
 // cudaGraphAddDependencies (and one added and removed again). Topology
-// queries (nodes, root nodes, edges, node types) are checked, a node is
+// queries (nodes, root nodes, edges, node types, the DOT print) are checked, a node is
 // destroyed, the graph is cloned. The executable graph is launched every
 // iteration; before launch 3 a kernel node's parameters change in the
 // executable graph (cudaGraphExecKernelNodeSetParams), before launch 4 the
@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 #include <vector>
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -233,6 +234,16 @@ int main(int argc, char **argv)
         EXPECT(t == want[i], "node %d has type %d, want %d", i, (int)t, (int)want[i]);
     }
     EXPECT(hs.runs == 0, "the host node ran while the graph was built");
+    // the DOT picture of the graph (its details differ from the driver's)
+    char dot[64];
+    snprintf(dot, sizeof dot, "/tmp/graph_explicit-%d.dot", (int)getpid());
+    CHECK(cudaGraphDebugDotPrint(g, dot, 0));
+    FILE *df = fopen(dot, "r");
+    EXPECT(df != NULL, "no DOT file");
+    char head[64] = "";
+    EXPECT(fgets(head, sizeof head, df) && strncmp(head, "digraph", 7) == 0, "DOT file starts with %s", head);
+    fclose(df);
+    unlink(dot);
 
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, g, 0));
