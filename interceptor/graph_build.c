@@ -14,11 +14,18 @@
  * (hostfn.c keeps the function in its table). The worker runs these ops on
  * the launch stream when the executable graph is launched.
  *
+ * A memcpy node with pageable host memory, which the worker cannot reach,
+ * goes through a page-locked bounce buffer of its own (a hostmem.c segment)
+ * and a host function that runs in the application, in graph order: before
+ * a host-to-device copy it copies the application's bytes into the buffer,
+ * after a device-to-host copy it copies the buffer's bytes out. The node
+ * then carries two ops. Buffer and function live as long as the process
+ * (a node's parameters may be copied into any number of clones and
+ * executable graphs).
+ *
  * What is refused, with CUDA_ERROR_NOT_SUPPORTED and one stderr line:
- * memcpy nodes with pageable host memory (the worker cannot see it at
- * launch time; page-locked memory from cuMemHostAlloc/cudaMallocHost is
- * shared with it), copies between CUDA arrays, non-contiguous 2D/3D copies,
- * 2D memsets (height > 1), node types other than those above.
+ * copies between CUDA arrays, non-contiguous 2D/3D copies, host-to-host
+ * copies, 2D memsets (height > 1), node types other than those above.
  *
  * Locking: every entry takes gp_lock (GP_ENTER) for the whole call, so the
  * nested op is built and sent under it. CUkernel arguments are resolved to
@@ -66,8 +73,11 @@ typedef struct payload {
     uint32_t seg;               /* memcpy: the host side's shared segment */
     uint64_t off;
     unsigned value;             /* memset */
-    uint64_t id;                /* host: the table id */
+    uint64_t id;                /* host (and bounce): the table id */
+    uint32_t gate_seg;          /* bounce: where the host-function gate is */
+    uint64_t gate_off;
     uint64_t gate_len;          /* host: bytes of the gate */
+    int bounce;                 /* memcpy with pageable memory: the host function's op goes with it */
 } payload;
 
 enum { PL_NONE, PL_KERNEL, PL_DTOD, PL_HTOD, PL_DTOH, PL_MEMSET, PL_HOST };
@@ -97,6 +107,47 @@ static CUresult p_kernel(payload *p, CUfunction f, unsigned gx, unsigned gy, uns
     if (rc == CUDA_SUCCESS && (kernelParams || !extra) && p->buf != p->small)
         p->owned = 1;
     return rc;
+}
+
+/* A pageable side of a memcpy node: the bounce buffer and the host
+ * function that moves the bytes between it and the application's memory
+ * (hostfn.c runs it in the application, in graph order). */
+typedef struct bounce {
+    void *app, *pinned;
+    size_t n;
+    int to_pinned;          /* host-to-device: application -> buffer, before the copy */
+} bounce;
+
+static void CUDA_CB bounce_run(void *arg)
+{
+    bounce *b = arg;
+    if (b->to_pinned)
+        memcpy(b->pinned, b->app, b->n);
+    else
+        memcpy(b->app, b->pinned, b->n);
+}
+
+/* caller holds the lock and has a session */
+static CUresult bounce_for(payload *p, void *app, size_t n, int to_pinned)
+{
+    bounce *b = calloc(1, sizeof *b);
+    void *buf = b ? gp_host_alloc(n) : NULL;
+    uint64_t avail;
+    if (!buf || gp_host_lookup(buf, &p->seg, &p->off, &avail) != 0) {
+        if (buf)
+            gp_host_free(buf);
+        free(b);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    b->app = app, b->pinned = buf, b->n = n, b->to_pinned = to_pinned;
+    CUresult rc = gp_hostfn_node((void *)bounce_run, b, &p->id, &p->gate_seg, &p->gate_off, &p->gate_len);
+    if (rc != CUDA_SUCCESS) {
+        gp_host_free(buf);
+        free(b);
+        return rc;
+    }
+    p->bounce = 1;
+    return CUDA_SUCCESS;
 }
 
 /* One side of a CUDA_MEMCPY3D: its first byte, whether it is device memory,
@@ -140,19 +191,18 @@ static CUresult p_memcpy(payload *p, const char *api, const CUDA_MEMCPY3D *c)
     uint64_t avail;
     if (sdev && ddev) {
         p->kind = PL_DTOD, p->fid = GP_FID_cuMemcpyDtoDAsync_v2, p->dst = da, p->src = sa;
-    } else if (ddev) {
-        if (gp_host_lookup((void *)sa, &p->seg, &p->off, &avail) != 0 || avail < n)
-            return refuse(api, "a memcpy node from pageable host memory: the worker cannot read it when the "
-                               "graph runs; use page-locked memory (cudaMallocHost/cuMemHostAlloc)");
-        p->kind = PL_HTOD, p->fid = GP_FID_cuMemcpyHtoDAsync_v2, p->dst = da;
-    } else if (sdev) {
-        if (gp_host_lookup((void *)da, &p->seg, &p->off, &avail) != 0 || avail < n)
-            return refuse(api, "a memcpy node into pageable host memory: the worker cannot write it when the "
-                               "graph runs; use page-locked memory (cudaMallocHost/cuMemHostAlloc)");
-        p->kind = PL_DTOH, p->fid = GP_FID_cuMemcpyDtoHAsync_v2, p->src = sa;
-    } else {
-        return refuse(api, "host-to-host memcpy nodes are not supported");
+        return CUDA_SUCCESS;
     }
+    if (!sdev && !ddev)
+        return refuse(api, "host-to-host memcpy nodes are not supported");
+    void *host = (void *)(ddev ? sa : da);
+    if (ddev)
+        p->kind = PL_HTOD, p->fid = GP_FID_cuMemcpyHtoDAsync_v2, p->dst = da;
+    else
+        p->kind = PL_DTOH, p->fid = GP_FID_cuMemcpyDtoHAsync_v2, p->src = sa;
+    if (gp_host_lookup(host, &p->seg, &p->off, &avail) == 0 && avail >= n)
+        return CUDA_SUCCESS;
+    return bounce_for(p, host, n, ddev);
     return CUDA_SUCCESS;
 }
 
@@ -188,9 +238,19 @@ static CUresult p_host(payload *p, CUhostFn fn, void *user)
     return gp_hostfn_node((void *)fn, user, &p->id, &p->seg, &p->off, &p->gate_len);
 }
 
-static void w_payload(gp_buf *b, const payload *p)
+static void w_hostfn(gp_buf *b, uint64_t ctx, uint64_t id, uint32_t seg, uint64_t off, uint64_t len)
 {
-    uint64_t ctx = (uint64_t)(uintptr_t)gp_ctx_current();
+    /* cuLaunchHostFunc(stream, id, gate) */
+    mp_array(b, 5);
+    mp_uint(b, GP_FID_cuLaunchHostFunc);
+    mp_uint(b, ctx);
+    mp_uint(b, 0);
+    mp_uint(b, id);
+    gp_put_shm(b, seg, off, len);
+}
+
+static void w_op(gp_buf *b, const payload *p, uint64_t ctx)
+{
     switch (p->kind) {
     case PL_KERNEL:         /* cuLaunchKernel(f, grid, block, shmem, stream, kernelParams, extra) */
         mp_array(b, 13);
@@ -242,17 +302,29 @@ static void w_payload(gp_buf *b, const payload *p)
         mp_uint(b, p->n);
         mp_uint(b, 0);
         break;
-    case PL_HOST:           /* cuLaunchHostFunc(stream, id, gate) */
-        mp_array(b, 5);
-        mp_uint(b, p->fid);
-        mp_uint(b, ctx);
-        mp_uint(b, 0);
-        mp_uint(b, p->id);
-        gp_put_shm(b, p->seg, p->off, p->gate_len);
+    case PL_HOST:
+        w_hostfn(b, ctx, p->id, p->seg, p->off, p->gate_len);
         break;
     default:
         mp_nil(b);
     }
+}
+
+/* The payload: one op, or for a bounced copy [op, op] in run order (the
+ * host function first for host-to-device, last for device-to-host). */
+static void w_payload(gp_buf *b, const payload *p)
+{
+    uint64_t ctx = (uint64_t)(uintptr_t)gp_ctx_current();
+    if (!p->bounce) {
+        w_op(b, p, ctx);
+        return;
+    }
+    mp_array(b, 2);
+    if (p->kind == PL_HTOD)
+        w_hostfn(b, ctx, p->id, p->gate_seg, p->gate_off, p->gate_len);
+    w_op(b, p, ctx);
+    if (p->kind == PL_DTOH)
+        w_hostfn(b, ctx, p->id, p->gate_seg, p->gate_off, p->gate_len);
 }
 
 /* ---------------------------------------------------------------- adding */

@@ -6,9 +6,12 @@ executable-node parameter updates, cuGraphClone, cuGraphExecUpdate.
 
 Model. A node is a session object (kind graph_node, so its handle keeps its
 value across a restore) whose info is
-  {"graph": graph id, "type": CUgraphNodeType, "op": [fid, ctx, args] | None,
+  {"graph": graph id, "type": CUgraphNodeType, "ops": [[fid, ctx, args]...],
    "deps": [node ids], "child": [ops] (child-graph nodes)}.
-"op" is the stream operation the node stands for, exactly as the shim would
+"ops" are the stream operations the node stands for (one, none for an
+empty node, two for a copy with pageable host memory: the copy through a
+page-locked bounce buffer and the host function that moves the bytes
+between it and the application's memory, in the application), exactly as the shim would
 send it for the equivalent stream call (cuLaunchKernel, cuMemcpy*Async,
 cuMemsetD*Async, cuLaunchHostFunc, cuEventRecord, cuStreamWaitEvent), with
 stream 0: the shim builds it with the same marshalling as the call
@@ -96,6 +99,21 @@ def graph(sess, handle):
     return sess.get(P.K_GRAPH, int(handle or 0))
 
 
+def _check_ops(sess, ntype: int, raw, what: str) -> list:
+    """The ops of a node: one op, or for a memcpy node with pageable host
+    memory [host function, copy] / [copy, host function] (interceptor/
+    graph_build.c, bounce buffers)."""
+    if isinstance(raw, list) and raw and isinstance(raw[0], list):
+        if ntype != T_MEMCPY or len(raw) != 2:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{what}: malformed node operations")
+        from ._generated import FUNCTIONS
+        kinds = [getattr(FUNCTIONS.get(r[0] if r and type(r[0]) is int else -1), "handler", None) for r in raw]
+        if kinds not in (["host_func", "memcpy_htod"], ["memcpy_dtoh", "host_func"]):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{what}: a bounced copy is a host function and a copy")
+        return [_check_op(sess, T_HOST if k == "host_func" else T_MEMCPY, r, what) for k, r in zip(kinds, raw)]
+    return [_check_op(sess, ntype, raw, what)]
+
+
 def _check_op(sess, ntype: int, raw, what: str) -> list:
     """The stream operation of a node of type ntype, checked like an op of
     the wire (function, argument count and types, object handles) and kept
@@ -159,9 +177,10 @@ def flatten(sess, g) -> tuple[list, dict]:
             for op in n.info["child"]:
                 pos.append(len(ops))
                 ops.append(list(op))
-        elif n.info.get("op") is not None:
-            pos.append(len(ops))
-            ops.append(list(n.info["op"]))
+        else:
+            for op in n.info["ops"]:
+                pos.append(len(ops))
+                ops.append(list(op))
         index[i] = pos
         for s in succ[i]:
             indeg[s] -= 1
@@ -206,18 +225,18 @@ def h_add_node(d, sess, fn, ctx, args, **kw):
         if n.id in dep_ids:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: duplicate dependency")
         dep_ids.append(n.id)
-    info = {"graph": g.id, "type": ntype, "op": None, "deps": dep_ids}
+    info = {"graph": g.id, "type": ntype, "ops": [], "deps": dep_ids}
     ctxh = kw.get("ctxh", 0)
     if ntype in OP_HANDLERS:
-        info["op"] = _check_op(sess, ntype, args[4], fn.name)
+        info["ops"] = _check_ops(sess, ntype, args[4], fn.name)
     elif ntype == T_EVENT_RECORD:
         # the record of the launch stream at this point of the graph
         ev = sess.get(P.K_EVENT, int(args[4] or 0))
-        info["op"] = [_fid("cuEventRecord"), ctxh, [ev.handle, 0]]
+        info["ops"] = [[_fid("cuEventRecord"), ctxh, [ev.handle, 0]]]
     elif ntype == T_WAIT_EVENT:
         # the launch stream waits for the event's last record (flags 0)
         ev = sess.get(P.K_EVENT, int(args[4] or 0))
-        info["op"] = [_fid("cuStreamWaitEvent"), ctxh, [0, ev.handle, 0]]
+        info["ops"] = [[_fid("cuStreamWaitEvent"), ctxh, [0, ev.handle, 0]]]
     elif ntype == T_GRAPH:
         child = graph(sess, args[4])
         if child.id == g.id:
@@ -238,7 +257,7 @@ def h_node_set_params(d, sess, fn, ctx, args, **kw):
     for k, t in want.items():
         if f"Graph{k}Node" in fn.name and n.info["type"] != t:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the node is not a {k.lower()} node")
-    n.info["op"] = _check_op(sess, n.info["type"], args[1], fn.name)
+    n.info["ops"] = _check_ops(sess, n.info["type"], args[1], fn.name)
     return CUDA_SUCCESS, []
 
 
@@ -251,10 +270,16 @@ def h_exec_set_params(d, sess, fn, ctx, args, **kw):
     e = sess.get(P.K_GRAPH_EXEC, int(args[0] or 0))
     n = node(sess, args[1])
     pos = e.info.get("index", {}).get(n.id)
-    if not pos or len(pos) != 1 or n.info["type"] not in OP_HANDLERS:
+    if pos is None or n.info["type"] not in OP_HANDLERS:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the node is not one of the executable graph's")
-    op = _check_op(sess, n.info["type"], args[2], fn.name)
-    e.info["nodes"][pos[0]] = op
+    ops = _check_ops(sess, n.info["type"], args[2], fn.name)
+    if len(ops) != len(pos):
+        # a copy that changes between page-locked and pageable host memory
+        # changes the node's op count, which the instantiated list cannot take
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: the new parameters change between page-locked and "
+                                                  "pageable host memory; update the graph and instantiate it again")
+    for k, op in zip(pos, ops):
+        e.info["nodes"][k] = op
     return CUDA_SUCCESS, []
 
 
@@ -361,7 +386,7 @@ def h_clone(d, sess, fn, ctx, args, **kw):
         info = dict(o.info)
         info["graph"] = g.id
         info["deps"] = [new_id[x] for x in o.info["deps"]]
-        info["op"] = None if o.info.get("op") is None else list(o.info["op"])
+        info["ops"] = [list(x) for x in o.info["ops"]]
         if "child" in o.info:
             info["child"] = [list(x) for x in o.info["child"]]
         n = sess.add(K_GRAPH_NODE, None, o.ctx, info)
@@ -427,9 +452,8 @@ def describe_nodes(sess, g, enc) -> list:
     for i in _xnodes(g):
         n = sess.objects[(K_GRAPH_NODE, i)]
         d = {"id": n.id, "type": n.info["type"], "deps": list(n.info["deps"])}
-        if n.info.get("op") is not None:
-            fid, ctxh, a = n.info["op"]
-            d["op"] = [fid, ctxh, enc(list(a))]
+        if n.info["ops"]:
+            d["ops"] = [[fid, ctxh, enc(list(a))] for fid, ctxh, a in n.info["ops"]]
         if "child" in n.info:
             d["child"] = [[fid, ctxh, enc(list(a))] for fid, ctxh, a in n.info["child"]]
         out.append(d)
@@ -447,7 +471,7 @@ def rebuild_nodes(sess, g, nodes: list, dec):
     g.info["xnodes"] = []
     for nd in nodes:
         info = {"graph": g.id, "type": int(nd["type"]), "deps": [int(x) for x in nd.get("deps", [])],
-                "op": op(nd["op"]) if nd.get("op") is not None else None}
+                "ops": [op(x) for x in nd.get("ops", [])]}
         if "child" in nd:
             info["child"] = [op(x) for x in nd["child"]]
         sess.add(K_GRAPH_NODE, None, g.ctx, info, ident=int(nd["id"]))

@@ -135,3 +135,19 @@ def test_destroying_a_graph_destroys_its_nodes(client):
     ok(c, "cuGraphDestroy", g)
     code, _, msg = c.call("cuGraphNodeGetType", n, True, ctx=c.ctx)
     assert code == CUDA_ERROR_INVALID_HANDLE, (code, msg)
+
+
+def test_a_bounced_copy_is_a_host_function_and_a_copy_in_order(client):
+    """A memcpy node with pageable memory carries [host function, copy to the
+    device] or [copy to the host, host function] (interceptor/graph_build.c);
+    any other pair is refused."""
+    c = client
+    buf = ok(c, "cuMemAlloc_v2", True, 64)[0]
+    g = ok(c, "cuGraphCreate", True, 0)[0]
+    dtod = [FID["cuMemcpyDtoDAsync_v2"], c.ctx, buf, buf, 64, 0]
+    for pair in ([dtod, dtod], [memset_op(c, buf, 1, 64), dtod], [dtod]):
+        code, _, msg = c.call("cuGraphAddMemcpyNode", True, g, [], 0, pair, None, ctx=c.ctx)
+        assert code == CUDA_ERROR_INVALID_VALUE, (pair, code, msg)
+    # a bounced copy is a memcpy node only
+    code, _, msg = c.call("cuGraphAddMemsetNode", True, g, [], 0, [dtod, dtod], None, ctx=c.ctx)
+    assert code == CUDA_ERROR_INVALID_VALUE, (code, msg)

@@ -231,7 +231,7 @@ SESSION = Obj({
                                  # graphs built explicitly (proxyd/graph_nodes.py): their nodes,
                                  # and per executable graph where each node's ops are
                                  "xnodes": List(Obj({"id": ID, "type": Int(0, 13), "deps": List(ID, 1 << 20)},
-                                                    optional={"op": Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS),
+                                                    optional={"ops": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 2),
                                                               "child": List(Tuple(Int(0, 1 << 20), U64,
                                                                                   HANDLE_ARGS), 1 << 20)}),
                                                 1 << 20),
