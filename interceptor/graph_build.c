@@ -21,7 +21,8 @@
  * after a device-to-host copy it copies the buffer's bytes out. The node
  * then carries two ops. Buffer and function live as long as the process
  * (a node's parameters may be copied into any number of clones and
- * executable graphs).
+ * executable graphs); nodes that copy the same application bytes the same
+ * way share them (bounce_for).
  *
  * What is refused, with CUDA_ERROR_NOT_SUPPORTED and one stderr line:
  * copies between CUDA arrays, non-contiguous 2D/3D copies, host-to-host
@@ -127,27 +128,42 @@ static void CUDA_CB bounce_run(void *arg)
         memcpy(b->app, b->pinned, b->n);
 }
 
+/* Bounce buffers made so far; one per (application address, size,
+ * direction), shared by every node that copies the same bytes the same way,
+ * so that building graphs again and again does not grow them (the ops of one
+ * node run back to back: a shared buffer is never used by two nodes at
+ * once within a stream). Guarded by gp_lock; never freed (see the top). */
+static bounce **bounces;
+static size_t nbounces;
+
 /* caller holds the lock and has a session */
 static CUresult bounce_for(payload *p, void *app, size_t n, int to_pinned)
 {
-    bounce *b = calloc(1, sizeof *b);
-    void *buf = b ? gp_host_alloc(n) : NULL;
+    bounce *b = NULL;
+    for (size_t i = 0; i < nbounces && !b; i++)
+        if (bounces[i]->app == app && bounces[i]->n == n && bounces[i]->to_pinned == to_pinned)
+            b = bounces[i];
+    if (!b) {
+        bounce **grown = realloc(bounces, (nbounces + 1) * sizeof *bounces);
+        if (!grown)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        bounces = grown;
+        b = calloc(1, sizeof *b);
+        void *buf = b ? gp_host_alloc(n) : NULL;
+        if (!buf) {
+            free(b);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        b->app = app, b->pinned = buf, b->n = n, b->to_pinned = to_pinned;
+        bounces[nbounces++] = b;
+    }
     uint64_t avail;
-    if (!buf || gp_host_lookup(buf, &p->seg, &p->off, &avail) != 0) {
-        if (buf)
-            gp_host_free(buf);
-        free(b);
+    if (gp_host_lookup(b->pinned, &p->seg, &p->off, &avail) != 0 || avail < n)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    b->app = app, b->pinned = buf, b->n = n, b->to_pinned = to_pinned;
     CUresult rc = gp_hostfn_node((void *)bounce_run, b, &p->id, &p->gate_seg, &p->gate_off, &p->gate_len);
-    if (rc != CUDA_SUCCESS) {
-        gp_host_free(buf);
-        free(b);
-        return rc;
-    }
-    p->bounce = 1;
-    return CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS)
+        p->bounce = 1;
+    return rc;
 }
 
 /* One side of a CUDA_MEMCPY3D: its first byte, whether it is device memory,

@@ -72,6 +72,7 @@ typedef struct hf_entry {
     void *fn;
     void *user;
     void *stream;       /* the stream value the application passed (callbacks get it back) */
+    int node;           /* a graph node's function: stays in the table, may be shared */
     struct hf_entry *next;
 } hf_entry;
 
@@ -284,11 +285,12 @@ CUresult gp_hostfn_add_rt_callback(CUstream wire, int per_thread, void *callback
 }
 
 /* A host node of a graph (graph_build.c): the function goes into the table
- * under a fresh id and stays there (the worker asks for it with bit 63 set
- * at every launch of an executable graph); *seg/*off/*len say where the
- * gate is. An entry lives as long as the process: graphs can be cloned and
- * instantiated any number of times, so no single destroy owns it. Caller
- * holds gp_lock and has a session. */
+ * and stays there (the worker asks for it with bit 63 set at every launch
+ * of an executable graph); seg, off and len say where the gate is. Graphs can
+ * be cloned and instantiated any number of times, so no destroy owns an
+ * entry: nodes with the same function and argument share one, which keeps
+ * the table bounded for programs that build their graphs again and again.
+ * Caller holds gp_lock and has a session. */
 CUresult gp_hostfn_node(void *fn, void *user, uint64_t *id, uint32_t *seg, uint64_t *off, uint64_t *len)
 {
     if (!fn)
@@ -299,18 +301,27 @@ CUresult gp_hostfn_node(void *fn, void *user, uint64_t *id, uint32_t *seg, uint6
     uint64_t avail;
     if (gp_host_lookup(gate, seg, off, &avail) != 0)
         return CUDA_ERROR_NOT_SUPPORTED;
+    *len = sizeof(gp_gate);
+    pthread_mutex_lock(&tab_mu);
+    for (hf_entry *e = tab; e; e = e->next)
+        if (e->node && e->fn == fn && e->user == user) {
+            *id = e->id;
+            pthread_mutex_unlock(&tab_mu);
+            return CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&tab_mu);
     hf_entry *e = calloc(1, sizeof *e);
     if (!e)
         return CUDA_ERROR_OUT_OF_MEMORY;
     e->kind = HF_DRIVER_FN;
     e->fn = fn;
     e->user = user;
+    e->node = 1;
     pthread_mutex_lock(&tab_mu);
     e->id = next_id++;
     e->next = tab;
     tab = e;
     pthread_mutex_unlock(&tab_mu);
     *id = e->id;
-    *len = sizeof(gp_gate);
     return CUDA_SUCCESS;
 }
