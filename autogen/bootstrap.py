@@ -821,6 +821,41 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuGraphLaunch": P("hGraphExec=handle:graph_exec; hStream=handle:stream", "graph_exec:use; stream:use"),
     "cuGraphDestroy": P("hGraph=handle:graph", "graph:destroy"),
     "cuGraphExecDestroy": P("hGraphExec=handle:graph_exec", "graph_exec:destroy"),
+    # issue 10, group 3: graphs built explicitly (proxyd/graph_nodes.py, interceptor/graph_build.c)
+    "cuGraphDebugDotPrint": P("hGraph=handle:graph; path=in_buffer@strlen(path) + 1; flags=scalar", "graph:use"),
+    "cuGraphCreate": P("phGraph=out_value:graph; flags=scalar", "graph:create"),
+    "cuGraphAddKernelNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUDA_KERNEL_NODE_PARAMS_v1)", "graph_node:create; graph:use; graph_node:use"),
+    "cuGraphAddKernelNode_v2": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUDA_KERNEL_NODE_PARAMS)", "graph_node:create; graph:use; graph_node:use"),
+    "cuGraphKernelNodeSetParams_v2": P("hNode=handle:graph_node; nodeParams=in_buffer@sizeof(CUDA_KERNEL_NODE_PARAMS)", "graph_node:use"),
+    "cuGraphAddMemcpyNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; copyParams=in_buffer@sizeof(CUDA_MEMCPY3D); ctx=handle:context", "graph_node:create; graph:use; graph_node:use; context:use"),
+    "cuGraphMemcpyNodeSetParams": P("hNode=handle:graph_node; nodeParams=in_buffer@sizeof(CUDA_MEMCPY3D)", "graph_node:use"),
+    "cuGraphAddMemsetNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; memsetParams=in_buffer@sizeof(CUDA_MEMSET_NODE_PARAMS); ctx=handle:context", "graph_node:create; graph:use; graph_node:use; context:use"),
+    "cuGraphMemsetNodeSetParams": P("hNode=handle:graph_node; nodeParams=in_buffer@sizeof(CUDA_MEMSET_NODE_PARAMS)", "graph_node:use"),
+    "cuGraphAddHostNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUDA_HOST_NODE_PARAMS)", "graph_node:create; graph:use; graph_node:use"),
+    "cuGraphHostNodeSetParams": P("hNode=handle:graph_node; nodeParams=in_buffer@sizeof(CUDA_HOST_NODE_PARAMS)", "graph_node:use"),
+    "cuGraphAddChildGraphNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; childGraph=handle:graph", "graph_node:create; graph:use; graph_node:use"),
+    "cuGraphAddEmptyNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar", "graph_node:create; graph:use; graph_node:use"),
+    "cuGraphAddEventRecordNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; event=handle:event", "graph_node:create; graph:use; graph_node:use; event:use"),
+    "cuGraphAddEventWaitNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; event=handle:event", "graph_node:create; graph:use; graph_node:use; event:use"),
+    "cuGraphClone": P("phGraphClone=out_value:graph; originalGraph=handle:graph", "graph:create; graph:use"),
+    "cuGraphNodeGetType": P("hNode=handle:graph_node; type=out_value", "graph_node:use"),
+    "cuGraphGetNodes": P("hGraph=handle:graph; nodes=out_buffer:graph_node@*numNodes * sizeof(CUgraphNode); numNodes=out_value", "graph:use; graph_node:use"),
+    "cuGraphGetRootNodes": P("hGraph=handle:graph; rootNodes=out_buffer:graph_node@*numRootNodes * sizeof(CUgraphNode); numRootNodes=out_value", "graph:use; graph_node:use"),
+    "cuGraphGetEdges": P("hGraph=handle:graph; from=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); to=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); numEdges=out_value", "graph:use; graph_node:use"),
+    "cuGraphGetEdges_v2": P("hGraph=handle:graph; from=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); to=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); edgeData=out_buffer@*numEdges * sizeof(CUgraphEdgeData); numEdges=out_value", "graph:use; graph_node:use"),
+    "cuGraphAddDependencies": P("hGraph=handle:graph; from=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); to=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar", "graph:use; graph_node:use"),
+    "cuGraphAddDependencies_v2": P("hGraph=handle:graph; from=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); to=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); edgeData=in_buffer@numDependencies * sizeof(CUgraphEdgeData); numDependencies=scalar", "graph:use; graph_node:use"),
+    "cuGraphRemoveDependencies": P("hGraph=handle:graph; from=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); to=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar", "graph:use; graph_node:use"),
+    "cuGraphRemoveDependencies_v2": P("hGraph=handle:graph; from=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); to=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); edgeData=in_buffer@numDependencies * sizeof(CUgraphEdgeData); numDependencies=scalar", "graph:use; graph_node:use"),
+    "cuGraphDestroyNode": P("hNode=handle:graph_node", "graph_node:destroy"),
+    "cuGraphInstantiateWithParams": P("phGraphExec=out_value:graph_exec; hGraph=handle:graph; instantiateParams=in_buffer@sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS)", "graph_exec:create; graph:use"),
+    "cuGraphExecKernelNodeSetParams_v2": P("hGraphExec=handle:graph_exec; hNode=handle:graph_node; nodeParams=in_buffer@sizeof(CUDA_KERNEL_NODE_PARAMS)", "graph_exec:use; graph_node:use"),
+    "cuGraphExecMemcpyNodeSetParams": P("hGraphExec=handle:graph_exec; hNode=handle:graph_node; copyParams=in_buffer@sizeof(CUDA_MEMCPY3D); ctx=handle:context", "graph_exec:use; graph_node:use; context:use"),
+    "cuGraphExecMemsetNodeSetParams": P("hGraphExec=handle:graph_exec; hNode=handle:graph_node; memsetParams=in_buffer@sizeof(CUDA_MEMSET_NODE_PARAMS); ctx=handle:context", "graph_exec:use; graph_node:use; context:use"),
+    "cuGraphExecHostNodeSetParams": P("hGraphExec=handle:graph_exec; hNode=handle:graph_node; nodeParams=in_buffer@sizeof(CUDA_HOST_NODE_PARAMS)", "graph_exec:use; graph_node:use"),
+    "cuGraphExecUpdate_v2": P("hGraphExec=handle:graph_exec; hGraph=handle:graph; resultInfo=out_value", "graph_exec:use; graph:use"),
+    "cuGraphAddNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUgraphNodeParams)", "graph_node:create; graph:use; graph_node:use"),
+    "cuGraphAddNode_v2": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); dependencyData=in_buffer@numDependencies * sizeof(CUgraphEdgeData); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUgraphNodeParams)", "graph_node:create; graph:use; graph_node:use"),
 }
 
 DRIVER_ASYNC = {
@@ -858,6 +893,8 @@ DRIVER_SHIM_LOCAL = {
     # the JIT linker: on cuLinkCreate_v2 / cuLinkAddData_v2 (interceptor/link.c)
     "cuLinkCreate", "cuLinkAddData", "cuLinkAddFile", "cuLinkAddFile_v2",
     "cuStreamGetCaptureInfo_v2",   # on cuStreamGetCaptureInfo_v3 (interceptor/capture.c)
+    # on the other graph calls (interceptor/graph_build.c)
+    "cuGraphDebugDotPrint", "cuGraphAddKernelNode", "cuGraphGetEdges", "cuGraphAddDependencies", "cuGraphRemoveDependencies", "cuGraphInstantiateWithParams", "cuGraphAddNode", "cuGraphAddNode_v2",
 }
 
 DRIVER_SHIM_OVERRIDE = {
@@ -881,6 +918,8 @@ DRIVER_SHIM_OVERRIDE = {
     "cuOccupancyMaxActiveClusters",
     # linear copies in the shim (copy2d.c); with a CUDA array, a cuMemcpy3D op to proxyd (arrays.c)
     "cuMemcpy3D_v2", "cuMemcpy3DAsync_v2",
+    # explicit graph construction: nodes carry their stream op (interceptor/graph_build.c)
+    "cuGraphAddKernelNode_v2", "cuGraphKernelNodeSetParams_v2", "cuGraphAddMemcpyNode", "cuGraphMemcpyNodeSetParams", "cuGraphAddMemsetNode", "cuGraphMemsetNodeSetParams", "cuGraphAddHostNode", "cuGraphHostNodeSetParams", "cuGraphAddChildGraphNode", "cuGraphAddEmptyNode", "cuGraphAddEventRecordNode", "cuGraphAddEventWaitNode", "cuGraphGetNodes", "cuGraphGetRootNodes", "cuGraphGetEdges_v2", "cuGraphAddDependencies_v2", "cuGraphRemoveDependencies_v2", "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams", "cuGraphExecHostNodeSetParams", "cuGraphExecUpdate_v2",
 }
 
 DRIVER_HANDLERS = {
@@ -938,6 +977,32 @@ DRIVER_HANDLERS = {
     "cuStreamIsCapturing": "graph_is_capturing", "cuStreamGetCaptureInfo_v3": "graph_capture_info", "cuGraphInstantiateWithFlags": "graph_instantiate",
     "cuGraphInstantiate_v2": "graph_instantiate", "cuGraphLaunch": "graph_launch", "cuGraphDestroy": "graph_destroy",
     "cuGraphExecDestroy": "graph_exec_destroy",
+    "cuGraphCreate": "graph_create",
+    "cuGraphAddKernelNode_v2": "graph_add_node",
+    "cuGraphKernelNodeSetParams_v2": "graph_node_set_params",
+    "cuGraphAddMemcpyNode": "graph_add_node",
+    "cuGraphMemcpyNodeSetParams": "graph_node_set_params",
+    "cuGraphAddMemsetNode": "graph_add_node",
+    "cuGraphMemsetNodeSetParams": "graph_node_set_params",
+    "cuGraphAddHostNode": "graph_add_node",
+    "cuGraphHostNodeSetParams": "graph_node_set_params",
+    "cuGraphAddChildGraphNode": "graph_add_node",
+    "cuGraphAddEmptyNode": "graph_add_node",
+    "cuGraphAddEventRecordNode": "graph_add_node",
+    "cuGraphAddEventWaitNode": "graph_add_node",
+    "cuGraphClone": "graph_clone",
+    "cuGraphNodeGetType": "graph_node_type",
+    "cuGraphGetNodes": "graph_get_nodes",
+    "cuGraphGetRootNodes": "graph_get_nodes",
+    "cuGraphGetEdges_v2": "graph_get_edges",
+    "cuGraphAddDependencies_v2": "graph_dependencies",
+    "cuGraphRemoveDependencies_v2": "graph_dependencies",
+    "cuGraphDestroyNode": "graph_destroy_node",
+    "cuGraphExecKernelNodeSetParams_v2": "graph_exec_set_params",
+    "cuGraphExecMemcpyNodeSetParams": "graph_exec_set_params",
+    "cuGraphExecMemsetNodeSetParams": "graph_exec_set_params",
+    "cuGraphExecHostNodeSetParams": "graph_exec_set_params",
+    "cuGraphExecUpdate_v2": "graph_exec_update",
 }
 
 STREAM = "stream=handle:stream"
@@ -1167,6 +1232,39 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaGraphLaunch": P(f"graphExec=handle:graph_exec; {STREAM}", "graph_exec:use; stream:use"),
     "cudaGraphDestroy": P("graph=handle:graph", "graph:destroy"),
     "cudaGraphExecDestroy": P("graphExec=handle:graph_exec", "graph_exec:destroy"),
+    # graphs built explicitly (interceptor/rt_graph.c)
+    "cudaGraphDebugDotPrint": P("graph=handle:graph; path=in_buffer@strlen(path) + 1; flags=scalar", "graph:use"),
+    "cudaGraphCreate": P("pGraph=out_value:graph; flags=scalar", "graph:create"),
+    "cudaGraphAddKernelNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); numDependencies=scalar; pNodeParams=in_buffer@sizeof(struct cudaKernelNodeParams)", "graph_node:create; graph:use; graph_node:use"),
+    "cudaGraphKernelNodeSetParams": P("node=handle:graph_node; pNodeParams=in_buffer@sizeof(struct cudaKernelNodeParams)", "graph_node:use"),
+    "cudaGraphAddMemcpyNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); numDependencies=scalar; pCopyParams=in_buffer@sizeof(struct cudaMemcpy3DParms)", "graph_node:create; graph:use; graph_node:use"),
+    "cudaGraphAddMemcpyNode1D": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); numDependencies=scalar; dst=device_ptr; src=device_ptr; count=scalar; kind=scalar", "graph_node:create; graph:use; graph_node:use"),
+    "cudaGraphMemcpyNodeSetParams": P("node=handle:graph_node; pNodeParams=in_buffer@sizeof(struct cudaMemcpy3DParms)", "graph_node:use"),
+    "cudaGraphMemcpyNodeSetParams1D": P("node=handle:graph_node; dst=device_ptr; src=device_ptr; count=scalar; kind=scalar", "graph_node:use"),
+    "cudaGraphAddMemsetNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); numDependencies=scalar; pMemsetParams=in_buffer@sizeof(struct cudaMemsetParams)", "graph_node:create; graph:use; graph_node:use"),
+    "cudaGraphMemsetNodeSetParams": P("node=handle:graph_node; pNodeParams=in_buffer@sizeof(struct cudaMemsetParams)", "graph_node:use"),
+    "cudaGraphAddHostNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); numDependencies=scalar; pNodeParams=in_buffer@sizeof(struct cudaHostNodeParams)", "graph_node:create; graph:use; graph_node:use"),
+    "cudaGraphHostNodeSetParams": P("node=handle:graph_node; pNodeParams=in_buffer@sizeof(struct cudaHostNodeParams)", "graph_node:use"),
+    "cudaGraphAddChildGraphNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); numDependencies=scalar; childGraph=handle:graph", "graph_node:create; graph:use; graph_node:use"),
+    "cudaGraphAddEmptyNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); numDependencies=scalar", "graph_node:create; graph:use; graph_node:use"),
+    "cudaGraphAddEventRecordNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); numDependencies=scalar; event=handle:event", "graph_node:create; graph:use; graph_node:use; event:use"),
+    "cudaGraphAddEventWaitNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); numDependencies=scalar; event=handle:event", "graph_node:create; graph:use; graph_node:use; event:use"),
+    "cudaGraphClone": P("pGraphClone=out_value:graph; originalGraph=handle:graph", "graph:create; graph:use"),
+    "cudaGraphNodeGetType": P("node=handle:graph_node; pType=out_value", "graph_node:use"),
+    "cudaGraphGetNodes": P("graph=handle:graph; nodes=out_buffer:graph_node@*numNodes * sizeof(cudaGraphNode_t); numNodes=out_value", "graph:use; graph_node:use"),
+    "cudaGraphGetRootNodes": P("graph=handle:graph; pRootNodes=out_value:graph_node; pNumRootNodes=out_value", "graph:use; graph_node:use"),
+    "cudaGraphGetEdges": P("graph=handle:graph; from=out_value:graph_node; to=out_value:graph_node; edgeData=out_value; numEdges=out_value", "graph:use; graph_node:use"),
+    "cudaGraphAddDependencies": P("graph=handle:graph; from=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); to=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); edgeData=in_buffer@numDependencies * sizeof(cudaGraphEdgeData); numDependencies=scalar", "graph:use; graph_node:use"),
+    "cudaGraphRemoveDependencies": P("graph=handle:graph; from=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); to=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); edgeData=in_buffer@numDependencies * sizeof(cudaGraphEdgeData); numDependencies=scalar", "graph:use; graph_node:use"),
+    "cudaGraphDestroyNode": P("node=handle:graph_node", "graph_node:destroy"),
+    "cudaGraphInstantiateWithParams": P("pGraphExec=out_value:graph_exec; graph=handle:graph; instantiateParams=in_buffer@sizeof(cudaGraphInstantiateParams)", "graph_exec:create; graph:use"),
+    "cudaGraphExecKernelNodeSetParams": P("hGraphExec=handle:graph_exec; node=handle:graph_node; pNodeParams=in_buffer@sizeof(struct cudaKernelNodeParams)", "graph_exec:use; graph_node:use"),
+    "cudaGraphExecMemcpyNodeSetParams": P("hGraphExec=handle:graph_exec; node=handle:graph_node; pNodeParams=in_buffer@sizeof(struct cudaMemcpy3DParms)", "graph_exec:use; graph_node:use"),
+    "cudaGraphExecMemcpyNodeSetParams1D": P("hGraphExec=handle:graph_exec; node=handle:graph_node; dst=device_ptr; src=device_ptr; count=scalar; kind=scalar", "graph_exec:use; graph_node:use"),
+    "cudaGraphExecMemsetNodeSetParams": P("hGraphExec=handle:graph_exec; node=handle:graph_node; pNodeParams=in_buffer@sizeof(struct cudaMemsetParams)", "graph_exec:use; graph_node:use"),
+    "cudaGraphExecHostNodeSetParams": P("hGraphExec=handle:graph_exec; node=handle:graph_node; pNodeParams=in_buffer@sizeof(struct cudaHostNodeParams)", "graph_exec:use; graph_node:use"),
+    "cudaGraphExecUpdate": P("hGraphExec=handle:graph_exec; hGraph=handle:graph; resultInfo=out_value", "graph_exec:use; graph:use"),
+    "cudaGraphAddNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); dependencyData=in_buffer@numDependencies * sizeof(cudaGraphEdgeData); numDependencies=scalar; nodeParams=in_buffer@sizeof(struct cudaGraphNodeParams)", "graph_node:create; graph:use; graph_node:use"),
 }
 
 RUNTIME_ASYNC = {

@@ -72,6 +72,7 @@ typedef struct hf_entry {
     void *fn;
     void *user;
     void *stream;       /* the stream value the application passed (callbacks get it back) */
+    int node;           /* a graph node's function: stays in the table, may be shared */
     struct hf_entry *next;
 } hf_entry;
 
@@ -281,4 +282,46 @@ CUresult gp_hostfn_add_rt_callback(CUstream wire, int per_thread, void *callback
 {
     return enqueue(per_thread ? GP_FID_cuStreamAddCallback_ptsz : GP_FID_cuStreamAddCallback, 4, wire, HF_RUNTIME_CB,
                    callback, userData, app_stream);
+}
+
+/* A host node of a graph (graph_build.c): the function goes into the table
+ * and stays there (the worker asks for it with bit 63 set at every launch
+ * of an executable graph); seg, off and len say where the gate is. Graphs can
+ * be cloned and instantiated any number of times, so no destroy owns an
+ * entry: nodes with the same function and argument share one, which keeps
+ * the table bounded for programs that build their graphs again and again.
+ * Caller holds gp_lock and has a session. */
+CUresult gp_hostfn_node(void *fn, void *user, uint64_t *id, uint32_t *seg, uint64_t *off, uint64_t *len)
+{
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = ensure_gate();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    uint64_t avail;
+    if (gp_host_lookup(gate, seg, off, &avail) != 0)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    *len = sizeof(gp_gate);
+    pthread_mutex_lock(&tab_mu);
+    for (hf_entry *e = tab; e; e = e->next)
+        if (e->node && e->fn == fn && e->user == user) {
+            *id = e->id;
+            pthread_mutex_unlock(&tab_mu);
+            return CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&tab_mu);
+    hf_entry *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e->kind = HF_DRIVER_FN;
+    e->fn = fn;
+    e->user = user;
+    e->node = 1;
+    pthread_mutex_lock(&tab_mu);
+    e->id = next_id++;
+    e->next = tab;
+    tab = e;
+    pthread_mutex_unlock(&tab_mu);
+    *id = e->id;
+    return CUDA_SUCCESS;
 }

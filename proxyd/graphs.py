@@ -189,7 +189,8 @@ def h_instantiate(d, sess, fn, ctx, args, **kw):
     g = _graph(sess, args[1])
     if g.info["capturing"]:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the graph is still being captured")
-    e = sess.add(P.K_GRAPH_EXEC, None, g.ctx, {"nodes": [list(n) for n in g.info["nodes"]], "graph": g.id})
+    from .graph_nodes import instantiate_info
+    e = sess.add(P.K_GRAPH_EXEC, None, g.ctx, instantiate_info(sess, g))
     outs = [e.handle if args[0] else None]
     outs += [None] * (sum(1 for p in fn.params if p[1] in ("out_value", "out_buffer")) - 1)
     return CUDA_SUCCESS, outs
@@ -221,6 +222,8 @@ def h_destroy(d, sess, fn, ctx, args, **kw):
     for s, x in list(sess.capture.items()):
         if x == g.id:
             del sess.capture[s]
+    from .graph_nodes import drop_nodes
+    drop_nodes(sess, g)
     sess.drop(g)
     return CUDA_SUCCESS, []
 
@@ -265,8 +268,16 @@ def describe(sess) -> list:
             if name == "graph":
                 d["origin"] = o.info["origin"]
                 d["capturing"] = bool(o.info["capturing"])
+                if o.info.get("xnodes"):
+                    # nodes of a graph built explicitly (graph_nodes.py)
+                    from .graph_nodes import describe_nodes
+                    d["xnodes"] = describe_nodes(sess, o, _enc)
             else:
                 d["graph"] = o.info["graph"]
+                if "index" in o.info:
+                    d["index"] = [[k, list(v)] for k, v in sorted(o.info["index"].items())]
+                    d["node_order"] = list(o.info["node_order"])
+                    d["sig"] = o.info["sig"]
             out.append(d)
     return out
 
@@ -280,12 +291,19 @@ def rebuild(sess, graphs: list, capture: dict, capture_events: dict):
                 raise CudaError(CUDA_ERROR_INVALID_VALUE, f"graph {g['id']}: function id {fid} unknown")
             nodes.append([int(fid), int(ctxh), _dec(a)])
         if g["kind"] == "graph":
-            sess.add(P.K_GRAPH, None, int(g.get("ctx", 0)), {"nodes": nodes, "origin": int(g.get("origin", 0)),
-                                                             "capturing": bool(g.get("capturing"))},
-                     ident=int(g["id"]))
+            o = sess.add(P.K_GRAPH, None, int(g.get("ctx", 0)), {"nodes": nodes, "origin": int(g.get("origin", 0)),
+                                                                 "capturing": bool(g.get("capturing"))},
+                         ident=int(g["id"]))
+            if g.get("xnodes"):
+                from .graph_nodes import rebuild_nodes
+                rebuild_nodes(sess, o, g["xnodes"], _dec)
         else:
-            sess.add(P.K_GRAPH_EXEC, None, int(g.get("ctx", 0)), {"nodes": nodes, "graph": int(g.get("graph", 0))},
-                     ident=int(g["id"]))
+            info = {"nodes": nodes, "graph": int(g.get("graph", 0))}
+            if "index" in g:
+                info["index"] = {int(k): [int(x) for x in v] for k, v in g["index"]}
+                info["node_order"] = [int(x) for x in g.get("node_order", [])]
+                info["sig"] = g.get("sig")
+            sess.add(P.K_GRAPH_EXEC, None, int(g.get("ctx", 0)), info, ident=int(g["id"]))
     sess.capture = {int(k): int(v) for k, v in capture.items()}
     sess.capture_events = {int(k): int(v) for k, v in capture_events.items()}
 

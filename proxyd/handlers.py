@@ -643,4 +643,4 @@ def h_host_func(d, sess, fn, ctx, args, **kw):
 
 # The handlers of the stream-ordered allocator, the application's VMM and
 # graphs live in modules of their own; importing this module registers them too.
-from . import graphs, link, mempool, vmm  # noqa: E402,F401
+from . import graph_nodes, graphs, link, mempool, vmm  # noqa: E402,F401

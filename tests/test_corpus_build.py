@@ -60,8 +60,8 @@ def test_manifest_fields():
     assert BY_NAME["unsupported"].proxy_only
     assert {p.name for p in PROGRAMS if p.pace} == {"iterative", "iterative_streams", "stream_state", "launch_variants",
                                                   "restore_state", "hostmem", "host_callbacks", "mempool_async",
-                                                  "vmm_app", "graph_capture", "cublas_gemm", "cudnn_conv",
-                                                  "textures", "mathlibs"}
+                                                  "vmm_app", "graph_capture", "graph_explicit", "cublas_gemm",
+                                                  "cudnn_conv", "textures", "mathlibs"}
     for p in PROGRAMS:
         assert all(isinstance(k, int) and k > 0 for k in p.checkpoints) and (p.pace or not p.checkpoints), p.name
 

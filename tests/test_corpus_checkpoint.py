@@ -67,6 +67,8 @@ def test_program_survives_dump_and_restore(name, tmp, shim_installed):
                 assert _ctl(d, "restore", dir=str(img))["pid"] == run.pid
             out = run.finish()
             assert out == prog.expected_output, f"{out}\n--- stderr\n{run.stderr()}\n--- proxyd\n{d.log()[-3000:]}"
-            assert run.stderr() == "", run.stderr()
+            # only the lines of calls the program makes fail on purpose (corpus.yaml expected_errors)
+            extra = [l for l in run.stderr().splitlines() if not any(x in l for x in prog.expected_errors)]
+            assert extra == [], run.stderr()
     finally:
         d.cleanup()

@@ -227,7 +227,17 @@ SESSION = Obj({
     # by the dispatcher's argument types when launched
     "graphs": List(Obj({"id": ID, "kind": Enum("graph", "exec"), "ctx": ID,
                         "nodes": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 1 << 20)},
-                       optional={"origin": U64, "capturing": Bool(), "graph": ID}), 1 << 16),
+                       optional={"origin": U64, "capturing": Bool(), "graph": ID,
+                                 # graphs built explicitly (proxyd/graph_nodes.py): their nodes,
+                                 # and per executable graph where each node's ops are
+                                 "xnodes": List(Obj({"id": ID, "type": Int(0, 13), "deps": List(ID, 1 << 20)},
+                                                    optional={"ops": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 2),
+                                                              "child": List(Tuple(Int(0, 1 << 20), U64,
+                                                                                  HANDLE_ARGS), 1 << 20)}),
+                                                1 << 20),
+                                 "index": List(Tuple(ID, List(Int(0, 1 << 31), 1 << 20)), 1 << 20),
+                                 "node_order": List(ID, 1 << 20),
+                                 "sig": List(List(Any_(), 3), 1 << 20)}), 1 << 16),
     "capture": Map(NUM, ID, 1 << 16),
     "capture_events": Map(NUM, ID, 1 << 16),
     # CUDA arrays (proxyd/arrays.py; contents: FLAG_ARRAY chunks) and texture /
