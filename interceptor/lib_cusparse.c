@@ -2,6 +2,8 @@
  * override in specs/cusparse/cusparse.yaml). docs/libraries.md. The
  * handle's pointer mode decides how alpha/beta travel (lib_state.c, the
  * same table as cuBLAS's handles). Locking: as lib_cufft.c. */
+#include <stdlib.h>
+
 #include "gp_lib_cusparse.h"
 
 extern int cudaFree(void *devPtr);     /* cuda_runtime_api.h; see lib_cufft.c */
@@ -73,3 +75,66 @@ const char *gpo_cusparseGetErrorString(cusparseStatus_t status)
     default: return "unknown status";
     }
 }
+
+/* The legacy matrix descriptor (cusparse.h, cusparseMatDescr_t): four host
+ * fields that NVIDIA's library only reads when a legacy routine gets the
+ * descriptor; none of those is remoted, so the descriptor lives in the
+ * application alone (CuPy makes one for every sparse matrix it builds).
+ * Defaults as cusparseCreateMatDescr documents them: general matrix, lower
+ * fill mode, non-unit diagonal, zero-based indices (all 0). A restore keeps
+ * them with the application's memory. */
+typedef struct {
+    int magic;
+    int type, fill, diag, base;
+} gp_mat_descr;
+
+#define GP_MAT_DESCR_MAGIC 0x6d617464
+enum { CUSPARSE_STATUS_ALLOC_FAILED = 2, CUSPARSE_STATUS_INVALID_VALUE = 3 };    /* cusparse.h */
+
+static gp_mat_descr *mat(const void *d)
+{
+    gp_mat_descr *m = (gp_mat_descr *)d;
+    return m && m->magic == GP_MAT_DESCR_MAGIC ? m : NULL;
+}
+
+cusparseStatus_t gpo_cusparseCreateMatDescr(cusparseMatDescr_t *descrA)
+{
+    if (!descrA)
+        return (cusparseStatus_t)CUSPARSE_STATUS_INVALID_VALUE;
+    gp_mat_descr *m = calloc(1, sizeof *m);
+    if (!m)
+        return (cusparseStatus_t)CUSPARSE_STATUS_ALLOC_FAILED;
+    m->magic = GP_MAT_DESCR_MAGIC;
+    *descrA = (cusparseMatDescr_t)m;
+    return GP_CUSPARSE_SUCCESS;
+}
+
+cusparseStatus_t gpo_cusparseDestroyMatDescr(cusparseMatDescr_t descrA)
+{
+    gp_mat_descr *m = mat(descrA);
+    if (m) {
+        m->magic = 0;
+        free(m);
+    }
+    return GP_CUSPARSE_SUCCESS;
+}
+
+#define MAT_FIELD(Name, field, ctype)                                                         \
+    cusparseStatus_t gpo_cusparseSetMat##Name(cusparseMatDescr_t descrA, ctype v)             \
+    {                                                                                         \
+        gp_mat_descr *m = mat(descrA);                                                        \
+        if (!m)                                                                               \
+            return (cusparseStatus_t)CUSPARSE_STATUS_INVALID_VALUE;                           \
+        m->field = (int)v;                                                                    \
+        return GP_CUSPARSE_SUCCESS;                                                           \
+    }                                                                                         \
+    ctype gpo_cusparseGetMat##Name(const cusparseMatDescr_t descrA)                           \
+    {                                                                                         \
+        gp_mat_descr *m = mat(descrA);                                                        \
+        return (ctype)(m ? m->field : 0);                                                     \
+    }
+
+MAT_FIELD(Type, type, cusparseMatrixType_t)
+MAT_FIELD(FillMode, fill, cusparseFillMode_t)
+MAT_FIELD(DiagType, diag, cusparseDiagType_t)
+MAT_FIELD(IndexBase, base, cusparseIndexBase_t)

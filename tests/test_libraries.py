@@ -979,3 +979,40 @@ def test_nvidias_math_libraries_answer_through_the_workers_declarations(monkeypa
     code, (params,) = libs["cusolver"].call(by["cusolverDnCreateParams"], [True])
     assert code == 0 and params
     assert libs["cusolver"].call(by["cusolverDnDestroyParams"], [params]) == (0, [])
+
+
+MAT_DESCR_SCRIPT = r"""
+import ctypes, json
+from ctypes import byref, c_void_p
+sp = ctypes.CDLL("libcusparse.so.12")
+for f in ("cusparseGetMatType", "cusparseGetMatIndexBase", "cusparseGetMatFillMode", "cusparseGetMatDiagType"):
+    getattr(sp, f).argtypes = [c_void_p]
+d = c_void_p()
+out = {"create": sp.cusparseCreateMatDescr(byref(d))}
+out["defaults"] = [sp.cusparseGetMatType(d), sp.cusparseGetMatFillMode(d), sp.cusparseGetMatDiagType(d),
+                   sp.cusparseGetMatIndexBase(d)]
+out["set"] = [sp.cusparseSetMatType(d, 1), sp.cusparseSetMatIndexBase(d, 1), sp.cusparseSetMatFillMode(d, 1),
+              sp.cusparseSetMatDiagType(d, 1)]
+out["after"] = [sp.cusparseGetMatType(d), sp.cusparseGetMatFillMode(d), sp.cusparseGetMatDiagType(d),
+                sp.cusparseGetMatIndexBase(d)]
+out["null"] = sp.cusparseCreateMatDescr(None)
+out["destroy"] = sp.cusparseDestroyMatDescr(d)
+print(json.dumps(out))
+"""
+
+
+def test_cusparse_legacy_matrix_descriptor_lives_in_the_shim(emu_daemon, tmp_path):
+    """cusparseMatDescr_t (CuPy makes one per sparse matrix): host fields,
+    answered in the application (interceptor/lib_cusparse.c)."""
+    prof = tmp_path / "m.prof"
+    r = subprocess.run([sys.executable, "-c", MAT_DESCR_SCRIPT], capture_output=True, text=True, timeout=60,
+                       env=client_env(emu_daemon, {"GPUPROXY_PROFILE": str(prof)}))
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["create"] == 0 and o["defaults"] == [0, 0, 0, 0]
+    assert o["set"] == [0, 0, 0, 0] and o["after"] == [1, 1, 1, 1]
+    assert o["null"] == 3 and o["destroy"] == 0
+    assert "not supported" not in r.stderr
+    assert not prof.exists() or not any(
+        int(line.split()[0]) in range(42016, 42026) for line in prof.read_text().splitlines()
+        if not line.startswith("#")), "no op reaches proxyd"

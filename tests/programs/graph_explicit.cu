@@ -2,7 +2,7 @@
 // the runtime API and then the driver API.
 //
 // Runtime part: one graph with a host node (fills the input, in the
-// application, in graph order), memcpy nodes host->device from pageable
+// application, in graph order), memcpy nodes host->device from page-locked
 // memory, device->device (inside a child graph) and device->host (a
 // cudaMemcpy3DParms one into page-locked memory, a 1D one into pageable
 // memory), a memset node, kernel nodes, an event-wait node (on an event the
@@ -139,16 +139,22 @@ int main(int argc, char **argv)
     k_fill<<<B, T, 0, s2>>>(bias, N, 7);
     CHECK(cudaEventRecord(ev_bias, s2));
 
-    // the input and z's copy are pageable memory, w's copy page-locked
-    std::vector<int> in(N), page_z(N);
-    HostState hs = { 0, in.data() };
+    // the input is page-locked: a memcpy node reading pageable memory that a
+    // host node of the same graph writes does not see the host node's bytes
+    // natively (H100, driver 580: the copy of launch 1 read the buffer
+    // before the host node ran), so a program cannot rely on it; z's copy
+    // back goes to pageable memory, w's to page-locked
+    int *in;
+    CHECK(cudaMallocHost(&in, N * sizeof(int)));
+    std::vector<int> page_z(N);
+    HostState hs = { 0, in };
     int n = N, a = 2;
     cudaGraph_t g;
     CHECK(cudaGraphCreate(&g, 0));
     cudaGraphNode_t h1, c1, m0, w1, k1, ch, k3, k4, e1, r1, c2, c3, extra;
     cudaHostNodeParams hp = { fill_input, &hs };
     CHECK(cudaGraphAddHostNode(&h1, g, NULL, 0, &hp));
-    CHECK(cudaGraphAddMemcpyNode1D(&c1, g, &h1, 1, x, in.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+    CHECK(cudaGraphAddMemcpyNode1D(&c1, g, &h1, 1, x, in, N * sizeof(int), cudaMemcpyHostToDevice));
     cudaMemsetParams mp = {};
     mp.dst = z, mp.value = 0, mp.elementSize = 4, mp.width = N, mp.height = 1;
     CHECK(cudaGraphAddMemsetNode(&m0, g, NULL, 0, &mp));
@@ -313,6 +319,7 @@ int main(int argc, char **argv)
     driver_part();
 
     CHECK(cudaFreeHost(pin_w));
+    CHECK(cudaFreeHost(in));
     CHECK(cudaFree(x));
     CHECK(cudaFree(y));
     CHECK(cudaFree(z));
