@@ -163,6 +163,9 @@ def cupy_suite(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
         return [("cupy suite", "SKIP (no tests carried)")]
     names = [t for t in os.environ.get("GPUPROXY_CUPY_TESTS", "").split(",") if t] or \
         sorted(str(p.relative_to(tdir)) for p in tdir.rglob("test_*.py"))
+    # names may be given from cupy_tests/ (CuPy's own layout: tests/cupy_tests/<group>/test_x.py)
+    names = [n if (tdir / n).exists() or not (tdir / "cupy_tests" / n).exists() else f"cupy_tests/{n}"
+             for n in names]
     limit = float(os.environ.get("GPUPROXY_CUPY_TEST_TIMEOUT_S", "120"))
     summary, results = {}, []
     for fname in names:
@@ -199,6 +202,10 @@ def cupy_suite(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
         regress = sorted(n for n, v in nat.items() if v == "passed" and prx.get(n) != "passed")
         rec["pass_natively_not_proxied"] = regress
         summary[fname] = rec
+        if not nat or not prx:      # nothing ran: a missing file or a collection error, not a pass
+            log(f"cupy {fname}: no test ran ({'native' if not nat else 'proxied'}; see cupy-{tag}-*.log)")
+            results.append((f"cupy {fname}", "FAIL (no test ran)"))
+            continue
         log(f"cupy {fname}: native {rec['native']} proxied {rec['proxied']}; {len(regress)} pass natively only")
         results.append((f"cupy {fname} proxied >= native", "PASS" if not regress else f"FAIL ({len(regress)})"))
     (out / "cupy-tests.json").write_text(json.dumps(summary, indent=1))
