@@ -80,6 +80,11 @@ void gp_lt_state_forget(const void *h);
 /* 1 with the descriptor's kind, create arguments and attribute count */
 int gp_lt_state_get(const void *h, int *kind, const void **args, size_t *nargs, size_t *nattrs);
 int gp_lt_state_attr_at(const void *h, size_t i, int *id, const void **v, size_t *n);
+/* The identity of proxyd's copy of descriptor h (lib_cublaslt.c): kind,
+ * create arguments and attributes, device-pointer values left out. 0 with
+ * *key (the caller frees it), its length and hash; -1 for a descriptor the
+ * shim does not know or no memory. */
+int gp_lt_copy_key(const void *h, unsigned char **key, size_t *n, uint64_t *hash);
 /* 1 for matmul descriptor attributes that hold device pointers */
 int gp_lt_pointer_attr(int id);
 /* descs6: operation descriptor, A, B, C, D layouts, preference */

@@ -69,36 +69,6 @@ typedef struct rz_copy {
 static rz_copy *copies[RZ_BUCKETS];
 static size_t ncopies;
 
-static void put(unsigned char **k, size_t *n, size_t *cap, const void *p, size_t len)
-{
-    if (!*k && *cap)
-        return;                 /* an allocation failed before */
-    if (*n + len > *cap) {
-        size_t c = *cap ? *cap * 2 : 512;
-        while (c < *n + len)
-            c *= 2;
-        unsigned char *q = realloc(*k, c);
-        if (!q) {
-            free(*k);
-            *k = NULL;
-            *cap = 1;
-            return;
-        }
-        *k = q;
-        *cap = c;
-    }
-    memcpy(*k + *n, p, len);
-    *n += len;
-}
-
-static uint64_t fnv(const unsigned char *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-
 static void destroy_copy(rz_copy *c)
 {
     if (c->kind == K_MATMUL_DESC) {
@@ -146,27 +116,12 @@ static void *realize(const void *h)
     size_t nargs, nattrs;
     if (!h || !gp_lt_state_get(h, &kind, &args, &nargs, &nattrs))
         return (void *)h;
-    gp_lock();
-    unsigned char *key = NULL;
-    size_t nkey = 0, cap = 0;
-    uint64_t head[3] = { (uint64_t)kind, nargs, nattrs };
-    put(&key, &nkey, &cap, head, sizeof head);
-    put(&key, &nkey, &cap, args, nargs);
-    for (size_t i = 0; i < nattrs; i++) {
-        int id;
-        const void *v;
-        size_t n;
-        gp_lt_state_attr_at(h, i, &id, &v, &n);
-        uint64_t a[2] = { (uint64_t)id, n };
-        put(&key, &nkey, &cap, a, sizeof a);
-        if (!(kind == K_MATMUL_DESC && gp_lt_pointer_attr(id) && n == sizeof(uint64_t)))
-            put(&key, &nkey, &cap, v, n);
-    }
-    if (!key) {
-        gp_unlock();
+    unsigned char *key;
+    size_t nkey;
+    uint64_t hash;
+    if (gp_lt_copy_key(h, &key, &nkey, &hash) != 0)
         return (void *)h;
-    }
-    uint64_t hash = fnv(key, nkey);
+    gp_lock();
     rz_copy *c = copies[hash % RZ_BUCKETS];
     while (c && !(c->hash == hash && c->nkey == nkey && !memcmp(c->key, key, nkey)))
         c = c->next;

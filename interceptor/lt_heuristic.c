@@ -236,7 +236,13 @@ static void kput(kbuf *k, const void *p, size_t n)
     k->n += n;
 }
 
-static void kput_desc(kbuf *k, const void *hp)
+/* A descriptor's contents into a key. Device-pointer attributes enter by
+ * their alignment (KEY_ALIGN: the heuristic cache) or by their id alone
+ * (KEY_NO_POINTERS: the identity of proxyd's copy, lib_cublaslt.c, which
+ * sets their values on the copy itself). */
+enum { KEY_ALIGN, KEY_NO_POINTERS };
+
+static void kput_desc(kbuf *k, const void *hp, int pointers)
 {
     lt_desc *d = hp ? find_desc((uint64_t)(uintptr_t)hp) : NULL;
     if (hp && !d) {             /* a descriptor the shim does not know: no key */
@@ -252,6 +258,8 @@ static void kput_desc(kbuf *k, const void *hp)
         uint64_t a[2] = { (uint64_t)d->attrs[i].id, d->attrs[i].n };
         kput(k, a, sizeof a);
         if (d->kind == K_MATMUL_DESC && gp_lt_pointer_attr(d->attrs[i].id) && d->attrs[i].n == sizeof(uint64_t)) {
+            if (pointers == KEY_NO_POINTERS)
+                continue;
             uint64_t p, al;
             memcpy(&p, d->attrs[i].v, sizeof p);
             al = alignment(p);
@@ -268,6 +276,23 @@ static uint64_t fnv(const unsigned char *p, size_t n)
     for (size_t i = 0; i < n; i++)
         h = (h ^ p[i]) * 0x100000001b3ull;
     return h;
+}
+
+int gp_lt_copy_key(const void *h, unsigned char **key, size_t *n, uint64_t *hash)
+{
+    kbuf k = { .ok = 1 };
+    gp_lock();
+    if (h)
+        kput_desc(&k, h, KEY_NO_POINTERS);
+    gp_unlock();
+    if (!h || !k.ok) {
+        free(k.p);
+        return -1;
+    }
+    *key = k.p;
+    *n = k.n;
+    *hash = fnv(k.p, k.n);
+    return 0;
 }
 
 static void cache_clear(void)
@@ -293,7 +318,7 @@ static int make_key(kbuf *k, const void *ctx, const void *handle, const void *co
     k->ok = 1;
     kput(k, head, sizeof head);
     for (int i = 0; i < 6; i++)
-        kput_desc(k, descs6[i]);
+        kput_desc(k, descs6[i], KEY_ALIGN);
     return k->ok;
 }
 
