@@ -175,6 +175,19 @@ def client_env(daemon: Daemon, extra: dict | None = None) -> dict:
     return env
 
 
+def call_profile(path) -> dict[int, tuple[int, int]]:
+    """A shim call profile (GPUPROXY_PROFILE, interceptor/profile.c):
+    function id -> (calls sent, calls that waited); {} where the process
+    sent nothing (no file is written then)."""
+    rows = {}
+    if os.path.exists(path):
+        for line in open(path).read().splitlines():
+            if not line.startswith("#"):
+                fid, calls, sync_calls, _us = line.split()
+                rows[int(fid)] = (int(calls), int(sync_calls))
+    return rows
+
+
 @pytest.fixture(scope="session")
 def proxy_cli(shim_installed) -> list[str]:
     """argv prefix of the installed `proxy-cli` console script."""

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, client_env
+from conftest import REPO, call_profile, client_env
 
 sys.path.insert(0, str(REPO / "autogen"))
 import header as hdr  # noqa: E402
@@ -344,11 +344,7 @@ def test_lt_descriptors_are_async_and_heuristics_cached(emu_daemon, tmp_path, pr
     assert o["bad_attr_set"] == 0 and o["bad_attr_sync"] == 719, "an unknown attribute surfaces at the next sync"
     assert _lines_naming(r.stderr, "cublasLtMatmulDescSetAttribute"), r.stderr
     assert o["null_buf"] == 7 and o["null_out"] == 7, "what the shim can judge fails at once"
-    rows = {}
-    for line in prof.read_text().splitlines():
-        if not line.startswith("#"):
-            fid, calls, sync_calls, _us = line.split()
-            rows[int(fid)] = (int(calls), int(sync_calls))
+    rows = call_profile(prof)
     ids = {f.name: f.id for f in SPECS.libraries}
     heur = rows[ids["cublasLtMatmulAlgoGetHeuristic"]]
     assert heur == (3, 3), f"5 questions, 3 distinct: 3 reach proxyd ({heur})"
@@ -406,11 +402,7 @@ def test_cublas_settings_are_coalesced(emu_daemon, tmp_path):
     assert o["after"][0] == 1, "a destroyed handle: CUBLAS_STATUS_NOT_INITIALIZED"
     assert o["after"][1] != 0
     ids = {f.name: f.id for f in SPECS.libraries}
-    rows = {}
-    for line in prof.read_text().splitlines():
-        if not line.startswith("#"):
-            fid, calls, _sync, _us = line.split()
-            rows[int(fid)] = int(calls)
+    rows = {fid: calls for fid, (calls, _sync) in call_profile(prof).items()}
     assert rows[ids["cublasSgemm_v2"]] == 50
     assert rows[ids["cublasSetStream_v2"]] == 1 and rows[ids["cublasSetWorkspace_v2"]] == 1, rows
     # math mode 0 is the default, never sent; 3 goes out once, flushed by the destroy
@@ -1013,6 +1005,4 @@ def test_cusparse_legacy_matrix_descriptor_lives_in_the_shim(emu_daemon, tmp_pat
     assert o["set"] == [0, 0, 0, 0] and o["after"] == [1, 1, 1, 1]
     assert o["null"] == 3 and o["destroy"] == 0
     assert "not supported" not in r.stderr
-    assert not prof.exists() or not any(
-        int(line.split()[0]) in range(42016, 42026) for line in prof.read_text().splitlines()
-        if not line.startswith("#")), "no op reaches proxyd"
+    assert not any(fid in range(42016, 42026) for fid in call_profile(prof)), "no op reaches proxyd"

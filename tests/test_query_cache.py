@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import client_env
+from conftest import call_profile, client_env
 
 SCRIPT = r"""
 import ctypes, json
@@ -60,11 +60,7 @@ def test_repeated_queries_answered_in_the_shim(emu_daemon, tmp_path):
     assert o["bad_dev"] == 101, "an invalid device is still proxyd's to judge (CUDA_ERROR_INVALID_DEVICE)"
     from gpuproxy.proxyd._generated import NAMES
     ids = {n: i for i, n in NAMES.items()}
-    rows = {}
-    for line in prof.read_text().splitlines():
-        if not line.startswith("#"):
-            fid, calls, sync_calls, _us = line.split()
-            rows[int(fid)] = int(sync_calls)
+    rows = {fid: sync_calls for fid, (_calls, sync_calls) in call_profile(prof).items()}
     assert rows[ids["cuInit"]] == 1
     # four answers before the retain, one after it, one after set-flags, one after release
     assert rows[ids["cuDevicePrimaryCtxGetState"]] == 4
