@@ -53,9 +53,11 @@ def _train(model, step_fn, steps, seed):
     g = torch.Generator(device="cuda").manual_seed(seed)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     losses = []
+    # one fixed batch: the loss must fall on it (fresh random batches of
+    # random labels need not fall in a few steps)
+    x = torch.randn(128, 64, device="cuda", generator=g)
+    y = torch.randint(0, 10, (128,), device="cuda", generator=g)
     for _ in range(steps):
-        x = torch.randn(128, 64, device="cuda", generator=g)
-        y = torch.randint(0, 10, (128,), device="cuda", generator=g)
         opt.zero_grad(set_to_none=True)
         loss = step_fn(x, y)
         loss.backward()
