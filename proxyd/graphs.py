@@ -32,6 +32,7 @@ import base64
 
 from . import protocol as P
 from .dispatch import CUDA_SUCCESS, handler
+from .graph_libcapture import LibCapture
 from .session import CudaError
 
 CUDA_ERROR_INVALID_VALUE = 1
@@ -106,6 +107,8 @@ def capture_op(d, sess, op) -> tuple[bool, int, str]:
     if fn is None or fn.handler in CAPTURE_CONTROL:
         return False, 0, ""
     args = op[2:]
+    if fn.handler == "library":
+        return _capture_library_op(d, sess, fn, op)
     slot = _stream_slot(fn, args)
     st = _get_stream(args, slot)
     if st is None:
@@ -135,6 +138,23 @@ def capture_op(d, sess, op) -> tuple[bool, int, str]:
     if fn.handler == "event_record":
         sess.capture_events[int(args[0] or 0)] = gid
     g.info["nodes"].append([op[0], op[1], _frozen(list(args))])
+    return True, 0, ""
+
+
+def _capture_library_op(d, sess, fn, op) -> tuple[bool, int, str]:
+    """A math-library call whose stream is capturing (graph_libcapture.py)."""
+    from .graph_libcapture import capture, library_stream
+    st = library_stream(sess, fn, op[2:])
+    if st is None:
+        return False, 0, ""
+    gid = sess.capture.get(_stream_value(fn, st))
+    g = sess.objects.get((P.K_GRAPH, gid)) if gid is not None else None
+    if g is None:
+        return False, 0, ""
+    lc, code, msg = capture(d, sess, fn, op, st, _frozen(list(op[2:])))
+    if lc is None:
+        return True, code, msg
+    g.info["nodes"].append([op[0], op[1], lc])
     return True, 0, ""
 
 
@@ -206,6 +226,9 @@ def h_launch(d, sess, fn, ctx, args, **kw):
     try:
         for fid, ctxh, nargs in e.info["nodes"]:
             nfn = FUNCTIONS[fid]
+            if isinstance(nargs, LibCapture):
+                nargs.launch(sess, stream)      # library work captured as a graph of its own
+                continue
             slot = _stream_slot(nfn, nargs)
             op = [fid, ctxh] + (_with_stream(nargs, slot, stream) if slot[0] >= 0 else list(nargs))
             code, _outs, msg = d.run_op(sess, op)
@@ -260,6 +283,8 @@ def describe(sess) -> list:
     """Graphs (not while capturing: a dump synchronises first, but a capture
     may be open; it is recorded and continues after a restore) and
     executable graphs, with their ops."""
+    from .graph_libcapture import describe_check
+    describe_check(sess)
     out = []
     for kind, name in ((P.K_GRAPH, "graph"), (P.K_GRAPH_EXEC, "exec")):
         for o in sess.of_kind(kind):

@@ -1006,3 +1006,92 @@ def test_cusparse_legacy_matrix_descriptor_lives_in_the_shim(emu_daemon, tmp_pat
     assert o["null"] == 3 and o["destroy"] == 0
     assert "not supported" not in r.stderr
     assert not any(fid in range(42016, 42026) for fid in call_profile(prof)), "no op reaches proxyd"
+
+
+CAPTURE_SCRIPT = r"""
+import ctypes, json, struct, sys
+from ctypes import byref, c_float, c_int, c_void_p
+cb = ctypes.CDLL("libcublas.so.13")
+rt = ctypes.CDLL("libcudart.so.13")
+out = {}
+h, st, g, e = c_void_p(), c_void_p(), c_void_p(), c_void_p()
+A, B, C = c_void_p(), c_void_p(), c_void_p()
+out["create"] = cb.cublasCreate_v2(byref(h))
+rt.cudaStreamCreate(byref(st))
+for p in (A, B, C):
+    rt.cudaMalloc(byref(p), 16)
+def put(p, vals):
+    buf = (c_float * 4)(*vals)
+    rt.cudaMemcpy(p, buf, 16, 1)
+def get(p):
+    buf = (c_float * 4)()
+    rt.cudaMemcpy(buf, p, 16, 2)
+    return list(buf)
+put(A, [1, 2, 3, 4]); put(B, [5, 6, 7, 8]); put(C, [0, 0, 0, 0])
+one, zero = c_float(1.0), c_float(0.0)
+out["set_stream"] = cb.cublasSetStream_v2(h, st)
+out["begin"] = rt.cudaStreamBeginCapture(st, 0)          # cudaStreamCaptureModeGlobal
+out["gemm"] = cb.cublasSgemm_v2(h, 0, 0, 2, 2, 2, byref(one), A, 2, B, 2, byref(zero), C, 2)
+out["end"] = rt.cudaStreamEndCapture(st, byref(g))
+out["after_capture"] = get(C)                             # capturing runs nothing
+out["inst"] = \
+    rt.cudaGraphInstantiateWithFlags(byref(e), g, ctypes.c_ulonglong(0))
+out["launch1"] = rt.cudaGraphLaunch(e, st)
+rt.cudaStreamSynchronize(st)
+out["c1"] = get(C)
+put(A, [2, 0, 0, 2])                                      # the graph reads A when launched
+out["launch2"] = rt.cudaGraphLaunch(e, st)
+rt.cudaStreamSynchronize(st)
+out["c2"] = get(C)
+print(json.dumps(out), flush=True)
+print("waiting", flush=True)
+sys.stdin.readline()
+out2 = {"exec_destroy": rt.cudaGraphExecDestroy(e), "graph_destroy": rt.cudaGraphDestroy(g)}
+print(json.dumps(out2), flush=True)
+print("waiting", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _colmajor_mm(a, b):
+    """2x2 column-major product, the reference cuBLAS's convention defines."""
+    return [sum(a[i + 2 * k] * b[k + 2 * j] for k in range(2)) for j in range(2) for i in range(2)]
+
+
+def test_cublas_call_in_a_stream_capture_runs_at_each_graph_launch(emu_daemon, tmp_path, proxy_cli):
+    """A cuBLAS call on a handle whose stream is capturing belongs to the
+    graph (proxyd/graph_libcapture.py): nothing runs at capture, each launch
+    computes with the data of the moment, and a dump while such a graph
+    lives is refused with one clear line (nothing lost: the app goes on),
+    then succeeds once the app has destroyed it."""
+    proc = subprocess.Popen([sys.executable, "-c", CAPTURE_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=client_env(emu_daemon))
+    env = {**os.environ, "GPUPROXY_ENDPOINT": emu_daemon.endpoint}
+    try:
+        o = json.loads(proc.stdout.readline())
+        assert proc.stdout.readline() == "waiting\n"
+        assert o["create"] == 0 and o["set_stream"] == 0 and o["begin"] == 0 and o["gemm"] == 0 and o["end"] == 0
+        assert o["after_capture"] == [0, 0, 0, 0], "a captured gemm must not run at capture time"
+        assert o["inst"] == 0 and o["launch1"] == 0 and o["launch2"] == 0
+        assert o["c1"] == _colmajor_mm([1, 2, 3, 4], [5, 6, 7, 8])
+        assert o["c2"] == _colmajor_mm([2, 0, 0, 2], [5, 6, 7, 8]), "the second launch reads A anew"
+        r = subprocess.run([*proxy_cli, "--dump", "--gpu-only", "--leave-running", "--pid", str(proc.pid),
+                            "--dir", str(tmp_path / "img1")], capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode != 0 and "captured" in (r.stdout + r.stderr) and "cublasSgemm_v2" in (r.stdout + r.stderr), \
+            r.stdout + r.stderr
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        o2 = json.loads(proc.stdout.readline())
+        assert o2 == {"exec_destroy": 0, "graph_destroy": 0}
+        assert proc.stdout.readline() == "waiting\n"
+        r = subprocess.run([*proxy_cli, "--dump", "--gpu-only", "--leave-running", "--pid", str(proc.pid),
+                            "--dir", str(tmp_path / "img2")], capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(60)
+        assert proc.returncode == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
