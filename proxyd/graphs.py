@@ -283,13 +283,19 @@ def describe(sess) -> list:
     """Graphs (not while capturing: a dump synchronises first, but a capture
     may be open; it is recorded and continues after a restore) and
     executable graphs, with their ops."""
-    from .graph_libcapture import describe_check
+    from .graph_libcapture import describe_check, describe_node
     describe_check(sess)
     out = []
     for kind, name in ((P.K_GRAPH, "graph"), (P.K_GRAPH_EXEC, "exec")):
         for o in sess.of_kind(kind):
+            nodes = o.info["nodes"]
             d = {"id": o.id, "kind": name, "ctx": o.ctx,
-                 "nodes": [[fid, ctxh, _enc(list(a))] for fid, ctxh, a in o.info["nodes"]]}
+                 "nodes": [[fid, ctxh, _enc(list(a.args) if isinstance(a, LibCapture) else list(a))]
+                           for fid, ctxh, a in nodes]}
+            libs = [[i, describe_node(a)] for i, (_f, _c, a) in enumerate(nodes) if isinstance(a, LibCapture)]
+            if libs:
+                # math-library calls captured with snapshots of their objects (graph_libcapture.py)
+                d["libcaptures"] = libs
             if name == "graph":
                 d["origin"] = o.info["origin"]
                 d["capturing"] = bool(o.info["capturing"])
@@ -307,13 +313,21 @@ def describe(sess) -> list:
     return out
 
 
-def rebuild(sess, graphs: list, capture: dict, capture_events: dict):
+def rebuild(sess, graphs: list, capture: dict, capture_events: dict, d=None):
     from ._generated import FUNCTIONS
+    from .graph_libcapture import from_image
     for g in graphs:
         nodes = []
-        for fid, ctxh, a in g["nodes"]:
+        libs = {int(i): rec for i, rec in g.get("libcaptures", [])}
+        for i, (fid, ctxh, a) in enumerate(g["nodes"]):
             if int(fid) not in FUNCTIONS:
                 raise CudaError(CUDA_ERROR_INVALID_VALUE, f"graph {g['id']}: function id {fid} unknown")
+            if i in libs:
+                if d is None or FUNCTIONS[int(fid)].handler != "library":
+                    raise CudaError(CUDA_ERROR_INVALID_VALUE, f"graph {g['id']}: node {i} is no library call")
+                # made again once streams and library objects exist (engine: realize_pending)
+                nodes.append([int(fid), int(ctxh), from_image(d, sess, int(fid), int(ctxh), _dec(a), libs[i])])
+                continue
             nodes.append([int(fid), int(ctxh), _dec(a)])
         if g["kind"] == "graph":
             o = sess.add(P.K_GRAPH, None, int(g.get("ctx", 0)), {"nodes": nodes, "origin": int(g.get("origin", 0)),

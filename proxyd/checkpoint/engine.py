@@ -971,7 +971,8 @@ class Engine:
         from ..vmm import rebuild as rebuild_vmm
         rebuild_vmm(sess, desc.get("mem_handles", []), dmap)
         from ..graphs import rebuild as rebuild_graphs
-        rebuild_graphs(sess, desc.get("graphs", []), desc.get("capture", {}), desc.get("capture_events", {}))
+        rebuild_graphs(sess, desc.get("graphs", []), desc.get("capture", {}), desc.get("capture_events", {}),
+                       self.dispatcher)
         self._rebuild_arrays(sess, img, desc)
         t_arena = time.monotonic()
         self.rstats["memory_map_ms"] = _ms(t_mod, t_arena)     # the arena's chunks mapped again
@@ -1034,6 +1035,10 @@ class Engine:
             if code:
                 raise CheckpointError(f"replaying {fn.name} failed with CUDA error {code}: {msg}")
         self.rstats["replayed"] = len(desc.get("replay", []))
+        # math-library calls captured into graphs, made again from their
+        # snapshots now that streams and library objects exist (graph_libcapture.py)
+        from ..graph_libcapture import realize_pending
+        realize_pending(self.dispatcher, sess)
         self.rstats["objects_ms"] = _ms(t_arena, time.monotonic())
         # memory: upload, then check what landed on the device against the image's hashes
         refs = img.chunks()
