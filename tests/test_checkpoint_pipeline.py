@@ -124,3 +124,76 @@ def test_multi_client_harness(tmp_path, monkeypatch):
     assert len(two["copy_each"]) == 2 and all(x > 0 for x in two["copy_each"])
     assert two["sync_p50_us"] > 0 and two["sync_p99_us"] >= two["sync_p50_us"]
     assert "| 2 |" in MC.clients_table(r)
+
+
+# ---- restore by DMA from the image's mapping (proxyd/checkpoint/direct_upload.py)
+# On the emulated backend nothing needs registering; GPUPROXY_RESTORE_DIRECT=1
+# runs the same planning, per-segment queueing, fences and fallback there.
+
+def test_direct_restore_from_image_mapping(hold, tmp_path):
+    h, s0, s1, s2, dump, rest = run_small(hold, tmp_path, {"GPUPROXY_RESTORE_DIRECT": "1",
+                                                           "GPUPROXY_RESTORE_REG_MB": "1",
+                                                           "GPUPROXY_RESTORE_REG_THREADS": "3"}, count=120)
+    assert s1 == s0 and s2 != s1
+    up = rest["upload"]
+    assert up["mode"] == "direct", up
+    d = up["direct"]
+    assert d["bytes"] == up["bytes"] == rest["bytes"]
+    assert d["segments"] >= 2 and d["failed_segments"] == 0 and d["copies"] >= d["segments"]
+    assert "batches" not in up            # the ring did not run
+
+
+def test_direct_restore_refused_segment_goes_through_ring(hold, tmp_path):
+    h, s0, s1, s2, dump, rest = run_small(hold, tmp_path, {"GPUPROXY_RESTORE_DIRECT": "1",
+                                                           "GPUPROXY_RESTORE_REG_MB": "1",
+                                                           "GPUPROXY_TEST_DIRECT_FAIL_SEGMENT": "1"}, count=120)
+    assert s1 == s0 and s2 != s1
+    up = rest["upload"]
+    assert up["mode"] == "direct+ring", up
+    assert up["direct"]["failed_segments"] == 1
+    assert 0 < up["ring_bytes"] < up["bytes"] and up["direct"]["bytes"] < up["bytes"]
+
+
+def test_direct_restore_off_and_compressed_use_the_ring(hold, tmp_path):
+    h, s0, s1, s2, dump, rest = run_small(hold, tmp_path, {"GPUPROXY_RESTORE_DIRECT": "0"}, count=40)
+    assert s1 == s0 and rest["upload"]["mode"] == "ring" and "direct" not in rest["upload"]
+    h, s0, s1, s2, dump, rest = run_small(hold, tmp_path / "z", {"GPUPROXY_RESTORE_DIRECT": "1"},
+                                          compress="zstd:3", count=40)
+    assert s1 == s0
+    from gpuproxy.proxyd.checkpoint.image import Image
+    z = Image.open(tmp_path / "z" / "img").manifest["compression"]
+    assert z["chunks"] > 0
+    up = rest["upload"]
+    assert up["mode"] in ("ring", "direct+ring") and up["ring_bytes"] >= z["bytes"]
+
+
+def test_direct_plan_cuts_copies_at_segments():
+    """plan(): a copy never crosses a segment (one registration each), runs
+    contiguous in the file and on the device are one copy, compressed
+    chunks are left for the ring."""
+    from types import SimpleNamespace as NS
+    from gpuproxy.proxyd.checkpoint import direct_upload as DU
+    from gpuproxy.proxyd.checkpoint.engine import Piece
+    M = 1 << 20
+    seg = 4 * M
+    img = NS(chain=[NS(memory_size=lambda: 13 * M)])
+    # chunks of 2 MiB at file offsets 0, 2, 4 MiB (addresses contiguous), one at 7 MiB (crosses 8 MiB),
+    # a compressed one, and one at 11 MiB (crosses 12 MiB) far away on the device
+    def ref(addr, off, n=2 * M, flags=0):
+        return NS(addr=addr, offset=off, length=n, image=0, compressed=bool(flags), disk_length=n)
+    A = 0x7f0000000000
+    refs = [ref(A, 0), ref(A + 2 * M, 2 * M), ref(A + 4 * M, 4 * M), ref(A + 6 * M, 7 * M),
+            ref(A + 8 * M, 9 * M, flags=1), ref(A + 20 * M, 11 * M)]
+    pieces = {r.addr: Piece(r.addr, r.length, 0, A) for r in refs}
+    segs, rest = DU.plan(img, refs, pieces, span=False, seg=seg, images={0})
+    assert [r.addr for r in rest] == [A + 8 * M]
+    copies = [(c[1], c[3], c[4]) for s in segs for c in s.copies]
+    for s in segs:
+        for c in s.copies:
+            assert s.lo <= c[1] and c[1] + c[4] <= s.hi
+    assert copies == [(0, A, 4 * M), (4 * M, A + 4 * M, 2 * M), (7 * M, A + 6 * M, M),
+                      (8 * M, A + 7 * M, M), (11 * M, A + 20 * M, M), (12 * M, A + 21 * M, M)]
+    assert [(s.lo, s.hi) for s in segs] == [(0, 4 * M), (4 * M, 8 * M), (8 * M, 12 * M), (12 * M, 13 * M)]
+    assert sum(c[2] for c in copies) == sum(r.length for r in refs if not r.compressed)
+    # the chunk that crosses 8 MiB is named by both segments (a refused one sends it to the ring)
+    assert [r.addr for r in segs[1].refs] == [A + 4 * M, A + 6 * M] and segs[2].refs[0].addr == A + 6 * M

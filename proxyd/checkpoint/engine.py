@@ -639,6 +639,35 @@ class Engine:
     READ_PIECE = 4 << 20
 
     def _upload(self, img: Image, refs, pieces):
+        """Image chunks -> device memory: by DMA straight out of the image
+        file's mapping where it can be registered (direct_upload.py: an
+        image in host memory on the cuda backend), the rest (compressed
+        chunks, files or segments whose registration is refused) through
+        the ring of page-locked slots (_upload_ring). rstats["upload"]: the
+        ring's figures at the top level where it ran, the direct path's
+        under "direct", and mode, bytes, wall_ms, gbps of the whole."""
+        from . import direct_upload
+        b = self.backend
+        t0 = time.monotonic()
+        rest, dst = refs, None
+        if refs and direct_upload.eligible_images(b, img):
+            fail = os.environ.get("GPUPROXY_TEST_DIRECT_FAIL_SEGMENT")     # tests: one refused segment
+            rest, dst = direct_upload.upload(b, img, refs, pieces, span=getattr(b, "spans_mappings", False),
+                                             lanes=self.LANES, fail_segment=int(fail) if fail else None)
+        up: dict = {}
+        if rest:
+            self._upload_ring(img, rest, pieces)
+            up = self.rstats["upload"]
+            up["ring_bytes"] = up.get("bytes", 0)
+        if dst is not None:
+            up["direct"] = dst
+        up["mode"] = "ring" if dst is None or not dst["bytes"] else ("direct+ring" if rest else "direct")
+        up["bytes"] = sum(r.length for r in refs)
+        up["wall_ms"] = _ms(t0, time.monotonic())
+        up["gbps"] = round(up["bytes"] / max(time.monotonic() - t0, 1e-9) / 1e9, 2)
+        self.rstats["upload"] = up
+
+    def _upload_ring(self, img: Image, refs, pieces):
         """Image chunks -> device memory, as a pipeline over a ring of
         page-locked slots (the pool's first SLOTS x SLOT bytes, reused by
         every restore of this worker):
