@@ -23,6 +23,12 @@ SEGMENT boundaries (segment_end).
 A segment whose registration fails stays usable as pageable memory (copies
 into it are correct, only slower); the reason is logged once.
 
+Knobs (environment of proxyd), so that one GPU run can compare variants:
+$GPUPROXY_PIN_THREADS (default min(16, cores): first touch scales with
+threads, 40 GB/s on 16 of the H100 host's cores against 5 GB/s on one;
+registration itself does not, bench/pin_cost.cu) and $GPUPROXY_PIN_SEGMENT_MB
+(default 256: the unit a copy waits for and a registration call covers).
+
 Locking: `_cv` guards the ready/failed sets; the pinning threads only touch
 and register their own segments. The pool's owner (the engine, under its
 lock) is the only user of the memory; free() waits for the pinning threads.
@@ -43,12 +49,21 @@ log = logging.getLogger("proxyd")
 SEGMENT = 256 << 20
 
 
+def _env_int(name: str, default: int) -> int:
+    try:
+        v = int(os.environ.get(name, "") or default)
+        return v if v > 0 else default
+    except ValueError:
+        log.warning("%s=%r is not a number; using %d", name, os.environ.get(name), default)
+        return default
+
+
 class PinnedPool:
     def __init__(self, size: int, register, unregister, threads: int | None = None, segment: int | None = None):
         """register(view) -> handle or raises; unregister(handle). Pinning
         starts at once on `threads` background threads."""
         self.size = size
-        self.segment = segment or SEGMENT
+        self.segment = segment or (_env_int("GPUPROXY_PIN_SEGMENT_MB", SEGMENT >> 20) << 20)
         self.mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         try:
             self.mm.madvise(mmap.MADV_HUGEPAGE)
@@ -63,10 +78,11 @@ class PinnedPool:
         self._next = 0
         self._stop = False
         self.failed: str | None = None
-        self.stats = {"touch_s": 0.0, "register_s": 0.0, "segments": self.nseg, "threads": 0}
+        self.stats = {"touch_s": 0.0, "register_s": 0.0, "register_max_s": 0.0, "segments": self.nseg,
+                      "segment_mb": self.segment >> 20, "threads": 0}
         self.t0 = time.monotonic()
         self.t_done: float | None = None
-        n = max(1, min(threads or min(8, os.cpu_count() or 1), self.nseg))
+        n = max(1, min(threads or _env_int("GPUPROXY_PIN_THREADS", min(16, os.cpu_count() or 1)), self.nseg))
         self.stats["threads"] = n
         self._threads = [threading.Thread(target=self._run, name=f"gpuproxy-pin{i}", daemon=True) for i in range(n)]
         for t in self._threads:
@@ -96,6 +112,7 @@ class PinnedPool:
             with self._cv:
                 self.stats["touch_s"] += t1 - t0
                 self.stats["register_s"] += t2 - t1
+                self.stats["register_max_s"] = max(self.stats["register_max_s"], t2 - t1)
                 if h is not None:
                     self._handles[k] = h
                 self._ready.add(k)
@@ -118,6 +135,20 @@ class PinnedPool:
             while not all(k in self._ready for k in range(first, last + 1)):
                 self._cv.wait()
         return time.monotonic() - t0
+
+    def wait_any(self, segments) -> set[int]:
+        """Blocks until at least one of `segments` (indexes) is pinned (or
+        known to stay pageable); returns those that are. Lets a caller
+        issue copies in the order segments become ready."""
+        want = set(segments)
+        if not want:
+            return set()
+        with self._cv:
+            while True:
+                got = want & self._ready
+                if got:
+                    return got
+                self._cv.wait()
 
     def all_pinned(self) -> bool:
         with self._cv:

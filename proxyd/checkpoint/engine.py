@@ -501,41 +501,80 @@ class Engine:
             self._copy_to_host(host)
 
     LANES = int(os.environ.get("GPUPROXY_CKPT_LANES", "2"))
+    # the order copies into the page-locked pool are queued while it is
+    # still being pinned: "ready" (default), as their pool segments become
+    # page-locked, or "address", in order (each waits for its segment)
+    COPY_ORDER = os.environ.get("GPUPROXY_CKPT_COPY_ORDER", "ready")
 
     def _read_runs(self, pieces: list[Piece], buf, off: int, src):
         """Copies pieces into buf (the page-locked pool) from offset off, a run
         of contiguous memory per copy, queued on the backend's copy lanes
         with no synchronisation in between and waited for once at the end;
-        each piece's `host` becomes its slice of buf. A copy waits only until
-        its part of the pool is page-locked (pinned_pool.py) and never
-        crosses a pool segment."""
+        each piece's `host` becomes its slice of buf. A copy never crosses
+        a pool segment (pinned_pool.py: each is its own registration) and
+        is queued only once its segment is page-locked; while the pool is
+        still being pinned (the first dump of a worker), copies are queued
+        in the order their segments become ready. Stats (cstats): time
+        waited for pinning, time spent inside the copy calls themselves
+        (call_ms, call_max_ms: the driver may hold a queued copy while
+        registrations run), queueing and the final synchronisation."""
         b = self.backend
         t0 = time.monotonic()
-        waited = 0.0
-        copies = 0
-        devs = set()
         lanes = max(1, self.LANES)
+        jobs = []                        # (device, source address, offset in buf, bytes)
+        devs = set()
         for run in runs(pieces, getattr(b, "spans_mappings", False), src):
             size = sum(p.n for p in run)
             dev, a, o, left = run[0].dev, src(run[0]), off, size
             while left:
                 k = min(left, b.segment_end(o) - o)
-                waited += b.wait_pinned(o, k)
-                b.read_device_async(dev, a, k, buf[o:o + k], lane=copies % lanes)
-                copies += 1
+                jobs.append((dev, a, o, k))
                 a, o, left = a + k, o + k, left - k
             devs.add(dev)
             for p in run:
                 p.host = buf[off:off + p.n]
                 off += p.n
+        pool = b.pinned_pool() if hasattr(b, "pinned_pool") else None
+        st = self.cstats
+        calls = {"n": 0, "s": 0.0, "max": 0.0}
+
+        def issue(job):
+            dev, a, o, k = job
+            t = time.monotonic()
+            b.read_device_async(dev, a, k, buf[o:o + k], lane=calls["n"] % lanes)
+            t = time.monotonic() - t
+            calls["n"] += 1
+            calls["s"] += t
+            calls["max"] = max(calls["max"], t)
+
+        waited = 0.0
+        if pool is not None and self.COPY_ORDER == "ready" and not pool.all_pinned():
+            st["order"] = "ready"
+            by_seg: dict[int, list] = {}
+            for j in jobs:
+                by_seg.setdefault(j[2] // pool.segment, []).append(j)
+            while by_seg:
+                t = time.monotonic()
+                got = pool.wait_any(by_seg)
+                waited += time.monotonic() - t
+                for k in sorted(got):
+                    for j in by_seg.pop(k):
+                        issue(j)
+        else:
+            st.setdefault("order", "address")
+            for j in jobs:
+                waited += b.wait_pinned(j[2], j[3])
+                issue(j)
         t1 = time.monotonic()
         for d in devs:
             b.sync_copies(d)
-        st = self.cstats
-        st["copies"] = st.get("copies", 0) + copies
+        st["copies"] = st.get("copies", 0) + calls["n"]
         st["wait_pinned_ms"] = round(st.get("wait_pinned_ms", 0) + waited * 1000, 3)
+        st["call_ms"] = round(st.get("call_ms", 0) + calls["s"] * 1000, 3)
+        st["call_max_ms"] = round(max(st.get("call_max_ms", 0), calls["max"] * 1000), 3)
         st["queue_ms"] = round(st.get("queue_ms", 0) + (t1 - t0) * 1000, 3)
         st["sync_ms"] = round(st.get("sync_ms", 0) + (time.monotonic() - t1) * 1000, 3)
+        st["lanes"] = lanes
 
     def _copy_to_host(self, pieces: list[Piece]):
         """Device memory -> the page-locked pool (the app may be running: a
