@@ -113,6 +113,24 @@ def test_small_suite_harness(tmp_path, monkeypatch):
     assert "| default |" in CB.small_table(r)
 
 
+def test_variants_suite_harness(tmp_path, monkeypatch):
+    """bench's ckptvar suite: each variant's knobs reach its own proxyd (the
+    restore's mode shows which upload path ran) and bad specs are refused."""
+    import checkpoint_bench as CB
+    monkeypatch.setenv("BENCH_CKPT_GIB", "0.01")
+    monkeypatch.setenv("BENCH_CKPT_DIR", str(tmp_path))
+    monkeypatch.setenv("BENCH_CKPT_VARIANTS", "ring:GPUPROXY_RESTORE_DIRECT=0;direct:GPUPROXY_RESTORE_DIRECT=1")
+    r = CB.variants_suite("emu", tmp_path)
+    rows = r["sizes"]["0.01"]
+    for name, mode in (("ring", "ring"), ("direct", "direct")):
+        assert "error" not in rows[name], rows[name].get("error")
+        assert rows[name]["checksum_ok"] and rows[name]["restore"]["upload"]["mode"] == mode
+    assert "| direct |" in CB.variants_table(r)
+    with pytest.raises(ValueError, match="GPUPROXY_NAME=VALUE"):
+        CB.parse_variants("x:LANES=2")
+    assert CB.parse_variants("a:;b:GPUPROXY_CKPT_LANES=4") == {"a": {}, "b": {"GPUPROXY_CKPT_LANES": "4"}}
+
+
 def test_multi_client_harness(tmp_path, monkeypatch):
     """bench/multi_client_bench.py on the emulated backend: two proxied
     clients start together and each reports its work."""
