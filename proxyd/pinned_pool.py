@@ -77,6 +77,9 @@ class PinnedPool:
         self._handles: dict[int, object] = {}
         self._next = 0
         self._stop = False
+        self._hook = None          # (fn, segments still to run it for) of run_when_ready
+        self._hook_left = 0
+        self._hook_error: BaseException | None = None
         self.failed: str | None = None
         self.stats = {"touch_s": 0.0, "register_s": 0.0, "register_max_s": 0.0, "segments": self.nseg,
                       "segment_mb": self.segment >> 20, "threads": 0}
@@ -118,7 +121,13 @@ class PinnedPool:
                 self._ready.add(k)
                 if len(self._ready) == self.nseg:
                     self.t_done = t2
+                hook = self._hook
+                mine = hook is not None and k in hook[1]
+                if mine:
+                    hook[1].discard(k)
                 self._cv.notify_all()
+            if mine:
+                self._run_hook(hook[0], k)
 
     def segment_end(self, off: int) -> int:
         """The end of the segment holding byte off (copies stop there)."""
@@ -149,6 +158,45 @@ class PinnedPool:
                 if got:
                     return got
                 self._cv.wait()
+
+    def run_when_ready(self, segments, fn) -> None:
+        """Runs fn(k) once for each segment index k in `segments` as soon as
+        it is pinned: on the pinning thread that pinned it, right after its
+        registration, or on the calling thread for segments pinned already;
+        returns when every call has returned, re-raising the first
+        exception one raised. Lets the first dump copy into a segment the
+        moment it is page-locked, from as many threads as pin, with no
+        single thread queueing all copies. One caller at a time (the
+        engine's lock)."""
+        want = set(segments)
+        with self._cv:
+            now = want & self._ready
+            self._hook = (fn, want - now)
+            self._hook_left = len(want)
+            self._hook_error = None
+        try:
+            for k in sorted(now):
+                self._run_hook(fn, k)
+            with self._cv:
+                while self._hook_left > 0:
+                    self._cv.wait()
+        finally:
+            with self._cv:
+                self._hook = None
+        if self._hook_error is not None:
+            raise self._hook_error
+
+    def _run_hook(self, fn, k: int) -> None:
+        try:
+            fn(k)
+        except BaseException as e:       # handed to run_when_ready's caller
+            with self._cv:
+                if self._hook_error is None:
+                    self._hook_error = e
+        finally:
+            with self._cv:
+                self._hook_left -= 1
+                self._cv.notify_all()
 
     def all_pinned(self) -> bool:
         with self._cv:

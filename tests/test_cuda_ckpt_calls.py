@@ -236,3 +236,53 @@ def test_first_dump_copies_are_queued_as_pool_segments_become_ready(backend, mon
     assert sorted(offs) == [0, 2 * M, 4 * M, 6 * M]
     assert offs[0] != 0                             # not in address order: segment 0 was not ready
     assert eng.cstats["order"] == "ready" and eng.cstats["copies"] == 4
+
+
+def test_first_dump_copies_made_by_the_pinning_threads(backend, monkeypatch):
+    """COPY_ORDER pinthread: each pool segment's copy is made (synchronously,
+    no stream per thread) by the thread that pinned it, or by the caller
+    for segments pinned already; every byte range exactly once."""
+    from types import SimpleNamespace as NS
+    from gpuproxy.proxyd import pinned_pool
+    from gpuproxy.proxyd.checkpoint.engine import Engine, Piece
+    b = backend
+    M = 1 << 20
+    monkeypatch.setattr(pinned_pool, "SEGMENT", 2 * M)
+    monkeypatch.setenv("GPUPROXY_PIN_THREADS", "2")
+    monkeypatch.setattr(Engine, "COPY_ORDER", "pinthread")
+    real = b.lib
+    who = []
+    gate = threading.Event()
+
+    class Lib:
+        def __getattr__(self, name):
+            f = getattr(real, name)
+            if name == "cuMemHostRegister_v2":
+                def reg(*a):
+                    gate.wait(10)            # nothing is pinned before the copies are asked for
+                    return f(*a)
+                return reg
+            if name == "cuMemcpyDtoH_v2":
+                def copy(*a):
+                    who.append(threading.current_thread().name)
+                    return f(*a)
+                return copy
+            return f
+    b.lib = Lib()
+    eng = Engine(NS(backend=b, dispatcher=None))
+    eng.cstats = {}
+    A = 0x7f0000000000
+    pieces = [Piece(A + o, 2 * M, 0, A) for o in range(0, 8 * M, 2 * M)]
+    view = b.host_buffer(8 * M)
+    base = int(b.ffi.cast("uintptr_t", b.ffi.from_buffer(view)))
+    threading.Timer(0.2, gate.set).start()
+    try:
+        eng._read_runs(pieces, view, 0, lambda p: p.addr)
+    finally:
+        b.release_host_buffer()
+    copies = names(b, "cuMemcpyDtoH_v2")
+    assert sorted(int(b.ffi.cast("uintptr_t", a[0])) - base for a in copies) == [0, 2 * M, 4 * M, 6 * M]
+    assert sorted(a[1] - A for a in copies) == [0, 2 * M, 4 * M, 6 * M]
+    assert all(w.startswith("gpuproxy-pin") for w in who), who
+    assert names(b, "cuMemcpyDtoHAsync_v2") == []
+    assert eng.cstats["order"] == "pinthread" and eng.cstats["copies"] == 4

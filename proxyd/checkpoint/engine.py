@@ -501,9 +501,12 @@ class Engine:
             self._copy_to_host(host)
 
     LANES = int(os.environ.get("GPUPROXY_CKPT_LANES", "2"))
-    # the order copies into the page-locked pool are queued while it is
-    # still being pinned: "ready" (default), as their pool segments become
-    # page-locked, or "address", in order (each waits for its segment)
+    # how copies into the page-locked pool are issued while it is still
+    # being pinned: "ready" (default), queued by this thread as their pool
+    # segments become page-locked; "address", queued in order, each waiting
+    # for its segment; "pinthread", each segment's copies made by the
+    # pinning thread that page-locked it, right after its registration
+    # (synchronous copies in proxyd's own context: no stream per thread)
     COPY_ORDER = os.environ.get("GPUPROXY_CKPT_COPY_ORDER", "ready")
 
     def _read_runs(self, pieces: list[Piece], buf, off: int, src):
@@ -548,7 +551,27 @@ class Engine:
             calls["max"] = max(calls["max"], t)
 
         waited = 0.0
-        if pool is not None and self.COPY_ORDER == "ready" and not pool.all_pinned():
+        if pool is not None and self.COPY_ORDER == "pinthread" and not pool.all_pinned():
+            st["order"] = "pinthread"
+            by_seg = {}
+            for j in jobs:
+                by_seg.setdefault(j[2] // pool.segment, []).append(j)
+            mu = __import__("threading").Lock()
+
+            def copy_segment(k):
+                for dev, a, o, n in by_seg[k]:
+                    t = time.monotonic()
+                    b.read_device(dev, a, n, buf[o:o + n])
+                    t = time.monotonic() - t
+                    with mu:
+                        calls["n"] += 1
+                        calls["s"] += t
+                        calls["max"] = max(calls["max"], t)
+            t = time.monotonic()
+            pool.run_when_ready(by_seg, copy_segment)
+            # the caller waited for the pinning threads, which also copied
+            waited = time.monotonic() - t
+        elif pool is not None and self.COPY_ORDER == "ready" and not pool.all_pinned():
             st["order"] = "ready"
             by_seg: dict[int, list] = {}
             for j in jobs:
