@@ -279,11 +279,15 @@ DEFAULT_VARIANTS = {
     "reg_seg_256": {"GPUPROXY_RESTORE_REG_MB": "256"},
     "reg_seg_16": {"GPUPROXY_RESTORE_REG_MB": "16"},
     "reg_threads_4": {"GPUPROXY_RESTORE_REG_THREADS": "4"},
-    "no_populate": {"GPUPROXY_IMAGE_POPULATE": "0"},
+    "reg_populate": {"GPUPROXY_RESTORE_REG_POPULATE": "1"},
     "pin8_address": {"GPUPROXY_PIN_THREADS": "8", "GPUPROXY_CKPT_COPY_ORDER": "address"},
+    "pin16_address": {"GPUPROXY_CKPT_COPY_ORDER": "address"},
+    "pinthread": {"GPUPROXY_CKPT_COPY_ORDER": "pinthread"},
     "pin_seg_64": {"GPUPROXY_PIN_SEGMENT_MB": "64"},
     "pin_seg_1024": {"GPUPROXY_PIN_SEGMENT_MB": "1024"},
     "lanes_4": {"GPUPROXY_CKPT_LANES": "4"},
+    "write_mmap": {"GPUPROXY_IMAGE_WRITE_MODE": "mmap"},
+    "write_falloc": {"GPUPROXY_IMAGE_FALLOCATE": "1"},
 }
 
 

@@ -251,3 +251,49 @@ def test_image_write_mode_unknown_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ImageError, match="expected auto, pwrite or mmap"):
         w.add_chunks([(0x7f0000000000, bytes(4096), None, 0)])
     w.abort()
+
+
+# ---- the same paths on the GPU (scripts/gpu-check runs these): data through
+# the real driver, each variant's path named by the stats
+
+def run_cuda(hold, env: dict, gib=0.3):
+    import tempfile
+    import checkpoint_bench as CB
+    from proxy import Daemon
+    d = Daemon(backend="cuda", env=dict(os.environ, **env), endpoint=f"ipc:///tmp/gpxpipe-g{os.getpid()}.sock")
+    d.start()
+    tmp = Path(tempfile.mkdtemp(prefix="gpxpipe-", dir="/dev/shm"))
+    try:
+        h = CB.Holder(hold, gib, d.env_for_client())
+        try:
+            s0 = h.checksum()
+            first = CB.ctl(d, "dump", pid=h.p.pid, dir=str(tmp / "a"), leave_running=True)
+            dump = CB.ctl(d, "dump", pid=h.p.pid, dir=str(tmp / "r"))
+            rest = CB.ctl(d, "restore", dir=str(tmp / "r"))
+            s1 = h.checksum()
+            h.cmd("touch 10 5")
+            s2 = h.checksum()
+        finally:
+            h.close()
+    finally:
+        d.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return s0, s1, s2, first, dump, rest
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("env,mode,order", [
+    ({}, "direct", "ready"),
+    ({"GPUPROXY_RESTORE_DIRECT": "0", "GPUPROXY_CKPT_COPY_ORDER": "address"}, "ring", "address"),
+    ({"GPUPROXY_RESTORE_REG_MB": "16", "GPUPROXY_TEST_DIRECT_FAIL_SEGMENT": "2",
+      "GPUPROXY_CKPT_COPY_ORDER": "pinthread", "GPUPROXY_PIN_SEGMENT_MB": "32"}, "direct+ring", "pinthread"),
+])
+def test_gpu_checkpoint_copy_paths(hold, env, mode, order):
+    s0, s1, s2, first, dump, rest = run_cuda(hold, env)
+    assert s1 == s0 and s2 != s1
+    assert rest["upload"]["mode"] == mode, rest["upload"]
+    if mode != "ring":
+        assert rest["upload"]["direct"]["bytes"] > 0 and not rest["upload"]["direct"].get("refused")
+    # the first dump of this proxyd pinned its pool while copying (unless it was quick enough)
+    assert first["copy"]["order"] in (order, "address")
+    assert first["host_pool"]["failed"] is None

@@ -29,6 +29,8 @@ Knobs (environment of proxyd):
                                 run this path there); 0: ring only
   GPUPROXY_RESTORE_REG_MB       segment size (default 64)
   GPUPROXY_RESTORE_REG_THREADS  registering threads (default min(16, cores))
+  GPUPROXY_RESTORE_REG_POPULATE 1: map the image with MAP_POPULATE first
+                                (default 0; bench/pin_cost.cu measures both)
 
 Locking and threads: the registering threads call only
 backend.host_register_readonly / host_unregister (the driver allows those
@@ -152,8 +154,15 @@ def upload(backend, img, refs, pieces, *, span: bool, lanes: int, fail_segment: 
         st["wall_ms"] = round((time.monotonic() - t0) * 1000, 3)
         return rest, st
     needs_reg = b.name != "emu"        # the emulated GPU copies from any host memory
-    # the mappings, made here (one per chain image), not on the registering threads
-    maps = {k: memoryview(img.chain[k]._memory(populate=True)) for k in sorted({s.key[0] for s in segs})}
+    # the mappings, made here (one per chain image), not on the registering
+    # threads; without MAP_POPULATE by default: registering a segment enters
+    # its pages anyway, on several threads, where MAP_POPULATE would enter
+    # all of them first on this one
+    populate = os.environ.get("GPUPROXY_RESTORE_REG_POPULATE", "0") == "1"
+    st["populate"] = populate
+    t_map = time.monotonic()
+    maps = {k: memoryview(img.chain[k]._memory(populate=populate)) for k in sorted({s.key[0] for s in segs})}
+    st["map_ms"] = round((time.monotonic() - t_map) * 1000, 3)
     bad = segs[fail_segment] if fail_segment is not None and 0 <= fail_segment < len(segs) else None
 
     def register(s: Segment):
