@@ -286,3 +286,36 @@ def test_first_dump_copies_made_by_the_pinning_threads(backend, monkeypatch):
     assert all(w.startswith("gpuproxy-pin") for w in who), who
     assert names(b, "cuMemcpyDtoHAsync_v2") == []
     assert eng.cstats["order"] == "pinthread" and eng.cstats["copies"] == 4
+
+
+def test_direct_upload_error_waits_for_queued_copies_then_unregisters_everything(backend, monkeypatch):
+    from gpuproxy.proxyd.checkpoint import direct_upload as DU
+    b = backend
+    real = b.lib
+    b.err_name = lambda r: f"CUDA_ERROR_{r}"
+    n_copies = [0]
+
+    class Lib:
+        def __getattr__(self, name):
+            f = getattr(real, name)
+            if name != "cuMemcpyHtoDAsync_v2":
+                return f
+
+            def copy(*a):
+                n_copies[0] += 1
+                real.__getattr__(name)(*a)
+                return 700 if n_copies[0] == 2 else 0      # CUDA_ERROR_ILLEGAL_ADDRESS
+            return copy
+    b.lib = Lib()
+    monkeypatch.setenv("GPUPROXY_RESTORE_DIRECT", "1")
+    monkeypatch.setenv("GPUPROXY_RESTORE_REG_MB", "2")
+    monkeypatch.setenv("GPUPROXY_RESTORE_REG_THREADS", "2")
+    img, _ = _fake_image(8 << 20)
+    refs, pieces = _refs(0x7f0000000000, 8 << 20, 2 << 20)
+    with pytest.raises(Exception, match="cuMemcpyHtoDAsync"):
+        DU.upload(b, img, refs, pieces, span=False, lanes=2)
+    order = [n for n, _ in b.calls]
+    regs, unregs = order.count("cuMemHostRegister_v2"), order.count("cuMemHostUnregister")
+    assert regs == unregs and regs >= 2                 # nothing stays registered
+    first_unreg = order.index("cuMemHostUnregister")
+    assert "cuStreamSynchronize" in order[:first_unreg]  # the queued copies were waited for first

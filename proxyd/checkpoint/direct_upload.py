@@ -251,12 +251,19 @@ def upload(backend, img, refs, pieces, *, span: bool, lanes: int, fail_segment: 
         # in progress after shutdown, and a segment whose copies were
         # queued is given back only after they have run
         ex.shutdown(wait=True)
-        for s in segs:
-            if s.token is not None:
-                if s.fences is not None:
-                    for d in {c[2] for c in s.copies}:
-                        b.sync_copies(d)
+        left = [s for s in segs if s.token is not None]
+        if left:
+            # an error got here: copies of any segment may still be queued
+            # (also a part of the one being queued), so all of this
+            # thread's copy lanes are waited for before any unregistering
+            for d in {c[2] for s in segs for c in s.copies}:
+                try:
+                    b.sync_copies(d)
+                except Exception as e:
+                    log.warning("waiting for restore copies after an error: %s", e)
+            for s in left:
                 unregister(s)
+        for s in segs:
             s.view = None
         maps.clear()
     if failed:
