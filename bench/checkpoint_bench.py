@@ -272,7 +272,8 @@ def checkpoint_table(res: dict) -> str:
 # of the proxyd (its host pool pinned while copying), a second dump that
 # releases the GPU state and writes the image, and the restore from it.
 # $BENCH_CKPT_VARIANTS overrides the list: "name:K=V,K=V;name2:K=V" ("name:"
-# alone: the defaults).
+# alone: the defaults). $BENCH_CKPT_COUNT: hold that many small allocations
+# (ckpt_hold's count mode) instead of GiB-sized buffers (the harness test).
 DEFAULT_VARIANTS = {
     "default": {},
     "ring_restore": {"GPUPROXY_RESTORE_DIRECT": "0"},
@@ -325,7 +326,7 @@ def variants_suite(backend: str, work: Path) -> dict:
             d.start()
             tmp = Path(tempfile.mkdtemp(prefix="gpxvar-", dir=root))
             try:
-                h = Holder(exe, gib, d.env_for_client())
+                h = Holder(exe, gib, d.env_for_client(), count=int(os.environ.get("BENCH_CKPT_COUNT", "0")))
                 try:
                     r["bytes"] = h.bytes
                     s0 = h.checksum()
