@@ -938,6 +938,9 @@ class CudaBackend(Backend):
         pool = getattr(self, "_pool", None)
         return pool.segment_end(off) if pool is not None else 1 << 62
 
+    def pinned_pool(self):
+        return getattr(self, "_pool", None)
+
     def pool_stats(self):
         pool = getattr(self, "_pool", None)
         if pool is None:
