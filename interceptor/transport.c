@@ -90,6 +90,7 @@ static struct {
     /* the batch being built */
     gp_msg cur;
     uint32_t cur_ops;
+    uint64_t ops_issued;    /* every op ever begun (gp_ops_issued) */
     int cur_has_ops;
     /* async messages sent and not yet answered */
     gp_msg inflight[GP_WINDOW_MSGS + 1];
@@ -172,7 +173,10 @@ static void child_after_fork(void)
     G.cur.nframes = 0;
     G.cur.bytes = 0;
     gp_chan_forget();
+    gp_slab_forget_all();
 }
+
+uint64_t gp_ops_issued(void) { return G.ops_issued; }
 
 static void init_once(void)
 {
@@ -1088,6 +1092,7 @@ gp_buf *gp_op_begin(uint32_t fid, uint32_t nargs)
     gp_qc_note_op(fid);
     G.cur_ops++;
     G.cur_has_ops = 1;
+    G.ops_issued++;
     return b;
 }
 
