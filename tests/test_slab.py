@@ -24,6 +24,10 @@ from conftest import call_profile, client_env  # noqa: E402
 from proxy import Daemon  # noqa: E402
 
 CLIENT = Path(__file__).parent / "slab_client.py"
+# GPUPROXY_TEST_BACKEND=cuda (scripts/gpu-check's pytest step): the same
+# tests against the GPU, where the fence against a running kernel is real
+BACKEND = os.environ.get("GPUPROXY_TEST_BACKEND", "emu")
+pytestmark = [pytest.mark.gpu] if BACKEND == "cuda" else []
 FID_CTX_SYNC = 49           # cuCtxSynchronize (specs/driver/context.yaml)
 FID_MEM_ALLOC = 106         # cuMemAlloc_v2 (specs/driver/memory.yaml)
 FID_MEM_FREE = 110          # cuMemFree_v2
@@ -43,10 +47,20 @@ def lines(out: str) -> list[str]:
     return out.splitlines()
 
 
+@pytest.fixture(scope="module")
+def slab_daemon(shim_installed, emu_kernel_files):
+    d = Daemon(backend=BACKEND, emu_kernels=emu_kernel_files if BACKEND == "emu" else ())
+    try:
+        d.start()
+        yield d
+    finally:
+        d.cleanup()
+
+
 @pytest.mark.parametrize("slab", ["on", "off"])
-def test_many_small_allocations(slab, emu_daemon, tmp_path):
+def test_many_small_allocations(slab, slab_daemon, tmp_path):
     extra = {"GPUPROXY_SLAB": "0"} if slab == "off" else {}
-    out, err, prof = run_client(emu_daemon, "patterns", tmp_path, extra)
+    out, err, prof = run_client(slab_daemon, "patterns", tmp_path, extra)
     got = lines(out)
     # the same answers with and without slabs: the driver's behaviour
     assert got == ["aligned True", "disjoint True", "bad after fill 0", "ranges 30 30", "attributes True True",
@@ -61,8 +75,8 @@ def test_many_small_allocations(slab, emu_daemon, tmp_path):
         assert allocs == 2102, prof
 
 
-def test_free_synchronises_only_after_queued_work(emu_daemon, tmp_path):
-    out, err, prof = run_client(emu_daemon, "fence", tmp_path)
+def test_free_synchronises_only_after_queued_work(slab_daemon, tmp_path):
+    out, err, prof = run_client(slab_daemon, "fence", tmp_path)
     assert lines(out) == ["reuse True True"] * 10 + ["done"], out
     # one slab; 101 malloc/free pairs with nothing in between cost no op;
     # the first free (after the context's setup) and the 20 frees that
@@ -72,6 +86,7 @@ def test_free_synchronises_only_after_queued_work(emu_daemon, tmp_path):
     assert FID_MEM_FREE not in prof, prof
 
 
+@pytest.mark.skipif(BACKEND != "emu", reason="needs the emulated device's configurable memory size")
 def test_out_of_memory_is_reported_by_the_allocation(fresh_daemon, emu_kernel_files, tmp_path):
     d = fresh_daemon(env=dict(os.environ, GPUPROXY_EMU_TOTAL_MB="64"))
     out, err, prof = run_client(d, "oom", tmp_path)
@@ -83,20 +98,20 @@ def test_out_of_memory_is_reported_by_the_allocation(fresh_daemon, emu_kernel_fi
     assert prof[FID_MEM_ALLOC][0] == 34, prof
 
 
-def test_threads_share_the_slabs(emu_daemon, tmp_path):
-    out, _, prof = run_client(emu_daemon, "threads", tmp_path)
+def test_threads_share_the_slabs(slab_daemon, tmp_path):
+    out, _, prof = run_client(slab_daemon, "threads", tmp_path)
     assert lines(out) == ["thread errors 0", "done"], out
 
 
-def test_forked_child_forgets_the_parents_slabs(emu_daemon, tmp_path):
+def test_forked_child_forgets_the_parents_slabs(slab_daemon, tmp_path):
     # the child's block is in a session of its own: placed from the parent's
     # slabs, its memset would fail (the address is not the child's)
-    out, _, _ = run_client(emu_daemon, "fork", tmp_path)
+    out, _, _ = run_client(slab_daemon, "fork", tmp_path)
     assert lines(out) == ["child 0", "bad in parent 0", "done"], out
 
 
-def test_runtime_allocations_use_the_slabs(emu_daemon, tmp_path):
-    out, _, prof = run_client(emu_daemon, "runtime", tmp_path)
+def test_runtime_allocations_use_the_slabs(slab_daemon, tmp_path):
+    out, _, prof = run_client(slab_daemon, "runtime", tmp_path)
     # cudaErrorInvalidValue for the double free, cudaErrorMemoryAllocation
     # for the impossible request; the pitched allocation is one block
     assert lines(out) == ["runtime blocks 64 True", "pitched 512 0 True True", "double cudaFree 1", "oom 2",
@@ -104,16 +119,16 @@ def test_runtime_allocations_use_the_slabs(emu_daemon, tmp_path):
     assert prof[FID_MEM_ALLOC][0] == 2, prof      # one slab, the impossible request
 
 
-def test_bad_threshold_is_named(emu_daemon, tmp_path):
-    out, err, prof = run_client(emu_daemon, "fence", tmp_path, {"GPUPROXY_SLAB_MAX": "lots"})
+def test_bad_threshold_is_named(slab_daemon, tmp_path):
+    out, err, prof = run_client(slab_daemon, "fence", tmp_path, {"GPUPROXY_SLAB_MAX": "lots"})
     assert "GPUPROXY_SLAB_MAX=lots is not a byte count; using 262144" in err, err
     assert prof[FID_MEM_ALLOC][0] == 1, prof
 
 
-def test_threshold_sends_larger_requests_to_the_worker(emu_daemon, tmp_path):
+def test_threshold_sends_larger_requests_to_the_worker(slab_daemon, tmp_path):
     # with a 1 KiB threshold, the fence scenario's 4 KiB blocks are the
     # worker's allocations (its 256-byte ones stay in the slab)
-    out, _, prof = run_client(emu_daemon, "fence", tmp_path, {"GPUPROXY_SLAB_MAX": "1k"})
+    out, _, prof = run_client(slab_daemon, "fence", tmp_path, {"GPUPROXY_SLAB_MAX": "1k"})
     assert lines(out) == ["reuse True True"] * 10 + ["done"], out
     assert prof[FID_MEM_ALLOC][0] == 1 + 20, prof
     assert prof[FID_MEM_FREE][0] == 20, prof
@@ -150,11 +165,15 @@ def test_checkpoint_restores_blocks_and_allocator(slab_program, emu_kernel_files
     tmp = Path(f"/tmp/gpx-slab-{os.getpid()}-{time.monotonic_ns() % 10**9}")    # short ipc path
     tmp.mkdir()
     endpoint = f"ipc://{tmp}/proxyd.sock"
-    kernels = [*emu_kernel_files, str(EXTRA / "slab_ckpt_emu.py")]
+    kernels = [*emu_kernel_files, str(EXTRA / "slab_ckpt_emu.py")] if BACKEND == "emu" else []
 
     def start(name):
-        return Daemon(backend="emu", emu_kernels=kernels, endpoint=endpoint, log_path=str(tmp / f"{name}.log")).start()
+        return Daemon(backend=BACKEND, emu_kernels=kernels, endpoint=endpoint, log_path=str(tmp / f"{name}.log")).start()
 
+    if BACKEND == "cuda":
+        # natively first: the program's own checks (its fence check is real on a GPU)
+        r = subprocess.run(slab_program.argv(), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and r.stdout.splitlines()[-1] == "PASS slab_ckpt", r.stdout + r.stderr
     d = start("first")
     try:
         r = subprocess.run(slab_program.argv(), env=client_env(d, {"GPUPROXY_PROFILE": str(tmp_path / "prof")}),
