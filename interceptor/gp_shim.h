@@ -182,6 +182,9 @@ int gp_ctx_add_use(CUcontext ctx, int delta);
  * slab.c synchronises before reusing freed memory only when this moved).
  * Caller holds the lock. */
 uint64_t gp_ops_issued(void);
+/* gp_ops_issued() as it was when a cuCtxSynchronize (the newest op then)
+ * last succeeded; equal to gp_ops_issued(): no op since. Caller holds the lock. */
+uint64_t gp_ops_synced(void);
 
 /* ---- small allocations placed by the shim (slab.c) ---- */
 /* Frees p when it is a block of a slab (*handled = 1, the result returned);

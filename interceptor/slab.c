@@ -28,8 +28,9 @@
  *   or written by queued work, so before a block goes back to the free
  *   list the shim makes the calling thread's context synchronise
  *   (cuCtxSynchronize, one round trip), unless no op at all was sent to the
- *   worker since the last such synchronisation (gp_ops_issued): then no
- *   work can be pending and the free is local. A malloc/free pair with no
+ *   worker since the last successful cuCtxSynchronize (the shim's own or
+ *   the application's: cudaDeviceSynchronize; gp_ops_synced): then no work
+ *   can be pending and the free is local. A malloc/free pair with no
  *   GPU work in between costs no round trip; one after GPU work costs one,
  *   where it cost two before (and natively costs a device sync too).
  * - cuMemFree of an address inside a slab that is not the start of a live
@@ -87,8 +88,6 @@ static struct {
     size_t slab_size;
     slab *v;                /* sorted by base */
     int n, cap;
-    uint64_t synced_at;     /* gp_ops_issued() right after the last synchronisation made by a free */
-    int synced;
 } S;
 
 static size_t env_bytes(const char *name, size_t dflt)
@@ -117,16 +116,18 @@ static void configure(void)
     const char *on = getenv("GPUPROXY_SLAB");
     S.on = !(on && strcmp(on, "0") == 0);
     S.max = env_bytes("GPUPROXY_SLAB_MAX", 256u << 10);
+    /* blocks record their size in 32 bits, and a "small" allocation above
+     * 64 MiB would make every slab huge: the threshold stops there */
+    if (S.max > (64u << 20))
+        S.max = 64u << 20;
     S.slab_size = env_bytes("GPUPROXY_SLAB_SIZE", GRANULE);
     /* a slab holds at least two of the largest blocks, so that one large
      * block does not take a slab of its own */
     if (S.slab_size < 2 * S.max)
         S.slab_size = 2 * S.max;
     S.slab_size = (S.slab_size + GRANULE - 1) / GRANULE * GRANULE;
-    if (S.slab_size / UNIT > (1u << 30))
-        S.slab_size = (size_t)(1u << 30) * UNIT;
-    if (S.max > S.slab_size / 2)
-        S.max = S.slab_size / 2;
+    if (S.slab_size > (1024u << 20))
+        S.slab_size = 1024u << 20;
 }
 
 static uint32_t units_of(size_t bytes) { return (uint32_t)((bytes + UNIT - 1) / UNIT); }
@@ -293,14 +294,9 @@ CUresult gpo_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
  * Caller holds gp_lock. */
 static CUresult fence(void)
 {
-    if (S.synced && gp_ops_issued() == S.synced_at)
+    if (gp_ops_synced() == gp_ops_issued() && gp_ops_issued() != 0)
         return CUDA_SUCCESS;
-    CUresult rc = cuCtxSynchronize();
-    if (rc == CUDA_SUCCESS) {
-        S.synced = 1;
-        S.synced_at = gp_ops_issued();
-    }
-    return rc;
+    return cuCtxSynchronize();
 }
 
 static void remove_slab(int i)
@@ -402,7 +398,6 @@ void gp_slab_forget_all(void)
     free(S.v);
     S.v = NULL;
     S.n = S.cap = 0;
-    S.synced = 0;
 }
 
 /* cuMemGetAddressRange_v2: a block answers itself (see the rules above);

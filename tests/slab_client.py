@@ -188,6 +188,11 @@ def scenario_fence():
         fill(q, 4096, 0x77)
         print("reuse", q == p, read(q, 4096) == b"\x77" * 4096)
         ok(cu.cuMemFree_v2(q), "free")
+    for k in range(5):                   # the application synchronised itself: no second synchronisation
+        p = must_alloc(4096)
+        ok(cu.cuMemsetD8Async(p, 0x21 + k, 4096, stream), "cuMemsetD8Async")
+        ok(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+        ok(cu.cuMemFree_v2(p), "free")
     print("done")
 
 
