@@ -27,9 +27,11 @@ typedef struct gpx_serve_state {
     uint64_t calls; uint64_t served; int reply_state;
     const uint8_t *msg; size_t msg_len;
     int done_ops; int fail_code; int fail_setctx;
+    uint32_t nrecorded; uint64_t recorded[64];
     int code; const uint8_t *outs; size_t outs_len; const uint8_t *printed; size_t printed_len;
 } gpx_serve_state;
 int gpx_serve_ready(void);
+size_t gpx_serve_state_size(void);
 int gpx_add_fid_class(uint32_t fid, int cls);
 void gpx_range_clear(int slot);
 void gpx_range_add(int slot, uint64_t lo, uint64_t hi);

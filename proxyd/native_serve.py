@@ -7,8 +7,9 @@ capturing a graph, holds no unreported async error, no checkpoint works on
 it, no restore moved its addresses, nothing waits out of order), the loop
 hands the channel to gpx_serve, which spins on the request slot with the GIL
 released and answers the hot messages itself: runs of kernel launches
-followed by at most one cuStreamQuery, cuEventQuery, cuStreamSynchronize,
-cuEventSynchronize, cuCtxSynchronize or small inline cuMemcpyDtoH_v2. It
+memsets and event records, followed by at most one cuStreamQuery,
+cuEventQuery, cuStreamSynchronize, cuEventSynchronize, cuCtxSynchronize or
+small inline cuMemcpyDtoH_v2 / cuMemcpyHtoD_v2. It
 returns with the first message it does not serve as it stands (handed to
 Server.handle untouched), a message whose driver call failed (finished here:
 the failure's message and the async-error bookkeeping stay Python's), an
@@ -30,6 +31,7 @@ Locking: the worker's main loop only.
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -37,14 +39,24 @@ import msgpack
 
 from . import protocol as P
 from ._generated import FUNCTIONS
+from .ratelog import RATE
+
+log = logging.getLogger("proxyd")
 
 IDLE, HANDOFF, FAILED, REPLY_ZMQ, REPLY_PY = 0, 1, 2, 3, 4
-C_LAUNCH, C_STREAM_QUERY, C_EVENT_QUERY, C_STREAM_SYNC, C_EVENT_SYNC, C_CTX_SYNC, C_DTOH = range(1, 8)
+(C_LAUNCH, C_STREAM_QUERY, C_EVENT_QUERY, C_STREAM_SYNC, C_EVENT_SYNC, C_CTX_SYNC, C_DTOH, C_HTOD,
+ C_MEMSET8, C_MEMSET16, C_MEMSET32, C_EVENT_RECORD) = range(1, 13)
 CLASSES = {"cuStreamQuery": C_STREAM_QUERY, "cuEventQuery": C_EVENT_QUERY, "cuStreamSynchronize": C_STREAM_SYNC,
-           "cuEventSynchronize": C_EVENT_SYNC, "cuCtxSynchronize": C_CTX_SYNC, "cuMemcpyDtoH_v2": C_DTOH}
+           "cuEventSynchronize": C_EVENT_SYNC, "cuCtxSynchronize": C_CTX_SYNC, "cuMemcpyDtoH_v2": C_DTOH,
+           "cuMemcpyHtoD_v2": C_HTOD, "cuMemsetD8_v2": C_MEMSET8, "cuMemsetD16_v2": C_MEMSET16,
+           "cuMemsetD32_v2": C_MEMSET32, "cuMemsetD8Async": C_MEMSET8, "cuMemsetD16Async": C_MEMSET16,
+           "cuMemsetD32Async": C_MEMSET32, "cuEventRecord": C_EVENT_RECORD}
+MEMSETS = (C_MEMSET8, C_MEMSET16, C_MEMSET32)
+ASYNC = (C_LAUNCH, C_EVENT_RECORD) + MEMSETS
 # the call a handler's failure message names (cuda_backend.py: CudaBackend.check)
 FAILED_CALL = {C_STREAM_SYNC: "cuStreamSynchronize", C_EVENT_SYNC: "cuEventSynchronize",
-               C_CTX_SYNC: "cuCtxSynchronize", C_DTOH: "cuMemcpyDtoH"}
+               C_CTX_SYNC: "cuCtxSynchronize", C_DTOH: "cuMemcpyDtoH", C_HTOD: "cuMemcpyHtoD",
+               C_MEMSET8: "cuMemset", C_MEMSET16: "cuMemset", C_MEMSET32: "cuMemset"}
 MAX_NS = 1_000_000
 
 
@@ -65,6 +77,7 @@ class NativeServe:
         for fid, cls in self.classes.items():
             self.lib.gpx_add_fid_class(fid, cls)
         self.dtoh_fids = frozenset(f for f, c in self.classes.items() if c == C_DTOH)
+        self.dst_fids = frozenset(f for f, c in self.classes.items() if c == C_HTOD or c in MEMSETS)
         self.st = self.ffi.new("gpx_serve_state *")
         self._p = self.ffi.new("const uint8_t **")
         self._seq = self.ffi.new("uint64_t *")
@@ -77,6 +90,9 @@ class NativeServe:
         if not server.worker or nat is None or os.environ.get("GPUPROXY_NATIVE_SERVE", "1") == "0":
             return None
         if not nat.lib.gpx_serve_ready():
+            return None
+        if nat.lib.gpx_serve_state_size() != nat.ffi.sizeof("gpx_serve_state"):
+            log.error("libgpxd.so and native.py disagree on gpx_serve_state: C serving loop off")
             return None
         return cls(server, nat)
 
@@ -103,12 +119,19 @@ class NativeServe:
         check_range accepted): the allocation each starts in, up to its
         reserved extent, as check_range allows."""
         for op in ops:
-            if type(op) is list and len(op) == 5 and op[0] in self.dtoh_fids and op[2] is None \
-                    and type(op[3]) is int:
-                hit = s.arena.find(op[3])
+            if type(op) is not list or len(op) < 5:
+                continue
+            if op[0] in self.dtoh_fids:
+                addr = op[3]
+            elif op[0] in self.dst_fids:
+                addr = op[2]
+            else:
+                continue
+            if type(addr) is int:
+                hit = s.arena.find(addr)
                 if hit is not None:
                     a, off = hit
-                    lo = op[3] - off
+                    lo = addr - off
                     self.lib.gpx_range_add(s.slot, lo, lo + max(a.extent, a.size))
 
     # ------------------------------------------------------------------ serve
@@ -132,6 +155,9 @@ class NativeServe:
         ch.taken = st.taken
         s.calls += st.calls
         s.may_print = bool(st.may_print)
+        for i in range(st.nrecorded):
+            # handlers.h_event_record's mark: a restore makes a recorded event complete
+            s.get(P.K_EVENT, st.recorded[i]).info["recorded"] = True
         if st.served:
             self.served += st.served
             s.last_seq = st.last_seq
@@ -177,10 +203,14 @@ class NativeServe:
             text = f"cuCtxSetCurrent: {name}"            # backend.make_current's failure
         elif cls == C_LAUNCH:
             text = f"cuLaunchKernel failed: {name}"      # the native launch path's (run_ops)
+        elif cls == C_EVENT_RECORD:
+            text = f"cuEventRecord failed with error {err}"    # the generic path carries no message (run_ops)
         else:
             text = f"{FAILED_CALL[cls]}: {name}"
-        if cls == C_LAUNCH:
+        if cls in ASYNC:
             s.note_async_error(err, op[0], text)
+            if cls in MEMSETS or (cls == C_EVENT_RECORD and st.fail_setctx):
+                RATE.event("failed call", "session %s: %s", s.token, text)    # as run_ops logs a handler's failure
             rest = ops[k + 1:]
             code, outs, m = self.server.dispatcher.run_ops(s, rest, None) if rest else (0, None, "")
         else:

@@ -750,15 +750,16 @@ class Server:
         else:
             ac, afid, amsg = s.take_async_error()
         reply = [seq, code, outs, ac, afid, msg or amsg]
-        if self.stdout_capture is not None:
+        if printed is not None:
+            reply.append(printed)     # taken by the C loop, which keeps may_print itself
+        elif self.stdout_capture is not None:
             if not s.may_print:
                 for op in ops:
                     if type(op) is list and op and op[0] in PRINTING_FIDS:
                         s.may_print = True
                         break
             if s.may_print and sync:
-                if printed is None:
-                    printed = self.stdout_capture.take()
+                printed = self.stdout_capture.take()
                 if printed:
                     reply.append(printed)     # the shim writes it to the app's stdout
                 if last.name == "cuCtxSynchronize":

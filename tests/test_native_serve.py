@@ -70,6 +70,7 @@ def env(tmp_path):
     fake = ctypes.CDLL(str(lib))
     n = nat.Native(str(lib), [f for f, fn in FUNCTIONS.items() if fn.handler == "launch_kernel"])
     assert n.lib.gpx_serve_ready() == 1
+    assert n.lib.gpx_serve_state_size() == n.ffi.sizeof("gpx_serve_state")
     from gpuproxy.proxyd.native_serve import fid_classes
     for fid, cls in fid_classes().items():
         n.lib.gpx_add_fid_class(fid, cls)
@@ -202,6 +203,35 @@ def test_answers_are_the_python_paths_bytes(env):
     assert loop.reply()[0] == seq + 1
 
 
+def test_writes_have_the_python_paths_effect(env):
+    """Copies to the device, memsets and event records: the same answers,
+    and the same device bytes afterwards (read back by both paths)."""
+    n, fake, ch, py = env
+    ctx, dptr, stream, event, slot = setup_session(n, fake, py)
+    loop = Loop(n, ch, slot)
+    F = FID
+    messages = [
+        [[F["cuMemcpyHtoD_v2"], ctx, dptr + 100, bytes(range(40, 56)), 16]],
+        [[F["cuMemsetD8Async"], ctx, dptr + 200, 0xAB, 10, stream],
+         [F["cuMemsetD32_v2"], ctx, dptr + 300, 0x11223344, 4],
+         [F["cuMemsetD16_v2"], ctx, dptr + 400, -2, 3],
+         [F["cuMemsetD8_v2"], ctx, dptr + 4090, 0x1FF, 6],
+         [F["cuEventRecord"], ctx, event, stream],
+         [F["cuStreamSynchronize"], ctx, stream]],
+        [[F["cuEventRecord"], ctx, event, 0], [F["cuEventQuery"], ctx, event]],
+        [[F["cuMemcpyDtoH_v2"], ctx, None, dptr, 4096]],
+    ]
+    for ops in messages:
+        seq = py.seq + 1
+        raw = py.raw(1, ops)
+        want = py.request(1, ops)
+        assert loop.send(seq, raw) == IDLE and loop.st.served == 1, ops
+        assert loop.reply() == (seq, want), (ops, msgpack.unpackb(loop.reply()[1])[:2], msgpack.unpackb(want)[:2])
+    recs = (ctypes.c_size_t * 32).in_dll(fake, "records")
+    assert ctypes.c_int.in_dll(fake, "nrecords").value == 2 and recs[0:4] == [0xE7, 0x5E, 0xE7, 0]
+    assert loop.st.nrecorded == 0      # listed per gpx_serve call, for Python to mark (test_worker_loop_glue)
+
+
 def test_not_ready_and_failures(env):
     n, fake, ch, py = env
     ctx, dptr, stream, event, slot = setup_session(n, fake, py)
@@ -288,3 +318,78 @@ def test_printed_output_travels_with_sync_answers(env):
         n.lib.gpx_out_init(-1, b"", 0)
         os.close(r)
         os.close(w)
+
+
+def test_worker_loop_glue(env):
+    """native_serve.NativeServe between gpx_serve and the Server: session
+    bookkeeping after C answered, a message handed back and run by Python
+    (answered in the slot, device ranges forgotten and learned again), and
+    a failed driver call finished by Python with its message."""
+    import threading
+    from gpuproxy.proxyd.native_serve import NativeServe
+    n, fake, ch, py = env
+    ctx, dptr, stream, event, slot = setup_session(n, fake, py)
+    srv, s = py.srv, py.sess
+    srv.backend._tls = threading.local()                       # what the cuda backend has
+    srv.backend.err_name = lambda code: f"CUDA_ERROR_{code}"
+    ns = NativeServe(srv, n)
+    srv.nserve = ns
+    s.chan = ch
+    assert ns.session() is s
+
+    def put(ops):
+        seq = s.last_seq + 1
+        raw = msgpack.packb([1, seq, ops], use_bin_type=True)
+        mm = ch.mm
+        mm[C.REQ_DATA:C.REQ_DATA + len(raw)] = raw
+        struct.pack_into("<I", mm, C.REQ_LEN, len(raw))
+        struct.pack_into("<Q", mm, C.REQ_SEQ, seq)
+        return seq
+
+    def slot_reply():
+        n_ = struct.unpack_from("<I", ch.mm, C.REP_LEN)[0]
+        return struct.unpack_from("<Q", ch.mm, C.REP_SEQ)[0], msgpack.unpackb(bytes(ch.mm[C.REP_DATA:C.REP_DATA + n_]))
+
+    calls = s.calls
+    seq = put([[FID["cuMemcpyDtoH_v2"], ctx, None, dptr + 16, 4]])
+    assert ns.serve(s, 0.0) and ns.served == 1
+    assert slot_reply() == (seq, [seq, 0, [bytes((i * 7 + 3) & 0xFF for i in range(16, 20))], 0, 0, ""])
+    assert s.last_seq == seq and s.calls == calls + 1 and msgpack.unpackb(s.last_reply[0])[0] == seq
+    # a message for Python: run there, answered in the slot; it forgets the
+    # ranges (it may have freed memory), and learns those of its own copies
+    seq = put([[FID["cuDeviceGetAttribute"], ctx, True, 16, 0]])
+    assert ns.serve(s, 0.0) and ns.served == 1
+    got = slot_reply()
+    assert got[0] == seq and got[1][1] == 0 and s.last_seq == seq
+    seq = put([[FID["cuMemcpyDtoH_v2"], ctx, None, dptr + 16, 4]])
+    assert ns.serve(s, 0.0) and ns.served == 1                  # handed back: no checked range any more
+    assert slot_reply()[1][:3] == [seq, 0, [bytes((i * 7 + 3) & 0xFF for i in range(16, 20))]]
+    seq = put([[FID["cuMemcpyDtoH_v2"], ctx, None, dptr + 32, 4]])
+    assert ns.serve(s, 0.0) and ns.served == 2                  # learned from the one Python ran
+    # an event recorded in C is marked as handlers.h_event_record marks it
+    ev = s.get(5, event)
+    ev.info.pop("recorded", None)
+    seq = put([[FID["cuEventRecord"], ctx, event, stream], [FID["cuEventQuery"], ctx, event]])
+    assert ns.serve(s, 0.0) and ns.served == 3 and ev.info.get("recorded") is True
+    # a failing synchronisation: Python's message, no async error left behind
+    (ctypes.c_size_t * 4).in_dll(fake, "bad")[0] = 0x5E
+    seq = put([[FID["cuStreamSynchronize"], ctx, stream]])
+    assert ns.serve(s, 0.0)
+    assert slot_reply() == (seq, [seq, 700, None, 0, 0, "cuStreamSynchronize: CUDA_ERROR_700"])
+    assert s.last_seq == seq and s.async_error is None and msgpack.unpackb(s.last_reply[0])[1] == 700
+    # a failing launch before a query: reported with the query's answer, as
+    # Dispatcher.run_ops reports an async failure
+    (ctypes.c_size_t * 4).in_dll(fake, "bad")[0] = 0xF9
+    launch = [FID["cuLaunchKernel"], ctx, (3 << 32) | 9, 1, 1, 1, 1, 1, 1, 0, 0, None, None]
+    seq = put([launch, [FID["cuStreamQuery"], ctx, 0]])
+    assert ns.serve(s, 0.0)
+    assert slot_reply() == (seq, [seq, 0, [], 719, FID["cuLaunchKernel"], "cuLaunchKernel failed: CUDA_ERROR_719"])
+    assert s.async_error is None and s.may_print
+    # a failing memset: the handler's message, with the next answer
+    (ctypes.c_size_t * 4).in_dll(fake, "bad")[1] = 0x5E
+    seq = put([[FID["cuMemsetD8Async"], ctx, dptr, 1, 4, stream], [FID["cuCtxSynchronize"], ctx]])
+    assert ns.serve(s, 0.0)
+    assert slot_reply() == (seq, [seq, 0, [], 700, FID["cuMemsetD8Async"], "cuMemset: CUDA_ERROR_700"])
+    # nothing more: back within the spin
+    assert not ns.serve(s, 0.001)
+    s.chan = None

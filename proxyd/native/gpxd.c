@@ -247,13 +247,20 @@ uintptr_t gpx_current(void) { return (uintptr_t)cur_ctx; }
  * cuLaunchKernel (launch_fast), cuStreamQuery and cuEventQuery (generic
  * path: no bookkeeping), cuStreamSynchronize / cuEventSynchronize /
  * cuCtxSynchronize (stream_sync, event_sync, ctx_sync: none either) and
- * cuMemcpyDtoH_v2 to an inline answer (memcpy_dtoh) of up to 64 KiB, only
- * inside a range Python has checked before (check_range: gpx_range_add;
- * every message Python runs clears them, as it may free memory).
+ * cuMemcpyDtoH_v2 to an inline answer and cuMemcpyHtoD_v2 from inline bytes
+ * (memcpy_dtoh, memcpy_htod) of up to 64 KiB, and cuMemsetD8/16/32 (_v2 and
+ * Async: memset), only inside a range Python has checked before
+ * (check_range: gpx_range_add; every message Python runs clears them, as it
+ * may free memory); cuEventRecord (event_record: the events recorded are
+ * listed for Python, which marks them as its handler does).
  * ------------------------------------------------------------------------ */
 
 enum { GPX_IDLE = 0, GPX_HANDOFF = 1, GPX_FAILED = 2, GPX_REPLY_ZMQ = 3, GPX_REPLY_PY = 4, GPX_DONE = 5 };
-enum { C_NONE = 0, C_LAUNCH, C_STREAM_QUERY, C_EVENT_QUERY, C_STREAM_SYNC, C_EVENT_SYNC, C_CTX_SYNC, C_DTOH, C_MAX };
+enum { C_NONE = 0, C_LAUNCH, C_STREAM_QUERY, C_EVENT_QUERY, C_STREAM_SYNC, C_EVENT_SYNC, C_CTX_SYNC, C_DTOH, C_HTOD,
+       C_MEMSET8, C_MEMSET16, C_MEMSET32, C_EVENT_RECORD, C_MAX };
+/* asynchronous ops: any number, anywhere in a message; the others (synchronous) only last */
+#define IS_ASYNC(c) ((c) == C_LAUNCH || ((c) >= C_MEMSET8 && (c) <= C_EVENT_RECORD))
+#define MAX_RECORDED 64
 
 /* channel layout: interceptor/channel.c */
 #define CH_REQ_SEQ 64
@@ -290,6 +297,8 @@ typedef struct gpx_serve_state {
     int done_ops;           /* FAILED: ops run; the last of them failed */
     int fail_code;          /* FAILED: its CUresult */
     int fail_setctx;        /* FAILED: 1 when cuCtxSetCurrent failed (the op did not run) */
+    uint32_t nrecorded;     /* out: events recorded (their handles in recorded[]) */
+    uint64_t recorded[MAX_RECORDED];
     int code;               /* REPLY_PY: the answer's code */
     const uint8_t *outs;    /* REPLY_PY: its outs, msgpack */
     size_t outs_len;
@@ -300,10 +309,16 @@ typedef struct gpx_serve_state {
 typedef CUresult (*h1_fn)(void *);
 typedef CUresult (*v0_fn)(void);
 typedef CUresult (*dtoh_fn)(void *, CUdeviceptr, size_t);
+typedef CUresult (*htod_fn)(CUdeviceptr, const void *, size_t);
+typedef CUresult (*memset_fn)(CUdeviceptr, unsigned, size_t, CUstream);   /* D8/D16/D32 Async: value promoted */
+typedef CUresult (*record_fn)(CUevent, CUstream);
 
 static h1_fn p_stream_query, p_event_query, p_stream_sync, p_event_sync;
 static v0_fn p_ctx_sync;
 static dtoh_fn p_dtoh;
+static htod_fn p_htod;
+static memset_fn p_memset[3];
+static record_fn p_record;
 static uint8_t *fid_class;        /* function id -> C_* */
 static uint32_t nfid_class;
 
@@ -315,14 +330,22 @@ static void serve_resolve(void *h)
     p_event_sync = (h1_fn)dlsym(h, "cuEventSynchronize");
     p_ctx_sync = (v0_fn)dlsym(h, "cuCtxSynchronize");
     p_dtoh = (dtoh_fn)dlsym(h, "cuMemcpyDtoH_v2");
+    p_htod = (htod_fn)dlsym(h, "cuMemcpyHtoD_v2");
+    p_memset[0] = (memset_fn)dlsym(h, "cuMemsetD8Async");
+    p_memset[1] = (memset_fn)dlsym(h, "cuMemsetD16Async");
+    p_memset[2] = (memset_fn)dlsym(h, "cuMemsetD32Async");
+    p_record = (record_fn)dlsym(h, "cuEventRecord");
 }
 
 /* 1 when every driver function of the serving loop was found. */
 int gpx_serve_ready(void)
 {
     return p_launch && p_setctx && p_stream_query && p_event_query && p_stream_sync && p_event_sync && p_ctx_sync &&
-           p_dtoh;
+           p_dtoh && p_htod && p_memset[0] && p_memset[1] && p_memset[2] && p_record;
 }
+
+/* native.py declares the state again for cffi: it checks the two agree. */
+size_t gpx_serve_state_size(void) { return sizeof(gpx_serve_state); }
 
 int gpx_add_fid_class(uint32_t fid, int cls)
 {
@@ -439,9 +462,11 @@ typedef struct {
     void *obj;                  /* function (launch), stream or event */
     CUstream stream;            /* launch */
     unsigned d[7];              /* launch: grid, block, shared memory */
-    const uint8_t *params;      /* launch: packed arguments (NULL: nil) */
+    const uint8_t *params;      /* launch: packed arguments (NULL: nil); htod: the bytes */
     size_t plen;
-    uint64_t src, n;            /* dtoh */
+    uint64_t src, n;            /* dtoh: source; htod, memset: destination; byte / element count */
+    uint64_t value;             /* memset */
+    uint64_t handle;            /* event record: the event's handle */
 } op_desc;
 
 static uint8_t *msgbuf;
@@ -551,6 +576,35 @@ static int check_op(int slot, gp_rd *r, op_desc *d)
             return -1;
         return 0;
     }
+    case C_HTOD: {
+        mp_obj b;
+        if (len != 5 || get_u(r, &d->src) < 0 || mp_next(r, &b) < 0 || b.type != MP_BIN || get_u(r, &d->n) < 0)
+            return -1;      /* bytes in a staging segment or frame: Python */
+        if (d->n == 0 || d->n > DTOH_MAX || b.len < d->n || !range_ok(slot, d->src, d->n))
+            return -1;
+        d->params = b.data;
+        return 0;
+    }
+    case C_MEMSET8:
+    case C_MEMSET16:
+    case C_MEMSET32: {
+        mp_obj val;
+        if ((len != 5 && len != 6) || get_u(r, &d->src) < 0 || mp_next(r, &val) < 0 ||
+            (val.type != MP_UINT && val.type != MP_INT) || get_u(r, &d->n) < 0)
+            return -1;
+        d->value = val.type == MP_UINT ? val.v.u : (uint64_t)val.v.i;      /* masked to the width: backend.memset */
+        d->stream = NULL;
+        if (len == 6 && get_stream(slot, r, 0, &d->stream) < 0)
+            return -1;
+        uint64_t elem = d->cls == C_MEMSET8 ? 1 : d->cls == C_MEMSET16 ? 2 : 4;
+        if (d->n == 0 || d->n > (UINT64_MAX >> 3) || !range_ok(slot, d->src, elem * d->n))
+            return -1;
+        return 0;
+    }
+    case C_EVENT_RECORD:
+        if (len != 4 || get_u(r, &d->handle) < 0 || !(d->obj = (void *)lookup(slot, d->handle, 5)))
+            return -1;
+        return get_stream(slot, r, 0, &d->stream);
     default:
         return -1;
     }
@@ -593,15 +647,17 @@ static int serve_one(gpx_serve_state *st, const uint8_t *buf, size_t len)
     for (uint32_t i = 0; i < nops; i++) {
         if (check_op(st->slot, &r, &descs[i]) < 0)
             return GPX_HANDOFF;
-        if (descs[i].cls != C_LAUNCH && i != nops - 1)
+        if (!IS_ASYNC(descs[i].cls) && i != nops - 1)
             return GPX_HANDOFF;          /* a synchronous op answers only as the last one */
+        if (descs[i].cls == C_EVENT_RECORD && st->nrecorded + i >= MAX_RECORDED)
+            return GPX_HANDOFF;          /* no room to list it for Python */
     }
     if (r.err || r.p != r.end)
         return GPX_HANDOFF;              /* trailing bytes: Python calls the message malformed */
 
     /* run */
     int last = descs[nops - 1].cls;
-    int sync = last != C_LAUNCH;
+    int sync = !IS_ASYNC(last);
     CUresult code = CUDA_SUCCESS;
     gp_buf_reset(&outs_buf);
     for (uint32_t i = 0; i < nops; i++) {
@@ -624,6 +680,28 @@ static int serve_one(gpx_serve_state *st, const uint8_t *buf, size_t len)
                 goto failed;
             break;
         }
+        case C_MEMSET8:
+        case C_MEMSET16:
+        case C_MEMSET32: {
+            static const uint64_t mask[3] = { 0xFF, 0xFFFF, 0xFFFFFFFF };
+            int w = d->cls - C_MEMSET8;
+            rc = p_memset[w]((CUdeviceptr)d->src, (unsigned)(d->value & mask[w]), d->n, d->stream);
+            if (rc != CUDA_SUCCESS)
+                goto failed;
+            break;
+        }
+        case C_EVENT_RECORD:
+            rc = p_record((CUevent)d->obj, d->stream);
+            if (rc != CUDA_SUCCESS)
+                goto failed;
+            st->recorded[st->nrecorded++] = d->handle;
+            break;
+        case C_HTOD:
+            rc = p_htod((CUdeviceptr)d->src, d->params, d->n);
+            if (rc != CUDA_SUCCESS)
+                goto failed;
+            mp_array(&outs_buf, 0);
+            break;
         case C_STREAM_QUERY:
         case C_EVENT_QUERY:
             /* the generic path: a failure (CUDA_ERROR_NOT_READY above all)
@@ -719,6 +797,7 @@ int gpx_serve(gpx_serve_state *st)
         return GPX_IDLE;
     st->calls = st->served = 0;
     st->reply_state = 0;
+    st->nrecorded = 0;
     st->msg = NULL;
     st->msg_len = 0;
     st->done_ops = st->fail_code = st->fail_setctx = 0;

@@ -2,7 +2,8 @@
  * loop calls (proxyd/native/gpxd.c, gpx_serve), over host memory, for
  * tests/test_native_serve.py: no GPU needed. Launches are recorded; streams
  * and events listed in busy[] / bad[] answer CUDA_ERROR_NOT_READY (600) /
- * CUDA_ERROR_ILLEGAL_ADDRESS (700); "device memory" is mem[], at dev_base. */
+ * CUDA_ERROR_ILLEGAL_ADDRESS (700); "device memory" is mem[], at dev_base;
+ * event records are listed. */
 #include <stdint.h>
 #include <string.h>
 
@@ -49,5 +50,35 @@ CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n)
     if (src < dev_base || src + n > dev_base + sizeof mem)
         return 1;
     memcpy(dst, mem + (src - dev_base), n);
+    return 0;
+}
+CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n)
+{
+    if (dst < dev_base || dst + n > dev_base + sizeof mem)
+        return 1;
+    memcpy(mem + (dst - dev_base), src, n);
+    return 0;
+}
+static CUresult fill(uint64_t dst, unsigned v, size_t n, int w, void *s)
+{
+    if (in(bad, s))
+        return 700;
+    if (dst < dev_base || dst + n * w > dev_base + sizeof mem)
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        memcpy(mem + (dst - dev_base) + i * w, &v, w);     /* little-endian, as the device */
+    return 0;
+}
+CUresult cuMemsetD8Async(uint64_t d, unsigned char v, size_t n, void *s) { return fill(d, v, n, 1, s); }
+CUresult cuMemsetD16Async(uint64_t d, unsigned short v, size_t n, void *s) { return fill(d, v, n, 2, s); }
+CUresult cuMemsetD32Async(uint64_t d, unsigned v, size_t n, void *s) { return fill(d, v, n, 4, s); }
+uintptr_t records[16][2];
+int nrecords;
+CUresult cuEventRecord(void *e, void *s)
+{
+    if (in(bad, e))
+        return 400;
+    records[nrecords & 15][0] = (uintptr_t)e;
+    records[nrecords++ & 15][1] = (uintptr_t)s;
     return 0;
 }
