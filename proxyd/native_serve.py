@@ -7,8 +7,8 @@ capturing a graph, holds no unreported async error, no checkpoint works on
 it, no restore moved its addresses, nothing waits out of order), the loop
 hands the channel to gpx_serve, which spins on the request slot with the GIL
 released and answers the hot messages itself: runs of kernel launches
-memsets and event records, followed by at most one cuStreamQuery,
-cuEventQuery, cuStreamSynchronize, cuEventSynchronize, cuCtxSynchronize or
+memsets and event records, followed by at most one cuDeviceGetAttribute,
+cuStreamQuery, cuEventQuery, cuStreamSynchronize, cuEventSynchronize, cuCtxSynchronize or
 small inline cuMemcpyDtoH_v2 / cuMemcpyHtoD_v2. It
 returns with the first message it does not serve as it stands (handed to
 Server.handle untouched), a message whose driver call failed (finished here:
@@ -45,12 +45,12 @@ log = logging.getLogger("proxyd")
 
 IDLE, HANDOFF, FAILED, REPLY_ZMQ, REPLY_PY = 0, 1, 2, 3, 4
 (C_LAUNCH, C_STREAM_QUERY, C_EVENT_QUERY, C_STREAM_SYNC, C_EVENT_SYNC, C_CTX_SYNC, C_DTOH, C_HTOD,
- C_MEMSET8, C_MEMSET16, C_MEMSET32, C_EVENT_RECORD) = range(1, 13)
+ C_MEMSET8, C_MEMSET16, C_MEMSET32, C_EVENT_RECORD, C_DEV_ATTR) = range(1, 14)
 CLASSES = {"cuStreamQuery": C_STREAM_QUERY, "cuEventQuery": C_EVENT_QUERY, "cuStreamSynchronize": C_STREAM_SYNC,
            "cuEventSynchronize": C_EVENT_SYNC, "cuCtxSynchronize": C_CTX_SYNC, "cuMemcpyDtoH_v2": C_DTOH,
            "cuMemcpyHtoD_v2": C_HTOD, "cuMemsetD8_v2": C_MEMSET8, "cuMemsetD16_v2": C_MEMSET16,
            "cuMemsetD32_v2": C_MEMSET32, "cuMemsetD8Async": C_MEMSET8, "cuMemsetD16Async": C_MEMSET16,
-           "cuMemsetD32Async": C_MEMSET32, "cuEventRecord": C_EVENT_RECORD}
+           "cuMemsetD32Async": C_MEMSET32, "cuEventRecord": C_EVENT_RECORD, "cuDeviceGetAttribute": C_DEV_ATTR}
 MEMSETS = (C_MEMSET8, C_MEMSET16, C_MEMSET32)
 ASYNC = (C_LAUNCH, C_EVENT_RECORD) + MEMSETS
 # the call a handler's failure message names (cuda_backend.py: CudaBackend.check)

@@ -150,7 +150,12 @@ def test_answers_are_the_python_paths_bytes(env):
     loop = Loop(n, ch, slot)
     fn = (3 << 32) | 9
     launch = [FID["cuLaunchKernel"], ctx, fn, 2, 1, 1, 64, 1, 1, 0, stream, b"\x01\x02\x03\x04", None]
-    cases = [
+    values = (ctypes.c_int * 256).in_dll(fake, "attr_values")
+    attrs = (1, 16, 75, 76, 39)
+    for a in attrs:      # the stand-in driver answers what the emulated device does
+        values[a] = py.call([[FID["cuDeviceGetAttribute"], ctx, True, a, 0]])[0]
+    cases = [[[FID["cuDeviceGetAttribute"], ctx, True, a, 0]] for a in attrs] + [
+        [[FID["cuDeviceGetAttribute"], 0, True, 16, 0]],
         [[FID["cuStreamQuery"], ctx, stream]],
         [[FID["cuStreamQuery"], ctx, 0]],
         [[FID["cuStreamQuery"], 0, 1]],
@@ -171,6 +176,14 @@ def test_answers_are_the_python_paths_bytes(env):
         assert got_seq == seq
         assert got == want, (ops, msgpack.unpackb(got), msgpack.unpackb(want))
         assert loop.st.last_seq == seq and loop.st.reply_state == 1
+    # a driver failure in a generic call: the code alone, as the cuda
+    # backend's generic path answers it (CudaBackend.call; the emulated
+    # device adds a message of its own)
+    seq = py.seq + 1
+    py.seq += 1
+    assert loop.send(seq, py.raw(1, [[FID["cuDeviceGetAttribute"], ctx, True, 16, 1]], seq=seq)) == IDLE
+    assert msgpack.unpackb(loop.reply()[1]) == [seq, 101, None, 0, 0, ""]
+    py.sess.last_seq = seq
     # launches before the synchronous op: they run in C (recorded by the
     # stand-in driver), and the answer is the synchronous op's, as Python's
     # answer to that op alone
@@ -263,7 +276,8 @@ def test_other_messages_go_back_to_python_untouched(env):
     q = [FID["cuStreamQuery"], ctx, stream]
     seq = 50
     cases = [
-        [[FID["cuDeviceGetAttribute"], ctx, True, 16, 0]],          # another function
+        [[FID["cuDeviceGetName"], ctx, 64, 64, 0]],                      # another function
+        [[FID["cuDeviceGetAttribute"], ctx, None, 16, 0]],          # no out-value: the driver's own error, Python
         [q, q],                                                     # a synchronous op before the last
         [[FID["cuStreamQuery"], ctx, (4 << 32) | 99]],              # a stream the session does not have
         [[FID["cuStreamQuery"], ctx, True]],                        # a value of another type
@@ -357,7 +371,7 @@ def test_worker_loop_glue(env):
     assert s.last_seq == seq and s.calls == calls + 1 and msgpack.unpackb(s.last_reply[0])[0] == seq
     # a message for Python: run there, answered in the slot; it forgets the
     # ranges (it may have freed memory), and learns those of its own copies
-    seq = put([[FID["cuDeviceGetAttribute"], ctx, True, 16, 0]])
+    seq = put([[FID["cuDeviceGetName"], ctx, 64, 64, 0]])
     assert ns.serve(s, 0.0) and ns.served == 1
     got = slot_reply()
     assert got[0] == seq and got[1][1] == 0 and s.last_seq == seq

@@ -244,8 +244,8 @@ uintptr_t gpx_current(void) { return (uintptr_t)cur_ctx; }
  * needs Python.
  *
  * Ops served (their Python counterparts, proxyd/handlers.py, dispatch.py):
- * cuLaunchKernel (launch_fast), cuStreamQuery and cuEventQuery (generic
- * path: no bookkeeping), cuStreamSynchronize / cuEventSynchronize /
+ * cuLaunchKernel (launch_fast), cuStreamQuery, cuEventQuery and
+ * cuDeviceGetAttribute (generic path: no bookkeeping), cuStreamSynchronize / cuEventSynchronize /
  * cuCtxSynchronize (stream_sync, event_sync, ctx_sync: none either) and
  * cuMemcpyDtoH_v2 to an inline answer and cuMemcpyHtoD_v2 from inline bytes
  * (memcpy_dtoh, memcpy_htod) of up to 64 KiB, and cuMemsetD8/16/32 (_v2 and
@@ -257,7 +257,7 @@ uintptr_t gpx_current(void) { return (uintptr_t)cur_ctx; }
 
 enum { GPX_IDLE = 0, GPX_HANDOFF = 1, GPX_FAILED = 2, GPX_REPLY_ZMQ = 3, GPX_REPLY_PY = 4, GPX_DONE = 5 };
 enum { C_NONE = 0, C_LAUNCH, C_STREAM_QUERY, C_EVENT_QUERY, C_STREAM_SYNC, C_EVENT_SYNC, C_CTX_SYNC, C_DTOH, C_HTOD,
-       C_MEMSET8, C_MEMSET16, C_MEMSET32, C_EVENT_RECORD, C_MAX };
+       C_MEMSET8, C_MEMSET16, C_MEMSET32, C_EVENT_RECORD, C_DEV_ATTR, C_MAX };
 /* asynchronous ops: any number, anywhere in a message; the others (synchronous) only last */
 #define IS_ASYNC(c) ((c) == C_LAUNCH || ((c) >= C_MEMSET8 && (c) <= C_EVENT_RECORD))
 #define MAX_RECORDED 64
@@ -312,6 +312,7 @@ typedef CUresult (*dtoh_fn)(void *, CUdeviceptr, size_t);
 typedef CUresult (*htod_fn)(CUdeviceptr, const void *, size_t);
 typedef CUresult (*memset_fn)(CUdeviceptr, unsigned, size_t, CUstream);   /* D8/D16/D32 Async: value promoted */
 typedef CUresult (*record_fn)(CUevent, CUstream);
+typedef CUresult (*attr_fn)(int *, CUdevice_attribute, CUdevice);
 
 static h1_fn p_stream_query, p_event_query, p_stream_sync, p_event_sync;
 static v0_fn p_ctx_sync;
@@ -319,6 +320,7 @@ static dtoh_fn p_dtoh;
 static htod_fn p_htod;
 static memset_fn p_memset[3];
 static record_fn p_record;
+static attr_fn p_attr;
 static uint8_t *fid_class;        /* function id -> C_* */
 static uint32_t nfid_class;
 
@@ -335,13 +337,14 @@ static void serve_resolve(void *h)
     p_memset[1] = (memset_fn)dlsym(h, "cuMemsetD16Async");
     p_memset[2] = (memset_fn)dlsym(h, "cuMemsetD32Async");
     p_record = (record_fn)dlsym(h, "cuEventRecord");
+    p_attr = (attr_fn)dlsym(h, "cuDeviceGetAttribute");
 }
 
 /* 1 when every driver function of the serving loop was found. */
 int gpx_serve_ready(void)
 {
     return p_launch && p_setctx && p_stream_query && p_event_query && p_stream_sync && p_event_sync && p_ctx_sync &&
-           p_dtoh && p_htod && p_memset[0] && p_memset[1] && p_memset[2] && p_record;
+           p_dtoh && p_htod && p_memset[0] && p_memset[1] && p_memset[2] && p_record && p_attr;
 }
 
 /* native.py declares the state again for cffi: it checks the two agree. */
@@ -601,6 +604,13 @@ static int check_op(int slot, gp_rd *r, op_desc *d)
             return -1;
         return 0;
     }
+    case C_DEV_ATTR: {
+        mp_obj out;      /* [fid, ctx, true (the out-value), attribute, device] */
+        if (len != 5 || mp_next(r, &out) < 0 || out.type != MP_BOOL || !out.v.b || get_u(r, &d->value) < 0 ||
+            get_u(r, &d->n) < 0 || d->value > INT32_MAX || d->n > INT32_MAX)
+            return -1;   /* other values: the generic path's conversions (norm_scalar) */
+        return 0;
+    }
     case C_EVENT_RECORD:
         if (len != 4 || get_u(r, &d->handle) < 0 || !(d->obj = (void *)lookup(slot, d->handle, 5)))
             return -1;
@@ -702,6 +712,18 @@ static int serve_one(gpx_serve_state *st, const uint8_t *buf, size_t len)
                 goto failed;
             mp_array(&outs_buf, 0);
             break;
+        case C_DEV_ATTR: {
+            /* the generic path: the value, or the code alone */
+            int v = 0;
+            code = p_attr(&v, (CUdevice_attribute)d->value, (CUdevice)d->n);
+            if (code == CUDA_SUCCESS) {
+                mp_array(&outs_buf, 1);
+                mp_int(&outs_buf, v);
+            } else {
+                mp_nil(&outs_buf);
+            }
+            break;
+        }
         case C_STREAM_QUERY:
         case C_EVENT_QUERY:
             /* the generic path: a failure (CUDA_ERROR_NOT_READY above all)
