@@ -82,7 +82,8 @@ class NativeServe:
         self._p = self.ffi.new("const uint8_t **")
         self._seq = self.ffi.new("uint64_t *")
         self.capture = False     # the worker's stdout capture reads through gpx_out_* (StdoutCapture.use_native)
-        self.served = 0          # messages answered in C (status, tests)
+        self.served = 0          # messages answered in C (the worker logs both counts when it ends)
+        self.to_python = 0       # messages gpx_serve took and gave to Python
 
     @classmethod
     def create(cls, server) -> "NativeServe | None":
@@ -175,6 +176,7 @@ class NativeServe:
             self.server.sock.send_multipart([rid] + s.last_reply, copy=False)
             return True
         raw = bytes(ffi.buffer(st.msg, st.msg_len))
+        self.to_python += 1
         if rc == HANDOFF:
             self.server.handle(rid, [raw], via_chan=True)
         elif rc == FAILED:

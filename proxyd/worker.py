@@ -98,6 +98,9 @@ def main(argv=None):
     finally:
         if rt_prof:
             rtprofile.dump()
+        if server.nserve is not None:
+            log.info("C serving loop: %d messages answered in C, %d taken and given to Python",
+                     server.nserve.served, server.nserve.to_python)
         server.close()
         if cprof is not None:
             cprof.disable()
