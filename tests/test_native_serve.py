@@ -70,6 +70,7 @@ def env(tmp_path):
     fake = ctypes.CDLL(str(lib))
     n = nat.Native(str(lib), [f for f, fn in FUNCTIONS.items() if fn.handler == "launch_kernel"])
     assert n.lib.gpx_serve_ready() == 1
+    n.lib.gpx_note_current(0)      # libgpxd's cache of the current context is the process's (other tests)
     assert n.lib.gpx_serve_state_size() == n.ffi.sizeof("gpx_serve_state")
     from gpuproxy.proxyd.native_serve import fid_classes
     for fid, cls in fid_classes().items():
