@@ -39,6 +39,12 @@
 #include "gp_launch.h"
 #include "gp_shim.h"
 
+/* graph_mem.c: memory nodes */
+CUresult gpo_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                    size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams);
+CUresult gpo_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                   size_t numDependencies, CUdeviceptr dptr);
+
 /* hostfn.c: keeps fn/userData for a host node; where the gate is */
 CUresult gp_hostfn_node(void *fn, void *user, uint64_t *id, uint32_t *seg, uint64_t *off, uint64_t *len);
 
@@ -376,6 +382,14 @@ static CUresult add_node(uint32_t fid, uint32_t nparams, CUgraphNode *out, CUgra
     return rc;
 }
 
+/* An add call whose payload is one integer (a free node's address:
+ * graph_mem.c). Caller holds the lock and has a session. */
+CUresult gp_graph_add_value_node(uint32_t fid, uint32_t nparams, CUgraphNode *out, CUgraph g,
+                                 const CUgraphNode *deps, size_t ndeps, uint64_t value)
+{
+    return add_node(fid, nparams, out, g, deps, ndeps, NULL, (const void *)(uintptr_t)value);
+}
+
 static CUresult add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n, CUfunction f,
                            const CUDA_KERNEL_NODE_PARAMS *kp)
 {
@@ -532,6 +546,18 @@ CUresult gpo_cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const C
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
         return gpo_cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, numDependencies,
                                              np->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+        /* v2 has v1's layout; dptr is an out field (cuda.h) */
+        CUDA_MEM_ALLOC_NODE_PARAMS a;
+        _Static_assert(sizeof a == sizeof np->alloc, "CUDA_MEM_ALLOC_NODE_PARAMS_v2 has v1's layout");
+        memcpy(&a, &np->alloc, sizeof a);
+        CUresult rc = gpo_cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, &a);
+        if (rc == CUDA_SUCCESS)
+            np->alloc.dptr = a.dptr;
+        return rc;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+        return gpo_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, np->free.dptr);
     default:
         return refuse("cuGraphAddNode", "this node type is not supported");
     }

@@ -47,6 +47,8 @@ CAPTURABLE = {"launch_kernel", "launch_kernel_ex", "launch_cooperative", "memcpy
 CAPTURABLE_NAMES = {"cuStreamWaitEvent", "cuStreamWaitEvent_ptsz"}
 # calls about the capture itself, which run while it is active
 CAPTURE_CONTROL = {"graph_begin_capture", "graph_end_capture", "graph_is_capturing", "graph_capture_info"}
+# the stream-ordered allocator, captured as graph memory nodes (graph_mem.py)
+GRAPH_MEMORY = {"mem_alloc_async", "mem_alloc_from_pool_async", "mem_free_async"}
 
 
 def _stream_slot(fn, args) -> tuple[int, int | None]:
@@ -96,20 +98,22 @@ def _stream_value(fn, handle: int) -> int:
     return handle
 
 
-def capture_op(d, sess, op) -> tuple[bool, int, str]:
+def capture_op(d, sess, op) -> tuple[bool, int, str, list | None]:
     """Records op into a capture when its stream is capturing. Returns
-    (captured, error code, message); (False, 0, "") runs the op as usual."""
+    (captured, error code, message, outs); (False, 0, "", None) runs the op
+    as usual. outs are the call's out values where capturing produces some
+    (a captured cuMemAllocAsync returns its address), else None."""
     from ._generated import FUNCTIONS
     if not isinstance(op, list) or len(op) < 2 or type(op[0]) is not int:
-        return False, 0, ""
+        return False, 0, "", None
     fn = FUNCTIONS.get(op[0])
     if fn is None or fn.handler in CAPTURE_CONTROL:
-        return False, 0, ""
+        return False, 0, "", None
     args = op[2:]
     slot = _stream_slot(fn, args)
     st = _get_stream(args, slot)
     if st is None:
-        return False, 0, ""
+        return False, 0, "", None
     st = _stream_value(fn, st)
     gid = sess.capture.get(st)
     if fn.name.startswith("cuStreamWaitEvent") and gid is None:
@@ -118,24 +122,37 @@ def capture_op(d, sess, op) -> tuple[bool, int, str]:
         g2 = sess.capture_events.get(ev)
         if g2 is not None and (P.K_GRAPH, g2) in sess.objects:
             sess.capture[st] = g2
-            return True, 0, ""
-        return False, 0, ""
+            return True, 0, "", None
+        return False, 0, "", None
     if gid is None:
-        return False, 0, ""
+        return False, 0, "", None
     g = sess.objects.get((P.K_GRAPH, gid))
     if g is None:
-        return False, 0, ""
+        return False, 0, "", None
+    if fn.handler in GRAPH_MEMORY:
+        # graph memory nodes (graph_mem.py): an allocation made now, at its
+        # fixed address, live from the node's run on
+        from . import graph_mem
+        ctx = sess.contexts.get(op[1] & 0xFFFFFFFF) if op[1] >> 32 == P.K_CONTEXT else None
+        try:
+            if fn.handler == "mem_free_async":
+                graph_mem.capture_free(d, sess, fn, args, g, op[1])
+                return True, 0, "", []
+            pool_i = 2 if fn.handler == "mem_alloc_from_pool_async" else None
+            return True, 0, "", graph_mem.capture_alloc(d, sess, fn, ctx, args, g, op[1], 1, pool_i)
+        except CudaError as e:
+            return True, e.code, e.message, None
     if fn.handler not in CAPTURABLE and fn.name not in CAPTURABLE_NAMES:
-        return True, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, f"{fn.name} is not allowed on a capturing stream"
+        return True, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, f"{fn.name} is not allowed on a capturing stream", None
     if fn.handler == "memcpy_dtoh" and not isinstance(args[0], P.ShmRef):
         return True, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, \
-            f"{fn.name}: a copy into pageable host memory cannot be captured (use page-locked memory)"
+            f"{fn.name}: a copy into pageable host memory cannot be captured (use page-locked memory)", None
     if fn.name.startswith("cuStreamWaitEvent") and sess.capture_events.get(int(args[1] or 0)) == gid:
-        return True, 0, ""      # a dependency inside the capture: launch order keeps it
+        return True, 0, "", None      # a dependency inside the capture: launch order keeps it
     if fn.handler == "event_record":
         sess.capture_events[int(args[0] or 0)] = gid
     g.info["nodes"].append([op[0], op[1], _frozen(list(args))])
-    return True, 0, ""
+    return True, 0, "", None
 
 
 def _graph(sess, handle):
@@ -190,7 +207,9 @@ def h_instantiate(d, sess, fn, ctx, args, **kw):
     if g.info["capturing"]:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the graph is still being captured")
     from .graph_nodes import instantiate_info
-    e = sess.add(P.K_GRAPH_EXEC, None, g.ctx, instantiate_info(sess, g))
+    # cuGraphInstantiateWithFlags' flags (the auto-free flag matters: graph_mem.py)
+    flags = int(args[2] or 0) if fn.name.startswith("cuGraphInstantiateWithFlags") else 0
+    e = sess.add(P.K_GRAPH_EXEC, None, g.ctx, instantiate_info(sess, g, flags))
     outs = [e.handle if args[0] else None]
     outs += [None] * (sum(1 for p in fn.params if p[1] in ("out_value", "out_buffer")) - 1)
     return CUDA_SUCCESS, outs
@@ -202,9 +221,14 @@ def h_launch(d, sess, fn, ctx, args, **kw):
     e = sess.get(P.K_GRAPH_EXEC, int(args[0] or 0))
     stream = _stream_value(fn, int(args[1] or 0))
     from ._generated import FUNCTIONS
+    from . import graph_mem
+    graph_mem.before_launch(d, sess, fn.name, e, stream)
     prev, sess.graph_replay = sess.graph_replay, True
     try:
         for fid, ctxh, nargs in e.info["nodes"]:
+            if graph_mem.is_marker(fid):
+                graph_mem.run_marker(d, sess, fn.name, (fid, ctxh, nargs), stream)
+                continue
             nfn = FUNCTIONS[fid]
             slot = _stream_slot(nfn, nargs)
             op = [fid, ctxh] + (_with_stream(nargs, slot, stream) if slot[0] >= 0 else list(nargs))
@@ -225,12 +249,16 @@ def h_destroy(d, sess, fn, ctx, args, **kw):
     from .graph_nodes import drop_nodes
     drop_nodes(sess, g)
     sess.drop(g)
+    from .graph_mem import release_unused
+    release_unused(d, sess, g.info.get("mem", ()))
     return CUDA_SUCCESS, []
 
 
 @handler("graph_exec_destroy")
 def h_exec_destroy(d, sess, fn, ctx, args, **kw):
-    sess.remove(P.K_GRAPH_EXEC, int(args[0] or 0))
+    e = sess.remove(P.K_GRAPH_EXEC, int(args[0] or 0))
+    from .graph_mem import release_unused
+    release_unused(d, sess, e.info.get("mem", ()))
     return CUDA_SUCCESS, []
 
 
@@ -265,6 +293,10 @@ def describe(sess) -> list:
         for o in sess.of_kind(kind):
             d = {"id": o.id, "kind": name, "ctx": o.ctx,
                  "nodes": [[fid, ctxh, _enc(list(a))] for fid, ctxh, a in o.info["nodes"]]}
+            if o.info.get("mem"):
+                d["mem"] = list(o.info["mem"])      # graph allocations it holds (graph_mem.py)
+            if o.info.get("flags"):
+                d["flags"] = int(o.info["flags"])
             if name == "graph":
                 d["origin"] = o.info["origin"]
                 d["capturing"] = bool(o.info["capturing"])
@@ -292,13 +324,15 @@ def rebuild(sess, graphs: list, capture: dict, capture_events: dict):
             nodes.append([int(fid), int(ctxh), _dec(a)])
         if g["kind"] == "graph":
             o = sess.add(P.K_GRAPH, None, int(g.get("ctx", 0)), {"nodes": nodes, "origin": int(g.get("origin", 0)),
-                                                                 "capturing": bool(g.get("capturing"))},
+                                                                 "capturing": bool(g.get("capturing")),
+                                                                 "mem": [int(x) for x in g.get("mem", [])]},
                          ident=int(g["id"]))
             if g.get("xnodes"):
                 from .graph_nodes import rebuild_nodes
                 rebuild_nodes(sess, o, g["xnodes"], _dec)
         else:
-            info = {"nodes": nodes, "graph": int(g.get("graph", 0))}
+            info = {"nodes": nodes, "graph": int(g.get("graph", 0)), "mem": [int(x) for x in g.get("mem", [])],
+                    "flags": int(g.get("flags", 0))}
             if "index" in g:
                 info["index"] = {int(k): [int(x) for x in v] for k, v in g["index"]}
                 info["node_order"] = [int(x) for x in g.get("node_order", [])]
