@@ -172,6 +172,21 @@ static CUresult bounce_for(payload *p, void *app, size_t n, int to_pinned)
     return rc;
 }
 
+/* The bounce buffer of (app, n, direction) for a copy captured from a
+ * stream (capture_copy.c): where it is, and the host function that moves
+ * the bytes, with its gate. Caller holds the lock and has a session. */
+CUresult gp_graph_bounce(void *app, size_t n, int to_pinned, uint32_t *seg, uint64_t *off, uint64_t *id,
+                         uint32_t *gate_seg, uint64_t *gate_off, uint64_t *gate_len)
+{
+    payload p = { 0 };
+    CUresult rc = bounce_for(&p, app, n, to_pinned);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    *seg = p.seg, *off = p.off, *id = p.id;
+    *gate_seg = p.gate_seg, *gate_off = p.gate_off, *gate_len = p.gate_len;
+    return CUDA_SUCCESS;
+}
+
 /* One side of a CUDA_MEMCPY3D: its first byte, whether it is device memory,
  * and whether the bytes it names are contiguous. */
 static CUresult copy_side(const char *api, CUmemorytype t, const void *host, CUdeviceptr dev, CUarray arr,

@@ -18,11 +18,14 @@ Graphs and executable graphs are checkpoint objects: the image records
 their ops (`graphs`), and a restore recreates them under their handles, so
 a restored program launches its instantiated graphs as before.
 
-Limits: a copy into pageable host memory cannot be captured (its bytes
-would have nowhere to go at launch) and answers
+Copies with pageable host memory reach the worker already turned into a
+copy through a page-locked bounce buffer plus a host function that moves
+the bytes in the application (interceptor/capture_copy.c); a copy whose
+host bytes travel with the call (inline, or in the staging segment) would
+have nothing to read or write at launch and answers
 CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, as do synchronising calls on a
-capturing stream; a host-to-device copy from pageable memory captures the
-bytes at capture time.
+capturing stream. cuMemAllocAsync / cuMemFreeAsync become graph memory
+nodes (graph_mem.py).
 
 Locking: the worker's main loop only (dispatch.py).
 """
@@ -129,6 +132,12 @@ def capture_op(d, sess, op) -> tuple[bool, int, str, list | None]:
     g = sess.objects.get((P.K_GRAPH, gid))
     if g is None:
         return False, 0, "", None
+    if fn.name.startswith("cuStreamDestroy") and g.info["origin"] != st:
+        # a stream that joined the capture and is destroyed before it ends
+        # (NVIDIA's graphMemoryNodes does this after joining it back): it
+        # leaves the capture and is destroyed as usual
+        del sess.capture[st]
+        return False, 0, "", None
     if fn.handler in GRAPH_MEMORY:
         # graph memory nodes (graph_mem.py): an allocation made now, at its
         # fixed address, live from the node's run on
@@ -144,9 +153,14 @@ def capture_op(d, sess, op) -> tuple[bool, int, str, list | None]:
             return True, e.code, e.message, None
     if fn.handler not in CAPTURABLE and fn.name not in CAPTURABLE_NAMES:
         return True, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, f"{fn.name} is not allowed on a capturing stream", None
-    if fn.handler == "memcpy_dtoh" and not isinstance(args[0], P.ShmRef):
-        return True, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, \
-            f"{fn.name}: a copy into pageable host memory cannot be captured (use page-locked memory)", None
+    if fn.handler in ("memcpy_dtoh", "memcpy_htod"):
+        # The shim captures pageable copies through a bounce buffer of their
+        # own (interceptor/capture_copy.c); bytes in the message or in the
+        # staging segment would be gone (or overwritten) at launch.
+        host = args[0] if fn.handler == "memcpy_dtoh" else args[1]
+        if not isinstance(host, P.ShmRef) or host.seg == sess.staging_seg:
+            return True, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, \
+                f"{fn.name}: this copy's host memory cannot be captured (its bytes travel with the call)", None
     if fn.name.startswith("cuStreamWaitEvent") and sess.capture_events.get(int(args[1] or 0)) == gid:
         return True, 0, "", None      # a dependency inside the capture: launch order keeps it
     if fn.handler == "event_record":

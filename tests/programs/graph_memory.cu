@@ -1,6 +1,7 @@
 // graph_memory: graph memory nodes (issue 10, group 3). Three executable
 // graphs, launched every iteration:
-//  A, captured on s1 with a fork to s2: cudaMallocAsync of a, b, c inside
+//  A, captured on s1 with a fork to s2 (a stream created and destroyed
+//    inside the capture): cudaMallocAsync of a, b, c inside
 //    the capture, a copy from page-locked memory into a, b = a*a, acc += b
 //    on s2, a freed, c allocated after it, c = -b copied out to page-locked
 //    memory, b and c freed; every allocation lives and dies inside the graph;
@@ -101,9 +102,8 @@ int main(int argc, char **argv)
     int device = 0;
     CHECK(cudaGetDevice(&device));
 
-    cudaStream_t s1, s2;
+    cudaStream_t s1;
     CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
-    CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
     cudaEvent_t fork, join;
     CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
     CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
@@ -121,6 +121,10 @@ int main(int argc, char **argv)
     EXPECT(a && b && a != b, "captured allocations %p %p", (void *)a, (void *)b);
     CHECK(cudaMemcpyAsync(a, h_in, bytes, cudaMemcpyHostToDevice, s1));
     k_square<<<B, T, 0, s1>>>(a, b, N);
+    // the forked stream is created and destroyed inside the capture, as
+    // NVIDIA's graphMemoryNodes does
+    cudaStream_t s2;
+    CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
     CHECK(cudaEventRecord(fork, s1));
     CHECK(cudaStreamWaitEvent(s2, fork, 0));
     k_acc<<<B, T, 0, s2>>>(acc, b, N);
@@ -132,6 +136,7 @@ int main(int argc, char **argv)
     CHECK(cudaStreamWaitEvent(s1, join, 0));
     CHECK(cudaFreeAsync(b, s1));
     CHECK(cudaFreeAsync(c, s1));
+    CHECK(cudaStreamDestroy(s2));
     cudaGraph_t ga;
     CHECK(cudaStreamEndCapture(s1, &ga));
     cudaGraphExec_t xa;
@@ -254,7 +259,6 @@ int main(int argc, char **argv)
     CHECK(cudaEventDestroy(fork));
     CHECK(cudaEventDestroy(join));
     CHECK(cudaStreamDestroy(s1));
-    CHECK(cudaStreamDestroy(s2));
     printf("PASS " NAME "\n");
     return 0;
 }
