@@ -1,6 +1,7 @@
 /* CUDA graphs built explicitly, driver API (cuda.h, "Graph Management"):
  * cuGraphAdd{Kernel,Memcpy,Memset,Host,ChildGraph,Empty,EventRecord,
- * EventWait}Node, cuGraphAddNode, node and executable-node parameter
+ * EventWait}Node, cuGraphAddNode (memory nodes: graph_mem.c), node and
+ * executable-node parameter
  * setters, dependencies and topology queries, cuGraphExecUpdate,
  * cuGraphInstantiateWithParams. proxyd keeps the graphs (proxyd/
  * graph_nodes.py).
@@ -26,7 +27,8 @@
  *
  * What is refused, with CUDA_ERROR_NOT_SUPPORTED and one stderr line:
  * copies between CUDA arrays, non-contiguous 2D/3D copies, host-to-host
- * copies, 2D memsets (height > 1), node types other than those above.
+ * copies, 2D memsets (height > 1), node types other than those above and
+ * the memory nodes of cuGraphAddNode (graph_mem.c).
  *
  * Locking: every entry takes gp_lock (GP_ENTER) for the whole call, so the
  * nested op is built and sent under it. CUkernel arguments are resolved to

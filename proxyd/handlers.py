@@ -117,6 +117,8 @@ def destroy_context(d, sess, c):
             release_object(d, sess, o)
     for a in [a for a in sess.arena.allocs.values() if a.chunk.device == c.device and c.primary]:
         sess.arena.free(a.addr, vmm=a.chunk.vmm)
+    for addr in [x for x in sess.graph_mem if x not in sess.arena.allocs]:
+        del sess.graph_mem[addr]            # graph allocations went with the arena (graph_mem.py)
     d.backend.ctx_destroy(c.real)
     sess.drop_context(c)
 
