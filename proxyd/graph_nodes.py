@@ -20,6 +20,11 @@ the function's layout like a launch's. A graph built this way lists its
 nodes in creation order under "xnodes" (graphs.py keeps the ops of a
 captured graph under "nodes"; a graph may have both, captured ops first).
 
+Memory nodes (cuGraphAddMemAllocNode, cuGraphAddMemFreeNode) carry one
+marker op each, which graphs.h_launch hands to graph_mem.py instead of
+dispatching it; a graph with memory nodes cannot be cloned, be a child
+graph, or lose nodes (cuda.h).
+
 A child-graph node holds the child's ops, flattened when the node is added:
 cuGraphAddChildGraphNode clones the child (cuda.h: "The node executes an
 embedded child graph. The child graph is cloned in this call"), so later
