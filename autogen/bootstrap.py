@@ -858,6 +858,14 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuGraphExecUpdate_v2": P("hGraphExec=handle:graph_exec; hGraph=handle:graph; resultInfo=out_value", "graph_exec:use; graph:use"),
     "cuGraphAddNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUgraphNodeParams)", "graph_node:create; graph:use; graph_node:use"),
     "cuGraphAddNode_v2": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); dependencyData=in_buffer@numDependencies * sizeof(CUgraphEdgeData); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUgraphNodeParams)", "graph_node:create; graph:use; graph_node:use"),
+    # graph memory nodes (proxyd/graph_mem.py, interceptor/graph_mem.c)
+    "cuGraphAddMemAllocNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUDA_MEM_ALLOC_NODE_PARAMS)", "graph_node:create; graph:use; graph_node:use"),
+    "cuGraphMemAllocNodeGetParams": P("hNode=handle:graph_node; params_out=out_value", "graph_node:use"),
+    "cuGraphAddMemFreeNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; dptr=device_ptr", "graph_node:create; graph:use; graph_node:use"),
+    "cuGraphMemFreeNodeGetParams": P("hNode=handle:graph_node; dptr_out=out_value", "graph_node:use"),
+    "cuDeviceGraphMemTrim": P("device=handle:device", "device:use"),
+    "cuDeviceGetGraphMemAttribute": P("device=handle:device; attr=scalar; value=out_buffer@?", "device:use"),
+    "cuDeviceSetGraphMemAttribute": P("device=handle:device; attr=scalar; value=in_buffer@?", "device:use"),
 }
 
 DRIVER_ASYNC = {
@@ -922,6 +930,9 @@ DRIVER_SHIM_OVERRIDE = {
     "cuMemcpy3D_v2", "cuMemcpy3DAsync_v2",
     # explicit graph construction: nodes carry their stream op (interceptor/graph_build.c)
     "cuGraphAddKernelNode_v2", "cuGraphKernelNodeSetParams_v2", "cuGraphAddMemcpyNode", "cuGraphMemcpyNodeSetParams", "cuGraphAddMemsetNode", "cuGraphMemsetNodeSetParams", "cuGraphAddHostNode", "cuGraphHostNodeSetParams", "cuGraphAddChildGraphNode", "cuGraphAddEmptyNode", "cuGraphAddEventRecordNode", "cuGraphAddEventWaitNode", "cuGraphGetNodes", "cuGraphGetRootNodes", "cuGraphGetEdges_v2", "cuGraphAddDependencies_v2", "cuGraphRemoveDependencies_v2", "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams", "cuGraphExecHostNodeSetParams", "cuGraphExecUpdate_v2",
+    # graph memory nodes (interceptor/graph_mem.c)
+    "cuGraphAddMemAllocNode", "cuGraphMemAllocNodeGetParams", "cuGraphAddMemFreeNode", "cuGraphMemFreeNodeGetParams",
+    "cuDeviceGetGraphMemAttribute", "cuDeviceSetGraphMemAttribute",
 }
 
 DRIVER_HANDLERS = {
@@ -1004,6 +1015,13 @@ DRIVER_HANDLERS = {
     "cuGraphExecMemcpyNodeSetParams": "graph_exec_set_params",
     "cuGraphExecMemsetNodeSetParams": "graph_exec_set_params",
     "cuGraphExecHostNodeSetParams": "graph_exec_set_params",
+    "cuGraphAddMemAllocNode": "graph_mem_alloc_node",
+    "cuGraphMemAllocNodeGetParams": "graph_mem_node_params",
+    "cuGraphAddMemFreeNode": "graph_add_node",
+    "cuGraphMemFreeNodeGetParams": "graph_mem_node_params",
+    "cuDeviceGraphMemTrim": "graph_mem_trim",
+    "cuDeviceGetGraphMemAttribute": "graph_mem_attribute",
+    "cuDeviceSetGraphMemAttribute": "graph_mem_attribute",
     "cuGraphExecUpdate_v2": "graph_exec_update",
 }
 
@@ -1267,6 +1285,14 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaGraphExecHostNodeSetParams": P("hGraphExec=handle:graph_exec; node=handle:graph_node; pNodeParams=in_buffer@sizeof(struct cudaHostNodeParams)", "graph_exec:use; graph_node:use"),
     "cudaGraphExecUpdate": P("hGraphExec=handle:graph_exec; hGraph=handle:graph; resultInfo=out_value", "graph_exec:use; graph:use"),
     "cudaGraphAddNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); dependencyData=in_buffer@numDependencies * sizeof(cudaGraphEdgeData); numDependencies=scalar; nodeParams=in_buffer@sizeof(struct cudaGraphNodeParams)", "graph_node:create; graph:use; graph_node:use"),
+    # graph memory nodes (interceptor/rt_graph.c)
+    "cudaGraphAddMemAllocNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); numDependencies=scalar; nodeParams=in_buffer@sizeof(struct cudaMemAllocNodeParams)", "graph_node:create; graph:use; graph_node:use"),
+    "cudaGraphMemAllocNodeGetParams": P("node=handle:graph_node; params_out=out_value", "graph_node:use"),
+    "cudaGraphAddMemFreeNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); numDependencies=scalar; dptr=device_ptr", "graph_node:create; graph:use; graph_node:use"),
+    "cudaGraphMemFreeNodeGetParams": P("node=handle:graph_node; dptr_out=out_buffer@?", "graph_node:use"),
+    "cudaDeviceGraphMemTrim": P("device=scalar"),
+    "cudaDeviceGetGraphMemAttribute": P("device=scalar; attr=scalar; value=out_buffer@?"),
+    "cudaDeviceSetGraphMemAttribute": P("device=scalar; attr=scalar; value=in_buffer@?"),
 }
 
 RUNTIME_ASYNC = {

@@ -19,6 +19,9 @@
 
 static atomic_int capture_begun;
 
+/* whether this process has begun a capture (capture_copy.c asks) */
+int gp_capture_begun(void) { return atomic_load(&capture_begun); }
+
 CUresult gpo_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
     atomic_store(&capture_begun, 1);

@@ -1,6 +1,7 @@
 /* CUDA graphs built explicitly, driver API (cuda.h, "Graph Management"):
  * cuGraphAdd{Kernel,Memcpy,Memset,Host,ChildGraph,Empty,EventRecord,
- * EventWait}Node, cuGraphAddNode, node and executable-node parameter
+ * EventWait}Node, cuGraphAddNode (memory nodes: graph_mem.c), node and
+ * executable-node parameter
  * setters, dependencies and topology queries, cuGraphExecUpdate,
  * cuGraphInstantiateWithParams. proxyd keeps the graphs (proxyd/
  * graph_nodes.py).
@@ -26,7 +27,8 @@
  *
  * What is refused, with CUDA_ERROR_NOT_SUPPORTED and one stderr line:
  * copies between CUDA arrays, non-contiguous 2D/3D copies, host-to-host
- * copies, 2D memsets (height > 1), node types other than those above.
+ * copies, 2D memsets (height > 1), node types other than those above and
+ * the memory nodes of cuGraphAddNode (graph_mem.c).
  *
  * Locking: every entry takes gp_lock (GP_ENTER) for the whole call, so the
  * nested op is built and sent under it. CUkernel arguments are resolved to
@@ -38,6 +40,12 @@
 #include "gp_gen.h"
 #include "gp_launch.h"
 #include "gp_shim.h"
+
+/* graph_mem.c: memory nodes */
+CUresult gpo_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                    size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams);
+CUresult gpo_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                   size_t numDependencies, CUdeviceptr dptr);
 
 /* hostfn.c: keeps fn/userData for a host node; where the gate is */
 CUresult gp_hostfn_node(void *fn, void *user, uint64_t *id, uint32_t *seg, uint64_t *off, uint64_t *len);
@@ -164,6 +172,21 @@ static CUresult bounce_for(payload *p, void *app, size_t n, int to_pinned)
     if (rc == CUDA_SUCCESS)
         p->bounce = 1;
     return rc;
+}
+
+/* The bounce buffer of (app, n, direction) for a copy captured from a
+ * stream (capture_copy.c): where it is, and the host function that moves
+ * the bytes, with its gate. Caller holds the lock and has a session. */
+CUresult gp_graph_bounce(void *app, size_t n, int to_pinned, uint32_t *seg, uint64_t *off, uint64_t *id,
+                         uint32_t *gate_seg, uint64_t *gate_off, uint64_t *gate_len)
+{
+    payload p = { 0 };
+    CUresult rc = bounce_for(&p, app, n, to_pinned);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    *seg = p.seg, *off = p.off, *id = p.id;
+    *gate_seg = p.gate_seg, *gate_off = p.gate_off, *gate_len = p.gate_len;
+    return CUDA_SUCCESS;
 }
 
 /* One side of a CUDA_MEMCPY3D: its first byte, whether it is device memory,
@@ -376,6 +399,14 @@ static CUresult add_node(uint32_t fid, uint32_t nparams, CUgraphNode *out, CUgra
     return rc;
 }
 
+/* An add call whose payload is one integer (a free node's address:
+ * graph_mem.c). Caller holds the lock and has a session. */
+CUresult gp_graph_add_value_node(uint32_t fid, uint32_t nparams, CUgraphNode *out, CUgraph g,
+                                 const CUgraphNode *deps, size_t ndeps, uint64_t value)
+{
+    return add_node(fid, nparams, out, g, deps, ndeps, NULL, (const void *)(uintptr_t)value);
+}
+
 static CUresult add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n, CUfunction f,
                            const CUDA_KERNEL_NODE_PARAMS *kp)
 {
@@ -532,6 +563,18 @@ CUresult gpo_cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const C
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
         return gpo_cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, numDependencies,
                                              np->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+        /* v2 has v1's layout; dptr is an out field (cuda.h) */
+        CUDA_MEM_ALLOC_NODE_PARAMS a;
+        _Static_assert(sizeof a == sizeof np->alloc, "CUDA_MEM_ALLOC_NODE_PARAMS_v2 has v1's layout");
+        memcpy(&a, &np->alloc, sizeof a);
+        CUresult rc = gpo_cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, &a);
+        if (rc == CUDA_SUCCESS)
+            np->alloc.dptr = a.dptr;
+        return rc;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+        return gpo_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, np->free.dptr);
     default:
         return refuse("cuGraphAddNode", "this node type is not supported");
     }

@@ -21,6 +21,8 @@
 #include <string.h>
 
 void gp_pmemcpy(void *dst, const void *src, size_t n);
+/* capture_copy.c: a pageable copy on a capturing stream; 1 when it handled it */
+int gp_capture_copy(uint32_t fid, void *host, CUdeviceptr dev, size_t n, CUstream s, int to_device, CUresult *rc);
 
 #define GP_CHUNK_MAX (16u << 20)
 /* Copies up to this size travel inside the message (one round trip) rather
@@ -67,6 +69,9 @@ CUresult gp_copy_htod(uint32_t fid, CUdeviceptr dst, const void *src, size_t n, 
         gp_reply_done(&r);
         return rc;
     }
+    CUresult crc;
+    if (has_stream && async && gp_capture_copy(fid, (void *)src, dst, n, s, 1, &crc))
+        return crc;     /* on a capturing stream: through a bounce buffer (capture_copy.c) */
     size_t chunk = chunk_size();
     if (chunk == 0 || n <= GP_SMALL_COPY) {
         b = gp_op_begin(fid, nargs_for(has_stream));
@@ -133,6 +138,9 @@ CUresult gp_copy_dtoh(uint32_t fid, void *dst, CUdeviceptr src, size_t n, CUstre
         gp_reply_done(&r);
         return rc;
     }
+    CUresult crc;
+    if (has_stream && async && gp_capture_copy(fid, dst, src, n, s, 0, &crc))
+        return crc;     /* on a capturing stream: through a bounce buffer (capture_copy.c) */
     size_t chunk = chunk_size();
     if (chunk == 0 || n <= GP_SMALL_COPY) {
         b = gp_op_begin(fid, nargs_for(has_stream));

@@ -5,9 +5,17 @@
  * names.
  *
  * Locking: each driver call takes gp_lock itself. */
+#include <stddef.h>
 #include <string.h>
 
 #include "gp_rt.h"
+
+/* graph memory nodes, below */
+cudaError_t gpo_cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                         const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                         struct cudaMemAllocNodeParams *nodeParams);
+cudaError_t gpo_cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                        const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dptr);
 
 #define RT_INIT()                                   \
     do {                                            \
@@ -429,6 +437,18 @@ cudaError_t gpo_cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
     case cudaGraphNodeTypeEventRecord:
         return gpo_cudaGraphAddEventRecordNode(pGraphNode, graph, pDependencies, numDependencies,
                                                nodeParams->eventRecord.event);
+    case cudaGraphNodeTypeMemAlloc: {
+        struct cudaMemAllocNodeParams a;
+        _Static_assert(sizeof a == sizeof nodeParams->alloc, "cudaMemAllocNodeParamsV2 has V1's layout");
+        memcpy(&a, &nodeParams->alloc, sizeof a);
+        cudaError_t e = gpo_cudaGraphAddMemAllocNode(pGraphNode, graph, pDependencies, numDependencies, &a);
+        if (e == cudaSuccess)
+            nodeParams->alloc.dptr = a.dptr;     /* out (driver_types.h) */
+        return e;
+    }
+    case cudaGraphNodeTypeMemFree:
+        return gpo_cudaGraphAddMemFreeNode(pGraphNode, graph, pDependencies, numDependencies,
+                                           nodeParams->free.dptr);
     default:
         gp_warn_unsupported("cudaGraphAddNode (this node type)");
         return gp_rt_ret(cudaErrorNotSupported);
@@ -533,4 +553,70 @@ cudaError_t gpo_cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsi
 {
     RT_INIT();
     RT_RETURN_CU(cuGraphDebugDotPrint((CUgraph)graph, path, flags));
+}
+
+/* ---------------------------------------------------------------- graph memory nodes
+ * cudaMemAllocNodeParams has CUDA_MEM_ALLOC_NODE_PARAMS' layout
+ * (cudaMemPoolProps is CUmemPoolProps: rt_mempool.c), cudaGraphMemAttributeType
+ * has CUgraphMem_attribute's values, and a runtime device ordinal is the
+ * driver's CUdevice (rt_mempool.c passes them the same way). */
+_Static_assert(sizeof(struct cudaMemAllocNodeParams) == sizeof(CUDA_MEM_ALLOC_NODE_PARAMS),
+               "cudaMemAllocNodeParams has the driver structure's layout");
+_Static_assert(offsetof(struct cudaMemAllocNodeParams, dptr) == offsetof(CUDA_MEM_ALLOC_NODE_PARAMS, dptr),
+               "dptr at the same offset");
+
+cudaError_t gpo_cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                         const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                         struct cudaMemAllocNodeParams *nodeParams)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuGraphAddMemAllocNode((CUgraphNode *)pGraphNode, (CUgraph)graph, (const CUgraphNode *)pDependencies,
+                                        numDependencies, (CUDA_MEM_ALLOC_NODE_PARAMS *)nodeParams));
+}
+
+cudaError_t gpo_cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, struct cudaMemAllocNodeParams *params_out)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuGraphMemAllocNodeGetParams((CUgraphNode)node, (CUDA_MEM_ALLOC_NODE_PARAMS *)params_out));
+}
+
+cudaError_t gpo_cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                        const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dptr)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuGraphAddMemFreeNode((CUgraphNode *)pGraphNode, (CUgraph)graph, (const CUgraphNode *)pDependencies,
+                                       numDependencies, (CUdeviceptr)(uintptr_t)dptr));
+}
+
+/* dptr_out: a void * that receives the address (cuda_runtime_api.h) */
+cudaError_t gpo_cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void *dptr_out)
+{
+    if (!dptr_out)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    CUdeviceptr p = 0;
+    CUresult rc = cuGraphMemFreeNodeGetParams((CUgraphNode)node, &p);
+    if (rc == CUDA_SUCCESS) {
+        void *v = (void *)(uintptr_t)p;
+        memcpy(dptr_out, &v, sizeof v);
+    }
+    RT_RETURN_CU(rc);
+}
+
+cudaError_t gpo_cudaDeviceGraphMemTrim(int device)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuDeviceGraphMemTrim((CUdevice)device));
+}
+
+cudaError_t gpo_cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuDeviceGetGraphMemAttribute((CUdevice)device, (CUgraphMem_attribute)attr, value));
+}
+
+cudaError_t gpo_cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuDeviceSetGraphMemAttribute((CUdevice)device, (CUgraphMem_attribute)attr, value));
 }

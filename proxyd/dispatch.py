@@ -184,7 +184,7 @@ class Dispatcher:
     def __init__(self, backend):
         self.backend = backend
         # imported for their @handler registrations
-        from . import arrays, graph_nodes, graphs, handlers, hostmap, ipc, mempool, vmm  # noqa: F401
+        from . import arrays, graph_mem, graph_nodes, graphs, handlers, hostmap, ipc, mempool, vmm  # noqa: F401
         self._capture_op = graphs.capture_op
         from .libraries import LibraryCalls
         self.libs = LibraryCalls(self)      # cuBLAS, cuBLASLt, NVML ops (handler "library")
@@ -402,14 +402,17 @@ class Dispatcher:
             op = ops[i]
             if sess.capture:
                 # a stream is capturing (graphs.py): its ops go into the graph
-                captured, c, m = self._capture_op(self, sess, op)
+                captured, c, m, couts = self._capture_op(self, sess, op)
                 if captured:
                     sess.calls += 1
                     fid = op[0]
                     fn = FUNCTIONS.get(fid)
                     if i == nops - 1 and fn is not None and fn.sync:
-                        code, outs, msg = c, ([None] * sum(1 for p in fn.params if p[1] in ("out_value", "out_buffer"))
-                                              if c == CUDA_SUCCESS else None), m
+                        if c != CUDA_SUCCESS:
+                            couts = None
+                        elif couts is None:
+                            couts = [None] * sum(1 for p in fn.params if p[1] in ("out_value", "out_buffer"))
+                        code, outs, msg = c, couts, m
                     elif c != CUDA_SUCCESS:
                         sess.note_async_error(c, fid, m)
                     if nat is not None:

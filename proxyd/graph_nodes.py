@@ -20,6 +20,11 @@ the function's layout like a launch's. A graph built this way lists its
 nodes in creation order under "xnodes" (graphs.py keeps the ops of a
 captured graph under "nodes"; a graph may have both, captured ops first).
 
+Memory nodes (cuGraphAddMemAllocNode, cuGraphAddMemFreeNode) carry one
+marker op each, which graphs.h_launch hands to graph_mem.py instead of
+dispatching it; a graph with memory nodes cannot be cloned, be a child
+graph, or lose nodes (cuda.h).
+
 A child-graph node holds the child's ops, flattened when the node is added:
 cuGraphAddChildGraphNode clones the child (cuda.h: "The node executes an
 embedded child graph. The child graph is cloned in this call"), so later
@@ -54,6 +59,7 @@ K_GRAPH_NODE = P.K_GRAPH_NODE
 
 # CUgraphNodeType (cuda.h)
 T_KERNEL, T_MEMCPY, T_MEMSET, T_HOST, T_GRAPH, T_EMPTY, T_WAIT_EVENT, T_EVENT_RECORD = range(8)
+T_MEM_ALLOC, T_MEM_FREE = 10, 11
 # CUgraphExecUpdateResult (cuda.h)
 UPDATE_SUCCESS, UPDATE_ERROR, UPDATE_TOPOLOGY_CHANGED, UPDATE_NODE_TYPE_CHANGED = 0, 1, 2, 3
 UPDATE_FUNCTION_CHANGED, UPDATE_PARAMETERS_CHANGED, UPDATE_NOT_SUPPORTED = 4, 5, 6
@@ -63,6 +69,7 @@ ADD_TYPES = {
     "cuGraphAddKernelNode_v2": T_KERNEL, "cuGraphAddMemcpyNode": T_MEMCPY, "cuGraphAddMemsetNode": T_MEMSET,
     "cuGraphAddHostNode": T_HOST, "cuGraphAddChildGraphNode": T_GRAPH, "cuGraphAddEmptyNode": T_EMPTY,
     "cuGraphAddEventRecordNode": T_EVENT_RECORD, "cuGraphAddEventWaitNode": T_WAIT_EVENT,
+    "cuGraphAddMemFreeNode": T_MEM_FREE,
 }
 # which stream operations may stand for a node of each type (by handler, or name for generic ones)
 OP_HANDLERS = {
@@ -204,12 +211,9 @@ def h_create(d, sess, fn, ctx, args, **kw):
     return CUDA_SUCCESS, [g.handle if args[0] else None]
 
 
-@handler("graph_add_node")
-def h_add_node(d, sess, fn, ctx, args, **kw):
-    """[out, graph, [dependency handles], count, payload...]: the payload is
-    the node's op (kernel, memcpy, memset, host), an event handle, a child
-    graph handle, or nothing (empty)."""
-    ntype = ADD_TYPES[fn.name]
+def add_node_info(sess, fn, args, ntype: int):
+    """The checks every add call makes ([out, graph, [dependency handles],
+    count, ...]); returns the graph and the new node's info, without ops."""
     g = graph(sess, args[1])
     if g.info.get("capturing"):
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the graph is being captured")
@@ -225,7 +229,41 @@ def h_add_node(d, sess, fn, ctx, args, **kw):
         if n.id in dep_ids:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: duplicate dependency")
         dep_ids.append(n.id)
-    info = {"graph": g.id, "type": ntype, "ops": [], "deps": dep_ids}
+    return g, {"graph": g.id, "type": ntype, "ops": [], "deps": dep_ids}
+
+
+def commit_node(sess, g, info):
+    n = sess.add(K_GRAPH_NODE, None, g.ctx, info)
+    _xnodes(g).append(n.id)
+    return n
+
+
+def has_memory_nodes(sess, g) -> bool:
+    """cuda.h (cuGraphAddMemAllocNode): a graph with memory allocation or
+    free nodes cannot be cloned or be a child graph, and its nodes and
+    edges cannot be deleted."""
+    from .graph_mem import is_marker
+    if g.info.get("mem"):
+        return True
+    for op in g.info.get("nodes", []):
+        if is_marker(op[0]):
+            return True
+    return any(sess.objects[(K_GRAPH_NODE, i)].info["type"] in (T_MEM_ALLOC, T_MEM_FREE) for i in _xnodes(g))
+
+
+def _refuse_memory_nodes(sess, g, fn, what: str):
+    if has_memory_nodes(sess, g):
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: a graph with memory nodes {what} (cuda.h)")
+
+
+@handler("graph_add_node")
+def h_add_node(d, sess, fn, ctx, args, **kw):
+    """[out, graph, [dependency handles], count, payload...]: the payload is
+    the node's op (kernel, memcpy, memset, host), an event handle, a child
+    graph handle, a graph allocation's address (free node), or nothing
+    (empty)."""
+    ntype = ADD_TYPES[fn.name]
+    g, info = add_node_info(sess, fn, args, ntype)
     ctxh = kw.get("ctxh", 0)
     if ntype in OP_HANDLERS:
         info["ops"] = _check_ops(sess, ntype, args[4], fn.name)
@@ -241,9 +279,21 @@ def h_add_node(d, sess, fn, ctx, args, **kw):
         child = graph(sess, args[4])
         if child.id == g.id:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: a graph cannot contain itself")
+        _refuse_memory_nodes(sess, child, fn, "cannot be a child graph")
         info["child"], _ = flatten(sess, child)
-    n = sess.add(K_GRAPH_NODE, None, g.ctx, info)
-    _xnodes(g).append(n.id)
+    elif ntype == T_MEM_FREE:
+        from .graph_mem import free_marker
+        addr = sess.translate(int(args[4] or 0))
+        if addr not in sess.graph_mem:
+            # cuda.h: CUDA_ERROR_INVALID_VALUE "if dptr was not returned by a
+            # graph allocation" (memory of cuMemAlloc is freed by cuMemFree)
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {addr:#x} is not a graph allocation")
+        for i in _xnodes(g):
+            o = sess.objects[(K_GRAPH_NODE, i)]
+            if o.info["type"] == T_MEM_FREE and int(o.info["ops"][0][2][0]) == addr:
+                raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the graph frees {addr:#x} already")
+        info["ops"] = [free_marker(ctxh, addr)]
+    n = commit_node(sess, g, info)
     return CUDA_SUCCESS, [n.handle if args[0] else None]
 
 
@@ -355,6 +405,7 @@ def h_destroy_node(d, sess, fn, ctx, args, **kw):
     n = node(sess, args[0])
     g = sess.objects.get((P.K_GRAPH, n.info["graph"]))
     if g is not None:
+        _refuse_memory_nodes(sess, g, fn, "keeps its nodes")
         _xnodes(g).remove(n.id)
         for i in _xnodes(g):
             deps = sess.objects[(K_GRAPH_NODE, i)].info["deps"]
@@ -378,6 +429,7 @@ def h_clone(d, sess, fn, ctx, args, **kw):
     src = graph(sess, args[1])
     if src.info.get("capturing"):
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the graph is being captured")
+    _refuse_memory_nodes(sess, src, fn, "cannot be cloned")
     g = sess.add(P.K_GRAPH, None, src.ctx, {"nodes": [list(n) for n in src.info["nodes"]], "origin": 0,
                                             "capturing": False, "xnodes": []})
     new_id = {}
@@ -426,6 +478,11 @@ def h_exec_update(d, sess, fn, ctx, args, **kw):
             all(a[1:] == b[1:] for a, b in zip(old_sig, _jsonable_sig(new_sig)))
         return CUDA_SUCCESS, [UPDATE_NODE_TYPE_CHANGED if same_shape else UPDATE_TOPOLOGY_CHANGED, None]
     ops, index = flatten(sess, g)
+    from .graph_mem import is_marker
+    if [op for op in ops if is_marker(op[0])] != [op for op in e.info["nodes"] if is_marker(op[0])]:
+        # graph allocations have their addresses for the executable graph's
+        # life: memory nodes cannot change in an update
+        return CUDA_SUCCESS, [UPDATE_NOT_SUPPORTED, None]
     # the exec's node ids are those of the graph it came from: pair by creation order
     keys = e.info.get("node_order", [])
     new_order = _xnodes(g)
@@ -438,11 +495,12 @@ def _jsonable_sig(sig) -> list:
     return [[x[0], list(x[1]), x[2]] if len(x) == 3 else [x[0], x[1]] for x in sig]
 
 
-def instantiate_info(sess, g) -> dict:
-    """The executable graph's info for graph g (graphs.h_instantiate)."""
+def instantiate_info(sess, g, flags: int = 0) -> dict:
+    """The executable graph's info for graph g (graphs.h_instantiate); it
+    holds the graph's allocations ("mem", graph_mem.py) too."""
     ops, index = flatten(sess, g)
     return {"nodes": ops, "graph": g.id, "index": index, "node_order": list(_xnodes(g)),
-            "sig": _jsonable_sig(_signature(sess, g))}
+            "sig": _jsonable_sig(_signature(sess, g)), "mem": list(g.info.get("mem", [])), "flags": flags}
 
 
 # ------------------------------------------------------------ checkpoints

@@ -18,11 +18,14 @@ Graphs and executable graphs are checkpoint objects: the image records
 their ops (`graphs`), and a restore recreates them under their handles, so
 a restored program launches its instantiated graphs as before.
 
-Limits: a copy into pageable host memory cannot be captured (its bytes
-would have nowhere to go at launch) and answers
+Copies with pageable host memory reach the worker already turned into a
+copy through a page-locked bounce buffer plus a host function that moves
+the bytes in the application (interceptor/capture_copy.c); a copy whose
+host bytes travel with the call (inline, or in the staging segment) would
+have nothing to read or write at launch and answers
 CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, as do synchronising calls on a
-capturing stream; a host-to-device copy from pageable memory captures the
-bytes at capture time.
+capturing stream. cuMemAllocAsync / cuMemFreeAsync become graph memory
+nodes (graph_mem.py).
 
 Locking: the worker's main loop only (dispatch.py).
 """
@@ -48,6 +51,8 @@ CAPTURABLE = {"launch_kernel", "launch_kernel_ex", "launch_cooperative", "memcpy
 CAPTURABLE_NAMES = {"cuStreamWaitEvent", "cuStreamWaitEvent_ptsz"}
 # calls about the capture itself, which run while it is active
 CAPTURE_CONTROL = {"graph_begin_capture", "graph_end_capture", "graph_is_capturing", "graph_capture_info"}
+# the stream-ordered allocator, captured as graph memory nodes (graph_mem.py)
+GRAPH_MEMORY = {"mem_alloc_async", "mem_alloc_from_pool_async", "mem_free_async"}
 
 
 def _stream_slot(fn, args) -> tuple[int, int | None]:
@@ -97,22 +102,24 @@ def _stream_value(fn, handle: int) -> int:
     return handle
 
 
-def capture_op(d, sess, op) -> tuple[bool, int, str]:
+def capture_op(d, sess, op) -> tuple[bool, int, str, list | None]:
     """Records op into a capture when its stream is capturing. Returns
-    (captured, error code, message); (False, 0, "") runs the op as usual."""
+    (captured, error code, message, outs); (False, 0, "", None) runs the op
+    as usual. outs are the call's out values where capturing produces some
+    (a captured cuMemAllocAsync returns its address), else None."""
     from ._generated import FUNCTIONS
     if not isinstance(op, list) or len(op) < 2 or type(op[0]) is not int:
-        return False, 0, ""
+        return False, 0, "", None
     fn = FUNCTIONS.get(op[0])
     if fn is None or fn.handler in CAPTURE_CONTROL:
-        return False, 0, ""
+        return False, 0, "", None
     args = op[2:]
     if fn.handler == "library":
         return _capture_library_op(d, sess, fn, op)
     slot = _stream_slot(fn, args)
     st = _get_stream(args, slot)
     if st is None:
-        return False, 0, ""
+        return False, 0, "", None
     st = _stream_value(fn, st)
     gid = sess.capture.get(st)
     if fn.name.startswith("cuStreamWaitEvent") and gid is None:
@@ -121,41 +128,65 @@ def capture_op(d, sess, op) -> tuple[bool, int, str]:
         g2 = sess.capture_events.get(ev)
         if g2 is not None and (P.K_GRAPH, g2) in sess.objects:
             sess.capture[st] = g2
-            return True, 0, ""
-        return False, 0, ""
+            return True, 0, "", None
+        return False, 0, "", None
     if gid is None:
-        return False, 0, ""
+        return False, 0, "", None
     g = sess.objects.get((P.K_GRAPH, gid))
     if g is None:
-        return False, 0, ""
+        return False, 0, "", None
+    if fn.name.startswith("cuStreamDestroy") and g.info["origin"] != st:
+        # a stream that joined the capture and is destroyed before it ends
+        # (NVIDIA's graphMemoryNodes does this after joining it back): it
+        # leaves the capture and is destroyed as usual
+        del sess.capture[st]
+        return False, 0, "", None
+    if fn.handler in GRAPH_MEMORY:
+        # graph memory nodes (graph_mem.py): an allocation made now, at its
+        # fixed address, live from the node's run on
+        from . import graph_mem
+        ctx = sess.contexts.get(op[1] & 0xFFFFFFFF) if op[1] >> 32 == P.K_CONTEXT else None
+        try:
+            if fn.handler == "mem_free_async":
+                graph_mem.capture_free(d, sess, fn, args, g, op[1])
+                return True, 0, "", []
+            pool_i = 2 if fn.handler == "mem_alloc_from_pool_async" else None
+            return True, 0, "", graph_mem.capture_alloc(d, sess, fn, ctx, args, g, op[1], 1, pool_i)
+        except CudaError as e:
+            return True, e.code, e.message, None
     if fn.handler not in CAPTURABLE and fn.name not in CAPTURABLE_NAMES:
-        return True, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, f"{fn.name} is not allowed on a capturing stream"
-    if fn.handler == "memcpy_dtoh" and not isinstance(args[0], P.ShmRef):
-        return True, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, \
-            f"{fn.name}: a copy into pageable host memory cannot be captured (use page-locked memory)"
+        return True, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, f"{fn.name} is not allowed on a capturing stream", None
+    if fn.handler in ("memcpy_dtoh", "memcpy_htod"):
+        # The shim captures pageable copies through a bounce buffer of their
+        # own (interceptor/capture_copy.c); bytes in the message or in the
+        # staging segment would be gone (or overwritten) at launch.
+        host = args[0] if fn.handler == "memcpy_dtoh" else args[1]
+        if not isinstance(host, P.ShmRef) or host.seg == sess.staging_seg:
+            return True, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, \
+                f"{fn.name}: this copy's host memory cannot be captured (its bytes travel with the call)", None
     if fn.name.startswith("cuStreamWaitEvent") and sess.capture_events.get(int(args[1] or 0)) == gid:
-        return True, 0, ""      # a dependency inside the capture: launch order keeps it
+        return True, 0, "", None      # a dependency inside the capture: launch order keeps it
     if fn.handler == "event_record":
         sess.capture_events[int(args[0] or 0)] = gid
     g.info["nodes"].append([op[0], op[1], _frozen(list(args))])
-    return True, 0, ""
+    return True, 0, "", None
 
 
-def _capture_library_op(d, sess, fn, op) -> tuple[bool, int, str]:
+def _capture_library_op(d, sess, fn, op) -> tuple[bool, int, str, None]:
     """A math-library call whose stream is capturing (graph_libcapture.py)."""
     from .graph_libcapture import capture, library_stream
     st = library_stream(sess, fn, op[2:])
     if st is None:
-        return False, 0, ""
+        return False, 0, "", None
     gid = sess.capture.get(_stream_value(fn, st))
     g = sess.objects.get((P.K_GRAPH, gid)) if gid is not None else None
     if g is None:
-        return False, 0, ""
+        return False, 0, "", None
     lc, code, msg = capture(d, sess, fn, op, st, _frozen(list(op[2:])))
     if lc is None:
-        return True, code, msg
+        return True, code, msg, None
     g.info["nodes"].append([op[0], op[1], lc])
-    return True, 0, ""
+    return True, 0, "", None
 
 
 def _graph(sess, handle):
@@ -210,7 +241,9 @@ def h_instantiate(d, sess, fn, ctx, args, **kw):
     if g.info["capturing"]:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the graph is still being captured")
     from .graph_nodes import instantiate_info
-    e = sess.add(P.K_GRAPH_EXEC, None, g.ctx, instantiate_info(sess, g))
+    # cuGraphInstantiateWithFlags' flags (the auto-free flag matters: graph_mem.py)
+    flags = int(args[2] or 0) if fn.name.startswith("cuGraphInstantiateWithFlags") else 0
+    e = sess.add(P.K_GRAPH_EXEC, None, g.ctx, instantiate_info(sess, g, flags))
     outs = [e.handle if args[0] else None]
     outs += [None] * (sum(1 for p in fn.params if p[1] in ("out_value", "out_buffer")) - 1)
     return CUDA_SUCCESS, outs
@@ -222,9 +255,14 @@ def h_launch(d, sess, fn, ctx, args, **kw):
     e = sess.get(P.K_GRAPH_EXEC, int(args[0] or 0))
     stream = _stream_value(fn, int(args[1] or 0))
     from ._generated import FUNCTIONS
+    from . import graph_mem
+    graph_mem.before_launch(d, sess, fn.name, e, stream)
     prev, sess.graph_replay = sess.graph_replay, True
     try:
         for fid, ctxh, nargs in e.info["nodes"]:
+            if graph_mem.is_marker(fid):
+                graph_mem.run_marker(d, sess, fn.name, (fid, ctxh, nargs), stream)
+                continue
             nfn = FUNCTIONS[fid]
             if isinstance(nargs, LibCapture):
                 nargs.launch(sess, stream)      # library work captured as a graph of its own
@@ -248,12 +286,16 @@ def h_destroy(d, sess, fn, ctx, args, **kw):
     from .graph_nodes import drop_nodes
     drop_nodes(sess, g)
     sess.drop(g)
+    from .graph_mem import release_unused
+    release_unused(d, sess, g.info.get("mem", ()))
     return CUDA_SUCCESS, []
 
 
 @handler("graph_exec_destroy")
 def h_exec_destroy(d, sess, fn, ctx, args, **kw):
-    sess.remove(P.K_GRAPH_EXEC, int(args[0] or 0))
+    e = sess.remove(P.K_GRAPH_EXEC, int(args[0] or 0))
+    from .graph_mem import release_unused
+    release_unused(d, sess, e.info.get("mem", ()))
     return CUDA_SUCCESS, []
 
 
@@ -296,6 +338,10 @@ def describe(sess) -> list:
             if libs:
                 # math-library calls captured with snapshots of their objects (graph_libcapture.py)
                 d["libcaptures"] = libs
+            if o.info.get("mem"):
+                d["mem"] = list(o.info["mem"])      # graph allocations it holds (graph_mem.py)
+            if o.info.get("flags"):
+                d["flags"] = int(o.info["flags"])
             if name == "graph":
                 d["origin"] = o.info["origin"]
                 d["capturing"] = bool(o.info["capturing"])
@@ -331,13 +377,15 @@ def rebuild(sess, graphs: list, capture: dict, capture_events: dict, d=None):
             nodes.append([int(fid), int(ctxh), _dec(a)])
         if g["kind"] == "graph":
             o = sess.add(P.K_GRAPH, None, int(g.get("ctx", 0)), {"nodes": nodes, "origin": int(g.get("origin", 0)),
-                                                                 "capturing": bool(g.get("capturing"))},
+                                                                 "capturing": bool(g.get("capturing")),
+                                                                 "mem": [int(x) for x in g.get("mem", [])]},
                          ident=int(g["id"]))
             if g.get("xnodes"):
                 from .graph_nodes import rebuild_nodes
                 rebuild_nodes(sess, o, g["xnodes"], _dec)
         else:
-            info = {"nodes": nodes, "graph": int(g.get("graph", 0))}
+            info = {"nodes": nodes, "graph": int(g.get("graph", 0)), "mem": [int(x) for x in g.get("mem", [])],
+                    "flags": int(g.get("flags", 0))}
             if "index" in g:
                 info["index"] = {int(k): [int(x) for x in v] for k, v in g["index"]}
                 info["node_order"] = [int(x) for x in g.get("node_order", [])]

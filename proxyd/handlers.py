@@ -117,6 +117,8 @@ def destroy_context(d, sess, c):
             release_object(d, sess, o)
     for a in [a for a in sess.arena.allocs.values() if a.chunk.device == c.device and c.primary]:
         sess.arena.free(a.addr, vmm=a.chunk.vmm)
+    for addr in [x for x in sess.graph_mem if x not in sess.arena.allocs]:
+        del sess.graph_mem[addr]            # graph allocations went with the arena (graph_mem.py)
     d.backend.ctx_destroy(c.real)
     sess.drop_context(c)
 
@@ -224,6 +226,9 @@ def h_mem_free(d, sess, fn, ctx, args, **kw):
     # range can be handed out again.
     if ctx is not None:
         d.backend.ctx_sync(ctx.real)
+    from .graph_mem import free_outside
+    if free_outside(d, sess, "cuMemFree", addr):
+        return CUDA_SUCCESS, []     # a graph allocation freed outside its graph (graph_mem.py)
     try:
         sess.arena.free(addr)
     except ArenaError as e:
@@ -643,4 +648,4 @@ def h_host_func(d, sess, fn, ctx, args, **kw):
 
 # The handlers of the stream-ordered allocator, the application's VMM and
 # graphs live in modules of their own; importing this module registers them too.
-from . import graph_nodes, graphs, link, mempool, vmm  # noqa: E402,F401
+from . import graph_mem, graph_nodes, graphs, link, mempool, vmm  # noqa: E402,F401

@@ -149,6 +149,9 @@ def h_mem_free_async(d, sess, fn, ctx, args, **kw):
     stream = _stream(d, sess, fn, args[1])
     if addr == 0:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: NULL pointer")
+    from .graph_mem import free_outside
+    if free_outside(d, sess, fn.name, addr, stream):
+        return CUDA_SUCCESS, []     # a graph allocation freed after its graph ran (graph_mem.py)
     if addr not in sess.arena.allocs:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {addr:#x} is not the start of an allocation")
     d.backend.stream_sync(stream)

@@ -141,6 +141,10 @@ class Session:
         self.capture: dict[int, int] = {}
         self.capture_events: dict[int, int] = {}
         self.graph_replay = False
+        # graph memory nodes (graph_mem.py): allocation address -> {"size",
+        # "device", "live"}; device -> high-water mark of graph memory
+        self.graph_mem: dict[int, dict] = {}
+        self.graph_mem_high: dict[int, int] = {}
         self.calls = 0
         self.pidns = ""                 # the client's pid namespace (reaping by pid)
         self.key_uid = None             # keyed tcp: the uid of the client key's user (curve.py)

@@ -51,7 +51,7 @@ def test_unsupported_calls_warn_once_each(corpus_built, emu_daemon):
     assert r.returncode == 0, _describe(r, emu_daemon)
     assert r.stdout == built.program.expected_output, _describe(r, emu_daemon)
     lines = [line for line in r.stderr.splitlines() if line.strip()]
-    for fn in ("cudaDeviceGraphMemTrim", "cuDeviceGetByPCIBusId"):
+    for fn in ("cudaDeviceFlushGPUDirectRDMAWrites", "cuDeviceGetByPCIBusId"):
         naming = [line for line in lines if re.search(rf"\b{fn}\b", line)]
         assert len(naming) == 1, f"expected exactly one stderr line naming {fn}:\n{r.stderr}"
     assert len(lines) == 2, f"expected exactly two stderr lines (one per unsupported call):\n{r.stderr}"

@@ -151,3 +151,128 @@ def test_a_bounced_copy_is_a_host_function_and_a_copy_in_order(client):
     # a bounced copy is a memcpy node only
     code, _, msg = c.call("cuGraphAddMemsetNode", True, g, [], 0, [dtod, dtod], None, ctx=c.ctx)
     assert code == CUDA_ERROR_INVALID_VALUE, (code, msg)
+
+
+# ------------------------------------------------------------ graph memory nodes (proxyd/graph_mem.py)
+
+CUDA_ERROR_NOT_FOUND = 500
+
+
+def alloc_params(size, handle_types=0):
+    """CUDA_MEM_ALLOC_NODE_PARAMS as the shim sends it (interceptor/graph_mem.c):
+    [bytesize, allocType pinned, handleTypes, location type device, device 0]."""
+    return [size, 1, handle_types, 1, 0]
+
+
+def call_or_async(c, name, *args):
+    """(code, message) of a call, where the failure of an asynchronous op
+    (a launch) counts too: it comes back as the reply's async code, with
+    this reply or the next (docs/protocol.md, "Reply")."""
+    from wire import P
+    rep = c.request(P.MSG_CALL, [[FID[name], c.ctx, *args]])
+    msg = rep[5] if len(rep) > 5 else ""
+    return (rep[1] or (rep[3] if len(rep) > 3 else 0) or 0), msg
+
+
+def sync_code(c):
+    """The code of the next synchronous reply, with an asynchronous launch's
+    failure."""
+    return call_or_async(c, "cuCtxSynchronize")
+
+
+def test_graph_allocation_lives_from_launch_until_freed(client):
+    c = client
+    g = ok(c, "cuGraphCreate", True, 0)[0]
+    node, addr = ok(c, "cuGraphAddMemAllocNode", True, g, [], 0, alloc_params(4096))
+    assert addr, "no address for the alloc node"
+    assert ok(c, "cuGraphMemAllocNodeGetParams", node, True) == [addr, 4096, 0]
+    assert ok(c, "cuGraphNodeGetType", node, True) == [10]          # CU_GRAPH_NODE_TYPE_MEM_ALLOC
+    add(c, "cuGraphAddMemsetNode", g, [node], memset_op(c, addr, 7, 4096), None)
+    e = ok(c, "cuGraphInstantiateWithFlags", True, g, 0)[0]
+    ok(c, "cuGraphDestroy", g)                  # the executable graph keeps the allocation
+    ok(c, "cuGraphLaunch", e, 0)
+    ok(c, "cuCtxSynchronize")
+    assert ok(c, "cuMemcpyDtoH_v2", None, addr, 4096)[0] == b"\x07" * 4096   # live after the launch
+    # cuda.h (cuGraphLaunch): a launch while the allocation is live fails
+    code, msg = call_or_async(c, "cuGraphLaunch", e, 0)
+    if code == 0:
+        code, msg = sync_code(c)
+    assert code == CUDA_ERROR_INVALID_VALUE and "not been freed" in msg, (code, msg)
+    ok(c, "cuMemFree_v2", addr)                 # freed outside the graph
+    code, _, msg = c.call("cuMemFree_v2", addr, ctx=c.ctx)
+    assert code == CUDA_ERROR_INVALID_VALUE and "not allocated" in msg, (code, msg)
+    ok(c, "cuGraphLaunch", e, 0)                # allowed again, same address
+    ok(c, "cuMemFreeAsync", addr, 0)
+    ok(c, "cuGraphExecDestroy", e)              # no graph holds it and it is free: back to the arena
+    code, _, _ = c.call("cuMemGetAddressRange_v2", True, True, addr, ctx=c.ctx)
+    assert code == CUDA_ERROR_NOT_FOUND
+
+
+def test_auto_free_on_launch_and_a_free_node_of_another_graph(client):
+    c = client
+    g = ok(c, "cuGraphCreate", True, 0)[0]
+    _node, addr = ok(c, "cuGraphAddMemAllocNode", True, g, [], 0, alloc_params(256))
+    e = ok(c, "cuGraphInstantiateWithFlags", True, g, 1)[0]     # CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
+    ok(c, "cuGraphLaunch", e, 0)
+    ok(c, "cuGraphLaunch", e, 0)                # frees first, then allocates again
+    assert sync_code(c)[0] == 0
+    gf = ok(c, "cuGraphCreate", True, 0)[0]
+    fnode = add(c, "cuGraphAddMemFreeNode", gf, [], addr)
+    assert ok(c, "cuGraphMemFreeNodeGetParams", fnode, True) == [addr]
+    ef = ok(c, "cuGraphInstantiateWithFlags", True, gf, 0)[0]
+    ok(c, "cuGraphLaunch", ef, 0)
+    assert sync_code(c)[0] == 0
+    code, msg = call_or_async(c, "cuGraphLaunch", ef, 0)     # frees it a second time: refused
+    if code == 0:
+        code, msg = sync_code(c)
+    assert code == CUDA_ERROR_INVALID_VALUE and "not an allocated graph allocation" in msg, (code, msg)
+
+
+def test_memory_node_rules(client):
+    c = client
+    plain = ok(c, "cuMemAlloc_v2", True, 256)[0]
+    g = ok(c, "cuGraphCreate", True, 0)[0]
+    code, _, msg = c.call("cuGraphAddMemFreeNode", True, g, [], 0, plain, ctx=c.ctx)
+    assert code == CUDA_ERROR_INVALID_VALUE and "not a graph allocation" in msg, msg
+    code, _, msg = c.call("cuGraphAddMemAllocNode", True, g, [], 0, alloc_params(256, handle_types=1), ctx=c.ctx)
+    assert code == CUDA_ERROR_INVALID_VALUE and "exported" in msg, msg
+    node, addr = ok(c, "cuGraphAddMemAllocNode", True, g, [], 0, alloc_params(256))
+    add(c, "cuGraphAddMemFreeNode", g, [node], addr)
+    code, _, msg = c.call("cuGraphAddMemFreeNode", True, g, [node], 1, addr, ctx=c.ctx)
+    assert code == CUDA_ERROR_INVALID_VALUE and "frees" in msg, msg
+    # cuda.h: such a graph cannot be cloned, be a child graph, or lose nodes
+    code, _, msg = c.call("cuGraphClone", True, g, ctx=c.ctx)
+    assert code == CUDA_ERROR_NOT_SUPPORTED and "cloned" in msg, msg
+    parent = ok(c, "cuGraphCreate", True, 0)[0]
+    code, _, msg = c.call("cuGraphAddChildGraphNode", True, parent, [], 0, g, ctx=c.ctx)
+    assert code == CUDA_ERROR_NOT_SUPPORTED and "child" in msg, msg
+    code, _, msg = c.call("cuGraphDestroyNode", node, ctx=c.ctx)
+    assert code == CUDA_ERROR_NOT_SUPPORTED, msg
+    # attributes: every graph allocation that exists is counted
+    assert ok(c, "cuDeviceGetGraphMemAttribute", 0, 0, 8) == [256]      # USED_MEM_CURRENT
+    code, _, msg = c.call("cuDeviceSetGraphMemAttribute", 0, 1, (5).to_bytes(8, "little"), ctx=c.ctx)
+    assert code == CUDA_ERROR_INVALID_VALUE, msg
+    ok(c, "cuDeviceSetGraphMemAttribute", 0, 1, bytes(8))
+    ok(c, "cuDeviceGraphMemTrim", 0)
+    ok(c, "cuGraphDestroy", g)                  # never instantiated: its memory goes with it
+    assert ok(c, "cuDeviceGetGraphMemAttribute", 0, 0, 8) == [0]
+
+
+def test_stream_ordered_allocation_captured(client):
+    c = client
+    s = ok(c, "cuStreamCreate", True, 1)[0]
+    plain = ok(c, "cuMemAlloc_v2", True, 256)[0]
+    ok(c, "cuStreamBeginCapture_v2", s, 0)
+    a = ok(c, "cuMemAllocAsync", True, 512, s)[0]
+    assert a, "a captured cuMemAllocAsync returns its address at once"
+    ok(c, "cuMemsetD8Async", a, 3, 512, s)
+    code, _, msg = c.call("cuMemFreeAsync", plain, s, ctx=c.ctx)
+    assert code == CUDA_ERROR_INVALID_VALUE and "not a graph allocation" in msg, msg
+    ok(c, "cuMemcpyDtoDAsync_v2", plain, a, 256, s)
+    ok(c, "cuMemFreeAsync", a, s)
+    g = ok(c, "cuStreamEndCapture", s, True)[0]
+    e = ok(c, "cuGraphInstantiateWithFlags", True, g, 0)[0]
+    ok(c, "cuGraphLaunch", e, s)
+    ok(c, "cuGraphLaunch", e, s)                # freed inside the graph: relaunching is fine
+    assert sync_code(c)[0] == 0
+    assert ok(c, "cuMemcpyDtoH_v2", None, plain, 256)[0] == b"\x03" * 256

@@ -102,6 +102,8 @@ def describe(sess: Session) -> dict:
     out["mem_handles"] = describe_vmm(sess)     # the app's physical allocations (cuMemCreate)
     from ..graphs import describe as describe_graphs
     out["graphs"] = describe_graphs(sess)         # graphs and executable graphs with their ops
+    from ..graph_mem import describe as describe_graph_mem
+    out["graph_mem"] = describe_graph_mem(sess)   # graph memory nodes' allocations (bytes: in the arena)
     from ..libraries import describe as describe_libraries
     out["libraries"] = describe_libraries(sess)   # cuBLAS/cuBLASLt handles and descriptors with their settings
     from ..cudnn import describe as describe_cudnn
@@ -1061,6 +1063,8 @@ class Engine:
         rebuild_pools(sess, desc.get("mem_pools", []), desc.get("mem_pool_current", {}), dmap)
         from ..vmm import rebuild as rebuild_vmm
         rebuild_vmm(sess, desc.get("mem_handles", []), dmap)
+        from ..graph_mem import rebuild as rebuild_graph_mem
+        rebuild_graph_mem(sess, desc.get("graph_mem", {}), dmap)
         from ..graphs import rebuild as rebuild_graphs
         rebuild_graphs(sess, desc.get("graphs", []), desc.get("capture", {}), desc.get("capture_events", {}),
                        self.dispatcher)

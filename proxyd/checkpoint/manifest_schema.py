@@ -228,6 +228,8 @@ SESSION = Obj({
     "graphs": List(Obj({"id": ID, "kind": Enum("graph", "exec"), "ctx": ID,
                         "nodes": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 1 << 20)},
                        optional={"origin": U64, "capturing": Bool(), "graph": ID,
+                                 # graph allocations it holds (proxyd/graph_mem.py), instantiate flags
+                                 "mem": List(U64, 1 << 20), "flags": U64,
                                  # graphs built explicitly (proxyd/graph_nodes.py): their nodes,
                                  # and per executable graph where each node's ops are
                                  "xnodes": List(Obj({"id": ID, "type": Int(0, 13), "deps": List(ID, 1 << 20)},
@@ -247,6 +249,9 @@ SESSION = Obj({
                                                           "settings": List(Tuple(Int(0, 1 << 20), HANDLE_ARGS),
                                                                            1 << 16)}), 64)})), 1 << 20),
                                  "sig": List(List(Any_(), 3), 1 << 20)}), 1 << 16),
+    # graph memory nodes' allocations (proxyd/graph_mem.py): address, size,
+    # device, live; per device the high-water mark of graph memory
+    "graph_mem": Obj({"allocs": List(Tuple(U64, SIZE, DEVICE, Bool()), 1 << 20), "high": Map(NUM, U64, 1024)}),
     "capture": Map(NUM, ID, 1 << 16),
     "capture_events": Map(NUM, ID, 1 << 16),
     # CUDA arrays (proxyd/arrays.py; contents: FLAG_ARRAY chunks) and texture /

@@ -1,6 +1,6 @@
 // unsupported: calls functions that the proxy does not support and checks that
 // the process stays healthy afterwards.
-//   cudaDeviceGraphMemTrim (graph memory) -> proxy: 801 cudaErrorNotSupported
+//   cudaDeviceFlushGPUDirectRDMAWrites    -> proxy: 801 cudaErrorNotSupported
 //   cuDeviceGetByPCIBusId (driver,       -> proxy: 801 CUDA_ERROR_NOT_SUPPORTED
 //   obtained through cudaGetDriverEntryPointByVersion)
 // Natively both calls succeed (0); the program then frees what they created and
@@ -51,11 +51,12 @@ int main(void)
 {
     CHECK(cudaFree(0));    // create the context
 
-    // ---- runtime: graph memory (graphs themselves are supported)
-    cudaError_t e = cudaDeviceGraphMemTrim(0);
-    printf("cudaDeviceGraphMemTrim -> %d %s\n", (int)e, cudaGetErrorName(e));
+    // ---- runtime: GPUDirect RDMA write flushing (graphs and graph memory are supported)
+    cudaError_t e = cudaDeviceFlushGPUDirectRDMAWrites(cudaFlushGPUDirectRDMAWritesTargetCurrentDevice,
+                                                       cudaFlushGPUDirectRDMAWritesToOwner);
+    printf("cudaDeviceFlushGPUDirectRDMAWrites -> %d %s\n", (int)e, cudaGetErrorName(e));
     if (e != cudaSuccess && e != cudaErrorNotSupported) {
-        printf("FAIL " NAME ": cudaDeviceGraphMemTrim returned an unexpected error\n");
+        printf("FAIL " NAME ": cudaDeviceFlushGPUDirectRDMAWrites returned an unexpected error\n");
         return 1;
     }
     (void)cudaGetLastError();   // clear the (non-sticky) error
