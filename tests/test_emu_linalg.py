@@ -318,3 +318,31 @@ def test_complex_cholesky_and_lu(mem):
     ba = mem.put(_fortran(B))
     assert so.f_cusolverDnZgetrs(h, 2, n, 2, ga, n, piv, ba, n, info) == (0, [])    # conjugate transpose
     np.testing.assert_allclose(G.conj().T @ _getm(mem, ba, n, 2, np.complex128), B, atol=1e-10)
+
+
+def test_gesvd_overwrite_and_the_64_bit_api(mem):
+    """CuPy's svd asks gesvd for U (or V^T) over A (jobu/jobvt 'O'); its
+    eigh calls cusolverDnXsyevd (64-bit API, host workspace)."""
+    so, h = _solver(mem)
+    m, n = 6, 4
+    A = RNG.standard_normal((m, n))
+    aa, s, vt = mem.put(_fortran(A)), mem.put(np.zeros(n)), mem.put(np.zeros(n * n))
+    info = mem.put(np.full(1, -1, np.int32))
+    assert so.f_cusolverDnDgesvd(h, ord("O"), ord("S"), m, n, aa, m, s, 0, m, vt, n, 0, 0, 0, info) == (0, [])
+    U, S, VT = _getm(mem, aa, m, n, np.float64), mem.get(s, n, np.float64), _getm(mem, vt, n, n, np.float64)
+    np.testing.assert_allclose((U * S) @ VT, A, atol=1e-12)
+    code, (p,) = so.f_cusolverDnCreateParams(True)
+    R_64F = 1
+    Sym = RNG.standard_normal((n, n))
+    Sym = Sym + Sym.T
+    sa, w = mem.put(_fortran(Sym)), mem.put(np.zeros(n))
+    assert so.f_cusolverDnXsyevd_bufferSize(h, p, 1, 1, n, R_64F, sa, n, R_64F, w, R_64F, True, True)[0] == 0
+    assert so.f_cusolverDnXsyevd(h, p, 1, 1, n, R_64F, sa, n, R_64F, w, R_64F, 0, 0, None, 0, info) == (0, [])
+    V, ev = _getm(mem, sa, n, n, np.float64), mem.get(w, n, np.float64)
+    np.testing.assert_allclose(Sym @ V, V * ev, atol=1e-10)
+    G = RNG.standard_normal((n, n)) + n * np.eye(n)
+    B = RNG.standard_normal((n, 2))
+    ga, ba, piv = mem.put(_fortran(G)), mem.put(_fortran(B)), mem.put(np.zeros(n, np.int64))
+    assert so.f_cusolverDnXgetrf(h, p, n, n, R_64F, ga, n, piv, R_64F, 0, 0, None, 0, info) == (0, [])
+    assert so.f_cusolverDnXgetrs(h, p, 0, n, 2, R_64F, ga, n, piv, R_64F, ba, n, info) == (0, [])
+    np.testing.assert_allclose(G @ _getm(mem, ba, n, 2, np.float64), B, atol=1e-10)

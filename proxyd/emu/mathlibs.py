@@ -737,15 +737,19 @@ class EmuCusolver(EmuLibrary):
         # cusolverDn<t>gesvd: m >= n; jobu/jobvt 'A', 'S', 'O', 'N'
         if m < n or min(m, n) < 0 or ju not in "ASON" or jv not in "ASON" or lda < max(1, m):
             return SO_INVALID, []
-        if "O" in (ju, jv):
-            raise CudaError(801, "gesvd with jobu or jobvt 'O' (the emulated backend writes U and VT only)")
+        if ju == "O" and jv == "O":
+            return SO_INVALID, []       # LAPACK: jobu and jobvt cannot both be 'O'
         k = min(m, n)
         u, s, vh = self._svd_parts(m, n, A, lda, dt, ju == "A" or jv == "A")
+        if ju == "O":                   # U's first k columns over A (CuPy's svd asks this)
+            self._mat(A, m, k, lda, dt)[...] = u[:, :k].astype(dt)
+        if jv == "O":                   # V^T's first k rows over A
+            self._mat(A, k, n, lda, dt)[...] = vh[:k, :].astype(dt)
         self._mat(S, k, 1, max(k, 1), _real(dt))[:, 0] = s.astype(_real(dt))
-        if ju != "N":
+        if ju in "AS":
             cols = m if ju == "A" else k
             self._mat(U, m, cols, ldu, dt)[...] = u[:, :cols].astype(dt)
-        if jv != "N":
+        if jv in "AS":
             rows = n if jv == "A" else k
             self._mat(VT, rows, n, ldvt, dt)[...] = vh[:rows, :].astype(dt)
         if info:
@@ -767,6 +771,71 @@ class EmuCusolver(EmuLibrary):
         if info:
             self._info(info, 0)
         return SO_OK, []
+
+    # the 64-bit API (cusolverDnX*): types by cudaDataType, ipiv int64_t,
+    # workspaces in bytes (numpy needs none: sizes answered as 0)
+    def f_cusolverDnXsyevd_bufferSize(self, h, p, jobz, uplo, n, ta, A, lda, tw, W, ct, od, oh):
+        self._obj(h), _dtype(ta)
+        return SO_OK, [0, 0]
+
+    def f_cusolverDnXsyevd(self, h, p, jobz, uplo, n, ta, A, lda, tw, W, ct, bd, wd, bh, wh, info):
+        self._obj(h)
+        if _real(_dtype(ta)) != _dtype(tw):
+            raise CudaError(801, f"cusolverDnXsyevd with A of type {ta} and W of type {tw}")
+        return self._syevd(jobz, uplo, n, A, lda, W, info, _dtype(ta))
+
+    def f_cusolverDnXgetrf_bufferSize(self, h, p, m, n, ta, A, lda, ct, od, oh):
+        self._obj(h), _dtype(ta)
+        return SO_OK, [0, 0]
+
+    def f_cusolverDnXgetrf(self, h, p, m, n, ta, A, lda, ipiv, ct, bd, wd, bh, wh, info):
+        self._obj(h)
+        dt = _dtype(ta)
+        if min(m, n) < 0 or lda < max(1, m):
+            return SO_INVALID, []
+        a = self._mat(A, m, n, lda, dt)
+        w = a.astype(_wide(dt))
+        piv, first_zero = lu_factor(w, pivot=bool(ipiv))
+        a[...] = w.astype(dt)
+        if ipiv:
+            self.b.resolve(int(ipiv), 8 * max(piv.size, 1)).view(np.int64)[:piv.size] = piv
+        if info:
+            self._info(info, first_zero)
+        return SO_OK, []
+
+    def f_cusolverDnXgetrs(self, h, p, trans, n, nrhs, ta, A, lda, ipiv, tb, B, ldb, info):
+        self._obj(h)
+        if ta != tb:
+            raise CudaError(801, "cusolverDnXgetrs with different types of A and B")
+        dt = _dtype(ta)
+        if n < 0 or nrhs < 0 or trans not in (0, 1, 2):
+            return SO_INVALID, []
+        lu = self._mat(A, n, n, lda, dt).astype(_wide(dt))
+        piv = self.b.resolve(int(ipiv), 8 * max(n, 1)).view(np.int64)[:n].astype(np.int32) if ipiv else \
+            np.arange(1, n + 1, dtype=np.int32)
+        b = self._mat(B, n, nrhs, ldb, dt)
+        b[...] = lu_solve(lu, piv, b.astype(_wide(dt)), trans).astype(dt)
+        if info:
+            self._info(info, 0)
+        return SO_OK, []
+
+    def f_cusolverDnXgeqrf_bufferSize(self, h, p, m, n, ta, A, lda, tt, tau, ct, od, oh):
+        self._obj(h), _dtype(ta)
+        return SO_OK, [0, 0]
+
+    def f_cusolverDnXgeqrf(self, h, p, m, n, ta, A, lda, tt, tau, ct, bd, wd, bh, wh, info):
+        self._obj(h)
+        return self._geqrf(m, n, A, lda, tau, info, _dtype(ta))
+
+    def f_cusolverDnXgesvd_bufferSize(self, h, p, jobu, jobvt, m, n, ta, A, lda, ts, S, tu, U, ldu, tv, VT, ldvt,
+                                      ct, od, oh):
+        self._obj(h), _dtype(ta)
+        return SO_OK, [0, 0]
+
+    def f_cusolverDnXgesvd(self, h, p, jobu, jobvt, m, n, ta, A, lda, ts, S, tu, U, ldu, tv, VT, ldvt, ct, bd, wd,
+                           bh, wh, info):
+        self._obj(h)
+        return self._gesvd(jobu, jobvt, m, n, A, lda, S, U, ldu, VT, ldvt, info, _dtype(ta))
 
     def f_cusolverDnXpotrf_bufferSize(self, h, p, uplo, n, ta, A, lda, ct, od, oh):
         _dtype(ta)
