@@ -155,3 +155,29 @@ def test_linalg_handles_and_jacobi_params_are_in_the_image_and_come_back(tmp_pat
             assert out == b.program.expected_output, run.stderr()
     finally:
         d.cleanup()
+
+
+def test_nvidias_cusolver_takes_the_jacobi_info_calls_as_declared(monkeypatch):
+    """The worker's cffi declarations of the Jacobi info calls against
+    NVIDIA's real libcusolver.so.12 (no GPU needed for these): create, the
+    three setters, destroy. Skips where the library is absent (set
+    GPUPROXY_LIB_DIR, e.g. to nvidia/cu13/lib of a PyTorch install)."""
+    import os
+    from gpuproxy.autogen import libbootstrap
+    d = libbootstrap.find_file(libbootstrap.default_lib_dirs() + [os.environ.get("GPUPROXY_NVIDIA_LIB_DIR", "")],
+                               "libcusolver.so.12")
+    if d is None:
+        pytest.skip("NVIDIA's libcusolver.so.12 not installed here (set GPUPROXY_LIB_DIR)")
+    monkeypatch.setenv("GPUPROXY_NVIDIA_LIB_DIR", os.path.dirname(d))
+    from gpuproxy.proxyd.libraries import RealLibrary
+    from gpuproxy.proxyd._generated import FUNCTIONS
+    by = {f.name: f for f in FUNCTIONS.values()}
+    so = RealLibrary("cusolver")
+    for kind in ("Syevj", "Gesvdj"):
+        code, (info,) = so.call(by[f"cusolverDnCreate{kind}Info"], [True])
+        assert code == 0 and info
+        x = kind.lower()
+        assert so.call(by[f"cusolverDnX{x}SetTolerance"], [info, 1e-9]) == (0, [])
+        assert so.call(by[f"cusolverDnX{x}SetMaxSweeps"], [info, 40]) == (0, [])
+        assert so.call(by[f"cusolverDnX{x}SetSortEig"], [info, 0]) == (0, [])
+        assert so.call(by[f"cusolverDnDestroy{kind}Info"], [info]) == (0, [])
