@@ -716,6 +716,8 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuDevicePrimaryCtxReset": P(DEV, "context:destroy; device:use"),
     "cuPointerGetAttributes": P("numAttributes=scalar; attributes=in_buffer@numAttributes * sizeof(CUpointer_attribute); "
                                 "data=out_buffer@numAttributes * sizeof(void *); ptr=device_ptr"),
+    # one attribute (interceptor/pointer_attrs.c): Triton's launcher asks it of every pointer argument
+    "cuPointerGetAttribute": P("data=out_buffer@?; attribute=scalar; ptr=device_ptr"),
     "cuLibraryLoadData": P("library=out_value:library; code=in_buffer@?; "
                            "jitOptions=in_buffer@numJitOptions * sizeof(CUjit_option); jitOptionsValues=in_buffer@?; "
                            "numJitOptions=scalar; "
@@ -885,7 +887,7 @@ DRIVER_SHIM_LOCAL = {
     "cuMemHostRegister", "cuMemHostGetDevicePointer_v2", "cuMemHostGetFlags", "cuMemAllocManaged",
     "cuMemPrefetchAsync_v2", "cuMemPrefetchAsync_v2_ptsz", "cuMemAdvise_v2",
     # static CUDA runtime: answered in the shim, on other (remoted) driver calls
-    "cuGetExportTable", "cuCtxGetDevice_v2", "cuPointerGetAttributes", "cuLibraryLoadData",
+    "cuGetExportTable", "cuCtxGetDevice_v2", "cuPointerGetAttributes", "cuPointerGetAttribute", "cuLibraryLoadData",
     "cuCtxSynchronize_v2", "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxReset",
     "cuLibraryUnload", "cuLibraryGetKernel", "cuLibraryGetModule", "cuKernelGetFunction", "cuLibraryGetGlobal",
     "cuKernelGetAttribute", "cuKernelSetAttribute", "cuKernelSetCacheConfig", "cuKernelGetName",

@@ -217,9 +217,10 @@ def small_table(res: dict) -> str:
 
 def stages_table(res: dict) -> str:
     """Where the time goes: first and later dump, restore, by stage."""
-    lines = ["| GiB | first dump: host copy / waited for pinning / pool pinned in (touch, register; threads) | "
+    lines = ["| GiB | first dump: host copy / waited for pinning / in copy calls / pool pinned in (touch, register; "
+             "threads) | "
              "dump: queue / sync | restore: check / rebuild / upload / verify / total | upload: reads (thread-s) / "
-             "waited for reads / waited for fences / GB/s | image write: prepare / write, jobs | "
+             "waited for reads / waited for fences / GB/s (path) | image write: prepare / write, jobs | "
              "zstd dump: write, ratio |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for gib, r in res["sizes"].items():
         f, d, rs = r["dump_first"], r["dump"], r["restore"]
@@ -233,12 +234,12 @@ def stages_table(res: dict) -> str:
             ratio = f", {r['bytes'] / zi['written_bytes']:.2f}x"
         lines.append(
             f"| {float(gib):g} | {f['host_ms']:.0f} ms / {fc.get('wait_pinned_ms', 0):.0f} ms / "
-            f"{pool.get('pinned_in_s', 'n/a')} s ({pool.get('touch_s', 'n/a')} s, {pool.get('register_s', 'n/a')} s; "
+            f"{fc.get('call_ms', 0):.0f} ms / {pool.get('pinned_in_s', 'n/a')} s ({pool.get('touch_s', 'n/a')} s, {pool.get('register_s', 'n/a')} s; "
             f"{pool.get('threads', 'n/a')}) | {dc.get('queue_ms', 0):.0f} / {dc.get('sync_ms', 0):.0f} ms | "
             f"{rs.get('check_ms', 0):.0f} / {rs.get('rebuild_ms', 0) - up.get('wall_ms', 0) - rs.get('verify_ms', 0):.0f}"
             f" / {up.get('wall_ms', 0):.0f} / {rs.get('verify_ms', 0):.0f} / {rs['total_ms']:.0f} ms | "
             f"{up.get('read_s', 0)} / {up.get('fill_ms', 0):.0f} ms / {up.get('fence_ms', 0):.0f} ms / "
-            f"{up.get('gbps')} | {iw.get('prepare_ms', 0):.0f} / {iw.get('write_ms', 0):.0f} ms, "
+            f"{up.get('gbps')} ({up.get('mode', 'ring')}) | {iw.get('prepare_ms', 0):.0f} / {iw.get('write_ms', 0):.0f} ms, "
             f"{iw.get('write_jobs')} | {z.get('write_ms', 0):.0f} ms{ratio} |")
     return "\n".join(lines)
 
@@ -262,4 +263,109 @@ def checkpoint_table(res: dict) -> str:
             f"{d['write_ms']:.0f} ms | {c['stop_ms']:.1f} ms | {inc['stop_ms']:.1f} ms "
             f"({inc['changed_bytes'] / 2**20:.0f} MiB changed) | {rs['total_ms']:.0f} ms ({gbps(n, rs['total_ms'])} GB/s) | "
             f"{'yes' if r['checksum_ok'] else 'NO'} | {ccs} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- variants
+# Issue 13, targets 1 and 2: the copy paths' knobs compared in one run, each
+# variant in a fresh proxyd (the knobs are read at its start): the first dump
+# of the proxyd (its host pool pinned while copying), a second dump that
+# releases the GPU state and writes the image, and the restore from it.
+# $BENCH_CKPT_VARIANTS overrides the list: "name:K=V,K=V;name2:K=V" ("name:"
+# alone: the defaults). $BENCH_CKPT_COUNT: hold that many small allocations
+# (ckpt_hold's count mode) instead of GiB-sized buffers (the harness test).
+DEFAULT_VARIANTS = {
+    "default": {},
+    "ring_restore": {"GPUPROXY_RESTORE_DIRECT": "0"},
+    "reg_seg_256": {"GPUPROXY_RESTORE_REG_MB": "256"},
+    "reg_seg_16": {"GPUPROXY_RESTORE_REG_MB": "16"},
+    "reg_threads_4": {"GPUPROXY_RESTORE_REG_THREADS": "4"},
+    "reg_populate": {"GPUPROXY_RESTORE_REG_POPULATE": "1"},
+    "pin8_address": {"GPUPROXY_PIN_THREADS": "8", "GPUPROXY_CKPT_COPY_ORDER": "address"},
+    "pin16_address": {"GPUPROXY_CKPT_COPY_ORDER": "address"},
+    "pinthread": {"GPUPROXY_CKPT_COPY_ORDER": "pinthread"},
+    "pin_seg_64": {"GPUPROXY_PIN_SEGMENT_MB": "64"},
+    "pin_seg_1024": {"GPUPROXY_PIN_SEGMENT_MB": "1024"},
+    "lanes_4": {"GPUPROXY_CKPT_LANES": "4"},
+    "write_mmap": {"GPUPROXY_IMAGE_WRITE_MODE": "mmap"},
+    "write_falloc": {"GPUPROXY_IMAGE_FALLOCATE": "1"},
+}
+
+
+def parse_variants(spec: str | None) -> dict[str, dict]:
+    if not spec:
+        return dict(DEFAULT_VARIANTS)
+    out = {}
+    for item in spec.split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        name, _, kvs = item.partition(":")
+        env = {}
+        for kv in filter(None, (x.strip() for x in kvs.split(","))):
+            k, eq, v = kv.partition("=")
+            if not eq or not k.startswith("GPUPROXY_"):
+                raise ValueError(f"BENCH_CKPT_VARIANTS: {kv!r} is not GPUPROXY_NAME=VALUE")
+            env[k] = v
+        out[name.strip()] = env
+    return out
+
+
+def variants_suite(backend: str, work: Path) -> dict:
+    exe = build_hold(work)
+    sizes = [float(x) for x in os.environ.get("BENCH_CKPT_GIB", "1,8" if backend == "cuda" else "0.03").split(",")]
+    root = Path(os.environ.get("BENCH_CKPT_DIR", "/dev/shm"))
+    emu = [str(HERE / "ckpt_hold_emu.py")] if backend == "emu" else []
+    variants = parse_variants(os.environ.get("BENCH_CKPT_VARIANTS"))
+    out = {"variants": {k: v for k, v in variants.items()}, "sizes": {}}
+    for gib in sizes:
+        rows = {}
+        for name, extra in variants.items():
+            r: dict = {"env": extra}
+            d = Daemon(backend=backend, emu_kernels=emu, env=dict(os.environ, **extra))
+            d.start()
+            tmp = Path(tempfile.mkdtemp(prefix="gpxvar-", dir=root))
+            try:
+                h = Holder(exe, gib, d.env_for_client(), count=int(os.environ.get("BENCH_CKPT_COUNT", "0")))
+                try:
+                    r["bytes"] = h.bytes
+                    s0 = h.checksum()
+                    r["dump_first"] = ctl(d, "dump", pid=h.p.pid, dir=str(tmp / "a"), leave_running=True)
+                    shutil.rmtree(tmp / "a", ignore_errors=True)
+                    r["dump_release"] = ctl(d, "dump", pid=h.p.pid, dir=str(tmp / "r"))
+                    r["restore"] = ctl(d, "restore", dir=str(tmp / "r"))
+                    r["checksum_ok"] = h.checksum() == s0
+                finally:
+                    h.close()
+            except Exception as e:        # reported beside the other variants
+                r["error"] = str(e)[-2000:]
+            finally:
+                d.cleanup()
+                shutil.rmtree(tmp, ignore_errors=True)
+            rows[name] = r
+        out["sizes"][str(gib)] = rows
+    return out
+
+
+def variants_table(res: dict) -> str:
+    lines = ["| GiB | variant | first dump: host copy / waited for pinning / in copy calls (max) / pool pinned in "
+             "(threads, segment) | image write | restore total / upload (mode, GB/s) / direct: register thread-s, "
+             "waited for registrations, fences | data intact |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for gib, rows in res["sizes"].items():
+        for name, r in rows.items():
+            if "error" in r:
+                lines.append(f"| {float(gib):g} | {name} | error: {r['error'][:200]} | | | |")
+                continue
+            f, w, rs = r["dump_first"], r["dump_release"], r["restore"]
+            fc, pool, up = f.get("copy", {}), f.get("host_pool") or {}, rs.get("upload", {})
+            dr = up.get("direct") or {}
+            direct = (f"{dr.get('register_s')} s, {dr.get('reg_wait_ms', 0):.0f} ms, {dr.get('fence_ms', 0):.0f} ms"
+                      + (f", refused: {dr['refused']}" if dr.get("refused") else "")) if dr else "n/a"
+            lines.append(
+                f"| {float(gib):g} | {name} | {f['host_ms']:.0f} ms / {fc.get('wait_pinned_ms', 0):.0f} ms / "
+                f"{fc.get('call_ms', 0):.0f} ms ({fc.get('call_max_ms', 0):.0f}) / {pool.get('pinned_in_s', 'n/a')} s "
+                f"({pool.get('threads', 'n/a')}, {pool.get('segment_mb', 'n/a')} MiB) | {w.get('write_ms', 0):.0f} ms | "
+                f"{rs['total_ms']:.0f} ms / {up.get('wall_ms', 0):.0f} ms ({up.get('mode')}, {up.get('gbps')}) / "
+                f"{direct} | {'yes' if r['checksum_ok'] else 'NO'} |")
     return "\n".join(lines)

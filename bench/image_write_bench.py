@@ -10,7 +10,13 @@ scales) and its Adam first and second moments after a few steps with
 gradients of a plausible scale; one third each.
 
     python bench/image_write_bench.py --gib 2 --dir /dev/shm --dir /var/tmp \\
-        [--workers 1,4,8] [--compress none,zstd:1,zstd:3] [--direct 0,1] [--json OUT]
+        [--workers 1,4,8] [--compress none,zstd:1,zstd:3] [--direct 0,1]
+        [--mode pwrite,mmap,pwrite+falloc,mmap+falloc] [--json OUT]
+
+--mode: how ImageWriter stores the bytes ($GPUPROXY_IMAGE_WRITE_MODE: pwritev
+jobs, or copies into a shared mapping of the file), "+falloc" with the file
+allocated first in one range per writer ($GPUPROXY_IMAGE_FALLOCATE=1);
+default "auto" (the writer's own choice).
 
 Timing is reported, never checked. Each case writes a fresh image and
 removes it; the page cache is not dropped (reads of a file just written
@@ -119,7 +125,25 @@ def write_once(root: str, buf: np.ndarray, workers: int, compress: str | None, d
         shutil.rmtree(path, ignore_errors=True)
 
 
-def run(gib: float, dirs: list[str], workers: list[int], compress: list[str], direct: list[int]) -> dict:
+def with_mode(mode: str, fn):
+    """fn() with the writer's mode knobs set for it (this process only)."""
+    keys = ("GPUPROXY_IMAGE_WRITE_MODE", "GPUPROXY_IMAGE_FALLOCATE")
+    old = {k: os.environ.get(k) for k in keys}
+    base, _, falloc = mode.partition("+")
+    os.environ["GPUPROXY_IMAGE_WRITE_MODE"] = base
+    os.environ["GPUPROXY_IMAGE_FALLOCATE"] = "1" if falloc == "falloc" else "0"
+    try:
+        return fn()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run(gib: float, dirs: list[str], workers: list[int], compress: list[str], direct: list[int],
+        modes: list[str] = ("auto",)) -> dict:
     t = time.monotonic()
     buf = model_state(int(gib * 2**30))
     res = {"bytes": int(buf.size), "generate_s": round(time.monotonic() - t, 2), "cpu_cores": os.cpu_count(),
@@ -127,20 +151,23 @@ def run(gib: float, dirs: list[str], workers: list[int], compress: list[str], di
     for d in dirs:
         for c in compress:
             for dr in direct:
-                for wk in workers:
-                    r = write_once(d, buf, wk, None if c == "none" else c, bool(dr))
-                    r["dir"] = d
-                    res["cases"].append(r)
+                for m in modes:
+                    for wk in workers:
+                        r = with_mode(m, lambda: write_once(d, buf, wk, None if c == "none" else c, bool(dr)))
+                        r["dir"], r["mode"] = d, f"{r['writer'].get('mode', '?')}" + \
+                            ("+falloc" if m.endswith("+falloc") else "")
+                        res["cases"].append(r)
                     print(json.dumps({k: v for k, v in r.items() if k != "writer"}), flush=True)
     return res
 
 
 def table(res: dict) -> str:
-    lines = ["| folder | compression | O_DIRECT | writer threads | write (GB/s of memory) | stored | "
+    lines = ["| folder | compression | O_DIRECT | write mode | writer threads | write (GB/s of memory) | stored | "
              "read back with pread / decompress (GB/s) | read back from a mapping (GB/s, the old restore path) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in res["cases"]:
-        lines.append(f"| {r['dir']} | {r['compress']} | {'yes' if r['direct'] else 'no'} | {r['workers']} | "
+        lines.append(f"| {r['dir']} | {r['compress']} | {'yes' if r['direct'] else 'no'} | {r.get('mode', '')} | "
+                     f"{r['workers']} | "
                      f"{r['write_gbps']} | {r['ratio']}x smaller | {r['read_gbps']} | {r['read_mmap_gbps']} |")
     return "\n".join(lines)
 
@@ -152,11 +179,13 @@ def main(argv=None):
     ap.add_argument("--workers", default=None, help="comma list (default: 1 and the machine's cores, max 16)")
     ap.add_argument("--compress", default="none,zstd:1")
     ap.add_argument("--direct", default="0,1")
+    ap.add_argument("--mode", default="auto", help="comma list of auto, pwrite, mmap, each optionally +falloc")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     cores = min(16, os.cpu_count() or 1)
     workers = [int(x) for x in a.workers.split(",")] if a.workers else sorted({1, cores})
-    res = run(a.gib, a.dir or ["/dev/shm"], workers, a.compress.split(","), [int(x) for x in a.direct.split(",")])
+    res = run(a.gib, a.dir or ["/dev/shm"], workers, a.compress.split(","), [int(x) for x in a.direct.split(",")],
+              a.mode.split(","))
     print(table(res))
     if a.json:
         with open(a.json, "w") as f:

@@ -26,14 +26,17 @@ def pin_suite(work: Path) -> dict:
 
 
 def pin_table(res: dict) -> str:
-    lines = ["| GiB | what | threads | seconds | GB/s | s per GiB |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| GiB | what | threads | seconds | GB/s | s per GiB | details |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    base = {"bench", "bytes", "seconds", "gbps", "threads"}
     for gib, r in res["sizes"].items():
         for x in r["rows"]:
             if "error" in x:
-                lines.append(f"| {gib} | {x['bench']} | | error: {x['error']} | | |")
+                lines.append(f"| {gib} | {x['bench']} | | error: {x['error']} | | | |")
                 continue
             lines.append(f"| {gib} | {x['bench']} | {x['threads']} | {x['seconds']:.4f} | {x['gbps']:.2f} | "
-                         f"{x['seconds'] / (x['bytes'] / 2**30):.4f} |")
+                         f"{x['seconds'] / (x['bytes'] / 2**30):.4f} | "
+                         f"{', '.join(f'{k} {v}' for k, v in x.items() if k not in base)} |")
         if r["rc"]:
-            lines.append(f"| {gib} | failed ({r['rc']}): {r['stderr'][-200:]} | | | | |")
+            lines.append(f"| {gib} | failed ({r['rc']}): {r['stderr'][-200:]} | | | | | |")
     return "\n".join(lines)

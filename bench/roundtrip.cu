@@ -14,6 +14,8 @@
 //   stream_query  cudaStreamQuery on an idle stream (crosses too)
 //   sync_copy     one-thread kernel launch + synchronous 4-byte D2H cudaMemcpy
 //   malloc_free   cudaMalloc + cudaFree of 256 bytes (one pair per sample)
+//   malloc_launch_free  cudaMalloc of 256 bytes, a one-thread kernel on it,
+//                 cudaFree (which waits for the kernel)
 //
 // A check value ("check") makes the copy's result visible, so that a wrong
 // answer is not hidden behind a good time.
@@ -128,6 +130,23 @@ int main(int argc, char **argv)
                 t.push_back(b - a);
         }
         report("malloc_free", t, "");
+    }
+    if (wanted(which, "malloc_launch_free")) {
+        // cudaFree after GPU work: natively an implicit device synchronisation
+        // (the kernel must finish first); under the proxy the one round trip
+        // of the pair (interceptor/slab.c: the block is placed in the shim)
+        std::vector<double> t;
+        for (int i = 0; i < iters + warm; i++) {
+            int *p = nullptr;
+            double a = now_us();
+            CHECK(cudaMalloc(&p, 256));
+            bump<<<1, 1>>>(p);
+            CHECK(cudaFree(p));
+            double b = now_us();
+            if (i >= warm)
+                t.push_back(b - a);
+        }
+        report("malloc_launch_free", t, "");
     }
     CHECK(cudaStreamDestroy(s));
     CHECK(cudaFree(d));

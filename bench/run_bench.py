@@ -1,11 +1,12 @@
 """Runs gpuproxy's benchmarks natively and under the proxy, in the same run.
 
-    python bench/run_bench.py [--backend cuda|emu] [--out DIR] [--suite micro,roundtrip,rtprofile,checkpoint,small,clients,pin,whole] [--tcp]
+    python bench/run_bench.py [--backend cuda|emu] [--out DIR] [--suite micro,roundtrip,rtprofile,checkpoint,ckptvar,small,clients,pin,whole] [--tcp]
 
 Suites: micro (call path), roundtrip (single sync calls: min/median/p99 over
 several runs, issue 13 target 4), rtprofile (the same per worker stage),
 checkpoint (dump/restore of 1/8/24 GiB, per
-stage), small (many small allocations, issue 13 target 6), clients (N
+stage), ckptvar (the checkpoint copy paths' knobs compared, each in a fresh
+proxyd: $BENCH_CKPT_VARIANTS), small (many small allocations, issue 13 target 6), clients (N
 clients natively and proxied, target 5), pin (what page-locking host memory
 costs, target 2), whole (whole-process dump and restore).
 
@@ -163,6 +164,11 @@ def main(argv=None):
             results["checkpoint"] = checkpoint_suite(a.backend, work)
             md += ["### Checkpoint and restore", "", checkpoint_table(results["checkpoint"]), "",
                    "Per stage:", "", stages_table(results["checkpoint"]), ""]
+        if "ckptvar" in a.suite:
+            from checkpoint_bench import variants_suite, variants_table
+            results["ckptvar"] = variants_suite(a.backend, work)
+            md += ["### Checkpoint copy paths: variants (issue 13, targets 1 and 2)", "",
+                   variants_table(results["ckptvar"]), ""]
         if "small" in a.suite:
             from checkpoint_bench import small_suite, small_table
             results["small"] = small_suite(a.backend, work)

@@ -192,6 +192,8 @@ CUresult gpo_cuDevicePrimaryCtxReset_v2(CUdevice dev)
     CUcontext primary = gp_ctx_primary_of(dev);
     GP_ENTER();
     CUresult rc = gpg_cuDevicePrimaryCtxReset_v2(dev);
+    if (rc == CUDA_SUCCESS)
+        gp_slab_device_gone(dev);   /* the worker freed the device's allocations, slabs included (under the lock: no block of them is handed out after) */
     gp_unlock();
     if (rc == CUDA_SUCCESS && primary)
         gp_cls_context_gone(primary);

@@ -178,6 +178,26 @@ CUcontext gp_ctx_primary_of(CUdevice dev);   /* NULL: never retained */
 /* Adds delta to ctx's cuCtxAttach/cuCtxDetach usage count; returns the new count, -1 if unknown. */
 int gp_ctx_add_use(CUcontext ctx, int delta);
 
+/* transport.c: how many ops were begun so far (any op may queue GPU work;
+ * slab.c synchronises before reusing freed memory only when this moved).
+ * Caller holds the lock. */
+uint64_t gp_ops_issued(void);
+/* gp_ops_issued() as it was when a cuCtxSynchronize (the newest op then)
+ * last succeeded; equal to gp_ops_issued(): no op since. Caller holds the lock. */
+uint64_t gp_ops_synced(void);
+
+/* ---- small allocations placed by the shim (slab.c) ---- */
+/* Frees p when it is a block of a slab (*handled = 1, the result returned);
+ * *handled = 0: p is not in a slab, the worker decides. */
+CUresult gp_slab_free(CUdeviceptr p, int *handled);
+/* 1 when p lies in a slab: *rc is CUDA_SUCCESS with the block's base and
+ * requested size, or CUDA_ERROR_NOT_FOUND (p is in no live block). */
+int gp_slab_range(CUdeviceptr p, CUdeviceptr *base, size_t *size, CUresult *rc);
+/* The device's allocations are gone in the worker (primary context reset). */
+void gp_slab_device_gone(CUdevice dev);
+/* A forked child: the parent's slabs are not in the child's session. */
+void gp_slab_forget_all(void);
+
 /* ---- device address ranges known to the client ---- */
 /* The session's arena (all allocations) and module globals count as device
  * memory; everything else is host memory. Used to resolve cudaMemcpyDefault

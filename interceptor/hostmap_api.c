@@ -208,6 +208,10 @@ CUresult gpo_cuMemFree_v2(CUdeviceptr dptr)
             HM_LEAVE(CUDA_ERROR_INVALID_VALUE);
         HM_LEAVE(unmap_and_free(p));
     }
+    int slab;       /* a block placed by the shim (slab.c) */
+    CUresult rc = gp_slab_free(dptr, &slab);
+    if (slab)
+        HM_LEAVE(rc);
     HM_LEAVE(gpg_cuMemFree_v2(dptr));
 }
 

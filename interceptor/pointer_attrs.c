@@ -1,4 +1,4 @@
-/* cuPointerGetAttributes, answered in the shim from what the client knows
+/* cuPointerGetAttributes and cuPointerGetAttribute, answered in the shim from what the client knows
  * about its addresses: the session's device arena and module globals
  * (gp_is_device_ptr), its GPU-visible host segments (gp_hostmap_info:
  * mapped, registered and managed memory, docs/host-memory.md) and its
@@ -11,12 +11,19 @@
  * error; its attributes get their NULL/zero values (memory type 0, context
  * NULL, pointers NULL, ordinal -2 as for cudaMemoryTypeUnregistered).
  *
- * Limits: the context of a device address is the calling thread's current
+ * Limits: a device address is one inside the session's arena (its range,
+ * not each live allocation), so an address of freed arena memory still
+ * answers as device memory. The context of a device address is the calling thread's current
  * one and its device that context's device (the shim does not record which
  * context made each allocation; one context per device is the common case).
  * Attributes the shim cannot answer (P2P tokens, buffer ids, mempools, ...)
  * fail the call with CUDA_ERROR_NOT_SUPPORTED and one stderr line naming
  * the attribute.
+ *
+ * cuPointerGetAttribute (one attribute) differs in one way (cuda.h): an
+ * address CUDA does not know fails with CUDA_ERROR_INVALID_VALUE. Triton's
+ * kernel launcher (torch.compile) relies on that to reject CPU tensors and
+ * asks CU_POINTER_ATTRIBUTE_DEVICE_POINTER of every pointer argument.
  *
  * Locking: the address tables are read under gp_lock. */
 #include <stdio.h>
@@ -87,4 +94,21 @@ CUresult gpo_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attrib
         }
     }
     return CUDA_SUCCESS;
+}
+
+CUresult gpo_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    const void *p = (const void *)(uintptr_t)ptr;
+    uint32_t seg;
+    uint64_t off, avail;
+    gp_lock();
+    int known = gp_is_device_ptr(p) || gp_hostmap_info(p, NULL, NULL, NULL, NULL, NULL, NULL, NULL) == 0 ||
+                gp_host_lookup(p, &seg, &off, &avail) == 0;
+    gp_unlock();
+    if (!known)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *out[1] = {data};
+    return gpo_cuPointerGetAttributes(1, &attribute, out, ptr);
 }

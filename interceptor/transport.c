@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include "gp_shim.h"
 #include "gp_lib.h"
+#include "gp_gen.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -90,6 +91,9 @@ static struct {
     /* the batch being built */
     gp_msg cur;
     uint32_t cur_ops;
+    uint64_t ops_issued;    /* every op ever begun (gp_ops_issued) */
+    uint32_t last_fid;      /* the newest op's function */
+    uint64_t ctx_synced_at; /* ops_issued when a cuCtxSynchronize, the newest op then, succeeded (gp_ops_synced) */
     int cur_has_ops;
     /* async messages sent and not yet answered */
     gp_msg inflight[GP_WINDOW_MSGS + 1];
@@ -172,7 +176,11 @@ static void child_after_fork(void)
     G.cur.nframes = 0;
     G.cur.bytes = 0;
     gp_chan_forget();
+    gp_slab_forget_all();
 }
+
+uint64_t gp_ops_issued(void) { return G.ops_issued; }
+uint64_t gp_ops_synced(void) { return G.ctx_synced_at; }
 
 static void init_once(void)
 {
@@ -1088,6 +1096,8 @@ gp_buf *gp_op_begin(uint32_t fid, uint32_t nargs)
     gp_qc_note_op(fid);
     G.cur_ops++;
     G.cur_has_ops = 1;
+    G.ops_issued++;
+    G.last_fid = fid;
     return b;
 }
 
@@ -1212,6 +1222,10 @@ CUresult gp_op_sync(gp_reply *r)
     CUresult ae = take_async_error();
     if (r->code == CUDA_SUCCESS && ae != CUDA_SUCCESS)
         r->code = ae;
+    /* a context synchronisation that was the newest op: nothing sent before
+     * it can still run on that context (slab.c reuses freed blocks then) */
+    if (r->code == CUDA_SUCCESS && G.last_fid == GP_FID_cuCtxSynchronize)
+        G.ctx_synced_at = G.ops_issued;
     return (CUresult)r->code;
 }
 

@@ -104,6 +104,10 @@ class Backend:
     def pool_stats(self):
         return None
 
+    def pinned_pool(self):
+        """The PinnedPool behind host_buffer, or None (no background pinning)."""
+        return None
+
     def release_host_buffer(self) -> None:
         pass
 

@@ -57,6 +57,14 @@ class Channel:
             raise ChannelError(f"{path} is not a gpuproxy channel")
         self.name = name
         self.taken = _u64.unpack_from(self.mm, REQ_TAKEN)[0]
+        self._cptr = None      # (ffi, pointer) while the C serving loop uses the mapping
+
+    def address(self, ffi):
+        """The mapping's address for the C serving loop (native_serve.py);
+        close() releases it."""
+        if self._cptr is None:
+            self._cptr = (ffi, ffi.from_buffer(self.mm))
+        return self._cptr[1]
 
     def poll(self) -> tuple[int, bytes] | None:
         """The request in the slot if it is new (and marks it taken)."""
@@ -98,6 +106,10 @@ class Channel:
         _u32.pack_into(self.mm, DAEMON_IDLE, 1 if idle else 0)
 
     def close(self):
+        if self._cptr is not None:
+            ffi, p = self._cptr
+            self._cptr = None
+            ffi.release(p)
         try:
             self.mm.close()
         except BufferError:

@@ -938,6 +938,9 @@ class CudaBackend(Backend):
         pool = getattr(self, "_pool", None)
         return pool.segment_end(off) if pool is not None else 1 << 62
 
+    def pinned_pool(self):
+        return getattr(self, "_pool", None)
+
     def pool_stats(self):
         pool = getattr(self, "_pool", None)
         if pool is None:
@@ -964,6 +967,37 @@ class CudaBackend(Backend):
         s = self._ckpt_stream(dev, lane)
         self.check(self.lib.cuMemcpyHtoDAsync_v2(addr, self.ffi.from_buffer(data), len(data), self.vp(s)),
                    "cuMemcpyHtoDAsync")
+
+    # ------------------------------------------- library work in a capture
+    def lib_graph_capture(self, stream, run):
+        """Runs run() (a math-library call on `stream`) under a capture of
+        that stream and instantiates what it recorded (graph_libcapture.py).
+        Relaxed mode (cuda.h, CUstreamCaptureMode): calls of proxyd's other
+        threads are not this capture's business. Returns (exec, None) or
+        (None, why)."""
+        s = self.vp(stream)
+        r = self.lib.cuStreamBeginCapture_v2(s, 2)      # CU_STREAM_CAPTURE_MODE_RELAXED
+        if r != CUDA_SUCCESS:
+            return None, f"cuStreamBeginCapture: {self.err_name(r)}"
+        try:
+            run()
+        finally:
+            g = self.ffi.new("void **")
+            r = self.lib.cuStreamEndCapture(s, g)
+        if r != CUDA_SUCCESS:
+            return None, f"cuStreamEndCapture: {self.err_name(r)}"
+        e = self.ffi.new("void **")
+        r = self.lib.cuGraphInstantiateWithFlags(e, g[0], 0)
+        self.lib.cuGraphDestroy(g[0])
+        if r != CUDA_SUCCESS:
+            return None, f"cuGraphInstantiateWithFlags: {self.err_name(r)}"
+        return self.ptr(e[0]), None
+
+    def lib_graph_launch(self, exec_, stream):
+        self.check(self.lib.cuGraphLaunch(self.vp(exec_), self.vp(stream)), "cuGraphLaunch")
+
+    def lib_graph_destroy(self, exec_):
+        self.lib.cuGraphExecDestroy(self.vp(exec_))
 
     # ------------------------------------------------------------- streams
     def stream(self, special: int):

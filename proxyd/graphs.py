@@ -32,6 +32,7 @@ import base64
 
 from . import protocol as P
 from .dispatch import CUDA_SUCCESS, handler
+from .graph_libcapture import LibCapture
 from .session import CudaError
 
 CUDA_ERROR_INVALID_VALUE = 1
@@ -106,6 +107,8 @@ def capture_op(d, sess, op) -> tuple[bool, int, str]:
     if fn is None or fn.handler in CAPTURE_CONTROL:
         return False, 0, ""
     args = op[2:]
+    if fn.handler == "library":
+        return _capture_library_op(d, sess, fn, op)
     slot = _stream_slot(fn, args)
     st = _get_stream(args, slot)
     if st is None:
@@ -135,6 +138,23 @@ def capture_op(d, sess, op) -> tuple[bool, int, str]:
     if fn.handler == "event_record":
         sess.capture_events[int(args[0] or 0)] = gid
     g.info["nodes"].append([op[0], op[1], _frozen(list(args))])
+    return True, 0, ""
+
+
+def _capture_library_op(d, sess, fn, op) -> tuple[bool, int, str]:
+    """A math-library call whose stream is capturing (graph_libcapture.py)."""
+    from .graph_libcapture import capture, library_stream
+    st = library_stream(sess, fn, op[2:])
+    if st is None:
+        return False, 0, ""
+    gid = sess.capture.get(_stream_value(fn, st))
+    g = sess.objects.get((P.K_GRAPH, gid)) if gid is not None else None
+    if g is None:
+        return False, 0, ""
+    lc, code, msg = capture(d, sess, fn, op, st, _frozen(list(op[2:])))
+    if lc is None:
+        return True, code, msg
+    g.info["nodes"].append([op[0], op[1], lc])
     return True, 0, ""
 
 
@@ -206,6 +226,9 @@ def h_launch(d, sess, fn, ctx, args, **kw):
     try:
         for fid, ctxh, nargs in e.info["nodes"]:
             nfn = FUNCTIONS[fid]
+            if isinstance(nargs, LibCapture):
+                nargs.launch(sess, stream)      # library work captured as a graph of its own
+                continue
             slot = _stream_slot(nfn, nargs)
             op = [fid, ctxh] + (_with_stream(nargs, slot, stream) if slot[0] >= 0 else list(nargs))
             code, _outs, msg = d.run_op(sess, op)
@@ -260,11 +283,19 @@ def describe(sess) -> list:
     """Graphs (not while capturing: a dump synchronises first, but a capture
     may be open; it is recorded and continues after a restore) and
     executable graphs, with their ops."""
+    from .graph_libcapture import describe_check, describe_node
+    describe_check(sess)
     out = []
     for kind, name in ((P.K_GRAPH, "graph"), (P.K_GRAPH_EXEC, "exec")):
         for o in sess.of_kind(kind):
+            nodes = o.info["nodes"]
             d = {"id": o.id, "kind": name, "ctx": o.ctx,
-                 "nodes": [[fid, ctxh, _enc(list(a))] for fid, ctxh, a in o.info["nodes"]]}
+                 "nodes": [[fid, ctxh, _enc(list(a.args) if isinstance(a, LibCapture) else list(a))]
+                           for fid, ctxh, a in nodes]}
+            libs = [[i, describe_node(a)] for i, (_f, _c, a) in enumerate(nodes) if isinstance(a, LibCapture)]
+            if libs:
+                # math-library calls captured with snapshots of their objects (graph_libcapture.py)
+                d["libcaptures"] = libs
             if name == "graph":
                 d["origin"] = o.info["origin"]
                 d["capturing"] = bool(o.info["capturing"])
@@ -282,13 +313,21 @@ def describe(sess) -> list:
     return out
 
 
-def rebuild(sess, graphs: list, capture: dict, capture_events: dict):
+def rebuild(sess, graphs: list, capture: dict, capture_events: dict, d=None):
     from ._generated import FUNCTIONS
+    from .graph_libcapture import from_image
     for g in graphs:
         nodes = []
-        for fid, ctxh, a in g["nodes"]:
+        libs = {int(i): rec for i, rec in g.get("libcaptures", [])}
+        for i, (fid, ctxh, a) in enumerate(g["nodes"]):
             if int(fid) not in FUNCTIONS:
                 raise CudaError(CUDA_ERROR_INVALID_VALUE, f"graph {g['id']}: function id {fid} unknown")
+            if i in libs:
+                if d is None or FUNCTIONS[int(fid)].handler != "library":
+                    raise CudaError(CUDA_ERROR_INVALID_VALUE, f"graph {g['id']}: node {i} is no library call")
+                # made again once streams and library objects exist (engine: realize_pending)
+                nodes.append([int(fid), int(ctxh), from_image(d, sess, int(fid), int(ctxh), _dec(a), libs[i])])
+                continue
             nodes.append([int(fid), int(ctxh), _dec(a)])
         if g["kind"] == "graph":
             o = sess.add(P.K_GRAPH, None, int(g.get("ctx", 0)), {"nodes": nodes, "origin": int(g.get("origin", 0)),

@@ -607,6 +607,8 @@ def describe(sess: Session) -> list:
     out = []
     for kind, kc in LIB_KINDS.items():
         for o in sess.of_kind(kc):
+            if o.info.get("graph_temp"):
+                continue        # a captured call's private copy (graph_libcapture.py): kept with its graph
             fid, ctxh, args = o.create
             d = {"kind": kind, "id": o.id, "ctx": o.ctx,
                  "create": [fid, ctxh, [_jsonable(a) for a in args]],

@@ -2,7 +2,8 @@
 time as libgpxd.so next to this module), loaded with cffi in ABI mode.
 
 Used only by the cuda backend: runs of kernel launches in a message execute
-in C (dispatch.Dispatcher.run_ops). Absent library: everything stays in Python.
+in C (dispatch.Dispatcher.run_ops), and a worker's hot messages are served
+by the C loop (native_serve.py). Absent library: everything stays in Python.
 """
 from __future__ import annotations
 
@@ -20,6 +21,25 @@ void gpx_clear_slot(int slot);
 long gpx_ops_start(const uint8_t *buf, size_t len, uint32_t *nops);
 long gpx_skip(const uint8_t *buf, size_t len, size_t off);
 int gpx_run_launches(int slot, const uint8_t *buf, size_t len, size_t *off, int max_ops, int *err, int *err_index);
+typedef struct gpx_serve_state {
+    uint8_t *chan; int slot; int capture; uint64_t spin_ns; uint64_t max_ns;
+    uint64_t taken; uint64_t last_seq; int may_print;
+    uint64_t calls; uint64_t served; int reply_state;
+    const uint8_t *msg; size_t msg_len;
+    int done_ops; int fail_code; int fail_setctx;
+    uint32_t nrecorded; uint64_t recorded[64];
+    int code; const uint8_t *outs; size_t outs_len; const uint8_t *printed; size_t printed_len;
+} gpx_serve_state;
+int gpx_serve_ready(void);
+size_t gpx_serve_state_size(void);
+int gpx_add_fid_class(uint32_t fid, int cls);
+void gpx_range_clear(int slot);
+void gpx_range_add(int slot, uint64_t lo, uint64_t hi);
+void gpx_out_init(int fd, const uint8_t *pending, size_t n);
+void gpx_out_drain(void);
+size_t gpx_out_take(const uint8_t **p);
+int gpx_serve(gpx_serve_state *st);
+size_t gpx_last_reply(const uint8_t **p, uint64_t *seq);
 """
 
 LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libgpxd.so")

@@ -23,6 +23,12 @@ SEGMENT boundaries (segment_end).
 A segment whose registration fails stays usable as pageable memory (copies
 into it are correct, only slower); the reason is logged once.
 
+Knobs (environment of proxyd), so that one GPU run can compare variants:
+$GPUPROXY_PIN_THREADS (default min(16, cores): first touch scales with
+threads, 40 GB/s on 16 of the H100 host's cores against 5 GB/s on one;
+registration itself does not, bench/pin_cost.cu) and $GPUPROXY_PIN_SEGMENT_MB
+(default 256: the unit a copy waits for and a registration call covers).
+
 Locking: `_cv` guards the ready/failed sets; the pinning threads only touch
 and register their own segments. The pool's owner (the engine, under its
 lock) is the only user of the memory; free() waits for the pinning threads.
@@ -43,12 +49,21 @@ log = logging.getLogger("proxyd")
 SEGMENT = 256 << 20
 
 
+def _env_int(name: str, default: int) -> int:
+    try:
+        v = int(os.environ.get(name, "") or default)
+        return v if v > 0 else default
+    except ValueError:
+        log.warning("%s=%r is not a number; using %d", name, os.environ.get(name), default)
+        return default
+
+
 class PinnedPool:
     def __init__(self, size: int, register, unregister, threads: int | None = None, segment: int | None = None):
         """register(view) -> handle or raises; unregister(handle). Pinning
         starts at once on `threads` background threads."""
         self.size = size
-        self.segment = segment or SEGMENT
+        self.segment = segment or (_env_int("GPUPROXY_PIN_SEGMENT_MB", SEGMENT >> 20) << 20)
         self.mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         try:
             self.mm.madvise(mmap.MADV_HUGEPAGE)
@@ -62,11 +77,15 @@ class PinnedPool:
         self._handles: dict[int, object] = {}
         self._next = 0
         self._stop = False
+        self._hook = None          # (fn, segments still to run it for) of run_when_ready
+        self._hook_left = 0
+        self._hook_error: BaseException | None = None
         self.failed: str | None = None
-        self.stats = {"touch_s": 0.0, "register_s": 0.0, "segments": self.nseg, "threads": 0}
+        self.stats = {"touch_s": 0.0, "register_s": 0.0, "register_max_s": 0.0, "segments": self.nseg,
+                      "segment_mb": self.segment >> 20, "threads": 0}
         self.t0 = time.monotonic()
         self.t_done: float | None = None
-        n = max(1, min(threads or min(8, os.cpu_count() or 1), self.nseg))
+        n = max(1, min(threads or _env_int("GPUPROXY_PIN_THREADS", min(16, os.cpu_count() or 1)), self.nseg))
         self.stats["threads"] = n
         self._threads = [threading.Thread(target=self._run, name=f"gpuproxy-pin{i}", daemon=True) for i in range(n)]
         for t in self._threads:
@@ -96,12 +115,19 @@ class PinnedPool:
             with self._cv:
                 self.stats["touch_s"] += t1 - t0
                 self.stats["register_s"] += t2 - t1
+                self.stats["register_max_s"] = max(self.stats["register_max_s"], t2 - t1)
                 if h is not None:
                     self._handles[k] = h
                 self._ready.add(k)
                 if len(self._ready) == self.nseg:
                     self.t_done = t2
+                hook = self._hook
+                mine = hook is not None and k in hook[1]
+                if mine:
+                    hook[1].discard(k)
                 self._cv.notify_all()
+            if mine:
+                self._run_hook(hook[0], k)
 
     def segment_end(self, off: int) -> int:
         """The end of the segment holding byte off (copies stop there)."""
@@ -118,6 +144,59 @@ class PinnedPool:
             while not all(k in self._ready for k in range(first, last + 1)):
                 self._cv.wait()
         return time.monotonic() - t0
+
+    def wait_any(self, segments) -> set[int]:
+        """Blocks until at least one of `segments` (indexes) is pinned (or
+        known to stay pageable); returns those that are. Lets a caller
+        issue copies in the order segments become ready."""
+        want = set(segments)
+        if not want:
+            return set()
+        with self._cv:
+            while True:
+                got = want & self._ready
+                if got:
+                    return got
+                self._cv.wait()
+
+    def run_when_ready(self, segments, fn) -> None:
+        """Runs fn(k) once for each segment index k in `segments` as soon as
+        it is pinned: on the pinning thread that pinned it, right after its
+        registration, or on the calling thread for segments pinned already;
+        returns when every call has returned, re-raising the first
+        exception one raised. Lets the first dump copy into a segment the
+        moment it is page-locked, from as many threads as pin, with no
+        single thread queueing all copies. One caller at a time (the
+        engine's lock)."""
+        want = set(segments)
+        with self._cv:
+            now = want & self._ready
+            self._hook = (fn, want - now)
+            self._hook_left = len(want)
+            self._hook_error = None
+        try:
+            for k in sorted(now):
+                self._run_hook(fn, k)
+            with self._cv:
+                while self._hook_left > 0:
+                    self._cv.wait()
+        finally:
+            with self._cv:
+                self._hook = None
+        if self._hook_error is not None:
+            raise self._hook_error
+
+    def _run_hook(self, fn, k: int) -> None:
+        try:
+            fn(k)
+        except BaseException as e:       # handed to run_when_ready's caller
+            with self._cv:
+                if self._hook_error is None:
+                    self._hook_error = e
+        finally:
+            with self._cv:
+                self._hook_left -= 1
+                self._cv.notify_all()
 
     def all_pinned(self) -> bool:
         with self._cv:

@@ -117,6 +117,7 @@ class StdoutCapture:
         self.rfd = rfd
         self.buf = bytearray()
         self.lock = threading.Lock()
+        self.native = None      # libgpxd, once the C serving loop shares the pipe (use_native)
         os.set_blocking(rfd, False)
         import ctypes
         self._fflush = ctypes.CDLL(None).fflush
@@ -142,6 +143,18 @@ class StdoutCapture:
                 return
             self.buf += chunk
 
+    def use_native(self, nat):
+        """From now on the pipe is read into libgpxd's buffer (gpx_out_*),
+        which the C serving loop takes from at its synchronous answers, so
+        that its bytes and ours stay one stream in order. What was read
+        already goes over first."""
+        with self.lock:
+            self._read()
+            pending = bytes(self.buf)
+            self.buf.clear()
+            nat.lib.gpx_out_init(self.rfd, pending, len(pending))
+            self.native = nat
+
     def _drain(self):
         import select
         p = select.poll()
@@ -149,7 +162,10 @@ class StdoutCapture:
         while True:
             if p.poll(1000):
                 with self.lock:
-                    self._read()
+                    if self.native is not None:
+                        self.native.lib.gpx_out_drain()
+                    else:
+                        self._read()
                 time.sleep(0.001)
 
     def take(self) -> bytes:
@@ -158,6 +174,11 @@ class StdoutCapture:
             sys.stdout.flush()
         except Exception:
             pass
+        nat = self.native
+        if nat is not None:
+            p = nat.ffi.new("const uint8_t **")
+            n = nat.lib.gpx_out_take(p)     # flushes C stdio itself
+            return bytes(nat.ffi.buffer(p[0], n)) if n else b""
         self._fflush(None)    # C stdio of the driver and of emulated kernels
         with self.lock:
             self._read()
@@ -237,6 +258,8 @@ class Server:
         self._wake_w = threading.local()
         from . import control
         control.register(self)
+        from .native_serve import NativeServe
+        self.nserve = NativeServe.create(self)     # the C serving loop (worker, cuda backend)
 
     # ------------------------------------------------------------- socket
     def _bind(self):
@@ -301,7 +324,16 @@ class Server:
         k = 0
         sched_yield = os.sched_yield
         while not self.stopping:
-            busy = self.poll_channels()
+            # The C serving loop (native_serve.py) spins on the channel itself
+            # while the session qualifies, for what is left of the spin; it
+            # returns at least every millisecond, so the socket and the
+            # outbox below are still looked at.
+            ns = self.nserve
+            s1 = ns.session() if ns is not None else None
+            if s1 is not None:
+                busy = ns.serve(s1, spin_until - time.monotonic())
+            else:
+                busy = self.poll_channels()
             now = time.monotonic()
             if busy:
                 spin_until = now + spin.hit()
@@ -313,10 +345,11 @@ class Server:
             # cores, a client and its worker spinning together must not keep
             # other sessions off the CPU.
             if now < spin_until:
-                k += 1
-                if k % 8:
-                    continue
-                sched_yield()
+                if s1 is None:
+                    k += 1
+                    if k % 8:
+                        continue
+                    sched_yield()
                 events = dict(poller.poll(0))
             else:
                 if spin_until:
@@ -362,6 +395,9 @@ class Server:
                 break
             if item[0] == "call":
                 _, fn, fut = item
+                if self.nserve is not None:
+                    for s in self.sessions.values():
+                        self.nserve.forget(s.slot)
                 try:
                     fut.set_result(fn())
                 except BaseException as e:   # handed to the waiting worker
@@ -424,6 +460,9 @@ class Server:
             RATE.event("malformed message", "malformed message from %r: %s", rid[:40], bad)
             self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, f"malformed message: {bad}"])
             return
+        if self.nserve is not None and mtype != P.MSG_CALL and mtype != P.MSG_DOORBELL:
+            for s in self.sessions.values():
+                self.nserve.forget(s.slot)     # control work may free memory the C loop copied from
         try:
             if mtype == P.MSG_CALL:
                 self.on_call(rid, seq, body, via_chan, frames[0])
@@ -685,8 +724,20 @@ class Server:
             self.execute(s, rid, nxt, ops2, vc, raw2)
 
     def execute(self, s: Session, rid: bytes, seq: int, ops: list, via_chan: bool = False, raw=None):
+        ns = self.nserve
+        if ns is not None:
+            ns.forget(s.slot)       # this message may free memory the C loop copied from
         code, outs, msg = self.dispatcher.run_ops(s, ops, raw)
+        if ns is not None:
+            ns.learn(s, ops)
         s.last_seq = seq
+        self.answer(s, rid, seq, ops, via_chan, code, outs, msg)
+
+    def answer(self, s: Session, rid: bytes, seq: int, ops: list, via_chan: bool, code: int, outs, msg: str,
+               printed: bytes | None = None):
+        """Answers message seq after its ops ran (execute, and the C serving
+        loop's messages that need Python: native_serve.py). printed: what
+        the C loop already took from the captured stdout."""
         lop = ops[-1] if ops else None
         last = FUNCTIONS.get(lop[0]) if type(lop) is list and lop and type(lop[0]) is int else None
         sync = last is not None and last.sync
@@ -699,7 +750,9 @@ class Server:
         else:
             ac, afid, amsg = s.take_async_error()
         reply = [seq, code, outs, ac, afid, msg or amsg]
-        if self.stdout_capture is not None:
+        if printed is not None:
+            reply.append(printed)     # taken by the C loop, which keeps may_print itself
+        elif self.stdout_capture is not None:
             if not s.may_print:
                 for op in ops:
                     if type(op) is list and op and op[0] in PRINTING_FIDS:

@@ -70,6 +70,10 @@ def main(argv=None):
     if rt_prof:  # bench/roundtrip_profile.py: stage timers (rtprofile.py); absent, no timing code runs
         from . import rtprofile
         rtprofile.install(server, rt_prof)
+        server.nserve = None      # the stage profile times the Python path (native_serve.py)
+    if server.nserve is not None:
+        capture.use_native(server.nserve.nat)   # sync answers of the C loop carry kernels' printf output
+        server.nserve.capture = True
     devices = [{"index": d, "name": backend.device_name(d), "memory": backend.device_total_mem(d)}
                for d in range(backend.device_count())]
     info = {"endpoint": server.bound_endpoint, "pid": os.getpid(), "backend": backend.name,
@@ -94,6 +98,9 @@ def main(argv=None):
     finally:
         if rt_prof:
             rtprofile.dump()
+        if server.nserve is not None:
+            log.info("C serving loop: %d messages answered in C, %d taken and given to Python",
+                     server.nserve.served, server.nserve.to_python)
         server.close()
         if cprof is not None:
             cprof.disable()

@@ -214,10 +214,15 @@ def cupy_suite(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
 
 def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
     results = []
+    only = [n for n in os.environ.get("GPUPROXY_FRAMEWORK_CHECKS", "").split(",") if n]
     for name, script, module in (("cupy", "cupy_check.py", "cupy"),
                                  ("cuda-python", "cuda_python_check.py", "cuda.bindings.driver"),
                                  ("numba-cuda", "numba_check.py", "numba.cuda"),
-                                 ("torch-libraries", "torch_check.py", "torch")):
+                                 ("torch-libraries", "torch_check.py", "torch"),
+                                 ("torch-compile", "torch_compile_check.py", "torch")):
+        # $GPUPROXY_FRAMEWORK_CHECKS (comma list of the names above) runs a part
+        if only and name not in only:
+            continue
         if subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, env=_env()).returncode:
             log(f"{name}: not installed on this machine")
             results.append((f"{name} checks", "FAIL (not installed)"))

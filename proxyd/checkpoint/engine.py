@@ -501,41 +501,103 @@ class Engine:
             self._copy_to_host(host)
 
     LANES = int(os.environ.get("GPUPROXY_CKPT_LANES", "2"))
+    # how copies into the page-locked pool are issued while it is still
+    # being pinned: "ready" (default), queued by this thread as their pool
+    # segments become page-locked; "address", queued in order, each waiting
+    # for its segment; "pinthread", each segment's copies made by the
+    # pinning thread that page-locked it, right after its registration
+    # (synchronous copies in proxyd's own context: no stream per thread)
+    COPY_ORDER = os.environ.get("GPUPROXY_CKPT_COPY_ORDER", "ready")
 
     def _read_runs(self, pieces: list[Piece], buf, off: int, src):
         """Copies pieces into buf (the page-locked pool) from offset off, a run
         of contiguous memory per copy, queued on the backend's copy lanes
         with no synchronisation in between and waited for once at the end;
-        each piece's `host` becomes its slice of buf. A copy waits only until
-        its part of the pool is page-locked (pinned_pool.py) and never
-        crosses a pool segment."""
+        each piece's `host` becomes its slice of buf. A copy never crosses
+        a pool segment (pinned_pool.py: each is its own registration) and
+        is queued only once its segment is page-locked; while the pool is
+        still being pinned (the first dump of a worker), copies are queued
+        in the order their segments become ready. Stats (cstats): time
+        waited for pinning, time spent inside the copy calls themselves
+        (call_ms, call_max_ms: the driver may hold a queued copy while
+        registrations run), queueing and the final synchronisation."""
         b = self.backend
         t0 = time.monotonic()
-        waited = 0.0
-        copies = 0
-        devs = set()
         lanes = max(1, self.LANES)
+        jobs = []                        # (device, source address, offset in buf, bytes)
+        devs = set()
         for run in runs(pieces, getattr(b, "spans_mappings", False), src):
             size = sum(p.n for p in run)
             dev, a, o, left = run[0].dev, src(run[0]), off, size
             while left:
                 k = min(left, b.segment_end(o) - o)
-                waited += b.wait_pinned(o, k)
-                b.read_device_async(dev, a, k, buf[o:o + k], lane=copies % lanes)
-                copies += 1
+                jobs.append((dev, a, o, k))
                 a, o, left = a + k, o + k, left - k
             devs.add(dev)
             for p in run:
                 p.host = buf[off:off + p.n]
                 off += p.n
+        pool = b.pinned_pool() if hasattr(b, "pinned_pool") else None
+        st = self.cstats
+        calls = {"n": 0, "s": 0.0, "max": 0.0}
+
+        def issue(job):
+            dev, a, o, k = job
+            t = time.monotonic()
+            b.read_device_async(dev, a, k, buf[o:o + k], lane=calls["n"] % lanes)
+            t = time.monotonic() - t
+            calls["n"] += 1
+            calls["s"] += t
+            calls["max"] = max(calls["max"], t)
+
+        waited = 0.0
+        if pool is not None and self.COPY_ORDER == "pinthread" and not pool.all_pinned():
+            st["order"] = "pinthread"
+            by_seg = {}
+            for j in jobs:
+                by_seg.setdefault(j[2] // pool.segment, []).append(j)
+            mu = __import__("threading").Lock()
+
+            def copy_segment(k):
+                for dev, a, o, n in by_seg[k]:
+                    t = time.monotonic()
+                    b.read_device(dev, a, n, buf[o:o + n])
+                    t = time.monotonic() - t
+                    with mu:
+                        calls["n"] += 1
+                        calls["s"] += t
+                        calls["max"] = max(calls["max"], t)
+            t = time.monotonic()
+            pool.run_when_ready(by_seg, copy_segment)
+            # the caller waited for the pinning threads, which also copied
+            waited = time.monotonic() - t
+        elif pool is not None and self.COPY_ORDER == "ready" and not pool.all_pinned():
+            st["order"] = "ready"
+            by_seg: dict[int, list] = {}
+            for j in jobs:
+                by_seg.setdefault(j[2] // pool.segment, []).append(j)
+            while by_seg:
+                t = time.monotonic()
+                got = pool.wait_any(by_seg)
+                waited += time.monotonic() - t
+                for k in sorted(got):
+                    for j in by_seg.pop(k):
+                        issue(j)
+        else:
+            st.setdefault("order", "address")
+            for j in jobs:
+                waited += b.wait_pinned(j[2], j[3])
+                issue(j)
         t1 = time.monotonic()
         for d in devs:
             b.sync_copies(d)
-        st = self.cstats
-        st["copies"] = st.get("copies", 0) + copies
+        st["copies"] = st.get("copies", 0) + calls["n"]
         st["wait_pinned_ms"] = round(st.get("wait_pinned_ms", 0) + waited * 1000, 3)
+        st["call_ms"] = round(st.get("call_ms", 0) + calls["s"] * 1000, 3)
+        st["call_max_ms"] = round(max(st.get("call_max_ms", 0), calls["max"] * 1000), 3)
         st["queue_ms"] = round(st.get("queue_ms", 0) + (t1 - t0) * 1000, 3)
         st["sync_ms"] = round(st.get("sync_ms", 0) + (time.monotonic() - t1) * 1000, 3)
+        st["lanes"] = lanes
 
     def _copy_to_host(self, pieces: list[Piece]):
         """Device memory -> the page-locked pool (the app may be running: a
@@ -639,6 +701,35 @@ class Engine:
     READ_PIECE = 4 << 20
 
     def _upload(self, img: Image, refs, pieces):
+        """Image chunks -> device memory: by DMA straight out of the image
+        file's mapping where it can be registered (direct_upload.py: an
+        image in host memory on the cuda backend), the rest (compressed
+        chunks, files or segments whose registration is refused) through
+        the ring of page-locked slots (_upload_ring). rstats["upload"]: the
+        ring's figures at the top level where it ran, the direct path's
+        under "direct", and mode, bytes, wall_ms, gbps of the whole."""
+        from . import direct_upload
+        b = self.backend
+        t0 = time.monotonic()
+        rest, dst = refs, None
+        if refs and direct_upload.eligible_images(b, img):
+            fail = os.environ.get("GPUPROXY_TEST_DIRECT_FAIL_SEGMENT")     # tests: one refused segment
+            rest, dst = direct_upload.upload(b, img, refs, pieces, span=getattr(b, "spans_mappings", False),
+                                             lanes=self.LANES, fail_segment=int(fail) if fail else None)
+        up: dict = {}
+        if rest:
+            self._upload_ring(img, rest, pieces)
+            up = self.rstats["upload"]
+            up["ring_bytes"] = up.get("bytes", 0)
+        if dst is not None:
+            up["direct"] = dst
+        up["mode"] = "ring" if dst is None or not dst["bytes"] else ("direct+ring" if rest else "direct")
+        up["bytes"] = sum(r.length for r in refs)
+        up["wall_ms"] = _ms(t0, time.monotonic())
+        up["gbps"] = round(up["bytes"] / max(time.monotonic() - t0, 1e-9) / 1e9, 2)
+        self.rstats["upload"] = up
+
+    def _upload_ring(self, img: Image, refs, pieces):
         """Image chunks -> device memory, as a pipeline over a ring of
         page-locked slots (the pool's first SLOTS x SLOT bytes, reused by
         every restore of this worker):
@@ -971,7 +1062,8 @@ class Engine:
         from ..vmm import rebuild as rebuild_vmm
         rebuild_vmm(sess, desc.get("mem_handles", []), dmap)
         from ..graphs import rebuild as rebuild_graphs
-        rebuild_graphs(sess, desc.get("graphs", []), desc.get("capture", {}), desc.get("capture_events", {}))
+        rebuild_graphs(sess, desc.get("graphs", []), desc.get("capture", {}), desc.get("capture_events", {}),
+                       self.dispatcher)
         self._rebuild_arrays(sess, img, desc)
         t_arena = time.monotonic()
         self.rstats["memory_map_ms"] = _ms(t_mod, t_arena)     # the arena's chunks mapped again
@@ -1034,6 +1126,10 @@ class Engine:
             if code:
                 raise CheckpointError(f"replaying {fn.name} failed with CUDA error {code}: {msg}")
         self.rstats["replayed"] = len(desc.get("replay", []))
+        # math-library calls captured into graphs, made again from their
+        # snapshots now that streams and library objects exist (graph_libcapture.py)
+        from ..graph_libcapture import realize_pending
+        realize_pending(self.dispatcher, sess)
         self.rstats["objects_ms"] = _ms(t_arena, time.monotonic())
         # memory: upload, then check what landed on the device against the image's hashes
         refs = img.chunks()

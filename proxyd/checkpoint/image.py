@@ -1001,8 +1001,18 @@ class ImageWriter:
                     self._zstats[2] += stored
             fd = self._mem.fileno()
             os.ftruncate(fd, off)
-            jobs = self._write_jobs(segs)
-            list(ex.map(self._put, jobs))
+            mode = self._write_mode()
+            t_alloc = _time.monotonic()
+            if os.environ.get("GPUPROXY_IMAGE_FALLOCATE", "0") == "1" and off > self._off:
+                self._fallocate(ex, fd, self._off, off - self._off, workers)
+            ws = self.write_stats
+            ws["fallocate_ms"] = ws.get("fallocate_ms", 0) + round((_time.monotonic() - t_alloc) * 1000, 3)
+            if mode == "mmap" and off > self._off:
+                jobs = self._put_mapped(ex, fd, off, segs)
+            else:
+                jobs = self._write_jobs(segs)
+                list(ex.map(self._put, jobs))
+            ws["mode"] = mode
         self._off = off
         os.lseek(fd, off, os.SEEK_SET)
         t2 = _time.monotonic()
@@ -1011,7 +1021,7 @@ class ImageWriter:
         ws["write_ms"] = ws.get("write_ms", 0) + round((t2 - t1) * 1000, 3)
         ws["written_bytes"] = ws.get("written_bytes", 0) + sum(len(m) for _, m in segs)
         ws["write_jobs"] = ws.get("write_jobs", 0) + len(jobs)
-        ws["direct_jobs"] = ws.get("direct_jobs", 0) + sum(1 for j in jobs if j[0])
+        ws["direct_jobs"] = ws.get("direct_jobs", 0) + (sum(1 for j in jobs if j[0]) if mode == "pwrite" else 0)
         ws["workers"] = workers
         out = []
         for rec in recs:
@@ -1019,6 +1029,71 @@ class ImageWriter:
             addr, n, flags, h, o, _, stored = rec
             out.append(ChunkRef(addr, n, flags, h, 0, o, os.path.join(self.path, MEMORY), stored))
         return out
+
+    # a piece of a mapped write: the unit handed to one thread
+    MAP_PIECE = 4 << 20
+
+    def _write_mode(self) -> str:
+        """How add_chunks stores bytes: "pwrite" (pwritev jobs, O_DIRECT
+        where asked) or "mmap" (copies into a shared mapping of memory.bin).
+        $GPUPROXY_IMAGE_WRITE_MODE: auto (default: pwrite), pwrite or mmap.
+        Why mmap is offered: on tmpfs a write(2) holds the file's inode lock
+        for the whole call (mm/shmem.c, shmem_file_write_iter), so parallel
+        pwritev jobs on one file run one at a time, bound by one thread
+        allocating and copying fresh pages, while page faults on a shared
+        mapping allocate pages for several threads at once. Why it is not
+        the default: on the 2-core dev VM faults cost more than the lock
+        (mapped 0.6-0.9 GB/s against pwrite 1.2-1.9 GB/s for 512 MiB,
+        bench/image_write_bench.py --mode); the H100 host's 16 cores decide
+        (docs/benchmarks.md)."""
+        m = os.environ.get("GPUPROXY_IMAGE_WRITE_MODE", "auto").strip().lower() or "auto"
+        if m not in ("auto", "pwrite", "mmap"):
+            raise ImageError(f"GPUPROXY_IMAGE_WRITE_MODE={m!r}: expected auto, pwrite or mmap")
+        if m == "auto":
+            m = "pwrite"
+        return m
+
+    def _put_mapped(self, ex, fd: int, size: int, segs) -> list:
+        """segs copied into memory.bin through a shared mapping of the file
+        (already truncated to size), in pieces of MAP_PIECE on the writer
+        threads (numpy copies release the GIL); flushed (msync) where the
+        file is not in host memory. Returns the pieces (jobs)."""
+        # the writer's descriptor is write-only; a mapping needs one open for reading too
+        rw = os.open(os.path.join(self.path, MEMORY), os.O_RDWR | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            mm = mmap.mmap(rw, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(rw)
+        try:
+            jobs = [(o + k, mv[k:k + self.MAP_PIECE]) for o, mv in segs for k in range(0, len(mv), self.MAP_PIECE)]
+
+            def put(job):
+                o, mv = job
+                np.copyto(np.frombuffer(mm, np.uint8, len(mv), o), np.frombuffer(mv, np.uint8))
+            list(ex.map(put, jobs))
+            if not _in_memory_fs(os.path.join(self.path, MEMORY)):
+                mm.flush()
+        finally:
+            try:
+                mm.close()
+            except BufferError:       # a view outlived its copy; the mapping goes when it does
+                pass
+        return jobs
+
+    def _fallocate(self, ex, fd: int, off: int, n: int, workers: int) -> None:
+        """Allocates [off, off+n) of memory.bin before it is written
+        ($GPUPROXY_IMAGE_FALLOCATE=1), in one range per writer thread: a
+        measurement knob for tmpfs, where writes are bound by allocating
+        fresh pages. A filesystem that cannot (EOPNOTSUPP) is left alone."""
+        per = -(-n // max(1, workers))
+        per += -per % PAGE
+
+        def one(lo):
+            try:
+                os.posix_fallocate(fd, lo, min(per, off + n - lo))
+            except OSError:
+                pass
+        list(ex.map(one, range(off, off + n, per)))
 
     def _direct_fd(self) -> int | None:
         """memory.bin opened again with O_DIRECT, or None where the

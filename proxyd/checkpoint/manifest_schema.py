@@ -237,6 +237,15 @@ SESSION = Obj({
                                                 1 << 20),
                                  "index": List(Tuple(ID, List(Int(0, 1 << 31), 1 << 20)), 1 << 20),
                                  "node_order": List(ID, 1 << 20),
+                                 # math-library calls captured into the graph (proxyd/graph_libcapture.py):
+                                 # node index, capturing stream, snapshots of the library objects named
+                                 "libcaptures": List(Tuple(Int(0, 1 << 20), Obj({
+                                     "stream": U64,
+                                     "objects": List(Obj({"param": Int(0, 64), "kind": Str(64, r"[a-z_]+", "a kind"),
+                                                          "ctx": ID, "value": U64,
+                                                          "create": Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS),
+                                                          "settings": List(Tuple(Int(0, 1 << 20), HANDLE_ARGS),
+                                                                           1 << 16)}), 64)})), 1 << 20),
                                  "sig": List(List(Any_(), 3), 1 << 20)}), 1 << 16),
     "capture": Map(NUM, ID, 1 << 16),
     "capture_events": Map(NUM, ID, 1 << 16),

@@ -1,0 +1,136 @@
+"""Math-library calls issued on a capturing stream (proxyd/graph_libcapture.py):
+captured into the graph with a snapshot of the objects they name, run at
+each launch, kept across a GPU-only dump and a restore into a fresh proxyd.
+Emulated backend in CI; `GPUPROXY_TEST_BACKEND=cuda` runs the same on the
+GPU (NVIDIA's cuBLAS in the worker, real stream capture there)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import client_env
+from proxy import Daemon
+
+BACKEND = os.environ.get("GPUPROXY_TEST_BACKEND", "emu")
+pytestmark = [pytest.mark.gpu] if BACKEND == "cuda" else []
+
+
+@pytest.fixture
+def tmp():
+    d = Path(f"/tmp/gpx-lc-{os.getpid()}-{time.monotonic_ns() % 10**9}")   # ipc paths stay short
+    d.mkdir()
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+CAPTURE_SCRIPT = r"""
+import ctypes, json, sys
+from ctypes import byref, c_float, c_void_p
+cb = ctypes.CDLL("libcublas.so.13")
+rt = ctypes.CDLL("libcudart.so.13")
+out = {}
+h, st, g, e = c_void_p(), c_void_p(), c_void_p(), c_void_p()
+A, B, C = c_void_p(), c_void_p(), c_void_p()
+out["create"] = cb.cublasCreate_v2(byref(h))
+rt.cudaStreamCreate(byref(st))
+for p in (A, B, C):
+    rt.cudaMalloc(byref(p), 16)
+def put(p, vals):
+    buf = (c_float * 4)(*vals)
+    rt.cudaMemcpy(p, buf, 16, 1)
+def get(p):
+    buf = (c_float * 4)()
+    rt.cudaMemcpy(buf, p, 16, 2)
+    return list(buf)
+put(A, [1, 2, 3, 4]); put(B, [5, 6, 7, 8]); put(C, [0, 0, 0, 0])
+one, zero, two = c_float(1.0), c_float(0.0), c_float(2.0)
+out["set_stream"] = cb.cublasSetStream_v2(h, st)
+out["begin"] = rt.cudaStreamBeginCapture(st, 0)          # cudaStreamCaptureModeGlobal
+out["gemm"] = cb.cublasSgemm_v2(h, 0, 0, 2, 2, 2, byref(one), A, 2, B, 2, byref(zero), C, 2)
+out["end"] = rt.cudaStreamEndCapture(st, byref(g))
+out["after_capture"] = get(C)                             # capturing runs nothing
+out["inst"] = rt.cudaGraphInstantiateWithFlags(byref(e), g, ctypes.c_ulonglong(0))
+# what the handle says after the capture does not change the captured call
+out["transpose_later"] = cb.cublasSgemm_v2(h, 1, 0, 2, 2, 2, byref(two), A, 2, B, 2, byref(zero), C, 2)
+out["launch1"] = rt.cudaGraphLaunch(e, st)
+rt.cudaStreamSynchronize(st)
+out["c1"] = get(C)
+put(A, [2, 0, 0, 2])                                      # the graph reads A when launched
+out["launch2"] = rt.cudaGraphLaunch(e, st)
+rt.cudaStreamSynchronize(st)
+out["c2"] = get(C)
+out["destroy_handle"] = cb.cublasDestroy_v2(h)            # the graph keeps what it captured
+print(json.dumps(out), flush=True)
+print("waiting", flush=True)
+sys.stdin.readline()
+put(A, [0, 1, 1, 0])
+put(C, [0, 0, 0, 0])
+out2 = {"launch3": rt.cudaGraphLaunch(e, st), "sync": rt.cudaStreamSynchronize(st)}
+out2["c3"] = get(C)
+out2["exec_destroy"] = rt.cudaGraphExecDestroy(e)
+out2["graph_destroy"] = rt.cudaGraphDestroy(g)
+print(json.dumps(out2), flush=True)
+"""
+
+
+def _colmajor_mm(a, b):
+    """2x2 column-major product, the reference cuBLAS's convention defines."""
+    return [sum(a[i + 2 * k] * b[k + 2 * j] for k in range(2)) for j in range(2) for i in range(2)]
+
+
+def test_cublas_call_in_a_stream_capture_runs_at_each_launch_and_across_restore(tmp, proxy_cli, shim_installed,
+                                                                                 emu_kernel_files):
+    """A cuBLAS call on a handle whose stream is capturing belongs to the
+    graph (proxyd/graph_libcapture.py): nothing runs at capture, each launch
+    computes with the data of the moment and with the handle as it was at
+    capture (later calls and even destroying the handle change nothing), and
+    a GPU-only dump, proxyd killed and a restore into a fresh proxyd keep
+    the graph working."""
+    ep = f"ipc://{tmp}/proxyd.sock"
+    kernels = emu_kernel_files if BACKEND == "emu" else ()
+    d = Daemon(backend=BACKEND, emu_kernels=kernels, endpoint=ep, log_path=str(tmp / "a.log")).start()
+    d2 = None
+    proc = subprocess.Popen([sys.executable, "-c", CAPTURE_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=client_env(d))
+    env = {**os.environ, "GPUPROXY_ENDPOINT": ep}
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read() if proc.poll() is not None else "no output"
+        o = json.loads(line)
+        assert proc.stdout.readline() == "waiting\n"
+        assert o["create"] == 0 and o["set_stream"] == 0 and o["begin"] == 0 and o["gemm"] == 0 and o["end"] == 0
+        assert o["after_capture"] == [0, 0, 0, 0], "a captured gemm must not run at capture time"
+        assert o["inst"] == 0 and o["transpose_later"] == 0 and o["launch1"] == 0 and o["launch2"] == 0
+        assert o["c1"] == _colmajor_mm([1, 2, 3, 4], [5, 6, 7, 8])
+        assert o["c2"] == _colmajor_mm([2, 0, 0, 2], [5, 6, 7, 8]), "the second launch reads A anew"
+        assert o["destroy_handle"] == 0
+        r = subprocess.run([*proxy_cli, "--dump", "--gpu-only", "--pid", str(proc.pid), "--dir", str(tmp / "img")],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr + d.log()[-2000:]
+        d.kill()
+        d2 = Daemon(backend=BACKEND, emu_kernels=kernels, endpoint=ep, log_path=str(tmp / "b.log")).start()
+        r = subprocess.run([*proxy_cli, "--restore", "--gpu-only", "--dir", str(tmp / "img")],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr + d2.log()[-2000:]
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        o2 = json.loads(proc.stdout.readline())
+        assert o2["launch3"] == 0 and o2["sync"] == 0
+        assert o2["c3"] == _colmajor_mm([0, 1, 1, 0], [5, 6, 7, 8]), "the restored graph runs the captured gemm"
+        assert o2["exec_destroy"] == 0 and o2["graph_destroy"] == 0
+        proc.wait(60)
+        assert proc.returncode == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        d.cleanup()
+        if d2 is not None:
+            d2.cleanup()
