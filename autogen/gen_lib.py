@@ -15,7 +15,11 @@ status is the library's (cublasStatus_t, nvmlReturn_t), and a failure of an
 earlier asynchronous op stays pending for the next synchronising CUDA call
 instead of answering this call (gp_lib_op_sync, interceptor/lib_state.c).
 A scalar_ptr (alpha, beta) travels as its value in host pointer mode and as
-the pointer in device pointer mode.
+the pointer in device pointer mode. A scalar_out (a level-1 result such as
+cublasSdot's, cublas_api.h) travels, in host pointer mode, as `size` zero
+bytes that the worker fills and answers (the call is then synchronous by
+nature: the app reads the value when it returns); in device pointer mode as
+the address, which the library writes on the device.
 """
 from __future__ import annotations
 
@@ -48,14 +52,14 @@ def _c_typedef(name: str, t: dict) -> str:
 
 def can_be_generic(f) -> bool:
     if not g(f, "sync", True) and g(f, "ids") != "shim" and \
-            any(g(p, "role") in ("out_value", "out_buffer") for p in g(f, "params") or []):
+            any(g(p, "role") in ("out_value", "out_buffer", "scalar_out") for p in g(f, "params") or []):
         # asynchronous with outputs the generic body cannot name: only a
         # hand-written body (cudnnBackendCreateDescriptor)
         return False
     for p in g(f, "params") or []:
         if g(p, "role") in ("host_ptr", "callback", None) or g(p, "type") == "...":
             return False
-        if g(p, "role") in ("in_buffer", "out_buffer", "scalar_ptr") and g(p, "size") in (None, "?"):
+        if g(p, "role") in ("in_buffer", "out_buffer", "scalar_ptr", "scalar_out") and g(p, "size") in (None, "?"):
             return False
     return True
 
@@ -169,6 +173,14 @@ def generic_body(sf, f) -> str:
             lines.append(f"    if (!{pn}) mp_nil(b_);")
             lines.append(f"    else if ({g(p, 'mode')}) mp_uint(b_, (uint64_t)(uintptr_t){pn});")
             lines.append(f"    else mp_bin(b_, {pn}, (size_t)({g(p, 'size')}));")
+        elif role == "scalar_out":
+            # host pointer mode: `size` zero bytes, the value's room, which
+            # the worker answers filled; device mode: the pointer
+            lines.append(f"    if (!{pn}) mp_nil(b_);")
+            lines.append(f"    else if ({g(p, 'mode')}) mp_uint(b_, (uint64_t)(uintptr_t){pn});")
+            lines.append(f"    else {{ static const unsigned char z_[64]; size_t n_ = (size_t)({g(p, 'size')}); "
+                         f"mp_bin(b_, z_, n_ < sizeof z_ ? n_ : sizeof z_); }}")
+            outs.append(p)
         elif role == "in_buffer":
             lines.append(f"    gp_put_data(b_, {pn}, {pn} ? (size_t)({g(p, 'size')}) : 0, {0 if sync else 1});")
         elif role == "out_buffer":
@@ -207,6 +219,9 @@ def generic_body(sf, f) -> str:
         for p in outs:
             pn = g(p, "name")
             if g(p, "role") == "out_buffer":
+                lines.append(f"        gp_out_buffer(&r_, {pn}, {pn} ? (size_t)({g(p, 'size')}) : 0);")
+            elif g(p, "role") == "scalar_out":
+                # nil in device pointer mode (the library wrote device memory)
                 lines.append(f"        gp_out_buffer(&r_, {pn}, {pn} ? (size_t)({g(p, 'size')}) : 0);")
             elif g(p, "kind") and g(p, "kind") != "device" and not _int_handle(sf, p):
                 lines.append(f"        gp_out_handle(&r_, (void **){pn});")

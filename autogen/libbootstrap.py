@@ -131,6 +131,8 @@ HANDLE_KINDS = {
     "cusparseDnMatDescr_t": "cusparse_dnmat", "cusparseConstDnMatDescr_t": "cusparse_dnmat",
     "cusolverDnHandle_t": "cusolver_dn_handle",
     "cusolverDnParams_t": "cusolver_dn_params",
+    "syevjInfo_t": "cusolver_syevj_info",
+    "gesvdjInfo_t": "cusolver_gesvdj_info",
 }
 
 

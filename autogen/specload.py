@@ -34,9 +34,13 @@ ID_RANGES = {"driver": (1, 9999), "runtime": (10000, 19999), "cublas": (20000, 2
              "cusolver": (44000, 46999)}
 # scalar_ptr: a library's alpha/beta: a host pointer to one value (sent as
 # the value, `size` bytes) or a device pointer, as the C expression `mode`
-# says (the handle's pointer mode, tracked in the shim)
+# says (the handle's pointer mode, tracked in the shim). scalar_out: its
+# counterpart for a result (cublasSdot's `result`, cublas_api.h: "host or
+# device pointer" by the handle's pointer mode): in host mode the value,
+# `size` bytes, comes back in the answer; in device mode the address travels
 ROLES = ("scalar", "device_ptr", "handle", "in_buffer", "out_buffer", "out_value",
-         "host_ptr", "callback", "scalar_ptr")
+         "host_ptr", "callback", "scalar_ptr", "scalar_out")
+MODE_ROLES = ("scalar_ptr", "scalar_out")
 KINDS = ("context", "module", "function", "library", "kernel", "stream", "event", "memory",
          "graph", "graph_exec", "graph_node", "mem_pool", "array", "mipmapped_array", "texref",
          "surfref", "tex_object", "surf_object", "external_memory", "external_semaphore",
@@ -49,7 +53,8 @@ KINDS = ("context", "module", "function", "library", "kernel", "stream", "event"
          # cuDNN: the handle, backend (graph API) descriptors, the legacy descriptors (one kind)
          "cudnn_handle", "cudnn_backend_desc", "cudnn_desc",
          "cufft_plan", "curand_generator", "cusparse_handle", "cusparse_spmat", "cusparse_dnvec",
-         "cusparse_dnmat", "cusolver_dn_handle", "cusolver_dn_params")
+         "cusparse_dnmat", "cusolver_dn_handle", "cusolver_dn_params",
+         "cusolver_syevj_info", "cusolver_gesvdj_info")
 EFFECTS = ("create", "destroy", "use")
 STATUSES = ("supported", "unsupported")
 SHIMS = {"driver": ("override", "local"), "runtime": ("override",),
@@ -57,7 +62,7 @@ SHIMS = {"driver": ("override", "local"), "runtime": ("override",),
 PROC_STREAMS = ("ptds", "ptsz")
 # roles that may carry `kind` (buffers: an array of handles of that kind)
 KIND_ROLES = ("handle", "out_value", "in_buffer", "out_buffer")
-SIZE_ROLES = ("in_buffer", "out_buffer", "scalar_ptr")
+SIZE_ROLES = ("in_buffer", "out_buffer", "scalar_ptr", "scalar_out")
 
 FILE_KEYS = ("api", "family", "library", "soname", "header", "doc_group", "cuda_version",
              "functions")
@@ -95,7 +100,7 @@ class Param:
     role: str
     kind: Optional[str] = None
     size: Optional[str] = None          # C expression over the other params, or '?'
-    mode: Optional[str] = None          # scalar_ptr: C expression, true for a device pointer
+    mode: Optional[str] = None          # scalar_ptr, scalar_out: C expression, true for a device pointer
 
     @property
     def is_pointer(self) -> bool:
@@ -318,10 +323,10 @@ def _parse_function(raw: Any, api: str, family: str, path: str, errs: _Errors) -
         if role not in SIZE_ROLES and "size" in rp:
             bad(f"{label}: role {role} takes no size")
         mode = rp.get("mode")
-        if role == "scalar_ptr" and api not in LIBRARY_APIS:
-            bad(f"{label}: role scalar_ptr is for library functions")
-        if mode is not None and (role != "scalar_ptr" or not isinstance(mode, str)):
-            bad(f"{label}: mode is a C expression, only for role scalar_ptr")
+        if role in MODE_ROLES and api not in LIBRARY_APIS:
+            bad(f"{label}: role {role} is for library functions")
+        if mode is not None and (role not in MODE_ROLES or not isinstance(mode, str)):
+            bad(f"{label}: mode is a C expression, only for roles {', '.join(MODE_ROLES)}")
         params.append(Param(name=pname, type=ptype.strip(), role=role, kind=kind,
                             size=size if role in SIZE_ROLES else None, mode=mode))
 
@@ -399,8 +404,8 @@ def _parse_function(raw: Any, api: str, family: str, path: str, errs: _Errors) -
                 bad(f"supported without a shim override, but param {p.name} has size '?'")
             if p.role in ("callback", "host_ptr") or p.type == "...":
                 bad(f"supported without a shim override, but param {p.name} is {p.role}")
-            if p.role == "scalar_ptr" and not p.mode:
-                bad(f"param {p.name}: scalar_ptr needs a mode")
+            if p.role in MODE_ROLES and not p.mode:
+                bad(f"param {p.name}: {p.role} needs a mode")
     if api == "driver" and status == "supported" and shim != "local" and handler is None:
         # the daemon's generic path: decode by role, translate handles, call, encode
         for p in params:

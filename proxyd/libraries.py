@@ -59,10 +59,14 @@ LIB_KINDS = {"cublas_handle": P.K_CUBLAS_HANDLE, "cublaslt_handle": P.K_CUBLASLT
              "curand_generator": P.K_CURAND_GENERATOR, "cusparse_handle": P.K_CUSPARSE_HANDLE,
              "cusparse_spmat": P.K_CUSPARSE_SPMAT, "cusparse_dnvec": P.K_CUSPARSE_DNVEC,
              "cusparse_dnmat": P.K_CUSPARSE_DNMAT, "cusolver_dn_handle": P.K_CUSOLVER_DN_HANDLE,
-             "cusolver_dn_params": P.K_CUSOLVER_DN_PARAMS}
+             "cusolver_dn_params": P.K_CUSOLVER_DN_PARAMS, "cusolver_syevj_info": P.K_CUSOLVER_SYEVJ_INFO,
+             "cusolver_gesvdj_info": P.K_CUSOLVER_GESVDJ_INFO}
 # kinds a library call may name: the above and cuDNN's backend descriptors,
 # which are restored through their own log (cudnn.py), not as objects here
 DECODE_KINDS = {**LIB_KINDS, "cudnn_backend_desc": P.K_CUDNN_BACKEND_DESC}
+# parameters that have a slot in an answer's outs (scalar_out: nil in
+# device pointer mode)
+OUT_ROLES = ("out_value", "out_buffer", "scalar_out")
 # kinds whose C handle type is an int, not a pointer (cufft.h: typedef int
 # cufftHandle): the application holds the object's id alone
 INT_HANDLE_KINDS = {"cufft_plan"}
@@ -253,6 +257,19 @@ class RealLibrary:
                     b = ffi.new("char[]", bytes(a))
                     keep.append(b)
                     args.append(ffi.cast("void *", b))
+            elif role == "scalar_out":
+                # host pointer mode: room for the result (answered); device
+                # mode: the address the library writes (gen_lib.py)
+                if a is None:
+                    args.append(ffi.NULL)
+                    outs.append(None)
+                elif isinstance(a, int):
+                    args.append(ffi.cast("void *", a))
+                    outs.append(None)
+                else:
+                    b = ffi.new("char[]", max(len(a), 1))
+                    args.append(ffi.cast("void *", b))
+                    outs.append(("buf", b, len(a)))
             elif role == "in_buffer":
                 if a is None:
                     args.append(ffi.NULL)
@@ -426,6 +443,19 @@ class LibraryCalls:
                     out.append(sess.translate(a) if sess.addr_map else a)
                 else:
                     out.append(bytes(a) if a is not None else None)
+            elif role == "scalar_out":
+                # bytes: host pointer mode (the result's room); an int: a
+                # device address (device pointer mode)
+                if a is not None and type(a) is not int and not isinstance(a, (bytes, bytearray, memoryview)):
+                    raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {name} must be room for a value or an address")
+                if type(a) is int:
+                    out.append(sess.translate(a) if sess.addr_map else a)
+                elif a is not None:
+                    if not 0 < len(a) <= 64:
+                        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {name} of {len(a)} bytes")
+                    out.append(bytes(a))
+                else:
+                    out.append(None)
             elif role == "in_buffer":
                 out.append(bytes(self.d.data(sess, a)) if a is not None else None)
             elif role in ("out_buffer", "out_value"):
@@ -480,9 +510,9 @@ class LibraryCalls:
         enc = []
         creates = {k for k, e in fn.objects if e == "create"}
         outs = list(outs or [])
-        out_args = [a for p, a in zip(fn.params, args) if p[1] in ("out_value", "out_buffer")]
+        out_args = [a for p, a in zip(fn.params, args) if p[1] in OUT_ROLES]
         for (name, role, kind, ctype, cls, size, _sz), v, a in zip([p for p in fn.params
-                                                                    if p[1] in ("out_value", "out_buffer")],
+                                                                    if p[1] in OUT_ROLES],
                                                                    outs, out_args):
             if v is None:
                 enc.append(None)

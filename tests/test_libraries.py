@@ -225,7 +225,7 @@ sp.cusparseGetErrorName.restype = ctypes.c_char_p
 out["sp_name10"] = sp.cusparseGetErrorName(10).decode()
 s = c_void_p()
 out["so_create"] = so.cusolverDnCreate(byref(s))
-out["so_unsupported"] = so.cusolverDnSsyevd(s, 0, 0, 4, None, 4, None, None, 0, None)
+out["so_unsupported"] = so.cusolverDnSpotri(s, 0, 4, None, 4, None, 0, None)
 print(json.dumps(out))
 """
 
@@ -321,7 +321,7 @@ def test_math_libraries_handles_async_errors_and_unsupported(emu_daemon):
     assert len(_lines_naming(r.stderr, "cusparseSpGEMM_createDescr")) == 1
     assert o["sp_name10"] == "CUSPARSE_STATUS_NOT_SUPPORTED"
     assert o["so_create"] == 0 and o["so_unsupported"] == 9
-    assert len(_lines_naming(r.stderr, "cusolverDnSsyevd")) == 1
+    assert len(_lines_naming(r.stderr, "cusolverDnSpotri")) == 1
 
 
 def test_lt_descriptors_are_async_and_heuristics_cached(emu_daemon, tmp_path, proxy_cli):
@@ -709,6 +709,7 @@ def test_library_specs_are_complete_and_consistent():
                         assert p.mode and p.size and p.size != "?", f.name
     # what CI's emulated backend implements is supported in the specs
     from gpuproxy.emu.blas import EmuLibrary
+    from gpuproxy.emu.blas_levels import EMU_PENDING
     from gpuproxy.emu.cudnn import EmuCudnn
     from gpuproxy.emu.mathlibs import CLASSES
     from gpuproxy.proxyd.cudnn import SPECIAL
@@ -720,7 +721,11 @@ def test_library_specs_are_complete_and_consistent():
             emu = CLASSES.get(f.api, EmuLibrary)
             # overrides of the math libraries send their op too (cufftCreate, ...)
             wanted = f.supported and (f.shim != "override" or f.api in CLASSES) and f.restore.rule != "client"
-        if wanted:
+        if wanted and EMU_PENDING.match(f.name):
+            # supported, run by NVIDIA's library on the GPU, not emulated
+            # (blas_levels.EMU_PENDING): never both
+            assert not hasattr(emu, "f_" + f.name), f"{f.name} is emulated but listed as pending"
+        elif wanted:
             assert hasattr(emu, "f_" + f.name), f"{f.name} is supported but not emulated"
     # what PyTorch 2.11 calls first
     for name in ("cublasCreate_v2", "cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSetMathMode",
@@ -770,7 +775,8 @@ def test_cudnn_descriptor_kind_agrees_between_shim_and_proxyd():
 
 
 @pytest.mark.parametrize("header,prefixes", [("cublas_decls.h", ("cublas",)),
-                                             ("mathlibs_decls.h", ("cufft", "curand", "cusparse", "cusolver"))])
+                                             ("mathlibs_decls.h", ("cufft", "curand", "cusparse", "cusolver")),
+                                             ("linalg_decls.h", ("cublas", "cusolver"))])
 def test_decls_headers_match_the_specs(header, prefixes):
     """tests/programs/cublas_decls.h and mathlibs_decls.h (used where the
     toolkit has no headers of these libraries) declare each function as the

@@ -18,6 +18,8 @@ import numpy as np
 
 from gpuproxy.proxyd.session import CudaError
 
+from .blas_levels import BlasLevels
+
 OK, NOT_INIT, INVALID, NOT_SUPPORTED = 0, 1, 7, 15        # cublasStatus_t (cublas_api.h)
 NVML_OK, NVML_INVALID, NVML_INSUFFICIENT = 0, 2, 7        # nvmlReturn_t (nvml.h)
 OP_N, OP_T, OP_C = 0, 1, 2                                # cublasOperation_t
@@ -32,9 +34,10 @@ class Unsupported(Exception):
     pass
 
 
-class EmuLibrary:
+class EmuLibrary(BlasLevels):
     """One emulated library (api: cublas, cublaslt, nvml); call() has the
-    signature of libraries.RealLibrary.call."""
+    signature of libraries.RealLibrary.call. cuBLAS beyond gemm/gemv/axpy/
+    scal/copy: blas_levels.py."""
 
     def __init__(self, backend, api: str):
         self.b = backend
@@ -487,3 +490,9 @@ class EmuLibrary:
         return NVML_OK, [self.b.driver_version()]
 
     f_nvmlSystemGetCudaDriverVersion_v2 = f_nvmlSystemGetCudaDriverVersion
+
+
+# the _64 entry points take the same arguments as 64-bit integers (cublas_api.h):
+# the same emulation
+for _n in ("cublasSgemmEx", "cublasGemmEx", "cublasGemmStridedBatchedEx"):
+    setattr(EmuLibrary, f"f_{_n}_64", getattr(EmuLibrary, f"f_{_n}"))

@@ -18,6 +18,7 @@ import numpy as np
 from gpuproxy.proxyd.session import CudaError
 
 from .blas import EmuLibrary
+from .blas_levels import _sym, lu_factor, lu_solve
 
 # library_types.h, cudaDataType_t
 R_32F, R_64F, C_32F, C_64F = 0, 1, 4, 5
@@ -516,10 +517,15 @@ FILL_LOWER, FILL_UPPER = 0, 1          # cublasFillMode_t (cublas_api.h)
 
 
 class EmuCusolver(EmuLibrary):
-    """Dense Cholesky and LU as LAPACK defines them (column-major, the
-    factor written over the referenced triangle; info: 0, or the order of the
-    first leading minor that is not positive definite, or the first zero
-    pivot, 1-based; ipiv 1-based row interchanges), in float64 loops."""
+    """Dense factorisations as LAPACK defines them (column-major; a factor
+    written over the referenced triangle; info: 0, or the order of the first
+    leading minor that is not positive definite, or the first zero pivot,
+    1-based; ipiv 1-based row interchanges; geqrf's Householder vectors
+    below the diagonal with tau; eigenvalues ascending; singular values
+    descending), for S, D, C and Z, in float64/complex128 loops and numpy's
+    LAPACK (qr 'raw', eigh, svd). Eigenvector and singular vector signs may
+    differ from NVIDIA's: callers check reconstructions, as with any LAPACK.
+    Workspace sizes are small positive counts (numpy needs no workspace)."""
 
     def f_cusolverGetVersion(self, out):
         return SO_OK, [12000]
@@ -550,6 +556,49 @@ class EmuCusolver(EmuLibrary):
         del self.objs[p]
         return SO_OK, []
 
+    # syevjInfo_t / gesvdjInfo_t (cusolverDn.h): the Jacobi methods'
+    # settings, with cuSOLVER's documented defaults (tolerance: machine
+    # accuracy, 100 sweeps, sorted results)
+    def _jacobi_info(self, out):
+        return SO_OK, [self._new(kind="jacobi", tol=0.0, max_sweeps=100, sort=1, residual=0.0, sweeps=0)]
+
+    f_cusolverDnCreateSyevjInfo = f_cusolverDnCreateGesvdjInfo = _jacobi_info
+
+    def _jacobi_destroy(self, info):
+        self._jinfo(info)
+        del self.objs[info]
+        return SO_OK, []
+
+    f_cusolverDnDestroySyevjInfo = f_cusolverDnDestroyGesvdjInfo = _jacobi_destroy
+
+    def _jinfo(self, info):
+        o = self._obj(info)
+        if o.get("kind") != "jacobi":
+            raise CudaError(400, f"{info} is not a syevjInfo_t/gesvdjInfo_t")
+        return o
+
+    def _jset(key):
+        def f(self, info, v):
+            self._jinfo(info)[key] = v
+            return SO_OK, []
+        return f
+
+    f_cusolverDnXsyevjSetTolerance = f_cusolverDnXgesvdjSetTolerance = _jset("tol")
+    f_cusolverDnXsyevjSetMaxSweeps = f_cusolverDnXgesvdjSetMaxSweeps = _jset("max_sweeps")
+    f_cusolverDnXsyevjSetSortEig = f_cusolverDnXgesvdjSetSortEig = _jset("sort")
+    del _jset
+
+    def _jresidual(self, h, info, out):
+        self._obj(h)
+        return SO_OK, [float(self._jinfo(info)["residual"])]
+
+    def _jsweeps(self, h, info, out):
+        self._obj(h)
+        return SO_OK, [int(self._jinfo(info)["sweeps"])]
+
+    f_cusolverDnXsyevjGetResidual = f_cusolverDnXgesvdjGetResidual = _jresidual
+    f_cusolverDnXsyevjGetSweeps = f_cusolverDnXgesvdjGetSweeps = _jsweeps
+
     def _info(self, addr, v):
         self.b.resolve(int(addr), 4).view(np.int32)[0] = v
 
@@ -557,22 +606,21 @@ class EmuCusolver(EmuLibrary):
         if n < 0 or lda < max(1, n) or uplo not in (FILL_LOWER, FILL_UPPER):
             return SO_INVALID, []
         a = self._mat(A, n, n, lda, dt)
-        m = a.astype(np.float64)
-        low = uplo == FILL_LOWER
-        s = np.tril(m) + np.tril(m, -1).T if low else np.triu(m) + np.triu(m, 1).T
+        wide = _wide(dt)
+        s = _sym(a.astype(wide), uplo, True)
         L = np.zeros_like(s)
         for j in range(n):
-            d = s[j, j] - L[j, :j] @ L[j, :j]
-            if not d > 0:
+            d = s[j, j] - L[j, :j] @ L[j, :j].conj()
+            if not d.real > 0:
                 if info:
                     self._info(info, j + 1)
                 return SO_OK, []
-            L[j, j] = np.sqrt(d)
-            L[j + 1:, j] = (s[j + 1:, j] - L[j + 1:, :j] @ L[j, :j]) / L[j, j]
-        if low:
+            L[j, j] = np.sqrt(d.real)
+            L[j + 1:, j] = (s[j + 1:, j] - L[j + 1:, :j] @ L[j, :j].conj()) / L[j, j]
+        if uplo == FILL_LOWER:
             a[np.tril_indices(n)] = L[np.tril_indices(n)].astype(dt)
-        else:
-            a[np.triu_indices(n)] = L.T[np.triu_indices(n)].astype(dt)
+        else:                       # A = U^H U with U = L^H
+            a[np.triu_indices(n)] = L.conj().T[np.triu_indices(n)].astype(dt)
         if info:
             self._info(info, 0)
         return SO_OK, []
@@ -580,11 +628,11 @@ class EmuCusolver(EmuLibrary):
     def _potrs(self, uplo, n, nrhs, A, lda, B, ldb, info, dt):
         if n < 0 or nrhs < 0 or uplo not in (FILL_LOWER, FILL_UPPER):
             return SO_INVALID, []
-        a = self._mat(A, n, n, lda, dt).astype(np.float64)
-        L = np.tril(a) if uplo == FILL_LOWER else np.triu(a).T
+        a = self._mat(A, n, n, lda, dt).astype(_wide(dt))
+        L = np.tril(a) if uplo == FILL_LOWER else np.triu(a).conj().T
         b = self._mat(B, n, nrhs, ldb, dt)
-        y = np.linalg.solve(L, b.astype(np.float64))
-        b[...] = np.linalg.solve(L.T, y).astype(dt)
+        y = np.linalg.solve(L, b.astype(_wide(dt)))
+        b[...] = np.linalg.solve(L.conj().T, y).astype(dt)
         if info:
             self._info(info, 0)
         return SO_OK, []
@@ -593,19 +641,9 @@ class EmuCusolver(EmuLibrary):
         if min(m, n) < 0 or lda < max(1, m):
             return SO_INVALID, []
         a = self._mat(A, m, n, lda, dt)
-        w = a.astype(np.float64)
-        piv = np.zeros(min(m, n), np.int32)
-        first_zero = 0
-        for j in range(min(m, n)):
-            p = j + int(np.argmax(np.abs(w[j:, j])))
-            piv[j] = p + 1
-            if w[p, j] == 0:
-                first_zero = first_zero or j + 1
-                continue
-            if p != j:
-                w[[j, p], :] = w[[p, j], :]
-            w[j + 1:, j] /= w[j, j]
-            w[j + 1:, j + 1:] -= np.outer(w[j + 1:, j], w[j, j + 1:])
+        w = a.astype(_wide(dt))
+        # cusolverDn<t>getrf: devIpiv NULL factors without pivoting
+        piv, first_zero = lu_factor(w, pivot=bool(ipiv))
         a[...] = w.astype(dt)
         if ipiv:
             self.b.resolve(int(ipiv), 4 * max(piv.size, 1)).view(np.int32)[:piv.size] = piv
@@ -614,28 +652,190 @@ class EmuCusolver(EmuLibrary):
         return SO_OK, []
 
     def _getrs(self, trans, n, nrhs, A, lda, ipiv, B, ldb, info, dt):
-        if n < 0 or nrhs < 0 or trans not in (0, 1):
+        if n < 0 or nrhs < 0 or trans not in (0, 1, 2):
             return SO_INVALID, []
-        lu = self._mat(A, n, n, lda, dt).astype(np.float64)
-        piv = self.b.resolve(int(ipiv), 4 * max(n, 1)).view(np.int32)[:n] - 1
+        lu = self._mat(A, n, n, lda, dt).astype(_wide(dt))
+        piv = self.b.resolve(int(ipiv), 4 * max(n, 1)).view(np.int32)[:n].copy() if ipiv else \
+            np.arange(1, n + 1, dtype=np.int32)
         b = self._mat(B, n, nrhs, ldb, dt)
-        x = b.astype(np.float64)
-        L = np.tril(lu, -1) + np.eye(n)
-        U = np.triu(lu)
-        if trans == 0:              # A = P L U: x = U^-1 L^-1 P^T b
-            for i in range(n):
-                if piv[i] != i:
-                    x[[i, piv[i]], :] = x[[piv[i], i], :]
-            x = np.linalg.solve(U, np.linalg.solve(L, x))
-        else:                       # A^T x = b: x = P L^-T U^-T b
-            x = np.linalg.solve(L.T, np.linalg.solve(U.T, x))
-            for i in reversed(range(n)):
-                if piv[i] != i:
-                    x[[i, piv[i]], :] = x[[piv[i], i], :]
-        b[...] = x.astype(dt)
+        b[...] = lu_solve(lu, piv, b.astype(_wide(dt)), trans).astype(dt)
         if info:
             self._info(info, 0)
         return SO_OK, []
+
+    def _householder(self, a, tau, k, size):
+        """Q = H(1) ... H(k), H(i) = I - tau_i v_i v_i^H, v_i(i) = 1 and
+        v_i below it from column i of a (LAPACK's geqrf representation)."""
+        q = np.eye(size, dtype=a.dtype)
+        for i in range(k):
+            v = np.zeros(size, a.dtype)
+            v[i] = 1
+            v[i + 1:] = a[i + 1:size, i]
+            q = q - tau[i] * np.outer(q @ v, v.conj())
+        return q
+
+    def _geqrf(self, m, n, A, lda, tau, info, dt):
+        if min(m, n) < 0 or lda < max(1, m):
+            return SO_INVALID, []
+        a = self._mat(A, m, n, lda, dt)
+        h, t = np.linalg.qr(a.astype(_wide(dt)), mode="raw")
+        a[...] = h.T.astype(dt)             # numpy answers LAPACK's array transposed
+        k = min(m, n)
+        self._mat(tau, k, 1, max(k, 1), dt)[:, 0] = t[:k].astype(dt)
+        if info:
+            self._info(info, 0)
+        return SO_OK, []
+
+    def _orgqr(self, m, n, k, A, lda, tau, info, dt):
+        if m < 0 or n < 0 or n > m or k < 0 or k > n or lda < max(1, m):
+            return SO_INVALID, []
+        a = self._mat(A, m, n, lda, dt)
+        w = a.astype(_wide(dt))
+        t = self._mat(tau, k, 1, max(k, 1), dt)[:, 0].astype(_wide(dt)) if k else np.zeros(0, _wide(dt))
+        a[...] = self._householder(w, t, k, m)[:, :n].astype(dt)
+        if info:
+            self._info(info, 0)
+        return SO_OK, []
+
+    def _ormqr(self, side, trans, m, n, k, A, lda, tau, C, ldc, info, dt):
+        nq = m if side == 0 else n      # CUBLAS_SIDE_LEFT 0: Q is m x m
+        if min(m, n, k) < 0 or k > nq or trans not in (0, 1, 2):
+            return SO_INVALID, []
+        w = self._mat(A, nq, k, lda, dt).astype(_wide(dt))
+        t = self._mat(tau, k, 1, max(k, 1), dt)[:, 0].astype(_wide(dt)) if k else np.zeros(0, _wide(dt))
+        q = self._householder(w, t, k, nq)
+        q = q if trans == 0 else q.T if trans == 1 else q.conj().T
+        c = self._mat(C, m, n, ldc, dt)
+        c[...] = (q @ c.astype(_wide(dt)) if side == 0 else c.astype(_wide(dt)) @ q).astype(dt)
+        if info:
+            self._info(info, 0)
+        return SO_OK, []
+
+    def _syevd(self, jobz, uplo, n, A, lda, W, info, dt, params=None):
+        if n < 0 or lda < max(1, n) or uplo not in (FILL_LOWER, FILL_UPPER) or jobz not in (0, 1):
+            return SO_INVALID, []
+        a = self._mat(A, n, n, lda, dt)
+        full = _sym(a.astype(_wide(dt)), uplo, True)
+        ev, vec = np.linalg.eigh(full)
+        self._mat(W, n, 1, max(n, 1), _real(dt))[:, 0] = ev.astype(_real(dt))
+        if jobz == 1:                   # CUSOLVER_EIG_MODE_VECTOR
+            a[...] = vec.astype(dt)
+        if params is not None:
+            o = self._jinfo(params)
+            o["residual"] = float(np.linalg.norm(full @ vec - vec * ev)) if n else 0.0
+            o["sweeps"] = 1
+        if info:
+            self._info(info, 0)
+        return SO_OK, []
+
+    def _svd_parts(self, m, n, A, lda, dt, full):
+        a = self._mat(A, m, n, lda, dt).astype(_wide(dt))
+        return np.linalg.svd(a, full_matrices=full)
+
+    def _gesvd(self, jobu, jobvt, m, n, A, lda, S, U, ldu, VT, ldvt, info, dt):
+        ju, jv = chr(jobu & 0xFF).upper(), chr(jobvt & 0xFF).upper()
+        # cusolverDn<t>gesvd: m >= n; jobu/jobvt 'A', 'S', 'O', 'N'
+        if m < n or min(m, n) < 0 or ju not in "ASON" or jv not in "ASON" or lda < max(1, m):
+            return SO_INVALID, []
+        if ju == "O" and jv == "O":
+            return SO_INVALID, []       # LAPACK: jobu and jobvt cannot both be 'O'
+        k = min(m, n)
+        u, s, vh = self._svd_parts(m, n, A, lda, dt, ju == "A" or jv == "A")
+        if ju == "O":                   # U's first k columns over A (CuPy's svd asks this)
+            self._mat(A, m, k, lda, dt)[...] = u[:, :k].astype(dt)
+        if jv == "O":                   # V^T's first k rows over A
+            self._mat(A, k, n, lda, dt)[...] = vh[:k, :].astype(dt)
+        self._mat(S, k, 1, max(k, 1), _real(dt))[:, 0] = s.astype(_real(dt))
+        if ju in "AS":
+            cols = m if ju == "A" else k
+            self._mat(U, m, cols, ldu, dt)[...] = u[:, :cols].astype(dt)
+        if jv in "AS":
+            rows = n if jv == "A" else k
+            self._mat(VT, rows, n, ldvt, dt)[...] = vh[:rows, :].astype(dt)
+        if info:
+            self._info(info, 0)
+        return SO_OK, []
+
+    def _gesvdj(self, jobz, econ, m, n, A, lda, S, U, ldu, V, ldv, info, params, dt):
+        if min(m, n) < 0 or jobz not in (0, 1) or lda < max(1, m):
+            return SO_INVALID, []
+        k = min(m, n)
+        u, s, vh = self._svd_parts(m, n, A, lda, dt, not econ)
+        self._mat(S, k, 1, max(k, 1), _real(dt))[:, 0] = s.astype(_real(dt))
+        if jobz == 1:
+            ucols, vcols = (k, k) if econ else (m, n)
+            self._mat(U, m, ucols, ldu, dt)[...] = u[:, :ucols].astype(dt)
+            self._mat(V, n, vcols, ldv, dt)[...] = vh.conj().T[:, :vcols].astype(dt)
+        o = self._jinfo(params)
+        o["residual"], o["sweeps"] = 0.0, 1
+        if info:
+            self._info(info, 0)
+        return SO_OK, []
+
+    # the 64-bit API (cusolverDnX*): types by cudaDataType, ipiv int64_t,
+    # workspaces in bytes (numpy needs none: sizes answered as 0)
+    def f_cusolverDnXsyevd_bufferSize(self, h, p, jobz, uplo, n, ta, A, lda, tw, W, ct, od, oh):
+        self._obj(h), _dtype(ta)
+        return SO_OK, [0, 0]
+
+    def f_cusolverDnXsyevd(self, h, p, jobz, uplo, n, ta, A, lda, tw, W, ct, bd, wd, bh, wh, info):
+        self._obj(h)
+        if _real(_dtype(ta)) != _dtype(tw):
+            raise CudaError(801, f"cusolverDnXsyevd with A of type {ta} and W of type {tw}")
+        return self._syevd(jobz, uplo, n, A, lda, W, info, _dtype(ta))
+
+    def f_cusolverDnXgetrf_bufferSize(self, h, p, m, n, ta, A, lda, ct, od, oh):
+        self._obj(h), _dtype(ta)
+        return SO_OK, [0, 0]
+
+    def f_cusolverDnXgetrf(self, h, p, m, n, ta, A, lda, ipiv, ct, bd, wd, bh, wh, info):
+        self._obj(h)
+        dt = _dtype(ta)
+        if min(m, n) < 0 or lda < max(1, m):
+            return SO_INVALID, []
+        a = self._mat(A, m, n, lda, dt)
+        w = a.astype(_wide(dt))
+        piv, first_zero = lu_factor(w, pivot=bool(ipiv))
+        a[...] = w.astype(dt)
+        if ipiv:
+            self.b.resolve(int(ipiv), 8 * max(piv.size, 1)).view(np.int64)[:piv.size] = piv
+        if info:
+            self._info(info, first_zero)
+        return SO_OK, []
+
+    def f_cusolverDnXgetrs(self, h, p, trans, n, nrhs, ta, A, lda, ipiv, tb, B, ldb, info):
+        self._obj(h)
+        if ta != tb:
+            raise CudaError(801, "cusolverDnXgetrs with different types of A and B")
+        dt = _dtype(ta)
+        if n < 0 or nrhs < 0 or trans not in (0, 1, 2):
+            return SO_INVALID, []
+        lu = self._mat(A, n, n, lda, dt).astype(_wide(dt))
+        piv = self.b.resolve(int(ipiv), 8 * max(n, 1)).view(np.int64)[:n].astype(np.int32) if ipiv else \
+            np.arange(1, n + 1, dtype=np.int32)
+        b = self._mat(B, n, nrhs, ldb, dt)
+        b[...] = lu_solve(lu, piv, b.astype(_wide(dt)), trans).astype(dt)
+        if info:
+            self._info(info, 0)
+        return SO_OK, []
+
+    def f_cusolverDnXgeqrf_bufferSize(self, h, p, m, n, ta, A, lda, tt, tau, ct, od, oh):
+        self._obj(h), _dtype(ta)
+        return SO_OK, [0, 0]
+
+    def f_cusolverDnXgeqrf(self, h, p, m, n, ta, A, lda, tt, tau, ct, bd, wd, bh, wh, info):
+        self._obj(h)
+        return self._geqrf(m, n, A, lda, tau, info, _dtype(ta))
+
+    def f_cusolverDnXgesvd_bufferSize(self, h, p, jobu, jobvt, m, n, ta, A, lda, ts, S, tu, U, ldu, tv, VT, ldvt,
+                                      ct, od, oh):
+        self._obj(h), _dtype(ta)
+        return SO_OK, [0, 0]
+
+    def f_cusolverDnXgesvd(self, h, p, jobu, jobvt, m, n, ta, A, lda, ts, S, tu, U, ldu, tv, VT, ldvt, ct, bd, wd,
+                           bh, wh, info):
+        self._obj(h)
+        return self._gesvd(jobu, jobvt, m, n, A, lda, S, U, ldu, VT, ldvt, info, _dtype(ta))
 
     def f_cusolverDnXpotrf_bufferSize(self, h, p, uplo, n, ta, A, lda, ct, od, oh):
         _dtype(ta)
@@ -650,30 +850,145 @@ class EmuCusolver(EmuLibrary):
         return self._potrs(uplo, n, nrhs, A, lda, B, ldb, info, _dtype(ta))
 
 
+def _wide(dt):
+    return np.complex128 if np.issubdtype(dt, np.complexfloating) else np.float64
+
+
+def _real(dt):
+    """The type of eigenvalues and singular values of a dt matrix (W, S)."""
+    return {np.complex64: np.float32, np.complex128: np.float64}.get(dt, dt)
+
+
 def _typed(dt):
-    def potrf_bs(self, h, uplo, n, A, lda, out):
-        return SO_OK, [max(n, 1)]
+    """cusolverDn<t>... of one type, legacy API (cusolverDn.h): every
+    pointer is device memory, Lwork answers are element counts."""
+    def size(self, h, *rest):
+        self._obj(h)
+        return SO_OK, [64]
 
     def potrf(self, h, uplo, n, A, lda, work, lwork, info):
+        self._obj(h)
         return self._potrf(uplo, n, A, lda, info, dt)
 
     def potrs(self, h, uplo, n, nrhs, A, lda, B, ldb, info):
+        self._obj(h)
         return self._potrs(uplo, n, nrhs, A, lda, B, ldb, info, dt)
 
-    def getrf_bs(self, h, m, n, A, lda, out):
-        return SO_OK, [max(m * n, 1)]
+    def potrf_batched(self, h, uplo, n, Aa, lda, info, count):
+        self._obj(h)
+        for i, a in enumerate(self._ptrs(Aa, count)):
+            code, _ = self._potrf(uplo, n, a, lda, info + 4 * i if info else 0, dt)
+            if code:
+                return code, []
+        return SO_OK, []
+
+    def potrs_batched(self, h, uplo, n, nrhs, Aa, lda, Ba, ldb, info, count):
+        # cusolverDn<t>potrsBatched: nrhs must be 1
+        self._obj(h)
+        if nrhs != 1:
+            return SO_INVALID, []
+        for a, b in zip(self._ptrs(Aa, count), self._ptrs(Ba, count)):
+            code, _ = self._potrs(uplo, n, nrhs, a, lda, b, ldb, 0, dt)
+            if code:
+                return code, []
+        if info:
+            self._info(info, 0)
+        return SO_OK, []
 
     def getrf(self, h, m, n, A, lda, work, ipiv, info):
+        self._obj(h)
         return self._getrf(m, n, A, lda, ipiv, info, dt)
 
     def getrs(self, h, trans, n, nrhs, A, lda, ipiv, B, ldb, info):
+        self._obj(h)
         return self._getrs(trans, n, nrhs, A, lda, ipiv, B, ldb, info, dt)
-    return potrf_bs, potrf, potrs, getrf_bs, getrf, getrs
+
+    def geqrf(self, h, m, n, A, lda, tau, work, lwork, info):
+        self._obj(h)
+        return self._geqrf(m, n, A, lda, tau, info, dt)
+
+    def orgqr(self, h, m, n, k, A, lda, tau, work, lwork, info):
+        self._obj(h)
+        return self._orgqr(m, n, k, A, lda, tau, info, dt)
+
+    def ormqr(self, h, side, trans, m, n, k, A, lda, tau, C, ldc, work, lwork, info):
+        self._obj(h)
+        return self._ormqr(side, trans, m, n, k, A, lda, tau, C, ldc, info, dt)
+
+    def syevd(self, h, jobz, uplo, n, A, lda, W, work, lwork, info):
+        self._obj(h)
+        return self._syevd(jobz, uplo, n, A, lda, W, info, dt)
+
+    def syevj(self, h, jobz, uplo, n, A, lda, W, work, lwork, info, params):
+        self._obj(h)
+        return self._syevd(jobz, uplo, n, A, lda, W, info, dt, params)
+
+    def syevj_size(self, h, jobz, uplo, n, A, lda, W, out, params):
+        self._obj(h), self._jinfo(params)
+        return SO_OK, [64]
+
+    def syevj_batched(self, h, jobz, uplo, n, A, lda, W, work, lwork, info, params, count):
+        self._obj(h)
+        item, ritem = np.dtype(dt).itemsize, np.dtype(_real(dt)).itemsize
+        for i in range(count):
+            code, _ = self._syevd(jobz, uplo, n, A + item * lda * n * i, lda, W + ritem * n * i,
+                                  info + 4 * i if info else 0, dt, params)
+            if code:
+                return code, []
+        return SO_OK, []
+
+    def syevj_batched_size(self, h, jobz, uplo, n, A, lda, W, out, params, count):
+        self._obj(h), self._jinfo(params)
+        return SO_OK, [64]
+
+    def gesvd(self, h, jobu, jobvt, m, n, A, lda, S, U, ldu, VT, ldvt, work, lwork, rwork, info):
+        self._obj(h)
+        return self._gesvd(jobu, jobvt, m, n, A, lda, S, U, ldu, VT, ldvt, info, dt)
+
+    def gesvdj(self, h, jobz, econ, m, n, A, lda, S, U, ldu, V, ldv, work, lwork, info, params):
+        self._obj(h)
+        return self._gesvdj(jobz, econ, m, n, A, lda, S, U, ldu, V, ldv, info, params, dt)
+
+    def gesvdj_size(self, h, jobz, econ, m, n, A, lda, S, U, ldu, V, ldv, out, params):
+        self._obj(h), self._jinfo(params)
+        return SO_OK, [64]
+
+    def gesvdj_batched(self, h, jobz, m, n, A, lda, S, U, ldu, V, ldv, work, lwork, info, params, count):
+        # gesvdjBatched: m, n <= 32, full U (m x m) and V (n x n) per matrix
+        self._obj(h)
+        item, ritem, k = np.dtype(dt).itemsize, np.dtype(_real(dt)).itemsize, min(m, n)
+        for i in range(count):
+            code, _ = self._gesvdj(jobz, 0, m, n, A + item * lda * n * i, lda, S + ritem * k * i,
+                                   U + item * ldu * m * i, ldu, V + item * ldv * n * i, ldv,
+                                   info + 4 * i if info else 0, params, dt)
+            if code:
+                return code, []
+        return SO_OK, []
+
+    def gesvdj_batched_size(self, h, jobz, m, n, A, lda, S, U, ldu, V, ldv, out, params, count):
+        self._obj(h), self._jinfo(params)
+        return SO_OK, [64]
+
+    return locals()
 
 
-for _t, _dt in (("S", np.float32), ("D", np.float64)):
-    for _name, _f in zip(("potrf_bufferSize", "potrf", "potrs", "getrf_bufferSize", "getrf", "getrs"), _typed(_dt)):
-        setattr(EmuCusolver, f"f_cusolverDn{_t}{_name}", _f)
+for _t, _dt in (("S", np.float32), ("D", np.float64), ("C", np.complex64), ("Z", np.complex128)):
+    _f = _typed(_dt)
+    _real_t = _t in "SD"
+    _names = {"potrf_bufferSize": "size", "potrf": "potrf", "potrs": "potrs", "potrfBatched": "potrf_batched",
+              "potrsBatched": "potrs_batched", "getrf_bufferSize": "size", "getrf": "getrf", "getrs": "getrs",
+              "geqrf_bufferSize": "size", "geqrf": "geqrf",
+              ("orgqr" if _real_t else "ungqr") + "_bufferSize": "size", ("orgqr" if _real_t else "ungqr"): "orgqr",
+              ("ormqr" if _real_t else "unmqr") + "_bufferSize": "size", ("ormqr" if _real_t else "unmqr"): "ormqr",
+              ("syevd" if _real_t else "heevd") + "_bufferSize": "size", ("syevd" if _real_t else "heevd"): "syevd",
+              ("syevj" if _real_t else "heevj") + "_bufferSize": "syevj_size",
+              ("syevj" if _real_t else "heevj"): "syevj",
+              ("syevjBatched" if _real_t else "heevjBatched") + "_bufferSize": "syevj_batched_size",
+              ("syevjBatched" if _real_t else "heevjBatched"): "syevj_batched",
+              "gesvd_bufferSize": "size", "gesvd": "gesvd", "gesvdj_bufferSize": "gesvdj_size", "gesvdj": "gesvdj",
+              "gesvdjBatched_bufferSize": "gesvdj_batched_size", "gesvdjBatched": "gesvdj_batched"}
+    for _name, _impl in _names.items():
+        setattr(EmuCusolver, f"f_cusolverDn{_t}{_name}", _f[_impl])
 
 
 CLASSES = {"cufft": EmuCufft, "curand": EmuCurand, "cusparse": EmuCusparse, "cusolver": EmuCusolver}

@@ -227,6 +227,106 @@ def _():
     digests["cholesky f64"] = _digest(l)
 
 
+# the rest of cuBLAS and cuSOLVER that cupy.linalg and cupyx.scipy.linalg
+# call (docs/libraries.md); references are numpy's, or the defining
+# property where signs are free (Q, eigenvectors, singular vectors)
+@check("cupy.dot of vectors f32/f64/c128 vs numpy (cuBLAS dot/dotu, result by pointer mode)")
+def _():
+    rng = np.random.default_rng(21)
+    for dt, tol in ((np.float32, 1e-4), (np.float64, 1e-12), (np.complex128, 1e-12)):
+        x = rng.standard_normal(1000).astype(dt)
+        y = rng.standard_normal(1000).astype(dt)
+        if dt == np.complex128:
+            x, y = x + 1j * rng.standard_normal(1000), y + 1j * rng.standard_normal(1000)
+        d = cp.dot(cp.asarray(x), cp.asarray(y))
+        want = np.dot(x.astype(np.complex128), y.astype(np.complex128))
+        assert abs(complex(d) - want) <= tol * (1 + abs(want)), (dt, complex(d), want)
+        digests[f"dot {np.dtype(dt).name}"] = _digest(d)
+    v = rng.standard_normal(500)
+    assert abs(float(cp.vdot(cp.asarray(v), cp.asarray(v))) - float(v @ v)) < 1e-9
+
+
+@check("cupy.linalg.inv 2-D and batched, matrix_power(-3) (cuSOLVER getrf/getrs, cuBLAS getrf/getriBatched)")
+def _():
+    rng = np.random.default_rng(22)
+    a = rng.standard_normal((48, 48)) + 48 * np.eye(48)
+    inv = cp.linalg.inv(cp.asarray(a))
+    np.testing.assert_allclose(cp.asnumpy(inv) @ a, np.eye(48), atol=1e-10)
+    ab = rng.standard_normal((5, 12, 12)) + 12 * np.eye(12)
+    invb = cp.linalg.inv(cp.asarray(ab))
+    np.testing.assert_allclose(np.einsum("bij,bjk->bik", cp.asnumpy(invb), ab), np.broadcast_to(np.eye(12), ab.shape),
+                               atol=1e-10)
+    small = rng.standard_normal((6, 6)) + 6 * np.eye(6)
+    mp = cp.linalg.matrix_power(cp.asarray(small), -3)
+    np.testing.assert_allclose(cp.asnumpy(mp) @ np.linalg.matrix_power(small, 3), np.eye(6), atol=1e-9)
+    zc = rng.standard_normal((16, 16)) + 1j * rng.standard_normal((16, 16)) + 16 * np.eye(16)
+    np.testing.assert_allclose(cp.asnumpy(cp.linalg.inv(cp.asarray(zc))) @ zc, np.eye(16), atol=1e-10)
+    digests["inv f64"] = _digest(inv)
+    digests["inv batched f64"] = _digest(invb)
+    digests["matrix_power -3 f64"] = _digest(mp)
+
+
+@check("cupy.linalg.qr reduced and complete (cuSOLVER geqrf/orgqr)")
+def _():
+    rng = np.random.default_rng(23)
+    a = rng.standard_normal((40, 24))
+    q, r = cp.linalg.qr(cp.asarray(a))
+    qh, rh = cp.asnumpy(q), cp.asnumpy(r)
+    np.testing.assert_allclose(qh @ rh, a, atol=1e-10)
+    np.testing.assert_allclose(qh.T @ qh, np.eye(24), atol=1e-10)
+    np.testing.assert_allclose(np.abs(np.diag(rh)), np.abs(np.diag(np.linalg.qr(a)[1])), rtol=1e-9)
+    qc, rc = cp.linalg.qr(cp.asarray(a), mode="complete")
+    np.testing.assert_allclose(cp.asnumpy(qc) @ cp.asnumpy(rc), a, atol=1e-10)
+    digests["qr r f64"] = _digest(r)
+
+
+@check("cupy.linalg.svd (cuSOLVER gesvd) and batched (gesvdjBatched)")
+def _():
+    rng = np.random.default_rng(24)
+    a = rng.standard_normal((50, 30))
+    u, s, vt = cp.linalg.svd(cp.asarray(a), full_matrices=False)
+    uh, sh, vth = cp.asnumpy(u), cp.asnumpy(s), cp.asnumpy(vt)
+    np.testing.assert_allclose(sh, np.linalg.svd(a, compute_uv=False), rtol=1e-10)
+    np.testing.assert_allclose((uh * sh) @ vth, a, atol=1e-10)
+    ab = rng.standard_normal((4, 10, 8))
+    sb = cp.linalg.svd(cp.asarray(ab), compute_uv=False)
+    np.testing.assert_allclose(cp.asnumpy(sb), np.linalg.svd(ab, compute_uv=False), rtol=1e-9)
+    digests["svd s f64"] = _digest(s)
+
+
+@check("cupy.linalg.eigh 2-D (cuSOLVER syevd) and batched (syevjBatched)")
+def _():
+    rng = np.random.default_rng(25)
+    m = rng.standard_normal((32, 32))
+    a = m + m.T
+    w, v = cp.linalg.eigh(cp.asarray(a))
+    wh, vh = cp.asnumpy(w), cp.asnumpy(v)
+    np.testing.assert_allclose(wh, np.linalg.eigvalsh(a), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(a @ vh, vh * wh, atol=1e-9)
+    mb = rng.standard_normal((3, 8, 8))
+    ab = mb + mb.transpose(0, 2, 1)
+    wb = cp.linalg.eigvalsh(cp.asarray(ab))
+    np.testing.assert_allclose(cp.asnumpy(wb), np.linalg.eigvalsh(ab), rtol=1e-8, atol=1e-8)
+    h = m + 1j * rng.standard_normal((32, 32))
+    h = h + h.conj().T
+    np.testing.assert_allclose(cp.asnumpy(cp.linalg.eigvalsh(cp.asarray(h))), np.linalg.eigvalsh(h), rtol=1e-9,
+                               atol=1e-9)
+    digests["eigh w f64"] = _digest(w)
+
+
+@check("cupyx.scipy.linalg.solve_triangular lower/upper/trans (cuBLAS trsm)")
+def _():
+    from cupyx.scipy.linalg import solve_triangular
+    rng = np.random.default_rng(26)
+    t = np.tril(rng.standard_normal((30, 30))) + 30 * np.eye(30)
+    b = rng.standard_normal((30, 4))
+    x = solve_triangular(cp.asarray(t), cp.asarray(b), lower=True)
+    np.testing.assert_allclose(t @ cp.asnumpy(x), b, atol=1e-10)
+    xu = solve_triangular(cp.asarray(t.T), cp.asarray(b), lower=False, trans="T")
+    np.testing.assert_allclose(t @ cp.asnumpy(xu), b, atol=1e-10)
+    digests["solve_triangular f64"] = _digest(x)
+
+
 results["result digests"] = digests
 
 
