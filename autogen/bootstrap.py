@@ -540,6 +540,12 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuMemsetD2D8_v2": P("dstDevice=device_ptr; dstPitch=scalar; uc=scalar; Width=scalar; Height=scalar"),
     "cuMemsetD2D16_v2": P("dstDevice=device_ptr; dstPitch=scalar; us=scalar; Width=scalar; Height=scalar"),
     "cuMemsetD2D32_v2": P("dstDevice=device_ptr; dstPitch=scalar; ui=scalar; Width=scalar; Height=scalar"),
+    "cuMemsetD2D8Async": P("dstDevice=device_ptr; dstPitch=scalar; uc=scalar; Width=scalar; Height=scalar; "
+                           "hStream=handle:stream", "stream:use"),
+    "cuMemsetD2D16Async": P("dstDevice=device_ptr; dstPitch=scalar; us=scalar; Width=scalar; Height=scalar; "
+                            "hStream=handle:stream", "stream:use"),
+    "cuMemsetD2D32Async": P("dstDevice=device_ptr; dstPitch=scalar; ui=scalar; Width=scalar; Height=scalar; "
+                            "hStream=handle:stream", "stream:use"),
     "cuInit": P("Flags=scalar"),
     "cuDriverGetVersion": P("driverVersion=out_value"),
     "cuDeviceGet": P("device=out_value:device; ordinal=scalar"),
@@ -862,6 +868,8 @@ DRIVER_ASYNC = {
     "cuLaunchKernel", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoDAsync_v2", "cuMemsetD8_v2",
     "cuMemsetD16_v2", "cuMemsetD32_v2", "cuMemsetD8Async", "cuMemsetD16Async",
     "cuMemsetD32Async", "cuEventRecord", "cuEventRecordWithFlags", "cuStreamWaitEvent",
+    "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2", "cuMemsetD2D8Async",
+    "cuMemsetD2D16Async", "cuMemsetD2D32Async",
     "cuEventDestroy_v2", "cuStreamDestroy_v2", "cuFuncSetAttribute", "cuFuncSetCacheConfig",
     "cuCtxSetCacheConfig", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
     "cuLaunchHostFunc", "cuStreamAddCallback", "cuGraphLaunch",
@@ -872,7 +880,6 @@ DRIVER_SHIM_LOCAL = {
     "cuParamSetv", "cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuCtxAttach", "cuCtxDetach",
     # built in the shim on the linear allocations, copies and memsets (interceptor/copy2d.c)
     "cuMemAllocPitch_v2", "cuMemcpy2D_v2", "cuMemcpy2DUnaligned_v2", "cuMemcpy2DAsync_v2",
-    "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2",
     # array copies as cuMemcpy3D ops, host sides staged (interceptor/arrays.c)
     "cuMemcpyHtoA_v2", "cuMemcpyAtoH_v2", "cuMemcpyDtoA_v2", "cuMemcpyAtoD_v2", "cuMemcpyAtoA_v2",
     "cuMemcpyHtoAAsync_v2", "cuMemcpyAtoHAsync_v2",
@@ -918,6 +925,9 @@ DRIVER_SHIM_OVERRIDE = {
     "cuOccupancyMaxActiveClusters",
     # linear copies in the shim (copy2d.c); with a CUDA array, a cuMemcpy3D op to proxyd (arrays.c)
     "cuMemcpy3D_v2", "cuMemcpy3DAsync_v2",
+    # 2D memsets: one op each; the shim checks the pitch first (copy2d.c)
+    "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2",
+    "cuMemsetD2D8Async", "cuMemsetD2D16Async", "cuMemsetD2D32Async",
     # explicit graph construction: nodes carry their stream op (interceptor/graph_build.c)
     "cuGraphAddKernelNode_v2", "cuGraphKernelNodeSetParams_v2", "cuGraphAddMemcpyNode", "cuGraphMemcpyNodeSetParams", "cuGraphAddMemsetNode", "cuGraphMemsetNodeSetParams", "cuGraphAddHostNode", "cuGraphHostNodeSetParams", "cuGraphAddChildGraphNode", "cuGraphAddEmptyNode", "cuGraphAddEventRecordNode", "cuGraphAddEventWaitNode", "cuGraphGetNodes", "cuGraphGetRootNodes", "cuGraphGetEdges_v2", "cuGraphAddDependencies_v2", "cuGraphRemoveDependencies_v2", "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams", "cuGraphExecHostNodeSetParams", "cuGraphExecUpdate_v2",
 }
@@ -937,6 +947,8 @@ DRIVER_HANDLERS = {
     "cuMemcpy": "memcpy_dtod", "cuMemcpyAsync": "memcpy_dtod",
     "cuMemsetD8_v2": "memset", "cuMemsetD16_v2": "memset", "cuMemsetD32_v2": "memset",
     "cuMemsetD8Async": "memset", "cuMemsetD16Async": "memset", "cuMemsetD32Async": "memset",
+    "cuMemsetD2D8_v2": "memset2d", "cuMemsetD2D16_v2": "memset2d", "cuMemsetD2D32_v2": "memset2d",
+    "cuMemsetD2D8Async": "memset2d", "cuMemsetD2D16Async": "memset2d", "cuMemsetD2D32Async": "memset2d",
     "cuStreamSynchronize": "stream_sync", "cuEventSynchronize": "event_sync",
     "cuCtxSynchronize": "ctx_sync", "cuCtxCreate_v4": "ctx_create",
     "cuCtxDestroy_v2": "ctx_destroy", "cuDevicePrimaryCtxRetain": "primary_ctx_retain",
@@ -1043,6 +1055,11 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
                            f"height=scalar; kind=scalar; {STREAM}", "stream:use"),
     "cudaMemset": P("devPtr=device_ptr; value=scalar; count=scalar"),
     "cudaMemsetAsync": P(f"devPtr=device_ptr; value=scalar; count=scalar; {STREAM}", "stream:use"),
+    "cudaMemset2D": P("devPtr=device_ptr; pitch=scalar; value=scalar; width=scalar; height=scalar"),
+    "cudaMemset2DAsync": P("devPtr=device_ptr; pitch=scalar; value=scalar; width=scalar; height=scalar; "
+                           f"{STREAM}", "stream:use"),
+    "cudaMemset3D": P("pitchedDevPtr=scalar; value=scalar; extent=scalar"),
+    "cudaMemset3DAsync": P(f"pitchedDevPtr=scalar; value=scalar; extent=scalar; {STREAM}", "stream:use"),
     # symbol: address of the host shadow of a __device__ variable (a lookup key)
     "cudaMemcpyToSymbol": P("symbol=host_ptr; src=device_ptr; count=scalar; offset=scalar; "
                             "kind=scalar"),
@@ -1130,6 +1147,7 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaProfilerStart": P(""),
     "cudaCtxResetPersistingL2Cache": P(""),
     "cudaMallocPitch": P("devPtr=out_value:memory; pitch=out_value; width=scalar; height=scalar", "memory:create"),
+    "cudaMalloc3D": P("pitchedDevPtr=out_value; extent=scalar"),
     "cudaProfilerStop": P(""),
     "cudaDeviceGetP2PAttribute": P("value=out_value; attr=scalar; srcDevice=scalar; dstDevice=scalar"),
     "cudaLaunchKernelExC": P("config=in_buffer@sizeof(cudaLaunchConfig_t); func=host_ptr; args=in_buffer@?"),
@@ -1269,6 +1287,7 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
 
 RUNTIME_ASYNC = {
     "cudaLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemset", "cudaEventRecord",
+    "cudaMemset2D", "cudaMemset2DAsync", "cudaMemset3D", "cudaMemset3DAsync",
     "cudaEventRecordWithFlags", "cudaStreamWaitEvent", "__cudaLaunchKernel",
     "__cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
 }

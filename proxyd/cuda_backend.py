@@ -114,6 +114,9 @@ int cuMemcpyPeerAsync(CUdeviceptr dst, void *dstCtx, CUdeviceptr src, void *srcC
 int cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *stream);
 int cuMemsetD16Async(CUdeviceptr dst, unsigned short v, size_t n, void *stream);
 int cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, void *stream);
+int cuMemsetD2D8Async(CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h, void *stream);
+int cuMemsetD2D16Async(CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t h, void *stream);
+int cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h, void *stream);
 int cuModuleLoadData(void **mod, const void *image);
 int cuModuleUnload(void *mod);
 int cuModuleGetFunction(void **fn, void *mod, const char *name);
@@ -489,6 +492,16 @@ class CudaBackend(Backend):
         else:
             r = self.lib.cuMemsetD32Async(dst, value & 0xFFFFFFFF, count, s)
         self.check(r, "cuMemset")
+
+    def memset2d(self, dst, pitch, value, elem, width, height, stream):
+        s = self.vp(stream)
+        if elem == 1:
+            r = self.lib.cuMemsetD2D8Async(dst, pitch, value & 0xFF, width, height, s)
+        elif elem == 2:
+            r = self.lib.cuMemsetD2D16Async(dst, pitch, value & 0xFFFF, width, height, s)
+        else:
+            r = self.lib.cuMemsetD2D32Async(dst, pitch, value & 0xFFFFFFFF, width, height, s)
+        self.check(r, "cuMemsetD2D")
 
     # ------------------------------------------- arrays, textures, surfaces
     # (proxyd/arrays.py): descriptors are packed as cuda.h lays them out,

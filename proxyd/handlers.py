@@ -358,6 +358,27 @@ def h_memset(d, sess, fn, ctx, args, **kw):
     return CUDA_SUCCESS, []
 
 
+@handler("memset2d")
+def h_memset2d(d, sess, fn, ctx, args, **kw):
+    """cuMemsetD2D{8,16,32}[Async]: Height rows of Width elements, rows
+    dstPitch bytes apart (cuda.h, cuMemsetD2D8: the pitch is in bytes, Width
+    in elements). Checked as one range from the first row's start to the last
+    row's end: it must lie inside one allocation, as for the 1D memsets."""
+    dst, pitch, value = sess.translate(int(args[0])), int(args[1]), int(args[2])
+    width, height = int(args[3]), int(args[4])
+    elem = 1 if "D2D8" in fn.name else 2 if "D2D16" in fn.name else 4
+    stream = stream_of(d, sess, args[5]) if len(args) > 5 else d.backend.stream(0)
+    if width == 0 or height == 0:
+        return CUDA_SUCCESS, []
+    if pitch < width * elem or (height > 1 and pitch % elem):
+        raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                        f"{fn.name}: pitch {pitch} is smaller than a row of {width} x {elem} bytes or not a "
+                        f"multiple of the element size")
+    check_range(sess, fn, dst, pitch * (height - 1) + width * elem, "destination")
+    d.backend.memset2d(dst, pitch, value, elem, width, height, stream)
+    return CUDA_SUCCESS, []
+
+
 @handler("host_alloc")
 def h_host_alloc(d, sess, fn, ctx, args, **kw):
     ref = args[0]

@@ -338,6 +338,14 @@ class EmuBackend(Backend):
         dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[elem]
         self.resolve(dst, elem * count).view(dt)[:] = value & ((1 << (8 * elem)) - 1)
 
+    def memset2d(self, dst, pitch, value, elem, width, height, stream):
+        # one strided view over the rows: [height, pitch] bytes, first width * elem of each
+        dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[elem]
+        span = pitch * (height - 1) + width * elem
+        flat = self.resolve(dst, span)
+        rows = np.lib.stride_tricks.as_strided(flat, shape=(height, width * elem), strides=(pitch, 1))
+        rows.view(dt)[:] = value & ((1 << (8 * elem)) - 1)
+
     # ------------------------------------------- arrays, textures, surfaces
     # (proxyd/arrays.py calls these; emu/textures.py holds the objects)
     def array_create(self, info):
