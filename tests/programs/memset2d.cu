@@ -192,6 +192,18 @@ int main(int argc, char **argv)
         check_bytes(b, mb, "graph memset node");
         CHECK(cudaGraphExecDestroy(ge));
         CHECK(cudaGraphDestroy(g));
+        // a 2D memset captured from a stream: nothing is set until the graph runs
+        CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        CHECK(cudaMemset2DAsync(b + 15 * bp + 2, bp, 0x77, 9, 5, st));
+        CHECK(cudaStreamEndCapture(st, &g));
+        check_bytes(b, mb, "captured memset before launch");
+        CHECK(cudaGraphInstantiate(&ge, g, 0));
+        CHECK(cudaGraphLaunch(ge, st));
+        CHECK(cudaStreamSynchronize(st));
+        model2d(mb, 15 * bp + 2, bp, 0x77, 9, 5);
+        check_bytes(b, mb, "captured memset");
+        CHECK(cudaGraphExecDestroy(ge));
+        CHECK(cudaGraphDestroy(g));
     }
 
     float *acc = nullptr;
