@@ -758,6 +758,14 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuMemPoolGetAccess": P("flags=out_value; memPool=handle:mem_pool; location=in_buffer@sizeof(CUmemLocation)",
                             "mem_pool:use"),
     "cuMemPoolCreate": P("pool=out_value:mem_pool; poolProps=in_buffer@sizeof(CUmemPoolProps)", "mem_pool:create"),
+    # exportable pools between clients of one proxyd (proxyd/mempool_ipc.py, interceptor/mempool_ipc.c)
+    "cuMemPoolExportToShareableHandle": P("handle_out=out_buffer@?; pool=handle:mem_pool; handleType=scalar; "
+                                          "flags=scalar", "mem_pool:use"),
+    "cuMemPoolImportFromShareableHandle": P("pool_out=out_value:mem_pool; handle=host_ptr; handleType=scalar; "
+                                            "flags=scalar", "mem_pool:create"),
+    "cuMemPoolExportPointer": P("shareData_out=out_value; ptr=device_ptr"),
+    "cuMemPoolImportPointer": P("ptr_out=out_value:memory; pool=handle:mem_pool; "
+                                "shareData=in_buffer@sizeof(CUmemPoolPtrExportData)", "memory:create; mem_pool:use"),
     "cuMemPoolDestroy": P("pool=handle:mem_pool", "mem_pool:destroy"),
     "cuDeviceSetMemPool": P(f"{DEV}; pool=handle:mem_pool", "device:use; mem_pool:use"),
     "cuDeviceGetMemPool": P(f"pool=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
@@ -912,6 +920,8 @@ DRIVER_SHIM_OVERRIDE = {
     "cuMemAllocHost_v2", "cuMemFreeHost", "cuMemHostAlloc",
     "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuLaunchHostFunc", "cuStreamAddCallback",
     "cuMemPoolSetAttribute", "cuMemPoolGetAttribute",
+    # the pool's descriptor is a memfd holding proxyd's token (interceptor/mempool_ipc.c)
+    "cuMemPoolExportToShareableHandle", "cuMemPoolImportFromShareableHandle",
     "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemFree_v2",
     "cuDevicePrimaryCtxReset_v2",
     # capture queries answered locally until this process has begun a capture (interceptor/capture.c)
@@ -972,6 +982,9 @@ DRIVER_HANDLERS = {
     "cuMemPoolSetAttribute": "mem_pool_set_attribute", "cuMemPoolGetAttribute": "mem_pool_get_attribute",
     "cuMemPoolSetAccess": "mem_pool_set_access", "cuMemPoolGetAccess": "mem_pool_get_access",
     "cuMemPoolCreate": "mem_pool_create", "cuMemPoolDestroy": "mem_pool_destroy",
+    "cuMemPoolExportToShareableHandle": "mem_pool_export_shareable",
+    "cuMemPoolImportFromShareableHandle": "mem_pool_import_shareable",
+    "cuMemPoolExportPointer": "mem_pool_export_pointer", "cuMemPoolImportPointer": "mem_pool_import_pointer",
     "cuDeviceSetMemPool": "device_set_mem_pool", "cuDeviceGetMemPool": "device_get_mem_pool",
     "cuDeviceGetDefaultMemPool": "device_get_default_mem_pool",
     "cuArrayCreate_v2": "array_create", "cuArray3DCreate_v2": "array_create", "cuArrayDestroy": "array_destroy",
@@ -1184,6 +1197,14 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
                               "count=scalar", "mem_pool:use"),
     "cudaMemPoolGetAccess": P("flags=out_value; memPool=handle:mem_pool; "
                               "location=in_buffer@sizeof(struct cudaMemLocation)", "mem_pool:use"),
+    "cudaMemPoolExportToShareableHandle": P("shareableHandle=out_buffer@?; memPool=handle:mem_pool; "
+                                            "handleType=scalar; flags=scalar", "mem_pool:use"),
+    "cudaMemPoolImportFromShareableHandle": P("memPool=out_value:mem_pool; shareableHandle=host_ptr; "
+                                              "handleType=scalar; flags=scalar", "mem_pool:create"),
+    "cudaMemPoolExportPointer": P("exportData=out_value; ptr=device_ptr"),
+    "cudaMemPoolImportPointer": P("ptr=out_value:memory; memPool=handle:mem_pool; "
+                                  "exportData=in_buffer@sizeof(struct cudaMemPoolPtrExportData)",
+                                  "memory:create; mem_pool:use"),
     "cudaMemPoolCreate": P("memPool=out_value:mem_pool; poolProps=in_buffer@sizeof(struct cudaMemPoolProps)",
                            "mem_pool:create"),
     "cudaMemPoolDestroy": P("memPool=handle:mem_pool", "mem_pool:destroy"),

@@ -224,6 +224,9 @@ def h_mem_free(d, sess, fn, ctx, args, **kw):
     # range can be handed out again.
     if ctx is not None:
         d.backend.ctx_sync(ctx.real)
+    from .mempool_ipc import release_pointer
+    if release_pointer(d, sess, fn, ctx, addr):     # a pointer imported from another process's pool
+        return CUDA_SUCCESS, []
     try:
         sess.arena.free(addr)
     except ArenaError as e:

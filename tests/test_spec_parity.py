@@ -334,7 +334,9 @@ _RECREATED = {"context", "module", "function", "stream", "event", "device"}
 # app keeps running): JIT link states live for one compilation (proxyd/link.py);
 # an event opened from another process's IPC handle (proxyd/ipc.py)
 _REFUSED_AT_DUMP = {"link_state"}
-_REFUSED_AT_DUMP_FUNCS = {"cuIpcOpenEventHandle"}
+# functions whose objects make the session refuse a dump (proxyd/ipc.py,
+# proxyd/mempool_ipc.py): an opened IPC event, an imported memory pool
+_REFUSED_AT_DUMP_FUNCS = {"cuIpcOpenEventHandle", "cuMemPoolImportFromShareableHandle"}
 
 
 def _refused_at_dump(f) -> bool:

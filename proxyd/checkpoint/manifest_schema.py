@@ -218,7 +218,9 @@ SESSION = Obj({
     # stream-ordered allocator pools (proxyd/mempool.py) and each device's current pool
     "mem_pools": List(Obj({"id": ID, "device": DEVICE, "default": Bool(), "attrs": Map(NUM, U64, 16),
                            "access": Map(NUM, Int(0, 3), 1024), "allocs": List(Tuple(U64, SIZE), 1 << 24),
-                           "used_high": U64}), 1 << 16),
+                           "used_high": U64},
+                          # exportable pools (proxyd/mempool_ipc.py): CUmemAllocationHandleType bits
+                          optional={"handle_types": Int(0, 15)}), 1 << 16),
     "mem_pool_current": Map(NUM, ID, 1024),
     # the application's physical allocations (cuMemCreate, proxyd/vmm.py)
     "mem_handles": List(Obj({"id": ID, "size": SIZE, "device": DEVICE, "mapped": Opt(U64), "used": Bool(),
