@@ -771,6 +771,13 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuDeviceGetMemPool": P(f"pool=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
     "cuDeviceGetDefaultMemPool": P(f"pool_out=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
     # issue 10, group 5: CUDA arrays, texture and surface objects (proxyd/arrays.py, interceptor/arrays.c)
+    # mipmapped arrays (proxyd/arrays.py): levels are array objects
+    "cuMipmappedArrayCreate": P("pHandle=out_value:mipmapped_array; "
+                                "pMipmappedArrayDesc=in_buffer@sizeof(CUDA_ARRAY3D_DESCRIPTOR); numMipmapLevels=scalar",
+                                "mipmapped_array:create"),
+    "cuMipmappedArrayGetLevel": P("pLevelArray=out_value:array; hMipmappedArray=handle:mipmapped_array; level=scalar",
+                                  "array:create; mipmapped_array:use"),
+    "cuMipmappedArrayDestroy": P("hMipmappedArray=handle:mipmapped_array", "mipmapped_array:destroy"),
     "cuArrayCreate_v2": P("pHandle=out_value:array; pAllocateArray=in_buffer@sizeof(CUDA_ARRAY_DESCRIPTOR)",
                           "array:create"),
     "cuArray3DCreate_v2": P("pHandle=out_value:array; pAllocateArray=in_buffer@sizeof(CUDA_ARRAY3D_DESCRIPTOR)",
@@ -988,6 +995,8 @@ DRIVER_HANDLERS = {
     "cuDeviceSetMemPool": "device_set_mem_pool", "cuDeviceGetMemPool": "device_get_mem_pool",
     "cuDeviceGetDefaultMemPool": "device_get_default_mem_pool",
     "cuArrayCreate_v2": "array_create", "cuArray3DCreate_v2": "array_create", "cuArrayDestroy": "array_destroy",
+    "cuMipmappedArrayCreate": "mipmap_create", "cuMipmappedArrayGetLevel": "mipmap_get_level",
+    "cuMipmappedArrayDestroy": "mipmap_destroy",
     "cuArrayGetDescriptor_v2": "array_get_descriptor", "cuArray3DGetDescriptor_v2": "array_get_descriptor",
     "cuMemcpy3D_v2": "memcpy_3d", "cuMemcpy3DAsync_v2": "memcpy_3d",
     "cuTexObjectCreate": "tex_object_create", "cuTexObjectDestroy": "tex_object_destroy",
@@ -1217,6 +1226,12 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
                          "height=scalar; flags=scalar", "array:create"),
     "cudaMalloc3DArray": P("array=out_value:array; desc=in_buffer@sizeof(struct cudaChannelFormatDesc); "
                            "extent=scalar; flags=scalar", "array:create"),
+    "cudaMallocMipmappedArray": P("mipmappedArray=out_value:mipmapped_array; "
+                                  "desc=in_buffer@sizeof(struct cudaChannelFormatDesc); extent=scalar; numLevels=scalar; "
+                                  "flags=scalar", "mipmapped_array:create"),
+    "cudaGetMipmappedArrayLevel": P("levelArray=out_value:array; mipmappedArray=handle:mipmapped_array; level=scalar",
+                                    "array:create; mipmapped_array:use"),
+    "cudaFreeMipmappedArray": P("mipmappedArray=handle:mipmapped_array", "mipmapped_array:destroy"),
     "cudaFreeArray": P("array=handle:array", "array:destroy"),
     "cudaArrayGetInfo": P("desc=out_value; extent=out_value; flags=out_value; array=handle:array", "array:use"),
     "cudaGetChannelDesc": P("desc=out_value; array=handle:array", "array:use"),

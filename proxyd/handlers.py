@@ -130,7 +130,10 @@ def release_object(d, sess, o):
     elif o.kind == P.K_EVENT:
         b.call_named("cuEventDestroy_v2", [o.real])
     elif o.kind == P.K_ARRAY:
-        b.array_destroy(o.real)
+        if "level_of" not in o.info:      # a mipmap level goes with its mipmapped array
+            b.array_destroy(o.real)
+    elif o.kind == P.K_MIPMAPPED_ARRAY:
+        b.mipmap_destroy(o.real)
     sess.drop(o)
 
 

@@ -245,7 +245,10 @@ SESSION = Obj({
     # CUDA arrays (proxyd/arrays.py; contents: FLAG_ARRAY chunks) and texture /
     # surface objects under the driver's values, with their descriptors as hex
     "arrays": List(Obj({"id": ID, "ctx": ID, "width": SIZE, "height": SIZE, "depth": SIZE,
-                        "format": Int(0, 0xFF), "channels": Int(1, 4), "flags": ID}), 1 << 20),
+                        "format": Int(0, 0xFF), "channels": Int(1, 4), "flags": ID},
+                       # mipmapped arrays (their number of levels), and the level
+                       # arrays the app fetched: (mipmapped array id, level)
+                       optional={"mipmap_levels": Int(1, 32), "level_of": Tuple(ID, Int(0, 31))}), 1 << 20),
     "tex_objects": List(Obj({"kind": Enum("texture", "surface"), "value": U64, "ctx": ID,
                              "res": Str(288, r"[0-9a-f]*", "hex bytes"),
                              "tex": Opt(Str(208, r"[0-9a-f]*", "hex bytes")),

@@ -355,6 +355,17 @@ class EmuBackend(Backend):
     def array_destroy(self, arr):
         arr.data = arr.data[:0]
 
+    def mipmap_create(self, info, levels):
+        from .textures import EmuArray
+        return [EmuArray(info.level(n)) for n in range(levels)]
+
+    def mipmap_level(self, mip, level, info):
+        return mip[level]
+
+    def mipmap_destroy(self, mip):
+        for a in mip:
+            a.data = a.data[:0]
+
     def array_copy(self, src, dst, extent, stream):
         self.textures.copy(src, dst, extent)
 
