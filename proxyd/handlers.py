@@ -373,7 +373,10 @@ def h_memset2d(d, sess, fn, ctx, args, **kw):
     dst, pitch, value = sess.translate(int(args[0])), int(args[1]), int(args[2])
     width, height = int(args[3]), int(args[4])
     elem = 1 if "D2D8" in fn.name else 2 if "D2D16" in fn.name else 4
-    stream = stream_of(d, sess, args[5]) if len(args) > 5 else d.backend.stream(0)
+    sh = args[5] if len(args) > 5 else 0
+    if not sh and fn.name.endswith(("_ptds", "_ptsz")):
+        sh = P.STREAM_PER_THREAD     # cuda.h: the per-thread default stream of the _ptds/_ptsz forms
+    stream = stream_of(d, sess, sh)
     if width == 0 or height == 0:
         return CUDA_SUCCESS, []
     if pitch < width * elem or (height > 1 and pitch % elem):
