@@ -373,10 +373,12 @@ def h_memset2d(d, sess, fn, ctx, args, **kw):
     dst, pitch, value = sess.translate(int(args[0])), int(args[1]), int(args[2])
     width, height = int(args[3]), int(args[4])
     elem = 1 if "D2D8" in fn.name else 2 if "D2D16" in fn.name else 4
-    sh = args[5] if len(args) > 5 else 0
-    if not sh and fn.name.endswith(("_ptds", "_ptsz")):
-        sh = P.STREAM_PER_THREAD     # cuda.h: the per-thread default stream of the _ptds/_ptsz forms
-    stream = stream_of(d, sess, sh)
+    # cuda.h: the _ptds/_ptsz forms use the per-thread default stream for NULL
+    per_thread = fn.name.endswith(("_ptds", "_ptsz"))
+    if len(args) > 5:
+        stream = stream_of(d, sess, args[5] or (P.STREAM_PER_THREAD if per_thread else 0))
+    else:
+        stream = d.backend.stream(P.STREAM_PER_THREAD if per_thread else 0)
     if width == 0 or height == 0:
         return CUDA_SUCCESS, []
     if pitch < width * elem or (height > 1 and pitch % elem):
@@ -673,4 +675,4 @@ def h_host_func(d, sess, fn, ctx, args, **kw):
 
 # The handlers of the stream-ordered allocator, the application's VMM and
 # graphs live in modules of their own; importing this module registers them too.
-from . import graph_nodes, graphs, link, mempool, vmm  # noqa: E402,F401
+from . import arrays, graph_nodes, graphs, hostmap, ipc, link, mempool, mempool_ipc, vmm  # noqa: E402,F401

@@ -61,7 +61,7 @@ def test_manifest_fields():
     assert {p.name for p in PROGRAMS if p.pace} == {"iterative", "iterative_streams", "stream_state", "launch_variants",
                                                   "restore_state", "hostmem", "host_callbacks", "mempool_async",
                                                   "vmm_app", "graph_capture", "graph_explicit", "cublas_gemm",
-                                                  "cudnn_conv", "textures", "mathlibs"}
+                                                  "cudnn_conv", "textures", "mathlibs", "memset2d", "mipmap"}
     for p in PROGRAMS:
         assert all(isinstance(k, int) and k > 0 for k in p.checkpoints) and (p.pace or not p.checkpoints), p.name
 

@@ -50,7 +50,7 @@ static const int NP = 2;            // pools
 static const char *who = "parent";
 
 // x[i] = x[i] * mul + add
-__global__ void scale_add(int *x, int n, int mul, int add)
+__global__ void pool_scale_add(int *x, int n, int mul, int add)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
@@ -136,7 +136,7 @@ static int child(int sock)
         CHECK(cudaStreamSynchronize(st));
         for (int i = 0; i < N; ++i)
             EXPECT(v[i] == value(p, i), "pool %d element %d is %d, want %d", p, i, v[i], value(p, i));
-        scale_add<<<(N + 255) / 256, 256, 0, st>>>(ptrs[p], N, 2, p + 1);
+        pool_scale_add<<<(N + 255) / 256, 256, 0, st>>>(ptrs[p], N, 2, p + 1);
         CHECK(cudaGetLastError());
     }
     CHECK(cudaStreamSynchronize(st));

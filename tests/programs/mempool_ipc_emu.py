@@ -4,8 +4,8 @@ import numpy as np
 from gpuproxy.emu import kernel
 
 
-@kernel("_Z9scale_addPiiii")
-def scale_add(k):
+@kernel("_Z14pool_scale_addPiiii")
+def pool_scale_add(k):
     # (int *x, int n, int mul, int add): x[i] = x[i] * mul + add for i < n
     n = min(k.param(1, "i"), k.grid[0] * k.block[0])
     if n <= 0:
