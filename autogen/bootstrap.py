@@ -540,6 +540,12 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuMemsetD2D8_v2": P("dstDevice=device_ptr; dstPitch=scalar; uc=scalar; Width=scalar; Height=scalar"),
     "cuMemsetD2D16_v2": P("dstDevice=device_ptr; dstPitch=scalar; us=scalar; Width=scalar; Height=scalar"),
     "cuMemsetD2D32_v2": P("dstDevice=device_ptr; dstPitch=scalar; ui=scalar; Width=scalar; Height=scalar"),
+    "cuMemsetD2D8Async": P("dstDevice=device_ptr; dstPitch=scalar; uc=scalar; Width=scalar; Height=scalar; "
+                           "hStream=handle:stream", "stream:use"),
+    "cuMemsetD2D16Async": P("dstDevice=device_ptr; dstPitch=scalar; us=scalar; Width=scalar; Height=scalar; "
+                            "hStream=handle:stream", "stream:use"),
+    "cuMemsetD2D32Async": P("dstDevice=device_ptr; dstPitch=scalar; ui=scalar; Width=scalar; Height=scalar; "
+                            "hStream=handle:stream", "stream:use"),
     "cuInit": P("Flags=scalar"),
     "cuDriverGetVersion": P("driverVersion=out_value"),
     "cuDeviceGet": P("device=out_value:device; ordinal=scalar"),
@@ -754,11 +760,26 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuMemPoolGetAccess": P("flags=out_value; memPool=handle:mem_pool; location=in_buffer@sizeof(CUmemLocation)",
                             "mem_pool:use"),
     "cuMemPoolCreate": P("pool=out_value:mem_pool; poolProps=in_buffer@sizeof(CUmemPoolProps)", "mem_pool:create"),
+    # exportable pools between clients of one proxyd (proxyd/mempool_ipc.py, interceptor/mempool_ipc.c)
+    "cuMemPoolExportToShareableHandle": P("handle_out=out_buffer@?; pool=handle:mem_pool; handleType=scalar; "
+                                          "flags=scalar", "mem_pool:use"),
+    "cuMemPoolImportFromShareableHandle": P("pool_out=out_value:mem_pool; handle=host_ptr; handleType=scalar; "
+                                            "flags=scalar", "mem_pool:create"),
+    "cuMemPoolExportPointer": P("shareData_out=out_value; ptr=device_ptr"),
+    "cuMemPoolImportPointer": P("ptr_out=out_value:memory; pool=handle:mem_pool; "
+                                "shareData=in_buffer@sizeof(CUmemPoolPtrExportData)", "memory:create; mem_pool:use"),
     "cuMemPoolDestroy": P("pool=handle:mem_pool", "mem_pool:destroy"),
     "cuDeviceSetMemPool": P(f"{DEV}; pool=handle:mem_pool", "device:use; mem_pool:use"),
     "cuDeviceGetMemPool": P(f"pool=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
     "cuDeviceGetDefaultMemPool": P(f"pool_out=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
     # issue 10, group 5: CUDA arrays, texture and surface objects (proxyd/arrays.py, interceptor/arrays.c)
+    # mipmapped arrays (proxyd/arrays.py): levels are array objects
+    "cuMipmappedArrayCreate": P("pHandle=out_value:mipmapped_array; "
+                                "pMipmappedArrayDesc=in_buffer@sizeof(CUDA_ARRAY3D_DESCRIPTOR); numMipmapLevels=scalar",
+                                "mipmapped_array:create"),
+    "cuMipmappedArrayGetLevel": P("pLevelArray=out_value:array; hMipmappedArray=handle:mipmapped_array; level=scalar",
+                                  "array:create; mipmapped_array:use"),
+    "cuMipmappedArrayDestroy": P("hMipmappedArray=handle:mipmapped_array", "mipmapped_array:destroy"),
     "cuArrayCreate_v2": P("pHandle=out_value:array; pAllocateArray=in_buffer@sizeof(CUDA_ARRAY_DESCRIPTOR)",
                           "array:create"),
     "cuArray3DCreate_v2": P("pHandle=out_value:array; pAllocateArray=in_buffer@sizeof(CUDA_ARRAY3D_DESCRIPTOR)",
@@ -872,6 +893,8 @@ DRIVER_ASYNC = {
     "cuLaunchKernel", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoDAsync_v2", "cuMemsetD8_v2",
     "cuMemsetD16_v2", "cuMemsetD32_v2", "cuMemsetD8Async", "cuMemsetD16Async",
     "cuMemsetD32Async", "cuEventRecord", "cuEventRecordWithFlags", "cuStreamWaitEvent",
+    "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2", "cuMemsetD2D8Async",
+    "cuMemsetD2D16Async", "cuMemsetD2D32Async",
     "cuEventDestroy_v2", "cuStreamDestroy_v2", "cuFuncSetAttribute", "cuFuncSetCacheConfig",
     "cuCtxSetCacheConfig", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
     "cuLaunchHostFunc", "cuStreamAddCallback", "cuGraphLaunch",
@@ -882,7 +905,6 @@ DRIVER_SHIM_LOCAL = {
     "cuParamSetv", "cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuCtxAttach", "cuCtxDetach",
     # built in the shim on the linear allocations, copies and memsets (interceptor/copy2d.c)
     "cuMemAllocPitch_v2", "cuMemcpy2D_v2", "cuMemcpy2DUnaligned_v2", "cuMemcpy2DAsync_v2",
-    "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2",
     # array copies as cuMemcpy3D ops, host sides staged (interceptor/arrays.c)
     "cuMemcpyHtoA_v2", "cuMemcpyAtoH_v2", "cuMemcpyDtoA_v2", "cuMemcpyAtoD_v2", "cuMemcpyAtoA_v2",
     "cuMemcpyHtoAAsync_v2", "cuMemcpyAtoHAsync_v2",
@@ -915,6 +937,8 @@ DRIVER_SHIM_OVERRIDE = {
     "cuMemAllocHost_v2", "cuMemFreeHost", "cuMemHostAlloc",
     "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuLaunchHostFunc", "cuStreamAddCallback",
     "cuMemPoolSetAttribute", "cuMemPoolGetAttribute",
+    # the pool's descriptor is a memfd holding proxyd's token (interceptor/mempool_ipc.c)
+    "cuMemPoolExportToShareableHandle", "cuMemPoolImportFromShareableHandle",
     "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemFree_v2",
     "cuDevicePrimaryCtxReset_v2",
     # capture queries answered locally until this process has begun a capture (interceptor/capture.c)
@@ -928,6 +952,9 @@ DRIVER_SHIM_OVERRIDE = {
     "cuOccupancyMaxActiveClusters",
     # linear copies in the shim (copy2d.c); with a CUDA array, a cuMemcpy3D op to proxyd (arrays.c)
     "cuMemcpy3D_v2", "cuMemcpy3DAsync_v2",
+    # 2D memsets: one op each; the shim checks the pitch first (copy2d.c)
+    "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2",
+    "cuMemsetD2D8Async", "cuMemsetD2D16Async", "cuMemsetD2D32Async",
     # explicit graph construction: nodes carry their stream op (interceptor/graph_build.c)
     "cuGraphAddKernelNode_v2", "cuGraphKernelNodeSetParams_v2", "cuGraphAddMemcpyNode", "cuGraphMemcpyNodeSetParams", "cuGraphAddMemsetNode", "cuGraphMemsetNodeSetParams", "cuGraphAddHostNode", "cuGraphHostNodeSetParams", "cuGraphAddChildGraphNode", "cuGraphAddEmptyNode", "cuGraphAddEventRecordNode", "cuGraphAddEventWaitNode", "cuGraphGetNodes", "cuGraphGetRootNodes", "cuGraphGetEdges_v2", "cuGraphAddDependencies_v2", "cuGraphRemoveDependencies_v2", "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams", "cuGraphExecHostNodeSetParams", "cuGraphExecUpdate_v2",
     # graph memory nodes (interceptor/graph_mem.c)
@@ -950,6 +977,8 @@ DRIVER_HANDLERS = {
     "cuMemcpy": "memcpy_dtod", "cuMemcpyAsync": "memcpy_dtod",
     "cuMemsetD8_v2": "memset", "cuMemsetD16_v2": "memset", "cuMemsetD32_v2": "memset",
     "cuMemsetD8Async": "memset", "cuMemsetD16Async": "memset", "cuMemsetD32Async": "memset",
+    "cuMemsetD2D8_v2": "memset2d", "cuMemsetD2D16_v2": "memset2d", "cuMemsetD2D32_v2": "memset2d",
+    "cuMemsetD2D8Async": "memset2d", "cuMemsetD2D16Async": "memset2d", "cuMemsetD2D32Async": "memset2d",
     "cuStreamSynchronize": "stream_sync", "cuEventSynchronize": "event_sync",
     "cuCtxSynchronize": "ctx_sync", "cuCtxCreate_v4": "ctx_create",
     "cuCtxDestroy_v2": "ctx_destroy", "cuDevicePrimaryCtxRetain": "primary_ctx_retain",
@@ -973,9 +1002,14 @@ DRIVER_HANDLERS = {
     "cuMemPoolSetAttribute": "mem_pool_set_attribute", "cuMemPoolGetAttribute": "mem_pool_get_attribute",
     "cuMemPoolSetAccess": "mem_pool_set_access", "cuMemPoolGetAccess": "mem_pool_get_access",
     "cuMemPoolCreate": "mem_pool_create", "cuMemPoolDestroy": "mem_pool_destroy",
+    "cuMemPoolExportToShareableHandle": "mem_pool_export_shareable",
+    "cuMemPoolImportFromShareableHandle": "mem_pool_import_shareable",
+    "cuMemPoolExportPointer": "mem_pool_export_pointer", "cuMemPoolImportPointer": "mem_pool_import_pointer",
     "cuDeviceSetMemPool": "device_set_mem_pool", "cuDeviceGetMemPool": "device_get_mem_pool",
     "cuDeviceGetDefaultMemPool": "device_get_default_mem_pool",
     "cuArrayCreate_v2": "array_create", "cuArray3DCreate_v2": "array_create", "cuArrayDestroy": "array_destroy",
+    "cuMipmappedArrayCreate": "mipmap_create", "cuMipmappedArrayGetLevel": "mipmap_get_level",
+    "cuMipmappedArrayDestroy": "mipmap_destroy",
     "cuArrayGetDescriptor_v2": "array_get_descriptor", "cuArray3DGetDescriptor_v2": "array_get_descriptor",
     "cuMemcpy3D_v2": "memcpy_3d", "cuMemcpy3DAsync_v2": "memcpy_3d",
     "cuTexObjectCreate": "tex_object_create", "cuTexObjectDestroy": "tex_object_destroy",
@@ -1063,6 +1097,11 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
                            f"height=scalar; kind=scalar; {STREAM}", "stream:use"),
     "cudaMemset": P("devPtr=device_ptr; value=scalar; count=scalar"),
     "cudaMemsetAsync": P(f"devPtr=device_ptr; value=scalar; count=scalar; {STREAM}", "stream:use"),
+    "cudaMemset2D": P("devPtr=device_ptr; pitch=scalar; value=scalar; width=scalar; height=scalar"),
+    "cudaMemset2DAsync": P("devPtr=device_ptr; pitch=scalar; value=scalar; width=scalar; height=scalar; "
+                           f"{STREAM}", "stream:use"),
+    "cudaMemset3D": P("pitchedDevPtr=scalar; value=scalar; extent=scalar"),
+    "cudaMemset3DAsync": P(f"pitchedDevPtr=scalar; value=scalar; extent=scalar; {STREAM}", "stream:use"),
     # symbol: address of the host shadow of a __device__ variable (a lookup key)
     "cudaMemcpyToSymbol": P("symbol=host_ptr; src=device_ptr; count=scalar; offset=scalar; "
                             "kind=scalar"),
@@ -1150,6 +1189,7 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaProfilerStart": P(""),
     "cudaCtxResetPersistingL2Cache": P(""),
     "cudaMallocPitch": P("devPtr=out_value:memory; pitch=out_value; width=scalar; height=scalar", "memory:create"),
+    "cudaMalloc3D": P("pitchedDevPtr=out_value; extent=scalar"),
     "cudaProfilerStop": P(""),
     "cudaDeviceGetP2PAttribute": P("value=out_value; attr=scalar; srcDevice=scalar; dstDevice=scalar"),
     "cudaLaunchKernelExC": P("config=in_buffer@sizeof(cudaLaunchConfig_t); func=host_ptr; args=in_buffer@?"),
@@ -1186,6 +1226,14 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
                               "count=scalar", "mem_pool:use"),
     "cudaMemPoolGetAccess": P("flags=out_value; memPool=handle:mem_pool; "
                               "location=in_buffer@sizeof(struct cudaMemLocation)", "mem_pool:use"),
+    "cudaMemPoolExportToShareableHandle": P("shareableHandle=out_buffer@?; memPool=handle:mem_pool; "
+                                            "handleType=scalar; flags=scalar", "mem_pool:use"),
+    "cudaMemPoolImportFromShareableHandle": P("memPool=out_value:mem_pool; shareableHandle=host_ptr; "
+                                              "handleType=scalar; flags=scalar", "mem_pool:create"),
+    "cudaMemPoolExportPointer": P("exportData=out_value; ptr=device_ptr"),
+    "cudaMemPoolImportPointer": P("ptr=out_value:memory; memPool=handle:mem_pool; "
+                                  "exportData=in_buffer@sizeof(struct cudaMemPoolPtrExportData)",
+                                  "memory:create; mem_pool:use"),
     "cudaMemPoolCreate": P("memPool=out_value:mem_pool; poolProps=in_buffer@sizeof(struct cudaMemPoolProps)",
                            "mem_pool:create"),
     "cudaMemPoolDestroy": P("memPool=handle:mem_pool", "mem_pool:destroy"),
@@ -1198,6 +1246,12 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
                          "height=scalar; flags=scalar", "array:create"),
     "cudaMalloc3DArray": P("array=out_value:array; desc=in_buffer@sizeof(struct cudaChannelFormatDesc); "
                            "extent=scalar; flags=scalar", "array:create"),
+    "cudaMallocMipmappedArray": P("mipmappedArray=out_value:mipmapped_array; "
+                                  "desc=in_buffer@sizeof(struct cudaChannelFormatDesc); extent=scalar; numLevels=scalar; "
+                                  "flags=scalar", "mipmapped_array:create"),
+    "cudaGetMipmappedArrayLevel": P("levelArray=out_value:array; mipmappedArray=handle:mipmapped_array; level=scalar",
+                                    "array:create; mipmapped_array:use"),
+    "cudaFreeMipmappedArray": P("mipmappedArray=handle:mipmapped_array", "mipmapped_array:destroy"),
     "cudaFreeArray": P("array=handle:array", "array:destroy"),
     "cudaArrayGetInfo": P("desc=out_value; extent=out_value; flags=out_value; array=handle:array", "array:use"),
     "cudaGetChannelDesc": P("desc=out_value; array=handle:array", "array:use"),
@@ -1297,6 +1351,7 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
 
 RUNTIME_ASYNC = {
     "cudaLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemset", "cudaEventRecord",
+    "cudaMemset2D", "cudaMemset2DAsync", "cudaMemset3D", "cudaMemset3DAsync",
     "cudaEventRecordWithFlags", "cudaStreamWaitEvent", "__cudaLaunchKernel",
     "__cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
 }

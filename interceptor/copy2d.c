@@ -1,7 +1,8 @@
 /* Pitched memory in the shim: cuMemAllocPitch, cuMemcpy2D/3D (and their
- * async and unaligned forms), cuMemsetD2D*, built on the shim's linear
- * allocations, copies and memsets. pycuda uses all of them (its
- * mem_alloc_pitch, Memcpy2D/Memcpy3D objects, memset_d2d*).
+ * async and unaligned forms), built on the shim's linear allocations and
+ * copies. pycuda uses all of them (its mem_alloc_pitch, Memcpy2D/Memcpy3D
+ * objects). The 2D memsets (cuMemsetD2D*) are one op each, generated from
+ * the spec and run by proxyd's memset2d handler (proxyd/handlers.py).
  *
  * A 2D/3D copy is one linear copy when both sides are contiguous over the
  * whole region (pitch == width), else one linear copy per row: every row
@@ -19,7 +20,7 @@
  * CUDA 13 device's texturePitchAlignment and keeps rows coalesced). */
 #define GP_PITCH_ALIGN 512u
 
-/* Per-thread-default-stream entry points of the linear copies and memsets
+/* Per-thread-default-stream entry points of the linear copies
  * (exported by this library; cuda.h declares them only when
  * CUDA_API_PER_THREAD_DEFAULT_STREAM is set). The _ptds/_ptsz 2D/3D variants
  * use them so that their rows go to the same default stream. */
@@ -30,9 +31,6 @@ CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr, const void *, size_t, CUstream);
 CUresult cuMemcpyDtoHAsync_v2_ptsz(void *, CUdeviceptr, size_t, CUstream);
 CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 CUresult cuStreamSynchronize_ptsz(CUstream);
-CUresult cuMemsetD8_v2_ptds(CUdeviceptr, unsigned char, size_t);
-CUresult cuMemsetD16_v2_ptds(CUdeviceptr, unsigned short, size_t);
-CUresult cuMemsetD32_v2_ptds(CUdeviceptr, unsigned int, size_t);
 
 CUresult gpo_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                                 unsigned int ElementSizeBytes)
@@ -218,24 +216,36 @@ COPY_ENTRY(cuMemcpy3DAsync_v2, copy3d, (const CUDA_MEMCPY3D *c, CUstream s),
 COPY_ENTRY(cuMemcpy3DAsync_v2_ptsz, copy3d, (const CUDA_MEMCPY3D *c, CUstream s),
            (c, s, 1, 1, "cuMemcpy3DAsync (CUDA arrays)"))
 
-/* cuMemsetD2D*: Height rows of Width elements, rows dstPitch bytes apart. */
-#define MEMSET2D(name, T, setter, esz)                                                               \
-    CUresult gpo_##name(CUdeviceptr dst, size_t pitch, T v, size_t w, size_t h)                      \
+
+/* cuMemsetD2D*: Height rows of Width elements, rows dstPitch bytes apart.
+ * Each is one op (the generated gpg_ body), run by proxyd's memset2d handler
+ * in stream order like the 1D memsets; the ops are batched, so what can be
+ * checked without the daemon is checked here, where the caller still gets
+ * the error from this call: a pitch narrower than a row of several is
+ * CUDA_ERROR_INVALID_VALUE (cuda.h, cuMemsetD2D8: "dstPitch ... must be at
+ * least Width elements"). An empty memset sends nothing. */
+#define MEMSET2D(name, esz, args, call)                                                           \
+    CUresult gpo_##name args                                                                          \
     {                                                                                                 \
-        if (pitch < w * (esz))                                                                        \
+        if (Width == 0 || Height == 0)                                                                \
+            return CUDA_SUCCESS;                                                                      \
+        if (Height > 1 && (dstPitch < Width * (esz) || dstPitch % (esz)))                             \
             return CUDA_ERROR_INVALID_VALUE;                                                          \
-        if (pitch == w * (esz))                                                                       \
-            return setter(dst, v, w * h);                                                             \
-        for (size_t y = 0; y < h; y++) {                                                              \
-            CUresult rc = setter(dst + y * pitch, v, w);                                              \
-            if (rc != CUDA_SUCCESS)                                                                   \
-                return rc;                                                                            \
-        }                                                                                             \
-        return CUDA_SUCCESS;                                                                          \
+        return gpg_##name call;                                                                       \
     }
-MEMSET2D(cuMemsetD2D8_v2, unsigned char, cuMemsetD8_v2, 1)
-MEMSET2D(cuMemsetD2D16_v2, unsigned short, cuMemsetD16_v2, 2)
-MEMSET2D(cuMemsetD2D32_v2, unsigned int, cuMemsetD32_v2, 4)
-MEMSET2D(cuMemsetD2D8_v2_ptds, unsigned char, cuMemsetD8_v2_ptds, 1)
-MEMSET2D(cuMemsetD2D16_v2_ptds, unsigned short, cuMemsetD16_v2_ptds, 2)
-MEMSET2D(cuMemsetD2D32_v2_ptds, unsigned int, cuMemsetD32_v2_ptds, 4)
+#define MS_SYNC(T) (CUdeviceptr dstDevice, size_t dstPitch, T v, size_t Width, size_t Height)
+#define MS_ASYNC(T) (CUdeviceptr dstDevice, size_t dstPitch, T v, size_t Width, size_t Height, CUstream hStream)
+#define MS_SYNC_CALL (dstDevice, dstPitch, v, Width, Height)
+#define MS_ASYNC_CALL (dstDevice, dstPitch, v, Width, Height, hStream)
+MEMSET2D(cuMemsetD2D8_v2, 1, MS_SYNC(unsigned char), MS_SYNC_CALL)
+MEMSET2D(cuMemsetD2D16_v2, 2, MS_SYNC(unsigned short), MS_SYNC_CALL)
+MEMSET2D(cuMemsetD2D32_v2, 4, MS_SYNC(unsigned int), MS_SYNC_CALL)
+MEMSET2D(cuMemsetD2D8_v2_ptds, 1, MS_SYNC(unsigned char), MS_SYNC_CALL)
+MEMSET2D(cuMemsetD2D16_v2_ptds, 2, MS_SYNC(unsigned short), MS_SYNC_CALL)
+MEMSET2D(cuMemsetD2D32_v2_ptds, 4, MS_SYNC(unsigned int), MS_SYNC_CALL)
+MEMSET2D(cuMemsetD2D8Async, 1, MS_ASYNC(unsigned char), MS_ASYNC_CALL)
+MEMSET2D(cuMemsetD2D16Async, 2, MS_ASYNC(unsigned short), MS_ASYNC_CALL)
+MEMSET2D(cuMemsetD2D32Async, 4, MS_ASYNC(unsigned int), MS_ASYNC_CALL)
+MEMSET2D(cuMemsetD2D8Async_ptsz, 1, MS_ASYNC(unsigned char), MS_ASYNC_CALL)
+MEMSET2D(cuMemsetD2D16Async_ptsz, 2, MS_ASYNC(unsigned short), MS_ASYNC_CALL)
+MEMSET2D(cuMemsetD2D32Async_ptsz, 4, MS_ASYNC(unsigned int), MS_ASYNC_CALL)

@@ -82,6 +82,7 @@ typedef struct payload {
     uint32_t seg;               /* memcpy: the host side's shared segment */
     uint64_t off;
     unsigned value;             /* memset */
+    size_t pitch, height;       /* memset: rows (height > 1: a 2D memset op) */
     uint64_t id;                /* host (and bounce): the table id */
     uint32_t gate_seg;          /* bounce: where the host-function gate is */
     uint64_t gate_off;
@@ -249,21 +250,27 @@ static CUresult p_memcpy(payload *p, const char *api, const CUDA_MEMCPY3D *c)
 static CUresult p_memset(payload *p, const char *api, CUdeviceptr dst, size_t pitch, unsigned value,
                          unsigned elementSize, size_t width, size_t height)
 {
-    (void)pitch;
+    (void)api;
     if (!dst || width == 0 || height == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (height > 1)
-        return refuse(api, "2D memset nodes (height > 1) are not supported");
     p->kind = PL_MEMSET;
     p->dst = dst;
     p->n = width;
     p->value = value;
+    p->pitch = pitch;
+    p->height = height;
+    /* cuda.h, CUDA_MEMSET_NODE_PARAMS: elementSize must be 1, 2, or 4; a
+     * node of several rows is the 2D memset op (pitch in bytes, checked by
+     * proxyd's memset2d handler when the graph runs) */
+    int rows = height > 1;
     switch (elementSize) {
-    case 1: p->fid = GP_FID_cuMemsetD8Async; break;
-    case 2: p->fid = GP_FID_cuMemsetD16Async; break;
-    case 4: p->fid = GP_FID_cuMemsetD32Async; break;
-    default: return CUDA_ERROR_INVALID_VALUE;   /* cuda.h: elementSize must be 1, 2, or 4 */
+    case 1: p->fid = rows ? GP_FID_cuMemsetD2D8Async : GP_FID_cuMemsetD8Async; break;
+    case 2: p->fid = rows ? GP_FID_cuMemsetD2D16Async : GP_FID_cuMemsetD16Async; break;
+    case 4: p->fid = rows ? GP_FID_cuMemsetD2D32Async : GP_FID_cuMemsetD32Async; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
     }
+    if (rows && pitch < width * elementSize)
+        return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
 }
 
@@ -333,6 +340,18 @@ static void w_op(gp_buf *b, const payload *p, uint64_t ctx)
         mp_uint(b, 0);
         break;
     case PL_MEMSET:         /* cuMemsetD*Async(dst, value, n, stream) */
+        if (p->height > 1) {    /* cuMemsetD2D*Async(dst, pitch, value, width, height, stream) */
+            mp_array(b, 8);
+            mp_uint(b, p->fid);
+            mp_uint(b, ctx);
+            mp_uint(b, p->dst);
+            mp_uint(b, p->pitch);
+            mp_uint(b, p->value);
+            mp_uint(b, p->n);
+            mp_uint(b, p->height);
+            mp_uint(b, 0);
+            break;
+        }
         mp_array(b, 6);
         mp_uint(b, p->fid);
         mp_uint(b, ctx);

@@ -427,6 +427,32 @@ cudaError_t gpo_cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size
     RT_RETURN_CU(r);
 }
 
+/* cudaMalloc3D: extent.width is in bytes (CUDA Runtime API, "cudaMalloc3D");
+ * the rows of every slice are padded like cudaMallocPitch's, and the slices
+ * follow each other (slice pitch = pitch * extent.height), which is what
+ * cudaMemset3D and the 3D copies assume of a cudaPitchedPtr. */
+cudaError_t gpo_cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent)
+{
+    if (!pitchedDevPtr)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    if (extent.width == 0 || extent.height == 0 || extent.depth == 0) {
+        struct cudaPitchedPtr none = { NULL, 0, extent.width, extent.height };
+        *pitchedDevPtr = none;
+        return cudaSuccess;
+    }
+    if (extent.depth > SIZE_MAX / extent.height)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    CUdeviceptr p = 0;
+    size_t pitch = 0;
+    CUresult r = cuMemAllocPitch(&p, &pitch, extent.width, extent.height * extent.depth, 16);
+    if (r == CUDA_SUCCESS) {
+        struct cudaPitchedPtr got = { (void *)(uintptr_t)p, pitch, extent.width, extent.height };
+        *pitchedDevPtr = got;
+    }
+    RT_RETURN_CU(r);
+}
+
 cudaError_t gpo_cudaFree(void *devPtr)
 {
     RT_INIT();     /* cudaFree(0) is the customary way to initialise the runtime */
@@ -589,6 +615,75 @@ cudaError_t gpo_cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStrea
 {
     RT_INIT();
     RT_RETURN_CU(cuMemsetD8Async((CUdeviceptr)(uintptr_t)devPtr, (unsigned char)value, count, gp_rt_stream(stream)));
+}
+
+/* cudaMemset2D/3D (+Async): one cuMemsetD2D8 op per call (per slice for a 3D
+ * memset whose slices are not contiguous rows), run by proxyd in stream
+ * order like the 1D memsets. The _ptds/_ptsz entry points reach these
+ * between gp_rt_ptds_begin/end: their ops go to the per-thread default
+ * stream. CUDA Runtime API, "cudaMemset2D": width is in bytes, value is
+ * converted to unsigned char. */
+CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr, size_t, unsigned char, size_t, size_t);
+CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr, size_t, unsigned char, size_t, size_t, CUstream);
+
+static CUresult memset2d(CUdeviceptr p, size_t pitch, int value, size_t width, size_t height, int async,
+                         cudaStream_t stream)
+{
+    if (width == 0 || height == 0)
+        return CUDA_SUCCESS;       /* nothing to set; the driver accepts an empty memset too */
+    int pt = gp_rt_ptds();
+    unsigned char v = (unsigned char)value;
+    if (async)
+        return pt ? cuMemsetD2D8Async_ptsz(p, pitch, v, width, height, gp_rt_stream(stream))
+                  : cuMemsetD2D8Async(p, pitch, v, width, height, gp_rt_stream(stream));
+    return pt ? cuMemsetD2D8_v2_ptds(p, pitch, v, width, height) : cuMemsetD2D8(p, pitch, v, width, height);
+}
+
+cudaError_t gpo_cudaMemset2D(void *devPtr, size_t pitch, int value, size_t width, size_t height)
+{
+    RT_INIT();
+    RT_RETURN_CU(memset2d((CUdeviceptr)(uintptr_t)devPtr, pitch, value, width, height, 0, NULL));
+}
+
+cudaError_t gpo_cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t width, size_t height,
+                                  cudaStream_t stream)
+{
+    RT_INIT();
+    RT_RETURN_CU(memset2d((CUdeviceptr)(uintptr_t)devPtr, pitch, value, width, height, 1, stream));
+}
+
+/* cudaMemset3D: extent.width bytes of extent.height rows in extent.depth
+ * slices; rows are p.pitch bytes apart and slices p.pitch * p.ysize (CUDA
+ * Runtime API, "cudaMemset3D"). Where the extent covers every row of a
+ * slice the slices are one run of rows: one op; otherwise one op per slice. */
+static cudaError_t memset3d(struct cudaPitchedPtr p, int value, struct cudaExtent e, int async, cudaStream_t stream)
+{
+    RT_INIT();
+    if (e.width == 0 || e.height == 0 || e.depth == 0)
+        return cudaSuccess;
+    if (!p.ptr || e.width > p.pitch || (e.depth > 1 && e.height > p.ysize))
+        return gp_rt_ret(cudaErrorInvalidValue);
+    CUdeviceptr base = (CUdeviceptr)(uintptr_t)p.ptr;
+    if (e.depth == 1 || e.height == p.ysize)
+        RT_RETURN_CU(memset2d(base, p.pitch, value, e.width, e.height * e.depth, async, stream));
+    size_t slice = p.pitch * p.ysize;
+    for (size_t z = 0; z < e.depth; z++) {
+        CUresult r = memset2d(base + z * slice, p.pitch, value, e.width, e.height, async, stream);
+        if (r != CUDA_SUCCESS)
+            RT_RETURN_CU(r);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t gpo_cudaMemset3D(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent)
+{
+    return memset3d(pitchedDevPtr, value, extent, 0, NULL);
+}
+
+cudaError_t gpo_cudaMemset3DAsync(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent,
+                                  cudaStream_t stream)
+{
+    return memset3d(pitchedDevPtr, value, extent, 1, stream);
 }
 
 static cudaError_t symbol_range(const void *symbol, size_t count, size_t offset, CUdeviceptr *dptr)

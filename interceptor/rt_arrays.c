@@ -120,6 +120,43 @@ cudaError_t gpo_cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFo
     return malloc_array(array, desc, extent.width, extent.height, extent.depth, flags);
 }
 
+/* Mipmapped arrays (CUDA Runtime API, "Memory Management"): on
+ * cuMipmappedArrayCreate/GetLevel/Destroy; a level is an ordinary array
+ * handle for copies and texture/surface objects (proxyd/arrays.py). */
+cudaError_t gpo_cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray, const struct cudaChannelFormatDesc *desc,
+                                         struct cudaExtent extent, unsigned int numLevels, unsigned int flags)
+{
+    if (!mipmappedArray || !desc)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    CUDA_ARRAY3D_DESCRIPTOR a;
+    memset(&a, 0, sizeof a);
+    if (!to_format(desc, &a.Format, &a.NumChannels))
+        return gp_rt_ret(cudaErrorInvalidChannelDescriptor);
+    a.Width = extent.width;
+    a.Height = extent.height;
+    a.Depth = extent.depth;
+    a.Flags = flags;
+    RT_INIT();
+    RT_RETURN_CU(cuMipmappedArrayCreate((CUmipmappedArray *)mipmappedArray, &a, numLevels));
+}
+
+cudaError_t gpo_cudaGetMipmappedArrayLevel(cudaArray_t *levelArray, cudaMipmappedArray_const_t mipmappedArray,
+                                           unsigned int level)
+{
+    if (!levelArray)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    RT_RETURN_CU(cuMipmappedArrayGetLevel((CUarray *)levelArray, (CUmipmappedArray)mipmappedArray, level));
+}
+
+cudaError_t gpo_cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)
+{
+    if (!mipmappedArray)
+        return cudaSuccess;
+    RT_INIT();
+    RT_RETURN_CU(cuMipmappedArrayDestroy((CUmipmappedArray)mipmappedArray));
+}
+
 cudaError_t gpo_cudaFreeArray(cudaArray_t array)
 {
     if (!array)
@@ -510,9 +547,21 @@ static cudaError_t to_res(const struct cudaResourceDesc *r, CUDA_RESOURCE_DESC *
         d->res.pitch2D.pitchInBytes = r->res.pitch2D.pitchInBytes;
         *fmt = d->res.pitch2D.format;
         return cudaSuccess;
+    case cudaResourceTypeMipmappedArray: {
+        /* the format (for the read-mode check) is level 0's */
+        d->res.mipmap.hMipmappedArray = (CUmipmappedArray)r->res.mipmap.mipmap;
+        CUarray l0;
+        CUDA_ARRAY3D_DESCRIPTOR a;
+        CUresult e = cuMipmappedArrayGetLevel(&l0, d->res.mipmap.hMipmappedArray, 0);
+        if (e == CUDA_SUCCESS)
+            e = cuArray3DGetDescriptor(&a, l0);
+        if (e != CUDA_SUCCESS)
+            return gp_rt_from_cu(e);
+        *fmt = a.Format;
+        return cudaSuccess;
+    }
     default:
-        gp_warn_unsupported("cudaCreateTextureObject (mipmapped array resources)");
-        return cudaErrorNotSupported;
+        return cudaErrorInvalidValue;
     }
 }
 
@@ -524,6 +573,9 @@ static void from_res(const CUDA_RESOURCE_DESC *d, struct cudaResourceDesc *r)
     switch (d->resType) {
     case CU_RESOURCE_TYPE_ARRAY:
         r->res.array.array = (cudaArray_t)d->res.array.hArray;
+        break;
+    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
+        r->res.mipmap.mipmap = (cudaMipmappedArray_t)d->res.mipmap.hMipmappedArray;
         break;
     case CU_RESOURCE_TYPE_LINEAR:
         r->res.linear.devPtr = (void *)(uintptr_t)d->res.linear.devPtr;

@@ -107,3 +107,46 @@ cudaError_t gpo_cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
     RT_INIT();
     RT_RETURN_CU(cuDeviceSetMemPool(device, (CUmemoryPool)memPool));
 }
+
+/* Exportable pools (docs/ipc.md, "Exportable memory pools"): the runtime's
+ * handle types and export data are the driver's (cudaMemAllocationHandleType
+ * has CUmemAllocationHandleType's values; cudaMemPoolPtrExportData and
+ * CUmemPoolPtrExportData are both 64 opaque bytes). */
+_Static_assert(sizeof(struct cudaMemPoolPtrExportData) == sizeof(CUmemPoolPtrExportData),
+               "pool pointer export data differ in size");
+
+cudaError_t gpo_cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPool_t memPool,
+                                                   enum cudaMemAllocationHandleType handleType, unsigned int flags)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuMemPoolExportToShareableHandle(shareableHandle, (CUmemoryPool)memPool,
+                                                  (CUmemAllocationHandleType)handleType, flags));
+}
+
+cudaError_t gpo_cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *shareableHandle,
+                                                     enum cudaMemAllocationHandleType handleType, unsigned int flags)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuMemPoolImportFromShareableHandle((CUmemoryPool *)memPool, shareableHandle,
+                                                    (CUmemAllocationHandleType)handleType, flags));
+}
+
+cudaError_t gpo_cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData, void *ptr)
+{
+    if (!exportData)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    RT_RETURN_CU(cuMemPoolExportPointer((CUmemPoolPtrExportData *)exportData, (CUdeviceptr)(uintptr_t)ptr));
+}
+
+cudaError_t gpo_cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool, struct cudaMemPoolPtrExportData *exportData)
+{
+    if (!ptr || !exportData)
+        return gp_rt_ret(cudaErrorInvalidValue);
+    RT_INIT();
+    CUdeviceptr d = 0;
+    CUresult r = cuMemPoolImportPointer(&d, (CUmemoryPool)memPool, (CUmemPoolPtrExportData *)exportData);
+    if (r == CUDA_SUCCESS)
+        *ptr = (void *)(uintptr_t)d;
+    RT_RETURN_CU(r);
+}

@@ -9,6 +9,16 @@ FLAG_GLOBAL | FLAG_ARRAY, keyed by array id and offset: array memory is
 opaque, so it is not in the arena); a restore creates them again under the
 same handles and uploads the contents.
 
+Mipmapped arrays (cuMipmappedArrayCreate) are session objects of their own
+kind; cuMipmappedArrayGetLevel gives a level as an array object (the same
+handle on every call) whose backend array belongs to the mipmapped array:
+copies, texture and surface objects use it like any array, cuArrayDestroy
+refuses it, and it goes with its mipmapped array. A dump stores the
+contents of the levels the application fetched (a level never fetched was
+never written: its contents are undefined natively too); a restore creates
+the mipmapped array, fetches those levels under their old handles and
+uploads them.
+
 Texture and surface objects are 64-bit values that kernels receive as plain
 kernel arguments, and an application may keep them in its own memory
 (host or device). They cannot be translated at launch, so the worker gives
@@ -112,6 +122,18 @@ class ArrayInfo:
     def from_dict(cls, d: dict) -> "ArrayInfo":
         return cls(d["width"], d["height"], d["depth"], d["format"], d["channels"], d["flags"])
 
+    def level(self, n: int) -> "ArrayInfo":
+        """Shape of mipmap level n (CUDA Programming Guide, "Texture Memory":
+        each level halves every dimension, down to 1; a 0 height or depth
+        stays 0)."""
+        def half(v):
+            return max(v >> n, 1) if v else 0
+        return ArrayInfo(max(self.width >> n, 1), half(self.height), half(self.depth), self.format,
+                         self.channels, self.flags)
+
+    def max_levels(self) -> int:
+        return max(self.width, self.height, self.depth).bit_length()
+
 
 def _bytes(d, sess, v, n: int, what: str) -> bytes:
     data = d.data(sess, v)
@@ -151,11 +173,9 @@ def h_array_create(d, sess, fn, ctx, args, **kw):
     return CUDA_SUCCESS, [o.handle if args[0] else None]
 
 
-@handler("array_destroy")
-def h_array_destroy(d, sess, fn, ctx, args, **kw):
-    o, _ = array_of(sess, args[0])
+def _drop_objects_of(d, sess, res_type: int, handle: int):
     for key, t in list(sess.tex_objects.items()):
-        if t["res"][0] == RES_ARRAY and t["res"][1] == o.handle:
+        if t["res"][0] == res_type and t["res"][1] == handle:
             # An object still reading the array (programs free the array
             # first at cleanup). Using it afterwards reads freed memory,
             # which cuda.h leaves undefined; proxyd destroys it with the
@@ -164,8 +184,84 @@ def h_array_destroy(d, sess, fn, ctx, args, **kw):
             (d.backend.tex_destroy if key[0] == "t" else d.backend.surf_destroy)(key[1])
             del sess.tex_objects[key]
             sess.tex_gone.add(key)
+
+
+@handler("array_destroy")
+def h_array_destroy(d, sess, fn, ctx, args, **kw):
+    o, _ = array_of(sess, args[0])
+    if "level_of" in o.info:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the array is a level of a mipmapped array "
+                                                  f"(cuMipmappedArrayDestroy frees it)")
+    _drop_objects_of(d, sess, RES_ARRAY, o.handle)
     d.backend.array_destroy(o.real)
     sess.drop(o)
+    return CUDA_SUCCESS, []
+
+
+# ----------------------------------------------------------- mipmapped arrays
+
+def mipmap_of(sess, handle):
+    return sess.get(P.K_MIPMAPPED_ARRAY, int(handle or 0))
+
+
+def _mipmap_create(d, sess, fn, ctx, info: ArrayInfo, levels: int, ident: int | None = None):
+    from .handlers import need_ctx
+    ctx = need_ctx(ctx, fn)
+    if info.flags:
+        # layered, cubemap, surface and gather flags of mipmapped arrays are not modelled
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: mipmapped arrays with flags {info.flags:#x} are "
+                                                  f"not supported")
+    if not 1 <= levels <= info.max_levels():
+        # cuda.h: numMipmapLevels is at most 1 + floor(log2(max(width, height, depth)))
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {levels} levels for a "
+                                                  f"{info.width}x{info.height}x{info.depth} array")
+    real = d.backend.mipmap_create(info, levels)
+    return sess.add(P.K_MIPMAPPED_ARRAY, real, ctx.id, {"shape": info, "levels": levels, "level_arrays": {}},
+                    ident=ident)
+
+
+@handler("mipmap_create")
+def h_mipmap_create(d, sess, fn, ctx, args, **kw):
+    """cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels)."""
+    w, h, dep, fmt, ch, flags = ARRAY3D_DESC.unpack(_bytes(d, sess, args[1], ARRAY3D_DESC.size, fn.name))
+    o = _mipmap_create(d, sess, fn, ctx, ArrayInfo(w, h, dep, fmt, ch, flags), int(args[2]))
+    return CUDA_SUCCESS, [o.handle if args[0] else None]
+
+
+def _level(d, sess, m, level: int, ident: int | None = None):
+    """The array object of level `level` of mipmapped array m (made once)."""
+    aid = m.info["level_arrays"].get(level)
+    if aid is not None:
+        return sess.objects[(P.K_ARRAY, aid)]
+    info = m.info["shape"].level(level)
+    real = d.backend.mipmap_level(m.real, level, info)
+    o = sess.add(P.K_ARRAY, real, m.ctx, {"shape": info, "level_of": (m.id, level)}, ident=ident)
+    m.info["level_arrays"][level] = o.id
+    return o
+
+
+@handler("mipmap_get_level")
+def h_mipmap_get_level(d, sess, fn, ctx, args, **kw):
+    """cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level)."""
+    m, level = mipmap_of(sess, args[1]), int(args[2])
+    if not 0 <= level < m.info["levels"]:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: level {level} of {m.info['levels']}")
+    o = _level(d, sess, m, level)
+    return CUDA_SUCCESS, [o.handle if args[0] else None]
+
+
+@handler("mipmap_destroy")
+def h_mipmap_destroy(d, sess, fn, ctx, args, **kw):
+    """cuMipmappedArrayDestroy: its levels and the objects that read them go too."""
+    m = mipmap_of(sess, args[0])
+    _drop_objects_of(d, sess, RES_MIPMAPPED, m.handle)
+    for aid in m.info["level_arrays"].values():
+        lo = sess.objects.get((P.K_ARRAY, aid))
+        if lo is not None:
+            _drop_objects_of(d, sess, RES_ARRAY, lo.handle)
+            sess.drop(lo)
+    d.backend.mipmap_destroy(m.real)
+    sess.drop(m)
     return CUDA_SUCCESS, []
 
 
@@ -271,7 +367,12 @@ def _res(d, sess, raw: bytes, who: str) -> tuple[tuple, dict]:
         return (RES_PITCH2D, dev, fmt, ch, w, h, pitch), {"type": RES_PITCH2D, "addr": sess.translate(dev),
                                                            "format": fmt, "channels": ch, "width": w, "height": h,
                                                            "pitch": pitch, "flags": flags}
-    raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{who}: resource type {rtype} is not supported (mipmapped arrays)")
+    if rtype == RES_MIPMAPPED:
+        h, = struct.unpack_from("<Q", raw, 8)
+        m = mipmap_of(sess, h)
+        return (RES_MIPMAPPED, m.handle), {"type": RES_MIPMAPPED, "real": m.real, "shape": m.info["shape"],
+                                            "levels": m.info["levels"], "flags": flags}
+    raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{who}: resource type {rtype} is not supported")
 
 
 def _create_obj(d, sess, ctx, kind: str, raw_res: bytes, tex: bytes | None, view: bytes | None, who: str,
@@ -323,6 +424,7 @@ def h_surf_object_create(d, sess, fn, ctx, args, **kw):
     ctx = need_ctx(ctx, fn)
     raw = _bytes(d, sess, args[1], RES_DESC_SIZE, fn.name)
     if struct.unpack_from("<I", raw, 0)[0] != RES_ARRAY:
+        # (a level of a mipmapped array is an array resource)
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: a surface needs a CUDA array resource")
     value = _create_obj(d, sess, ctx, "s", raw, None, None, fn.name)
     return CUDA_SUCCESS, [value if args[0] else None]
@@ -379,7 +481,11 @@ def release_context(d, sess, ctx_id: int):
 # ------------------------------------------------------------- checkpoint
 
 def describe(sess) -> tuple[list, list]:
-    arrays = [{"id": o.id, "ctx": o.ctx, **o.info["shape"].as_dict()} for o in sess.of_kind(P.K_ARRAY)]
+    arrays = [{"id": o.id, "ctx": o.ctx, **o.info["shape"].as_dict(), "mipmap_levels": o.info["levels"]}
+              for o in sess.of_kind(P.K_MIPMAPPED_ARRAY)]
+    arrays += [{"id": o.id, "ctx": o.ctx, **o.info["shape"].as_dict(),
+                **({"level_of": list(o.info["level_of"])} if "level_of" in o.info else {})}
+               for o in sess.of_kind(P.K_ARRAY)]
     objs = [{"kind": "texture" if k == "t" else "surface", "value": v, "ctx": t["ctx"], "res": t["raw"].hex(),
              "tex": t["tex"].hex() if t["tex"] is not None else None,
              "view": t["view"].hex() if t["view"] is not None else None}
@@ -388,6 +494,12 @@ def describe(sess) -> tuple[list, list]:
     objs += [{"kind": "texture" if k == "t" else "surface", "value": v, "ctx": 0, "res": "", "tex": None,
               "view": None, "gone": True} for k, v in sorted(sess.tex_gone)]
     return arrays, objs
+
+
+class _RestoreFn:
+    """Stands for the API function in messages of checks a restore repeats."""
+    def __init__(self, what: str):
+        self.name = f"restore of a {what}"
 
 
 def contents(backend, o):
@@ -409,14 +521,33 @@ def rebuild(d, sess, arrays: list, objs: list, read_key):
         if c is None:
             raise RuntimeError(f"the image names context {i} for a CUDA array or texture object; it has none such")
         return c
-    for a in sorted(arrays, key=lambda a: a["id"]):
+    mipmaps = [a for a in arrays if "mipmap_levels" in a]
+    for a in sorted(mipmaps, key=lambda a: a["id"]):
+        ctx = context(a["ctx"])
+        b.make_current(ctx.real)
+        try:
+            _mipmap_create(d, sess, _RestoreFn("mipmapped array"), ctx, ArrayInfo.from_dict(a),
+                           int(a["mipmap_levels"]), ident=a["id"])
+        except CudaError as e:
+            raise RuntimeError(f"mipmapped CUDA array {a['id']} in the image: {e.message}") from e
+    for a in sorted((a for a in arrays if "mipmap_levels" not in a), key=lambda a: a["id"]):
         ctx = context(a["ctx"])
         b.make_current(ctx.real)
         try:
             info = ArrayInfo.from_dict(a)
         except CudaError as e:
             raise RuntimeError(f"CUDA array {a['id']} in the image: {e.message}") from e
-        o = sess.add(P.K_ARRAY, b.array_create(info), ctx.id, {"shape": info}, ident=a["id"])
+        if "level_of" in a:
+            mid, level = (int(x) for x in a["level_of"])
+            m = sess.objects.get((P.K_MIPMAPPED_ARRAY, mid))
+            if m is None or not 0 <= level < m.info["levels"]:
+                raise RuntimeError(f"CUDA array {a['id']} in the image is level {level} of mipmapped array {mid}, "
+                                   f"which the image does not describe")
+            o = _level(d, sess, m, level, ident=a["id"])
+            if o.info["shape"].as_dict() != info.as_dict():
+                raise RuntimeError(f"CUDA array {a['id']}: level {level} has another shape than in the image")
+        else:
+            o = sess.add(P.K_ARRAY, b.array_create(info), ctx.id, {"shape": info}, ident=a["id"])
         parts = []
         for k in range((info.nbytes + ARRAY_PIECE - 1) // ARRAY_PIECE):
             piece = read_key(ARRAY_KEY | (a["id"] << 32) | k)

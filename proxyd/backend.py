@@ -136,6 +136,11 @@ class Backend:
     def dtod(self, dst: int, src: int, n: int, stream: Any, sync: bool) -> None: raise NotImplementedError
     def memset(self, dst: int, value: int, elem: int, count: int, stream: Any, sync: bool) -> None:
         raise NotImplementedError
+    def memset2d(self, dst: int, pitch: int, value: int, elem: int, width: int, height: int, stream: Any) -> None:
+        """height rows of width elements of elem bytes, rows pitch bytes apart;
+        stream-ordered. This default sets row by row."""
+        for y in range(height):
+            self.memset(dst + y * pitch, value, elem, width, stream, False)
     def host_register(self, buf) -> Any: return None
     def host_unregister(self, token: Any) -> None: ...
     # GPU-visible host memory (docs/host-memory.md): buf is mapped at addr in

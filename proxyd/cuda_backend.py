@@ -114,6 +114,9 @@ int cuMemcpyPeerAsync(CUdeviceptr dst, void *dstCtx, CUdeviceptr src, void *srcC
 int cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *stream);
 int cuMemsetD16Async(CUdeviceptr dst, unsigned short v, size_t n, void *stream);
 int cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, void *stream);
+int cuMemsetD2D8Async(CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h, void *stream);
+int cuMemsetD2D16Async(CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t h, void *stream);
+int cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h, void *stream);
 int cuModuleLoadData(void **mod, const void *image);
 int cuModuleUnload(void *mod);
 int cuModuleGetFunction(void **fn, void *mod, const char *name);
@@ -136,6 +139,9 @@ int cuEventDestroy_v2(void *e);
 int cuLaunchHostFunc(void *s, void (*fn)(void *), void *userData);
 int cuArray3DCreate_v2(void **pHandle, const void *desc);
 int cuArrayDestroy(void *hArray);
+int cuMipmappedArrayCreate(void **pHandle, const void *desc, unsigned int numMipmapLevels);
+int cuMipmappedArrayGetLevel(void **pLevelArray, void *hMipmappedArray, unsigned int level);
+int cuMipmappedArrayDestroy(void *hMipmappedArray);
 int cuMemcpy3D_v2(const void *pCopy);
 int cuMemcpy3DAsync_v2(const void *pCopy, void *stream);
 int cuTexObjectCreate(unsigned long long *pTexObject, const void *pResDesc, const void *pTexDesc,
@@ -490,6 +496,16 @@ class CudaBackend(Backend):
             r = self.lib.cuMemsetD32Async(dst, value & 0xFFFFFFFF, count, s)
         self.check(r, "cuMemset")
 
+    def memset2d(self, dst, pitch, value, elem, width, height, stream):
+        s = self.vp(stream)
+        if elem == 1:
+            r = self.lib.cuMemsetD2D8Async(dst, pitch, value & 0xFF, width, height, s)
+        elif elem == 2:
+            r = self.lib.cuMemsetD2D16Async(dst, pitch, value & 0xFFFF, width, height, s)
+        else:
+            r = self.lib.cuMemsetD2D32Async(dst, pitch, value & 0xFFFFFFFF, width, height, s)
+        self.check(r, "cuMemsetD2D")
+
     # ------------------------------------------- arrays, textures, surfaces
     # (proxyd/arrays.py): descriptors are packed as cuda.h lays them out,
     # with the driver's own array handles and the arena's device addresses
@@ -500,6 +516,22 @@ class CudaBackend(Backend):
 
     def array_destroy(self, arr):
         self.check(self.lib.cuArrayDestroy(self.vp(arr)), "cuArrayDestroy")
+
+    # mipmapped arrays: a level is the driver's own CUarray, owned by the
+    # mipmapped array (cuda.h, cuMipmappedArrayGetLevel), never destroyed alone
+    def mipmap_create(self, info, levels):
+        p = self.ffi.new("void **")
+        self.check(self.lib.cuMipmappedArrayCreate(p, self.ffi.from_buffer(info.desc3d()), levels),
+                   "cuMipmappedArrayCreate")
+        return self.ptr(p[0])
+
+    def mipmap_level(self, mip, level, info):
+        p = self.ffi.new("void **")
+        self.check(self.lib.cuMipmappedArrayGetLevel(p, self.vp(mip), level), "cuMipmappedArrayGetLevel")
+        return self.ptr(p[0])
+
+    def mipmap_destroy(self, mip):
+        self.check(self.lib.cuMipmappedArrayDestroy(self.vp(mip)), "cuMipmappedArrayDestroy")
 
     @staticmethod
     def _side3d(side, host_addr=0):
@@ -541,10 +573,10 @@ class CudaBackend(Backend):
 
     def _res_desc(self, res) -> bytes:
         import struct
-        from .arrays import RES_ARRAY, RES_LINEAR, RES_DESC_SIZE
+        from .arrays import RES_ARRAY, RES_LINEAR, RES_MIPMAPPED, RES_DESC_SIZE
         out = bytearray(RES_DESC_SIZE)
         struct.pack_into("<I", out, 0, res["type"])
-        if res["type"] == RES_ARRAY:
+        if res["type"] in (RES_ARRAY, RES_MIPMAPPED):       # hArray / hMipmappedArray
             struct.pack_into("<Q", out, 8, res["real"])
         elif res["type"] == RES_LINEAR:
             struct.pack_into("<QIIQ", out, 8, res["addr"], res["format"], res["channels"], res["size"])

@@ -184,7 +184,7 @@ class Dispatcher:
     def __init__(self, backend):
         self.backend = backend
         # imported for their @handler registrations
-        from . import arrays, graph_mem, graph_nodes, graphs, handlers, hostmap, ipc, mempool, vmm  # noqa: F401
+        from . import arrays, graph_mem, graph_nodes, graphs, handlers, hostmap, ipc, mempool, mempool_ipc, vmm  # noqa: F401
         self._capture_op = graphs.capture_op
         from .libraries import LibraryCalls
         self.libs = LibraryCalls(self)      # cuBLAS, cuBLASLt, NVML ops (handler "library")

@@ -75,7 +75,7 @@ ADD_TYPES = {
 OP_HANDLERS = {
     T_KERNEL: {"launch_kernel"},
     T_MEMCPY: {"memcpy_htod", "memcpy_dtoh", "memcpy_dtod"},
-    T_MEMSET: {"memset"},
+    T_MEMSET: {"memset", "memset2d"},
     T_HOST: {"host_func"},
 }
 WAIT_NAMES = {"cuStreamWaitEvent"}

@@ -47,7 +47,7 @@ CU_STREAM_CAPTURE_STATUS_ACTIVE = 1
 
 # ops that may be captured, by handler (or by name for generic ones)
 CAPTURABLE = {"launch_kernel", "launch_kernel_ex", "launch_cooperative", "memcpy_htod", "memcpy_dtoh",
-              "memcpy_dtod", "memset", "host_func", "event_record", "graph_launch"}
+              "memcpy_dtod", "memset", "memset2d", "host_func", "event_record", "graph_launch"}
 CAPTURABLE_NAMES = {"cuStreamWaitEvent", "cuStreamWaitEvent_ptsz"}
 # calls about the capture itself, which run while it is active
 CAPTURE_CONTROL = {"graph_begin_capture", "graph_end_capture", "graph_is_capturing", "graph_capture_info"}

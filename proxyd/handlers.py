@@ -132,7 +132,10 @@ def release_object(d, sess, o):
     elif o.kind == P.K_EVENT:
         b.call_named("cuEventDestroy_v2", [o.real])
     elif o.kind == P.K_ARRAY:
-        b.array_destroy(o.real)
+        if "level_of" not in o.info:      # a mipmap level goes with its mipmapped array
+            b.array_destroy(o.real)
+    elif o.kind == P.K_MIPMAPPED_ARRAY:
+        b.mipmap_destroy(o.real)
     sess.drop(o)
 
 
@@ -229,6 +232,9 @@ def h_mem_free(d, sess, fn, ctx, args, **kw):
     from .graph_mem import free_outside
     if free_outside(d, sess, "cuMemFree", addr):
         return CUDA_SUCCESS, []     # a graph allocation freed outside its graph (graph_mem.py)
+    from .mempool_ipc import release_pointer
+    if release_pointer(d, sess, fn, ctx, addr):     # a pointer imported from another process's pool
+        return CUDA_SUCCESS, []
     try:
         sess.arena.free(addr)
     except ArenaError as e:
@@ -360,6 +366,32 @@ def h_memset(d, sess, fn, ctx, args, **kw):
     stream = stream_of(d, sess, args[3]) if len(args) > 3 else d.backend.stream(0)
     check_range(sess, fn, dst, elem * count, "destination")
     d.backend.memset(dst, value, elem, count, stream, False)
+    return CUDA_SUCCESS, []
+
+
+@handler("memset2d")
+def h_memset2d(d, sess, fn, ctx, args, **kw):
+    """cuMemsetD2D{8,16,32}[Async]: Height rows of Width elements, rows
+    dstPitch bytes apart (cuda.h, cuMemsetD2D8: the pitch is in bytes, Width
+    in elements). Checked as one range from the first row's start to the last
+    row's end: it must lie inside one allocation, as for the 1D memsets."""
+    dst, pitch, value = sess.translate(int(args[0])), int(args[1]), int(args[2])
+    width, height = int(args[3]), int(args[4])
+    elem = 1 if "D2D8" in fn.name else 2 if "D2D16" in fn.name else 4
+    # cuda.h: the _ptds/_ptsz forms use the per-thread default stream for NULL
+    per_thread = fn.name.endswith(("_ptds", "_ptsz"))
+    if len(args) > 5:
+        stream = stream_of(d, sess, args[5] or (P.STREAM_PER_THREAD if per_thread else 0))
+    else:
+        stream = d.backend.stream(P.STREAM_PER_THREAD if per_thread else 0)
+    if width == 0 or height == 0:
+        return CUDA_SUCCESS, []
+    if pitch < width * elem or (height > 1 and pitch % elem):
+        raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                        f"{fn.name}: pitch {pitch} is smaller than a row of {width} x {elem} bytes or not a "
+                        f"multiple of the element size")
+    check_range(sess, fn, dst, pitch * (height - 1) + width * elem, "destination")
+    d.backend.memset2d(dst, pitch, value, elem, width, height, stream)
     return CUDA_SUCCESS, []
 
 
@@ -648,4 +680,4 @@ def h_host_func(d, sess, fn, ctx, args, **kw):
 
 # The handlers of the stream-ordered allocator, the application's VMM and
 # graphs live in modules of their own; importing this module registers them too.
-from . import graph_mem, graph_nodes, graphs, link, mempool, vmm  # noqa: E402,F401
+from . import arrays, graph_mem, graph_nodes, graphs, hostmap, ipc, link, mempool, mempool_ipc, vmm  # noqa: E402,F401

@@ -129,6 +129,8 @@ def check_checkpointable(sess) -> None:
                            f"(cudaIpcGetEventHandle/cudaIpcOpenEventHandle): another process records or waits "
                            f"on it, which the image could not bring back; checkpointing one side of an IPC pair "
                            f"is not supported")
+    from .mempool_ipc import check_checkpointable as pools_checkpointable
+    pools_checkpointable(sess)      # exported or imported memory pools say so in their own words
     if ex or im:
         what = "exported" if ex else "opened"
         raise RuntimeError(f"session of pid {sess.pid} has {what} device memory through CUDA IPC "
@@ -144,10 +146,12 @@ def imported_range(sess, addr: int, n: int) -> bool:
     return False
 
 
-@handler("ipc_get_mem_handle")
-def h_ipc_get_mem_handle(d, sess, fn, ctx, args, **kw):
+def export_allocation(d, sess, fn, dptr: int) -> tuple[int, bytes, bytes, int, int]:
+    """Registers the chunk that holds dptr for opening by another worker:
+    (export id, socket suffix, secret, offset of dptr in the chunk, bytes
+    from dptr to the allocation's end). Also used by pool pointer exports
+    (proxyd/mempool_ipc.py)."""
     global _next_id
-    dptr = int(args[1])
     hit = sess.arena.find(dptr)
     if hit is None:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {dptr:#x} is not inside a device allocation of this "
@@ -164,16 +168,21 @@ def h_ipc_get_mem_handle(d, sess, fn, ctx, args, **kw):
     if not hasattr(sess, "ipc_exports"):
         sess.ipc_exports = {}
     sess.ipc_exports[eid] = dptr
-    h = _HANDLE.pack(MAGIC, os.getpid(), eid, suffix, secret, alloc.addr - chunk.start + off, alloc.size - off)
+    return eid, suffix, secret, alloc.addr - chunk.start + off, alloc.size - off
+
+
+@handler("ipc_get_mem_handle")
+def h_ipc_get_mem_handle(d, sess, fn, ctx, args, **kw):
+    eid, suffix, secret, off, size = export_allocation(d, sess, fn, int(args[1]))
+    h = _HANDLE.pack(MAGIC, os.getpid(), eid, suffix, secret, off, size)
     return CUDA_SUCCESS, [h.ljust(HANDLE_SIZE, b"\0")]
 
 
-@handler("ipc_open_mem_handle")
-def h_ipc_open_mem_handle(d, sess, fn, ctx, args, **kw):
-    raw = bytes(args[1]) if isinstance(args[1], (bytes, bytearray, memoryview)) else b""
-    if len(raw) != HANDLE_SIZE or raw[:8] != MAGIC:
-        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: not a memory handle of this proxyd")
-    _m, pid, eid, suffix, secret, off, size = _HANDLE.unpack_from(raw)
+def open_allocation(d, sess, fn, ctx, pid: int, suffix: bytes, eid: int, secret: bytes, off: int,
+                    size: int) -> int:
+    """Fetches an exported chunk from worker pid and maps it at free
+    addresses of this session's arena; returns the allocation's address
+    there. Also used by pool pointer imports (proxyd/mempool_ipc.py)."""
     if pid == os.getpid():
         # natively too: a process cannot open its own handle (cudaErrorDeviceUninitialized / invalid context)
         raise CudaError(CUDA_ERROR_INVALID_CONTEXT, f"{fn.name}: the handle was exported by this same process")
@@ -202,12 +211,11 @@ def h_ipc_open_mem_handle(d, sess, fn, ctx, args, **kw):
     sess.ipc_imports[base] = (extent, tok)
     sess.ipc_opened = getattr(sess, "ipc_opened", {})
     sess.ipc_opened[base + off] = base
-    return CUDA_SUCCESS, [base + off]
+    return base + off
 
 
-@handler("ipc_close_mem_handle")
-def h_ipc_close_mem_handle(d, sess, fn, ctx, args, **kw):
-    dptr = int(args[0])
+def close_allocation(d, sess, fn, ctx, dptr: int) -> None:
+    """Unmaps what open_allocation mapped at dptr, after the context's work."""
     base = getattr(sess, "ipc_opened", {}).pop(dptr, None)
     if base is None:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {dptr:#x} was not returned by cuIpcOpenMemHandle")
@@ -216,6 +224,20 @@ def h_ipc_close_mem_handle(d, sess, fn, ctx, args, **kw):
     extent, tok = sess.ipc_imports.pop(base)
     d.backend.unimport(tok)
     sess.arena._va.give(base, base + extent)
+
+
+@handler("ipc_open_mem_handle")
+def h_ipc_open_mem_handle(d, sess, fn, ctx, args, **kw):
+    raw = bytes(args[1]) if isinstance(args[1], (bytes, bytearray, memoryview)) else b""
+    if len(raw) != HANDLE_SIZE or raw[:8] != MAGIC:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: not a memory handle of this proxyd")
+    _m, pid, eid, suffix, secret, off, size = _HANDLE.unpack_from(raw)
+    return CUDA_SUCCESS, [open_allocation(d, sess, fn, ctx, pid, suffix, eid, secret, off, size)]
+
+
+@handler("ipc_close_mem_handle")
+def h_ipc_close_mem_handle(d, sess, fn, ctx, args, **kw):
+    close_allocation(d, sess, fn, ctx, int(args[0]))
     return CUDA_SUCCESS, []
 
 

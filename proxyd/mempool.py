@@ -52,6 +52,7 @@ ATTR_DEFAULTS = {1: 1, 2: 1, 3: 1, 4: 0}
 CU_MEM_ALLOCATION_TYPE_PINNED = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1
 CU_MEM_HANDLE_TYPE_NONE = 0
+CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
 CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
 POOL_PROPS = struct.Struct("<iiii")       # allocType, handleTypes, location.type, location.id (CUmemPoolProps head)
 
@@ -152,6 +153,9 @@ def h_mem_free_async(d, sess, fn, ctx, args, **kw):
     from .graph_mem import free_outside
     if free_outside(d, sess, fn.name, addr, stream):
         return CUDA_SUCCESS, []     # a graph allocation freed after its graph ran (graph_mem.py)
+    from .mempool_ipc import release_pointer
+    if release_pointer(d, sess, fn, ctx, addr, stream):     # a pointer imported from another process's pool
+        return CUDA_SUCCESS, []
     if addr not in sess.arena.allocs:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {addr:#x} is not the start of an allocation")
     d.backend.stream_sync(stream)
@@ -184,12 +188,23 @@ def h_mem_pool_create(d, sess, fn, ctx, args, **kw):
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                         f"{fn.name}: only device-located pinned pools are supported (allocType {alloc_type}, "
                         f"location type {loc_type})")
-    if handle_types != CU_MEM_HANDLE_TYPE_NONE:
-        raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: exportable pools (handle types {handle_types}) "
-                                                  f"are not supported")
+    if handle_types not in (CU_MEM_HANDLE_TYPE_NONE, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR):
+        # Win32 handles have no meaning here; fabric handles need an IMEX channel (multi-node)
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: exportable pools of handle types {handle_types} "
+                                                  f"are not supported (POSIX file descriptors are)")
     _device_ok(d, loc_id)
     o = new_pool(sess, loc_id, False)
+    if handle_types:
+        set_exportable(o, handle_types)
     return CUDA_SUCCESS, [o.handle]
+
+
+def set_exportable(o, handle_types: int) -> None:
+    """An exportable pool (proxyd/mempool_ipc.py): its handle types and the
+    tag that ties pointer exports to the pool."""
+    from .mempool_ipc import new_tag
+    o.info["handle_types"] = handle_types
+    o.info["ipc_tag"] = new_tag()
 
 
 @handler("mem_pool_destroy")
@@ -308,7 +323,8 @@ def describe(sess) -> tuple[list, dict]:
               "attrs": {str(k): int(v) for k, v in o.info["attrs"].items()},
               "access": {str(k): int(v) for k, v in o.info["access"].items()},
               "allocs": [[a, n] for a, n in sorted(o.info["allocs"].items())],
-              "used_high": int(o.info["used_high"])}
+              "used_high": int(o.info["used_high"]),
+              **({"handle_types": int(o.info["handle_types"])} if o.info.get("handle_types") else {})}
              for o in sess.of_kind(P.K_MEM_POOL)]
     return pools, {str(k): int(v) for k, v in sess.mem_pool_current.items()}
 
@@ -325,4 +341,6 @@ def rebuild(sess, pools: list, current: dict, dmap):
                 o.info["allocs"][int(a)] = int(n)
                 sess.pool_allocs[int(a)] = o.id
         o.info["used_high"] = int(p.get("used_high", 0))
+        if p.get("handle_types"):
+            set_exportable(o, int(p["handle_types"]))
     sess.mem_pool_current = {dmap(int(k)): int(v) for k, v in current.items()}

@@ -53,6 +53,7 @@ K_GRAPH = 8         # graphs and executable graphs (graphs.py)
 K_GRAPH_EXEC = 9
 K_ARRAY = 10         # CUDA arrays (arrays.py); texture/surface objects are driver values, not handles
 K_GRAPH_NODE = 11   # nodes of graphs built explicitly (graph_nodes.py)
+K_MIPMAPPED_ARRAY = 28   # mipmapped CUDA arrays (arrays.py); their levels are K_ARRAY objects
 
 # library objects (libraries.py); the shim's own kinds stop below 32
 K_CUBLAS_HANDLE = 32
@@ -80,7 +81,7 @@ K_CUSOLVER_GESVDJ_INFO = 50    # gesvdjInfo_t: the Jacobi SVD's settings
 KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
               "stream": K_STREAM, "event": K_EVENT, "mem_pool": K_MEM_POOL,
               "mem_handle": K_MEM_HANDLE, "graph": K_GRAPH, "graph_exec": K_GRAPH_EXEC, "array": K_ARRAY,
-              "graph_node": K_GRAPH_NODE,
+              "graph_node": K_GRAPH_NODE, "mipmapped_array": K_MIPMAPPED_ARRAY,
               "cublas_handle": K_CUBLAS_HANDLE, "cublaslt_handle": K_CUBLASLT_HANDLE,
               "cublaslt_matmul_desc": K_CUBLASLT_MATMUL_DESC, "cublaslt_layout": K_CUBLASLT_LAYOUT,
               "cublaslt_preference": K_CUBLASLT_PREFERENCE, "cudnn_handle": K_CUDNN_HANDLE,

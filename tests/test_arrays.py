@@ -224,6 +224,85 @@ def test_unsupported_format_is_refused(env):
         A.h_array_create(d, s, FN["cuArray3DCreate_v2"], ctx, [True, A.ARRAY3D_DESC.pack(4, 4, 0, 0xB0, 1, 0)])
 
 
+# ------------------------------------------------------- mipmapped arrays
+
+def _mipmap(d, s, ctx, w, h, levels, fmt=CU_AD_FORMAT_FLOAT):
+    return _call(d, s, ctx, "cuMipmappedArrayCreate", True, A.ARRAY3D_DESC.pack(w, h, 0, fmt, 1, 0), levels)[0]
+
+
+def test_mipmap_levels_are_arrays_owned_by_the_mipmapped_array(env):
+    b, d, s, ctx = env
+    m = _mipmap(d, s, ctx, 16, 6, 4)        # 16x6, 8x3, 4x1, 2x1
+    lv = [_call(d, s, ctx, "cuMipmappedArrayGetLevel", True, m, n)[0] for n in range(4)]
+    assert _call(d, s, ctx, "cuMipmappedArrayGetLevel", True, m, 2)[0] == lv[2]     # the same handle again
+    shapes = [(s.get(P.K_ARRAY, h).info["shape"].width, s.get(P.K_ARRAY, h).info["shape"].height) for h in lv]
+    assert shapes == [(16, 6), (8, 3), (4, 1), (2, 1)]
+    with pytest.raises(CudaError, match="level 4 of 4"):
+        A.h_mipmap_get_level(d, s, FN["cuMipmappedArrayGetLevel"], ctx, [True, m, 4])
+    # more levels than the largest dimension allows (1 + floor(log2(16)) = 5)
+    with pytest.raises(CudaError, match="6 levels"):
+        A.h_mipmap_create(d, s, FN["cuMipmappedArrayCreate"], ctx,
+                          [True, A.ARRAY3D_DESC.pack(16, 6, 0, CU_AD_FORMAT_FLOAT, 1, 0), 6])
+    with pytest.raises(CudaError, match="is a level of a mipmapped array"):
+        A.h_array_destroy(d, s, FN["cuArrayDestroy"], ctx, [lv[1]])
+    # a texture over the mipmapped resource and one over a level go with it
+    raw = bytearray(A.RES_DESC_SIZE)
+    struct.pack_into("<IxxxxQ", raw, 0, A.RES_MIPMAPPED, m)
+    t_mip = _call(d, s, ctx, "cuTexObjectCreate", True, bytes(raw), _tex_desc(True), None)[0]
+    t_lvl = _call(d, s, ctx, "cuTexObjectCreate", True, _res_array(lv[1]), _tex_desc(), None)[0]
+    _call(d, s, ctx, "cuMipmappedArrayDestroy", m)
+    assert not s.of_kind(P.K_ARRAY) and not s.of_kind(P.K_MIPMAPPED_ARRAY)
+    assert not b.textures.objects and {("t", t_mip), ("t", t_lvl)} <= s.tex_gone
+
+
+def test_mipmap_restore_brings_back_fetched_levels_and_lod_fetches(env):
+    b, d, s, ctx = env
+    m = _mipmap(d, s, ctx, 8, 4, 3)
+    l0, l2 = (_call(d, s, ctx, "cuMipmappedArrayGetLevel", True, m, n)[0] for n in (0, 2))
+    o0, o2 = s.get(P.K_ARRAY, l0), s.get(P.K_ARRAY, l2)
+    b.array_write(o0.real, o0.info["shape"], np.arange(32, dtype=np.float32).tobytes())
+    b.array_write(o2.real, o2.info["shape"], np.array([100, 200], np.float32).tobytes())
+    raw = bytearray(A.RES_DESC_SIZE)
+    struct.pack_into("<IxxxxQ", raw, 0, A.RES_MIPMAPPED, m)
+    tex = bytearray(_tex_desc(True))
+    struct.pack_into("<fff", tex, 28, 0.0, 0.0, 2.0)        # bias, min and max level clamp
+    t = _call(d, s, ctx, "cuTexObjectCreate", True, bytes(raw), bytes(tex), None)[0]
+    b2, d2, s2, arrays, objs, keys = _rebuild_into_fresh(s, b)
+    A.rebuild(d2, s2, arrays, objs, keys.get)
+    assert s2.get(P.K_MIPMAPPED_ARRAY, m).info["levels"] == 3
+    assert _call(d2, s2, ctx, "cuMipmappedArrayGetLevel", True, m, 2)[0] == l2    # same handle
+    from gpuproxy.emu.textures import fetch
+    obj = b2.textures.get(t)
+    # level 0 texel (5, 2) = 21; level 2 (2x1) texel (1, 0) = 200; lod 7 is clamped to level 2
+    assert fetch(obj, [5.5 / 8], [2.5 / 4], lod=0.0).tolist() == [[21.0]]
+    assert fetch(obj, [0.9], [0.5], lod=2.0).tolist() == [[200.0]]
+    assert fetch(obj, [0.1], [0.5], lod=7.0).tolist() == [[100.0]]
+    # level 1 was never fetched by the app: it exists, with no recorded contents
+    assert [a.get("level_of") for a in arrays if "level_of" in a] == [[1, 0], [1, 2]]
+
+
+# ------------------------------------------------------------ 2D memsets
+
+def test_memset2d_checks_and_sets_rows(env):
+    from gpuproxy.proxyd import handlers as Hd
+    b, d, s, ctx = env
+    dev = s.arena.alloc(4096, 0)
+    b.write_device(0, dev, bytes(4096))
+    fn = FN["cuMemsetD2D16_v2"]
+    Hd.h_memset2d(d, s, fn, ctx, [dev + 2, 64, 0xBEEF, 5, 3])
+    out = bytearray(4096)
+    b.read_device(0, dev, 4096, out)
+    rows = np.frombuffer(bytes(out), np.uint8).reshape(64, 64)
+    for y in range(64):
+        want = bytes(2) + bytes.fromhex("efbe") * 5 + bytes(52) if y < 3 else bytes(64)
+        assert rows[y].tobytes() == want, y
+    with pytest.raises(CudaError, match="pitch 8 is smaller than a row"):
+        Hd.h_memset2d(d, s, fn, ctx, [dev, 8, 1, 5, 2])
+    # the last row would end past the allocation
+    with pytest.raises(CudaError, match="runs past the end"):
+        Hd.h_memset2d(d, s, FN["cuMemsetD2D8_v2"], ctx, [dev, 1024, 1, 200, 5])
+
+
 @pytest.mark.gpu
 def test_gpu_texture_values_come_back_in_a_fresh_context():
     """On the GPU: objects made in one context (with a gap: one destroyed)

@@ -205,6 +205,32 @@ def test_supported_annotations(specs):
                                              ("scalar", None)]
 
 
+def test_memory_features_of_issue_10_round_3(specs):
+    """2D/3D memsets, exportable pools and mipmapped arrays: remoted through
+    their handlers, with the restore rules docs/compatibility.md states."""
+    by = specs.by_name
+    for w in (8, 16, 32):
+        for v in ("_v2", "_v2_ptds", "Async", "Async_ptsz"):
+            f = by[f"cuMemsetD2D{w}{v}"]
+            # one batched op each, the pitch checked in the shim first (copy2d.c)
+            assert (f.supported, f.handler, f.shim, f.sync, f.restore.rule) == \
+                (True, "memset2d", "override", False, "memory"), f.name
+    for name in ("cudaMemset2D", "cudaMemset3D", "cudaMemset2DAsync", "cudaMemset3DAsync", "cudaMalloc3D",
+                 "cudaMemPoolExportToShareableHandle", "cudaMemPoolImportFromShareableHandle",
+                 "cudaMemPoolExportPointer", "cudaMemPoolImportPointer", "cudaMallocMipmappedArray",
+                 "cudaGetMipmappedArrayLevel", "cudaFreeMipmappedArray"):
+        assert by[name].supported and by[name].restore.rule == "driver", name
+    for name in ("cuMemPoolExportToShareableHandle", "cuMemPoolImportFromShareableHandle",
+                 "cuMemPoolExportPointer", "cuMemPoolImportPointer"):
+        f = by[name]
+        assert f.supported and f.restore.rule == "none-needed" and "refused at dump" in f.restore.why, name
+    for name, h in (("cuMipmappedArrayCreate", "mipmap_create"), ("cuMipmappedArrayGetLevel", "mipmap_get_level"),
+                    ("cuMipmappedArrayDestroy", "mipmap_destroy")):
+        assert (by[name].supported, by[name].handler, by[name].restore.rule) == (True, h, "object"), name
+    from gpuproxy.proxyd import protocol as P
+    assert P.KIND_CODES["mipmapped_array"] == P.K_MIPMAPPED_ARRAY
+
+
 # --------------------------------------------------------------------------
 # bootstrap: merge mode, idempotent
 # --------------------------------------------------------------------------
@@ -334,7 +360,9 @@ _RECREATED = {"context", "module", "function", "stream", "event", "device"}
 # app keeps running): JIT link states live for one compilation (proxyd/link.py);
 # an event opened from another process's IPC handle (proxyd/ipc.py)
 _REFUSED_AT_DUMP = {"link_state"}
-_REFUSED_AT_DUMP_FUNCS = {"cuIpcOpenEventHandle"}
+# functions whose objects make the session refuse a dump (proxyd/ipc.py,
+# proxyd/mempool_ipc.py): an opened IPC event, an imported memory pool
+_REFUSED_AT_DUMP_FUNCS = {"cuIpcOpenEventHandle", "cuMemPoolImportFromShareableHandle"}
 
 
 def _refused_at_dump(f) -> bool:

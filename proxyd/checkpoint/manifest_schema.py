@@ -218,7 +218,9 @@ SESSION = Obj({
     # stream-ordered allocator pools (proxyd/mempool.py) and each device's current pool
     "mem_pools": List(Obj({"id": ID, "device": DEVICE, "default": Bool(), "attrs": Map(NUM, U64, 16),
                            "access": Map(NUM, Int(0, 3), 1024), "allocs": List(Tuple(U64, SIZE), 1 << 24),
-                           "used_high": U64}), 1 << 16),
+                           "used_high": U64},
+                          # exportable pools (proxyd/mempool_ipc.py): CUmemAllocationHandleType bits
+                          optional={"handle_types": Int(0, 15)}), 1 << 16),
     "mem_pool_current": Map(NUM, ID, 1024),
     # the application's physical allocations (cuMemCreate, proxyd/vmm.py)
     "mem_handles": List(Obj({"id": ID, "size": SIZE, "device": DEVICE, "mapped": Opt(U64), "used": Bool(),
@@ -257,7 +259,10 @@ SESSION = Obj({
     # CUDA arrays (proxyd/arrays.py; contents: FLAG_ARRAY chunks) and texture /
     # surface objects under the driver's values, with their descriptors as hex
     "arrays": List(Obj({"id": ID, "ctx": ID, "width": SIZE, "height": SIZE, "depth": SIZE,
-                        "format": Int(0, 0xFF), "channels": Int(1, 4), "flags": ID}), 1 << 20),
+                        "format": Int(0, 0xFF), "channels": Int(1, 4), "flags": ID},
+                       # mipmapped arrays (their number of levels), and the level
+                       # arrays the app fetched: (mipmapped array id, level)
+                       optional={"mipmap_levels": Int(1, 32), "level_of": Tuple(ID, Int(0, 31))}), 1 << 20),
     "tex_objects": List(Obj({"kind": Enum("texture", "surface"), "value": U64, "ctx": ID,
                              "res": Str(288, r"[0-9a-f]*", "hex bytes"),
                              "tex": Opt(Str(208, r"[0-9a-f]*", "hex bytes")),

@@ -77,7 +77,7 @@ ATTRS = {
     20: 0, 30: 512, 31: 1, 32: 1, 33: 0, 34: 0, 35: 0, 36: 2619000, 37: 5120, 38: 52428800,
     39: 2048, 40: 2, 41: 1, 50: 0, 51: 32, 75: 9, 76: 0, 78: 1, 79: 1, 80: 1, 81: 233472,
     82: 65536, 83: 1, 84: 0, 85: 0, 86: 0, 88: 0, 89: 1, 90: 1, 91: 0, 95: 1, 96: 0, 97: 232448,
-    99: 1, 102: 1, 106: 32, 108: 83886080, 109: 134213632, 111: 1024, 115: 1, 120: 1,
+    99: 1, 102: 1, 106: 32, 108: 83886080, 109: 134213632, 111: 1024, 115: 1, 119: 1, 120: 1,
 }
 
 
@@ -338,6 +338,14 @@ class EmuBackend(Backend):
         dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[elem]
         self.resolve(dst, elem * count).view(dt)[:] = value & ((1 << (8 * elem)) - 1)
 
+    def memset2d(self, dst, pitch, value, elem, width, height, stream):
+        # one strided view over the rows: [height, pitch] bytes, first width * elem of each
+        dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[elem]
+        span = pitch * (height - 1) + width * elem
+        flat = self.resolve(dst, span)
+        rows = np.lib.stride_tricks.as_strided(flat, shape=(height, width * elem), strides=(pitch, 1))
+        rows.view(dt)[:] = value & ((1 << (8 * elem)) - 1)
+
     # ------------------------------------------- arrays, textures, surfaces
     # (proxyd/arrays.py calls these; emu/textures.py holds the objects)
     def array_create(self, info):
@@ -346,6 +354,17 @@ class EmuBackend(Backend):
 
     def array_destroy(self, arr):
         arr.data = arr.data[:0]
+
+    def mipmap_create(self, info, levels):
+        from .textures import EmuArray
+        return [EmuArray(info.level(n)) for n in range(levels)]
+
+    def mipmap_level(self, mip, level, info):
+        return mip[level]
+
+    def mipmap_destroy(self, mip):
+        for a in mip:
+            a.data = a.data[:0]
 
     def array_copy(self, src, dst, extent, stream):
         self.textures.copy(src, dst, extent)

@@ -99,6 +99,11 @@ class KernelLaunch:
         from .textures import fetch
         return fetch(self._textures.get(obj), x, y, z)
 
+    def tex2dlod(self, obj: int, x, y, lod: float) -> np.ndarray:
+        """tex2DLod: as tex2d, from the mipmap level nearest to lod (one lod per call)."""
+        from .textures import fetch
+        return fetch(self._textures.get(obj), x, y, lod=lod)
+
     def surf2dread(self, obj: int, xbytes, y) -> np.ndarray:
         """surf2Dread: elements at byte column xbytes, row y."""
         from .textures import surf_index

@@ -13,8 +13,11 @@ clamp), element-type reads (integer formats are never converted to
 normalised floats) of linear, pitch-2D and array resources; surface reads
 and writes with byte x-coordinates and trap on out-of-range accesses (the
 CUDA default, cudaBoundaryModeTrap). Not modelled: linear filtering, wrap /
-mirror / border addressing, normalised-float read mode, sRGB, mipmaps,
-layered and cubemap arrays, texture gather.
+mirror / border addressing, normalised-float read mode, sRGB, layered and
+cubemap arrays, texture gather. Mipmapped arrays: explicit-level fetches
+(tex2DLod / tex3DLod) with point mipmap filtering, the level rounded to the
+nearest and clamped to the texture's level range; a lod of the form n + 0.5
+is not used by the tests (rounding ties is the hardware's choice).
 
 Locking: used on the worker's main loop only, as the rest of the backend.
 """
@@ -24,7 +27,7 @@ import struct
 
 import numpy as np
 
-from gpuproxy.proxyd.arrays import FORMATS, RES_ARRAY, RES_LINEAR, RES_PITCH2D
+from gpuproxy.proxyd.arrays import FORMATS, RES_ARRAY, RES_LINEAR, RES_MIPMAPPED, RES_PITCH2D
 from gpuproxy.proxyd.session import CudaError
 
 CUDA_ERROR_INVALID_VALUE = 1
@@ -48,16 +51,23 @@ class EmuTexObject:
     def __init__(self, res: dict, tex: bytes | None, backend):
         self.res = res
         self.normalized = False
+        self.bias, self.min_level, self.max_level = 0.0, 0.0, 0.0
         if tex is not None:
             flags, = struct.unpack_from("<I", tex, 16)
             self.normalized = bool(flags & CU_TRSF_NORMALIZED_COORDINATES)
+            # CUDA_TEXTURE_DESC: addressMode[3], filterMode, flags, maxAnisotropy,
+            # mipmapFilterMode, mipmapLevelBias, minMipmapLevelClamp, maxMipmapLevelClamp
+            self.bias, self.min_level, self.max_level = struct.unpack_from("<fff", tex, 28)
         self.backend = backend
 
-    def view(self) -> np.ndarray:
-        """(slices, rows, width, channels) elements of the resource."""
+    def view(self, level: int = 0) -> np.ndarray:
+        """(slices, rows, width, channels) elements of the resource (of one
+        level of a mipmapped array)."""
         r = self.res
         if r["type"] == RES_ARRAY:
             return r["real"].elements()
+        if r["type"] == RES_MIPMAPPED:
+            return r["real"][level].elements()
         kind, size = FORMATS[r["format"]]
         elem = size * r["channels"]
         if r["type"] == RES_LINEAR:
@@ -113,11 +123,20 @@ class Textures:
         self.region(dst, extent)[...] = s
 
 
-def fetch(obj: EmuTexObject, x, y=None, z=None) -> np.ndarray:
+def level_of(obj: EmuTexObject, lod: float) -> int:
+    """The mipmap level a point-filtered fetch at lod reads: the nearest
+    level, within the texture's clamps and the array's levels."""
+    if obj.res["type"] != RES_MIPMAPPED:
+        return 0
+    lod = min(max(float(lod) + obj.bias, obj.min_level), obj.max_level)
+    return int(min(max(np.floor(lod + 0.5), 0), obj.res["levels"] - 1))
+
+
+def fetch(obj: EmuTexObject, x, y=None, z=None, lod: float = 0.0) -> np.ndarray:
     """Point-sampled, clamp-addressed texels at coordinates x (and y, z):
     one row of channels per coordinate (CUDA C++ Programming Guide,
     "Texture Fetching": nearest-point sampling takes the texel floor(x))."""
-    el = obj.view()
+    el = obj.view(level_of(obj, lod))
     d, h, w, _ = el.shape
     x = np.asarray(x, np.float64)
 

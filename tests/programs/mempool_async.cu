@@ -6,7 +6,8 @@
 // the loop lives through every iteration (and through the checkpoints of
 // tests/test_corpus_checkpoint.py: it must come back at the same address
 // with its contents); each iteration allocates and frees scratch buffers in
-// stream order. The result is compared with a CPU computation.
+// stream order. The explicit pool is exportable (POSIX file descriptors)
+// and is exported at the end. The result is compared with a CPU computation.
 //
 // Pacing (GPUPROXY_TEST_PACE=1): one stdin line before each iteration,
 // "step <k> done" after it.
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+#include <unistd.h>
 #include <cuda_runtime.h>
 
 #define NAME "mempool_async"
@@ -83,6 +85,9 @@ int main(int argc, char **argv)
     props.allocType = cudaMemAllocationTypePinned;
     props.location.type = cudaMemLocationTypeDevice;
     props.location.id = 0;
+    // exportable (IPC) pool: its handle types must survive the checkpoints,
+    // which the export after the loop checks
+    props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
     cudaMemPool_t pool;
     CHECK(cudaMemPoolCreate(&pool, &props));
     unsigned long long thr = 64ull << 20;
@@ -166,6 +171,9 @@ int main(int argc, char **argv)
     printf("sum %lld\n", total);
     CHECK(cudaFreeAsync(acc, s));
     CHECK(cudaStreamSynchronize(s));
+    int fd = -1;
+    CHECK(cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0));
+    EXPECT(fd >= 0 && close(fd) == 0, "pool descriptor %d", fd);
     CHECK(cudaMemPoolDestroy(pool));
     CHECK(cudaStreamDestroy(s));
     printf("PASS " NAME "\n");
