@@ -138,14 +138,21 @@ static double *upload(const Mat &h)
     return d;
 }
 
+// The library calls run on a non-blocking stream, which cudaMemcpy (legacy
+// stream) does not wait for, and a pageable host-to-device cudaMemcpy may
+// return before its DMA has landed (CUDA Runtime API, "API synchronization
+// behavior"): put and get synchronise the device so that neither races the
+// libraries' work.
 static void put(double *d, const Mat &h)
 {
     CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(double), cudaMemcpyHostToDevice));
+    CHECK(cudaDeviceSynchronize());
 }
 
 static Mat get(const double *d, size_t n)
 {
     Mat h(n);
+    CHECK(cudaDeviceSynchronize());
     CHECK(cudaMemcpy(h.data(), d, n * sizeof(double), cudaMemcpyDeviceToHost));
     return h;
 }
