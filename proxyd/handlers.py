@@ -328,6 +328,16 @@ def h_memcpy_htod(d, sess, fn, ctx, args, **kw):
     # Only a copy from pinned client memory may stay in flight after the
     # answer; staging and inline data are consumed before proxyd answers.
     sync = not (_is_async(fn) and _pinned(sess, src))
+    if sess.graph_replay and isinstance(src, P.ShmRef):
+        # A graph's copy from a bounce buffer that a host function of the
+        # app fills just before it (captured pageable copies, explicit
+        # memcpy nodes: graph_build.c, capture_copy.c). The driver may read
+        # host memory when the copy is enqueued rather than when the stream
+        # reaches it (CUDA Runtime API, "API synchronization behavior":
+        # pageable sources are staged at once), which on the H100 gave
+        # stale bytes; waiting for the stream first makes the order real.
+        d.backend.stream_sync(stream)
+        sync = True
     d.backend.htod(dst, data, n, stream, sync)
     return CUDA_SUCCESS, []
 
@@ -345,6 +355,8 @@ def h_memcpy_dtoh(d, sess, fn, ctx, args, **kw):
     if not isinstance(view, memoryview) or len(view) < n:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: destination buffer smaller than {n} bytes")
     sync = not (_is_async(fn) and _pinned(sess, dst))
+    if sess.graph_replay:
+        sync = True     # the host function after it reads the buffer (as in h_memcpy_htod)
     d.backend.dtoh(view, src, n, stream, sync)
     return CUDA_SUCCESS, [None]
 
