@@ -44,6 +44,7 @@ CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901
 CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908
 CU_STREAM_CAPTURE_STATUS_NONE = 0
 CU_STREAM_CAPTURE_STATUS_ACTIVE = 1
+CU_EVENT_RECORD_EXTERNAL = 0x1          # cuda.h, CUevent_record_flags
 
 # ops that may be captured, by handler (or by name for generic ones)
 CAPTURABLE = {"launch_kernel", "launch_kernel_ex", "launch_cooperative", "memcpy_htod", "memcpy_dtoh",
@@ -168,6 +169,13 @@ def capture_op(d, sess, op) -> tuple[bool, int, str, list | None]:
         return True, 0, "", None      # a dependency inside the capture: launch order keeps it
     if fn.handler == "event_record":
         sess.capture_events[int(args[0] or 0)] = gid
+        if not (len(args) > 2 and int(args[2] or 0) & CU_EVENT_RECORD_EXTERNAL):
+            # cuda.h, cuEventRecordWithFlags: only an external record becomes
+            # a node; a plain record in a capture marks a dependency for
+            # streams that join it (kept above) and does not run at launch,
+            # so the app may destroy the event once captured (NVIDIA's
+            # graphMemoryNodes sample does)
+            return True, 0, "", None
     g.info["nodes"].append([op[0], op[1], _frozen(list(args))])
     return True, 0, "", None
 
