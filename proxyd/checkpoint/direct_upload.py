@@ -22,11 +22,19 @@ through the ring as before; nothing here decides correctness, since the
 restore verifies every chunk on the device afterwards (gp64, engine.py).
 
 Knobs (environment of proxyd):
-  GPUPROXY_RESTORE_DIRECT       auto (default): on the cuda backend, for
-                                image files in host memory; 1: also on other
-                                filesystems and on the emulated backend
-                                (where nothing needs registering: the tests
-                                run this path there); 0: ring only
+  GPUPROXY_RESTORE_DIRECT       auto (default): the ring (see below);
+                                1: this path, on every filesystem and on the
+                                emulated backend too (where nothing needs
+                                registering: the tests run this path there);
+                                0: ring only
+
+Why auto is the ring: on the H100 host (driver 580.159.04, 2026-11-24) the
+driver pins a /dev/shm file's pages at 12-15 GB/s (20-28 GB/s when the
+mapping was populated first) however many threads register segments
+(bench/pin_cost.cu rows register_shm_seg), and the restore through this
+path reached 5.7-6.2 GB/s against 7.0-7.7 GB/s for the ring in the same
+runs (ckptvar, 8 GiB). Restoring at link speed from a file needs its pages
+page-locked before the restore starts.
   GPUPROXY_RESTORE_REG_MB       segment size (default 64)
   GPUPROXY_RESTORE_REG_THREADS  registering threads (default min(16, cores))
   GPUPROXY_RESTORE_REG_POPULATE 1: map the image with MAP_POPULATE first
@@ -75,10 +83,8 @@ def eligible_images(backend, img) -> set[int]:
     registered for DMA: none in mode 0; in auto, those in host memory on
     the cuda backend; in mode 1, all."""
     m = mode()
-    if m == "0":
-        return set()
-    if m == "auto" and backend.name != "cuda":
-        return set()
+    if m in ("0", "auto"):
+        return set()        # auto: the ring (module docstring: measured slower here)
     out = set()
     for k, im in enumerate(img.chain):
         if m == "1" or _in_memory_fs(im._file("memory.bin")):

@@ -1036,21 +1036,24 @@ class ImageWriter:
     def _write_mode(self) -> str:
         """How add_chunks stores bytes: "pwrite" (pwritev jobs, O_DIRECT
         where asked) or "mmap" (copies into a shared mapping of memory.bin).
-        $GPUPROXY_IMAGE_WRITE_MODE: auto (default: pwrite), pwrite or mmap.
+        $GPUPROXY_IMAGE_WRITE_MODE: auto (default: mmap for a file in host
+        memory such as /dev/shm, pwrite elsewhere), pwrite or mmap.
         Why mmap is offered: on tmpfs a write(2) holds the file's inode lock
         for the whole call (mm/shmem.c, shmem_file_write_iter), so parallel
         pwritev jobs on one file run one at a time, bound by one thread
         allocating and copying fresh pages, while page faults on a shared
-        mapping allocate pages for several threads at once. Why it is not
-        the default: on the 2-core dev VM faults cost more than the lock
-        (mapped 0.6-0.9 GB/s against pwrite 1.2-1.9 GB/s for 512 MiB,
-        bench/image_write_bench.py --mode); the H100 host's 16 cores decide
-        (docs/benchmarks.md)."""
+        mapping allocate pages for several threads at once. Measured on the
+        H100 host (16 cores, 2026-11-24, bench/checkpoint_bench.py ckptvar,
+        8 GiB to /dev/shm, four pairs of runs): mmap 2.28-2.43 s against
+        pwrite 3.77-4.10 s, so auto picks mmap on in-memory filesystems. On
+        the 2-core dev VM faults cost more than the lock (mapped 0.6-0.9
+        GB/s against pwrite 1.2-1.9 GB/s for 512 MiB); disks keep pwrite
+        (and O_DIRECT where asked), not measured mapped."""
         m = os.environ.get("GPUPROXY_IMAGE_WRITE_MODE", "auto").strip().lower() or "auto"
         if m not in ("auto", "pwrite", "mmap"):
             raise ImageError(f"GPUPROXY_IMAGE_WRITE_MODE={m!r}: expected auto, pwrite or mmap")
         if m == "auto":
-            m = "pwrite"
+            m = "mmap" if _in_memory_fs(self.path) else "pwrite"
         return m
 
     def _put_mapped(self, ex, fd: int, size: int, segs) -> list:
