@@ -276,3 +276,35 @@ def test_stream_ordered_allocation_captured(client):
     ok(c, "cuGraphLaunch", e, s)                # freed inside the graph: relaunching is fine
     assert sync_code(c)[0] == 0
     assert ok(c, "cuMemcpyDtoH_v2", None, plain, 256)[0] == b"\x03" * 256
+
+
+def test_event_records_in_a_capture_are_dependencies_not_nodes(client):
+    """cuda.h, cuEventRecordWithFlags: only an external record becomes a
+    node of the captured graph; a plain record marks a dependency for
+    streams that join the capture. So the app may destroy the event after
+    the capture (NVIDIA's graphMemoryNodes sample does) and the graph still
+    launches, and the fork/join through it still captures the joined
+    stream's work."""
+    c = client
+    s1 = ok(c, "cuStreamCreate", True, 1)[0]
+    s2 = ok(c, "cuStreamCreate", True, 1)[0]
+    fork = ok(c, "cuEventCreate", True, 0)[0]
+    join = ok(c, "cuEventCreate", True, 0)[0]
+    ext = ok(c, "cuEventCreate", True, 0)[0]
+    buf = ok(c, "cuMemAlloc_v2", True, 64)[0]
+    ok(c, "cuStreamBeginCapture_v2", s1, 0)
+    ok(c, "cuEventRecord", fork, s1)
+    ok(c, "cuStreamWaitEvent", s2, fork, 0)           # s2 joins the capture
+    ok(c, "cuMemsetD8Async", buf, 7, 32, s2)
+    ok(c, "cuEventRecord", join, s2)
+    ok(c, "cuStreamWaitEvent", s1, join, 0)           # and joins back
+    ok(c, "cuMemsetD8Async", buf + 32, 9, 32, s1)
+    ok(c, "cuEventRecordWithFlags", ext, s1, 1)       # CU_EVENT_RECORD_EXTERNAL: stays a node
+    g = ok(c, "cuStreamEndCapture", s1, True)[0]
+    e = ok(c, "cuGraphInstantiateWithFlags", True, g, 0)[0]
+    ok(c, "cuEventDestroy_v2", fork)
+    ok(c, "cuEventDestroy_v2", join)
+    ok(c, "cuGraphLaunch", e, s1)
+    assert sync_code(c)[0] == 0, "the graph launches although its plain events are gone"
+    assert ok(c, "cuMemcpyDtoH_v2", None, buf, 64)[0] == b"\x07" * 32 + b"\x09" * 32
+    ok(c, "cuEventDestroy_v2", ext)
