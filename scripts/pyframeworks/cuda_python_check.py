@@ -3,24 +3,10 @@ scripts/gpu_check.py (--python): the driver-API basic example (init,
 context, NVRTC-free module from PTX, launch, copies) and a few runtime
 calls. Prints one JSON object {check: "ok" | "FAIL: ..."}."""
 import json
-import sys
-import traceback
 
 import numpy as np
 
-results = {}
-
-
-def check(name):
-    def deco(fn):
-        try:
-            fn()
-            results[name] = "ok"
-        except Exception as e:
-            results[name] = "FAIL: " + (f"{type(e).__name__}: {e}".splitlines() or ["?"])[0][:300]
-            traceback.print_exc(file=sys.stderr)
-        return fn
-    return deco
+from checks import check, results  # noqa: E402  (scripts/pyframeworks/checks.py)
 
 
 from cuda.bindings import driver as drv  # noqa: E402

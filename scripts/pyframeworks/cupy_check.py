@@ -8,24 +8,10 @@ so that the native and the proxied run can be compared bit for bit.
 """
 import hashlib
 import json
-import sys
-import traceback
 
 import numpy as np
 
-results = {}
-
-
-def check(name):
-    def deco(fn):
-        try:
-            fn()
-            results[name] = "ok"
-        except Exception as e:  # record and go on: one line per check
-            results[name] = "FAIL: " + (f"{type(e).__name__}: {e}".splitlines() or ["?"])[0][:300]
-            traceback.print_exc(file=sys.stderr)
-        return fn
-    return deco
+from checks import check, results  # noqa: E402  (scripts/pyframeworks/checks.py)
 
 
 import cupy as cp  # noqa: E402

@@ -7,23 +7,10 @@ is checked against numpy on the host. Prints one JSON object
 import json
 import math
 import sys
-import traceback
 
 import numpy as np
 
-results = {}
-
-
-def check(name):
-    def deco(fn):
-        try:
-            fn()
-            results[name] = "ok"
-        except Exception as e:
-            results[name] = "FAIL: " + (f"{type(e).__name__}: {e}".splitlines() or ["?"])[0][:300]
-            traceback.print_exc(file=sys.stderr)
-        return fn
-    return deco
+from checks import check, results  # noqa: E402  (scripts/pyframeworks/checks.py)
 
 
 # numba-cuda 0.30.4 registers an overload for np.row_stack at import, which

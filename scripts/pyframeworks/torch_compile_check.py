@@ -17,23 +17,10 @@ digests".
 """
 import hashlib
 import json
-import sys
-import traceback
 
-results = {}
+from checks import check, results  # noqa: E402  (scripts/pyframeworks/checks.py)
+
 digests = {}
-
-
-def check(name):
-    def deco(fn):
-        try:
-            fn()
-            results[name] = "ok"
-        except Exception as e:  # record and go on: one line per check
-            results[name] = "FAIL: " + (f"{type(e).__name__}: {e}".splitlines() or ["?"])[0][:300]
-            traceback.print_exc(file=sys.stderr)
-        return fn
-    return deco
 
 
 import torch  # noqa: E402
