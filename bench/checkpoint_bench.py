@@ -161,14 +161,14 @@ def small_suite(backend: str, work: Path) -> dict:
     to 1 MiB, ckpt_hold's count mode), dumped and restored; per-byte rates
     and per-object costs. Counts: $BENCH_SMALL_COUNT (default 100000 on a
     GPU, 300 emulated). On a GPU a second pass sets
-    GPUPROXY_CKPT_SPAN_COPIES=1 (copies across adjacent mappings)."""
+    GPUPROXY_CKPT_SPAN_COPIES=0 (a copy per mapping, the old default)."""
     exe = build_hold(work)
     count = int(os.environ.get("BENCH_SMALL_COUNT", "100000" if backend == "cuda" else "300"))
     root = Path(os.environ.get("BENCH_CKPT_DIR", "/dev/shm"))
     emu = [str(HERE / "ckpt_hold_emu.py")] if backend == "emu" else []
     passes = {"default": {}}
     if backend == "cuda":
-        passes["span_copies"] = {"GPUPROXY_CKPT_SPAN_COPIES": "1"}
+        passes["copy_per_mapping"] = {"GPUPROXY_CKPT_SPAN_COPIES": "0"}
     out = {"count": count, "passes": {}}
     for name, extra in passes.items():
         r: dict = {}

@@ -95,6 +95,9 @@ class _Ranges:
             self.ends[i - 1] = self.ends[i]
             del self.starts[i], self.ends[i]
 
+    def largest(self) -> int:
+        return max((e - s for s, e in zip(self.starts, self.ends)), default=0)
+
     def is_all_free(self, start: int, end: int) -> bool:
         return self.starts == [start] and self.ends == [end]
 
@@ -109,6 +112,7 @@ class Chunk:
     free: _Ranges | None = None
     live: int = 0
     vmm: bool = False      # mapped by the application (cuMemMap) inside one of its reservations
+    max_free: int = 0      # small chunks: the longest free range (the key of Arena._fit)
 
     @property
     def end(self) -> int:
@@ -141,6 +145,21 @@ class Arena:
         self.reservations: dict[int, int] = {}     # start -> size (cuMemAddressReserve)
         self._chunk_starts: list[int] = []
         self._alloc_starts: list[int] = []
+        # Small chunks by (longest free range, start), per device: a request
+        # goes to the chunk whose longest free range is the smallest that
+        # fits (one bisection), not to a scan of every chunk, which made
+        # 100,000 allocations quadratic (issue 13, target 6).
+        self._fit: dict[int, list[tuple[int, int]]] = {}
+
+    def _fit_drop(self, c: Chunk):
+        lst = self._fit.get(c.device, [])
+        i = bisect.bisect_left(lst, (c.max_free, c.start))
+        if i < len(lst) and lst[i] == (c.max_free, c.start):
+            del lst[i]
+
+    def _fit_put(self, c: Chunk):
+        c.max_free = c.free.largest()
+        bisect.insort(self._fit.setdefault(c.device, []), (c.max_free, c.start))
 
     # ---------------------------------------------------------------- queries
     def bytes_in_use(self) -> int:
@@ -188,9 +207,13 @@ class Arena:
         c = Chunk(start, size, device, small, backing, _Ranges(start, start + size) if small else None, vmm=vmm)
         self.chunks[start] = c
         bisect.insort(self._chunk_starts, start)
+        if small:
+            self._fit_put(c)
         return c
 
     def _drop_chunk(self, c: Chunk):
+        if c.small:
+            self._fit_drop(c)
         self.unmap_chunk(c.backing)
         del self.chunks[c.start]
         self._chunk_starts.remove(c.start)
@@ -206,16 +229,14 @@ class Arena:
             addr = c.start
         else:
             extent = round_up(size, ALIGN)
-            addr = None
-            for s in self._chunk_starts:
-                c = self.chunks[s]
-                if c.small and c.device == device:
-                    addr = c.free.take(extent, ALIGN)
-                    if addr is not None:
-                        break
-            if addr is None:
-                c = self._new_chunk(GRANULARITY, device, small=True)
-                addr = c.free.take(extent, ALIGN)
+            lst = self._fit.get(device, [])
+            i = bisect.bisect_left(lst, (extent, 0))
+            # free ranges of small chunks start and end on ALIGN (chunk
+            # starts and extents are multiples of it): the longest one fits
+            c = self.chunks[lst[i][1]] if i < len(lst) else self._new_chunk(GRANULARITY, device, small=True)
+            self._fit_drop(c)
+            addr = c.free.take(extent, ALIGN)
+            self._fit_put(c)
         c.live += 1
         self.allocs[addr] = Allocation(addr, size, c, extent)
         bisect.insort(self._alloc_starts, addr)
@@ -234,7 +255,9 @@ class Arena:
         c = a.chunk
         c.live -= 1
         if c.small:
+            self._fit_drop(c)
             c.free.give(addr, addr + a.extent)
+            self._fit_put(c)
             if c.live == 0:
                 self._drop_chunk(c)
         else:
@@ -310,6 +333,7 @@ class Arena:
         self.allocs.clear()
         self._chunk_starts.clear()
         self._alloc_starts.clear()
+        self._fit.clear()
         self._va = _Ranges(self.base, self.base + self.size)
 
     # ------------------------------------------------------- checkpointing
@@ -348,3 +372,7 @@ class Arena:
             c.live += 1
             self.allocs[addr] = Allocation(addr, size, c, extent)
             bisect.insort(self._alloc_starts, addr)
+        self._fit = {}
+        for c in self.chunks.values():
+            if c.small:
+                self._fit_put(c)

@@ -113,6 +113,19 @@ class LibCapture:
         if code:
             raise CudaError(CUDA_ERROR_LAUNCH_FAILED, msg or f"{fn.name} failed in a graph launch ({code})")
 
+    def close(self):
+        """Destroys the driver's executable graph now, while its context
+        lives: on the H100 (driver 580) a cuGraphExecDestroy after the
+        context was destroyed blocked for ever on a driver lock, and the
+        garbage collector ran this object's __del__ just then when a
+        GPU-only dump released the session (handlers.release_object)."""
+        ex, self.exec = self.exec, None
+        if ex is not None:
+            try:
+                self.d.backend.lib_graph_destroy(ex)
+            except Exception:
+                pass
+
     def __del__(self):
         if self.exec is not None:
             try:
@@ -308,6 +321,15 @@ def realize_pending(d, sess):
             raise CheckpointError(f"graph: capturing {fn.name} again failed: {msg or code}")
         lc.exec, lc.ready = exec_, True
     pending(sess).clear()
+
+
+def close_in(o):
+    """Closes the LibCaptures a graph, executable graph or graph node object
+    holds (before its context goes: LibCapture.close)."""
+    nodes = o.info.get("nodes", []) if o.kind != P.K_GRAPH_NODE else o.info.get("ops", []) + o.info.get("child", [])
+    for node in nodes:
+        if isinstance(node, (list, tuple)) and len(node) > 2 and isinstance(node[2], LibCapture):
+            node[2].close()
 
 
 def describe_node(lc) -> dict:

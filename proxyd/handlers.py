@@ -136,6 +136,9 @@ def release_object(d, sess, o):
             b.array_destroy(o.real)
     elif o.kind == P.K_MIPMAPPED_ARRAY:
         b.mipmap_destroy(o.real)
+    elif o.kind in (P.K_GRAPH, P.K_GRAPH_EXEC, P.K_GRAPH_NODE):
+        from .graph_libcapture import close_in
+        close_in(o)          # the driver's graphs of captured library work, while the context lives
     sess.drop(o)
 
 
