@@ -35,6 +35,7 @@ size_t gpx_serve_state_size(void);
 int gpx_add_fid_class(uint32_t fid, int cls);
 void gpx_range_clear(int slot);
 void gpx_range_add(int slot, uint64_t lo, uint64_t hi);
+void gpx_seg_add(int slot, uint32_t seg, uint64_t base, uint64_t len);
 void gpx_out_init(int fd, const uint8_t *pending, size_t n);
 void gpx_out_drain(void);
 size_t gpx_out_take(const uint8_t **p);

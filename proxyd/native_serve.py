@@ -9,7 +9,9 @@ hands the channel to gpx_serve, which spins on the request slot with the GIL
 released and answers the hot messages itself: runs of kernel launches
 memsets and event records, followed by at most one cuDeviceGetAttribute,
 cuStreamQuery, cuEventQuery, cuStreamSynchronize, cuEventSynchronize, cuCtxSynchronize or
-small inline cuMemcpyDtoH_v2 / cuMemcpyHtoD_v2. It
+small inline cuMemcpyDtoH_v2 / cuMemcpyHtoD_v2; copies between the device
+and the client's page-locked memory (cuMemcpyHtoD/DtoH _v2 and Async_v2
+naming a segment Python copied with before: learn) anywhere in a run. It
 returns with the first message it does not serve as it stands (handed to
 Server.handle untouched), a message whose driver call failed (finished here:
 the failure's message and the async-error bookkeeping stay Python's), an
@@ -45,18 +47,21 @@ log = logging.getLogger("proxyd")
 
 IDLE, HANDOFF, FAILED, REPLY_ZMQ, REPLY_PY = 0, 1, 2, 3, 4
 (C_LAUNCH, C_STREAM_QUERY, C_EVENT_QUERY, C_STREAM_SYNC, C_EVENT_SYNC, C_CTX_SYNC, C_DTOH, C_HTOD,
- C_MEMSET8, C_MEMSET16, C_MEMSET32, C_EVENT_RECORD, C_DEV_ATTR) = range(1, 14)
+ C_MEMSET8, C_MEMSET16, C_MEMSET32, C_EVENT_RECORD, C_DEV_ATTR, C_HTOD_ASYNC, C_DTOH_ASYNC) = range(1, 16)
 CLASSES = {"cuStreamQuery": C_STREAM_QUERY, "cuEventQuery": C_EVENT_QUERY, "cuStreamSynchronize": C_STREAM_SYNC,
            "cuEventSynchronize": C_EVENT_SYNC, "cuCtxSynchronize": C_CTX_SYNC, "cuMemcpyDtoH_v2": C_DTOH,
            "cuMemcpyHtoD_v2": C_HTOD, "cuMemsetD8_v2": C_MEMSET8, "cuMemsetD16_v2": C_MEMSET16,
            "cuMemsetD32_v2": C_MEMSET32, "cuMemsetD8Async": C_MEMSET8, "cuMemsetD16Async": C_MEMSET16,
-           "cuMemsetD32Async": C_MEMSET32, "cuEventRecord": C_EVENT_RECORD, "cuDeviceGetAttribute": C_DEV_ATTR}
+           "cuMemsetD32Async": C_MEMSET32, "cuEventRecord": C_EVENT_RECORD, "cuDeviceGetAttribute": C_DEV_ATTR,
+           "cuMemcpyHtoDAsync_v2": C_HTOD_ASYNC, "cuMemcpyDtoHAsync_v2": C_DTOH_ASYNC}
 MEMSETS = (C_MEMSET8, C_MEMSET16, C_MEMSET32)
-ASYNC = (C_LAUNCH, C_EVENT_RECORD) + MEMSETS
+COPIES_ASYNC = (C_HTOD_ASYNC, C_DTOH_ASYNC)
+ASYNC = (C_LAUNCH, C_EVENT_RECORD) + MEMSETS + COPIES_ASYNC
 # the call a handler's failure message names (cuda_backend.py: CudaBackend.check)
 FAILED_CALL = {C_STREAM_SYNC: "cuStreamSynchronize", C_EVENT_SYNC: "cuEventSynchronize",
                C_CTX_SYNC: "cuCtxSynchronize", C_DTOH: "cuMemcpyDtoH", C_HTOD: "cuMemcpyHtoD",
-               C_MEMSET8: "cuMemset", C_MEMSET16: "cuMemset", C_MEMSET32: "cuMemset"}
+               C_MEMSET8: "cuMemset", C_MEMSET16: "cuMemset", C_MEMSET32: "cuMemset",
+               C_HTOD_ASYNC: "cuMemcpyHtoDAsync", C_DTOH_ASYNC: "cuMemcpyDtoHAsync"}
 MAX_NS = 1_000_000
 
 
@@ -76,8 +81,9 @@ class NativeServe:
         self.classes = fid_classes()
         for fid, cls in self.classes.items():
             self.lib.gpx_add_fid_class(fid, cls)
-        self.dtoh_fids = frozenset(f for f, c in self.classes.items() if c == C_DTOH)
-        self.dst_fids = frozenset(f for f, c in self.classes.items() if c == C_HTOD or c in MEMSETS)
+        self.dtoh_fids = frozenset(f for f, c in self.classes.items() if c in (C_DTOH, C_DTOH_ASYNC))
+        self.htod_fids = frozenset(f for f, c in self.classes.items() if c in (C_HTOD, C_HTOD_ASYNC))
+        self.dst_fids = frozenset(f for f, c in self.classes.items() if c in (C_HTOD, C_HTOD_ASYNC) or c in MEMSETS)
         self.st = self.ffi.new("gpx_serve_state *")
         self._p = self.ffi.new("const uint8_t **")
         self._seq = self.ffi.new("uint64_t *")
@@ -118,10 +124,17 @@ class NativeServe:
     def learn(self, s, ops):
         """Ranges of the inline device-to-host copies Python just ran (and
         check_range accepted): the allocation each starts in, up to its
-        reserved extent, as check_range allows."""
+        reserved extent, as check_range allows; and the page-locked client
+        segments those copies read or wrote (not the staging segment, whose
+        copies Python keeps synchronous: handlers._pinned), with their
+        address in this worker, so that C copies from and to them as
+        h_memcpy_htod / h_memcpy_dtoh do."""
         for op in ops:
             if type(op) is not list or len(op) < 5:
                 continue
+            ref = op[3] if op[0] in self.htod_fids else op[2] if op[0] in self.dtoh_fids else None
+            if isinstance(ref, P.ShmRef) and ref.seg != s.staging_seg:
+                self._learn_segment(s, ref.seg)
             if op[0] in self.dtoh_fids:
                 addr = op[3]
             elif op[0] in self.dst_fids:
@@ -134,6 +147,16 @@ class NativeServe:
                     a, off = hit
                     lo = addr - off
                     self.lib.gpx_range_add(s.slot, lo, lo + max(a.extent, a.size))
+
+    def _learn_segment(self, s, seg: int):
+        try:
+            m = s.shm.open(seg)                  # the whole mapping (already open: Python just copied with it)
+            buf = self.ffi.from_buffer(m)
+            base, size = int(self.ffi.cast("uintptr_t", buf)), len(m)
+            del buf                              # no export left behind (ClientShm.close releases the mapping)
+        except Exception:       # not mapped, or not a buffer cffi can point at: Python keeps serving it
+            return
+        self.lib.gpx_seg_add(s.slot, seg, base, size)
 
     # ------------------------------------------------------------------ serve
     def serve(self, s, spin_s: float) -> bool:
@@ -211,7 +234,7 @@ class NativeServe:
             text = f"{FAILED_CALL[cls]}: {name}"
         if cls in ASYNC:
             s.note_async_error(err, op[0], text)
-            if cls in MEMSETS or (cls == C_EVENT_RECORD and st.fail_setctx):
+            if cls in MEMSETS or cls in COPIES_ASYNC or (cls == C_EVENT_RECORD and st.fail_setctx):
                 RATE.event("failed call", "session %s: %s", s.token, text)    # as run_ops logs a handler's failure
             rest = ops[k + 1:]
             code, outs, m = self.server.dispatcher.run_ops(s, rest, None) if rest else (0, None, "")

@@ -246,6 +246,104 @@ def test_writes_have_the_python_paths_effect(env):
     assert loop.st.nrecorded == 0      # listed per gpx_serve call, for Python to mark (test_worker_loop_glue)
 
 
+def _shm_ref(seg, off, length):
+    from gpuproxy.proxyd import protocol as P
+    return msgpack.ExtType(P.EXT_SHM, struct.pack(">IQQ", seg, off, length))
+
+
+def test_copies_with_page_locked_client_memory(env):
+    """cuMemcpyHtoD/DtoH (_v2 and Async_v2) naming a page-locked client
+    segment (a ShmRef): C copies straight from and to the segment's mapping
+    as h_memcpy_htod / h_memcpy_dtoh do, with the same answers and the same
+    bytes on both sides; a segment C was not told of, or a reference past
+    its end, goes to Python untouched. C's copy of each segment is a
+    separate buffer here, so that each path's writes can be compared."""
+    n, fake, ch, py = env
+    ctx, dptr, stream, event, slot = setup_session(n, fake, py)
+    loop = Loop(n, ch, slot)
+    F = FID
+    size = 8192
+    src = bytes((i * 13 + 5) & 0xFF for i in range(size))
+    paths = []
+    for seg, data in ((7, src), (8, bytes(size))):
+        path = py.sess.shm.path(seg)
+        with open(path, "wb") as f:
+            f.write(data)
+        paths.append(path)
+    c_src = (ctypes.c_ubyte * size).from_buffer_copy(src)        # C's view of segment 7
+    c_dst = (ctypes.c_ubyte * size)()                             # ... and of segment 8
+    n.lib.gpx_seg_add(slot, 7, ctypes.addressof(c_src), size)
+    n.lib.gpx_seg_add(slot, 8, ctypes.addressof(c_dst), size)
+    try:
+        messages = [
+            [[F["cuMemcpyHtoDAsync_v2"], ctx, dptr + 64, _shm_ref(7, 128, 256), 256, stream],
+             [F["cuStreamSynchronize"], ctx, stream]],
+            [[F["cuMemcpyHtoD_v2"], ctx, dptr + 1024, _shm_ref(7, 4096, 1000), 1000]],
+            [[F["cuMemcpyDtoHAsync_v2"], ctx, _shm_ref(8, 0, 512), dptr, 512, stream],
+             [F["cuStreamSynchronize"], ctx, stream]],
+            [[F["cuMemcpyDtoH_v2"], ctx, _shm_ref(8, 2048, 2048), dptr + 1024, 2048]],
+            [[F["cuMemcpyHtoDAsync_v2"], ctx, dptr + 3000, _shm_ref(7, 0, 16), 16, stream]],     # async alone
+            [[F["cuMemcpyDtoH_v2"], ctx, None, dptr, 4096]],     # the device bytes both paths left
+        ]
+        before = ctypes.c_int.in_dll(fake, "async_copies").value
+        for ops in messages:
+            seq = py.seq + 1
+            raw = py.raw(1, ops)
+            want = py.request(1, ops)
+            assert loop.send(seq, raw) == IDLE and loop.st.served == 1, ops
+            assert loop.reply() == (seq, want), (ops, msgpack.unpackb(loop.reply()[1]), msgpack.unpackb(want))
+        assert ctypes.c_int.in_dll(fake, "async_copies").value == before + 3
+        assert ctypes.c_void_p.in_dll(fake, "last_copy_stream").value == 0x5E
+        with open(paths[1], "rb") as f:
+            python_wrote = f.read()
+        assert bytes(c_dst) == python_wrote and python_wrote != bytes(size)
+        # what C may not take as it stands: Python's
+        for ops in ([[F["cuMemcpyHtoD_v2"], ctx, dptr, _shm_ref(9, 0, 16), 16]],            # unknown segment
+                    [[F["cuMemcpyHtoD_v2"], ctx, dptr, _shm_ref(7, size - 8, 16), 16]],     # past its end
+                    [[F["cuMemcpyHtoD_v2"], ctx, dptr, _shm_ref(7, 0, 8), 16]],             # fewer bytes than n
+                    [[F["cuMemcpyDtoHAsync_v2"], ctx, None, dptr, 16, stream]]):            # inline answer, async
+            seq = py.seq + 1
+            assert loop.send(seq, py.raw(1, ops, seq=seq), last_seq=seq - 1) == HANDOFF, ops
+            py.seq += 1
+            py.sess.last_seq = seq
+    finally:
+        for path in paths:
+            os.unlink(path)
+
+
+def test_learn_names_page_locked_segments_not_the_staging_one(env):
+    """native_serve.NativeServe.learn: after Python ran a copy with a
+    page-locked segment, C is told where that segment is mapped; never of
+    the staging segment (Python's copies from it stay synchronous)."""
+    from types import SimpleNamespace
+
+    from gpuproxy.proxyd import protocol as P
+    from gpuproxy.proxyd.native_serve import NativeServe
+    n, fake, ch, py = env
+    told = []
+    shim = SimpleNamespace(lib=SimpleNamespace(gpx_range_add=lambda *a: None,
+                                                gpx_seg_add=lambda *a: told.append(a)),
+                           ffi=n.ffi, htod_fids=frozenset({FID["cuMemcpyHtoDAsync_v2"]}),
+                           dtoh_fids=frozenset({FID["cuMemcpyDtoH_v2"]}), dst_fids=frozenset(),
+                           _learn_segment=lambda s, seg: NativeServe._learn_segment(shim, s, seg))
+    size = 4096
+    for seg in (3, 4):
+        with open(py.sess.shm.path(seg), "wb") as f:
+            f.write(bytes(size))
+    try:
+        py.sess.staging_seg = 4
+        NativeServe.learn(shim, py.sess, [[FID["cuMemcpyHtoDAsync_v2"], 0, 0, P.ShmRef(3, 0, 16), 16, 0],
+                                          [FID["cuMemcpyDtoH_v2"], 0, P.ShmRef(4, 0, 16), 0, 16]])
+        m = py.sess.shm.open(3)
+        buf = n.ffi.from_buffer(m)
+        assert told == [(py.sess.slot, 3, int(n.ffi.cast("uintptr_t", buf)), size)]
+        del buf
+    finally:
+        py.sess.shm.close_all()
+        for seg in (3, 4):
+            os.unlink(py.sess.shm.path(seg))
+
+
 def test_not_ready_and_failures(env):
     n, fake, ch, py = env
     ctx, dptr, stream, event, slot = setup_session(n, fake, py)

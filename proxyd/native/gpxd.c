@@ -248,7 +248,10 @@ uintptr_t gpx_current(void) { return (uintptr_t)cur_ctx; }
  * cuDeviceGetAttribute (generic path: no bookkeeping), cuStreamSynchronize / cuEventSynchronize /
  * cuCtxSynchronize (stream_sync, event_sync, ctx_sync: none either) and
  * cuMemcpyDtoH_v2 to an inline answer and cuMemcpyHtoD_v2 from inline bytes
- * (memcpy_dtoh, memcpy_htod) of up to 64 KiB, and cuMemsetD8/16/32 (_v2 and
+ * (memcpy_dtoh, memcpy_htod) of up to 64 KiB, the same two and their Async_v2
+ * forms to and from the client's page-locked memory of any size (a ShmRef
+ * into a segment Python copied with before: gpx_seg_add; the Async ones stay
+ * in flight, as h_memcpy_* leave them), and cuMemsetD8/16/32 (_v2 and
  * Async: memset), only inside a range Python has checked before
  * (check_range: gpx_range_add; every message Python runs clears them, as it
  * may free memory); cuEventRecord (event_record: the events recorded are
@@ -257,9 +260,10 @@ uintptr_t gpx_current(void) { return (uintptr_t)cur_ctx; }
 
 enum { GPX_IDLE = 0, GPX_HANDOFF = 1, GPX_FAILED = 2, GPX_REPLY_ZMQ = 3, GPX_REPLY_PY = 4, GPX_DONE = 5 };
 enum { C_NONE = 0, C_LAUNCH, C_STREAM_QUERY, C_EVENT_QUERY, C_STREAM_SYNC, C_EVENT_SYNC, C_CTX_SYNC, C_DTOH, C_HTOD,
-       C_MEMSET8, C_MEMSET16, C_MEMSET32, C_EVENT_RECORD, C_DEV_ATTR, C_MAX };
+       C_MEMSET8, C_MEMSET16, C_MEMSET32, C_EVENT_RECORD, C_DEV_ATTR, C_HTOD_ASYNC, C_DTOH_ASYNC, C_MAX };
 /* asynchronous ops: any number, anywhere in a message; the others (synchronous) only last */
-#define IS_ASYNC(c) ((c) == C_LAUNCH || ((c) >= C_MEMSET8 && (c) <= C_EVENT_RECORD))
+#define IS_ASYNC(c) ((c) == C_LAUNCH || ((c) >= C_MEMSET8 && (c) <= C_EVENT_RECORD) || (c) == C_HTOD_ASYNC || \
+                     (c) == C_DTOH_ASYNC)
 #define MAX_RECORDED 64
 
 /* channel layout: interceptor/channel.c */
@@ -279,6 +283,8 @@ enum { C_NONE = 0, C_LAUNCH, C_STREAM_QUERY, C_EVENT_QUERY, C_STREAM_SYNC, C_EVE
 #define INLINE_MAX (128 * 1024)   /* protocol.Packer.INLINE_MAX: larger bytes go as frames */
 #define MAX_OPS 256
 #define NRANGES 32
+#define NSEGS 16
+#define EXT_SHM 2                 /* protocol.EXT_SHM: u32 segment, u64 offset, u64 length, big-endian */
 
 typedef struct gpx_serve_state {
     uint8_t *chan;          /* in: the channel mapping */
@@ -310,6 +316,8 @@ typedef CUresult (*h1_fn)(void *);
 typedef CUresult (*v0_fn)(void);
 typedef CUresult (*dtoh_fn)(void *, CUdeviceptr, size_t);
 typedef CUresult (*htod_fn)(CUdeviceptr, const void *, size_t);
+typedef CUresult (*dtoh_async_fn)(void *, CUdeviceptr, size_t, CUstream);
+typedef CUresult (*htod_async_fn)(CUdeviceptr, const void *, size_t, CUstream);
 typedef CUresult (*memset_fn)(CUdeviceptr, unsigned, size_t, CUstream);   /* D8/D16/D32 Async: value promoted */
 typedef CUresult (*record_fn)(CUevent, CUstream);
 typedef CUresult (*attr_fn)(int *, CUdevice_attribute, CUdevice);
@@ -318,6 +326,8 @@ static h1_fn p_stream_query, p_event_query, p_stream_sync, p_event_sync;
 static v0_fn p_ctx_sync;
 static dtoh_fn p_dtoh;
 static htod_fn p_htod;
+static dtoh_async_fn p_dtoh_async;
+static htod_async_fn p_htod_async;
 static memset_fn p_memset[3];
 static record_fn p_record;
 static attr_fn p_attr;
@@ -333,6 +343,8 @@ static void serve_resolve(void *h)
     p_ctx_sync = (v0_fn)dlsym(h, "cuCtxSynchronize");
     p_dtoh = (dtoh_fn)dlsym(h, "cuMemcpyDtoH_v2");
     p_htod = (htod_fn)dlsym(h, "cuMemcpyHtoD_v2");
+    p_dtoh_async = (dtoh_async_fn)dlsym(h, "cuMemcpyDtoHAsync_v2");
+    p_htod_async = (htod_async_fn)dlsym(h, "cuMemcpyHtoDAsync_v2");
     p_memset[0] = (memset_fn)dlsym(h, "cuMemsetD8Async");
     p_memset[1] = (memset_fn)dlsym(h, "cuMemsetD16Async");
     p_memset[2] = (memset_fn)dlsym(h, "cuMemsetD32Async");
@@ -344,7 +356,7 @@ static void serve_resolve(void *h)
 int gpx_serve_ready(void)
 {
     return p_launch && p_setctx && p_stream_query && p_event_query && p_stream_sync && p_event_sync && p_ctx_sync &&
-           p_dtoh && p_htod && p_memset[0] && p_memset[1] && p_memset[2] && p_record && p_attr;
+           p_dtoh && p_htod && p_dtoh_async && p_htod_async && p_memset[0] && p_memset[1] && p_memset[2] && p_record && p_attr;
 }
 
 /* native.py declares the state again for cffi: it checks the two agree. */
@@ -374,10 +386,60 @@ typedef struct { uint64_t lo, hi; } range;
 static range ranges[MAX_SLOTS][NRANGES];
 static int nranges[MAX_SLOTS], next_range[MAX_SLOTS];
 
+/* --- the client's page-locked host segments Python has copied with ------
+ * (ShmRef of a segment other than the staging one: native_serve.learn),
+ * mapped in this worker at base; cleared with the ranges, since only a
+ * message or control command Python runs can unmap one (cuMemFreeHost). */
+typedef struct { uint32_t seg; uint64_t base, len; } pseg;
+static pseg psegs[MAX_SLOTS][NSEGS];
+static int npsegs[MAX_SLOTS];
+
 static void ranges_clear(int slot)
 {
     if (slot >= 0 && slot < MAX_SLOTS)
-        nranges[slot] = next_range[slot] = 0;
+        nranges[slot] = next_range[slot] = npsegs[slot] = 0;
+}
+
+void gpx_seg_add(int slot, uint32_t seg, uint64_t base, uint64_t len)
+{
+    if (slot < 0 || slot >= MAX_SLOTS || !base || !len)
+        return;
+    for (int i = 0; i < npsegs[slot]; i++)
+        if (psegs[slot][i].seg == seg) {
+            psegs[slot][i].base = base;
+            psegs[slot][i].len = len;
+            return;
+        }
+    if (npsegs[slot] < NSEGS)
+        psegs[slot][npsegs[slot]++] = (pseg){ seg, base, len };
+}
+
+static uint64_t be(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* The worker's address of `need` bytes a ShmRef names in a known
+ * page-locked segment, or NULL (then Python takes the message, and checks
+ * and reports what is wrong with it: dispatch.data). */
+static uint8_t *host_ref(int slot, const mp_obj *o, uint64_t need)
+{
+    if (o->type != MP_EXT || o->ext_type != EXT_SHM || o->len != 20)
+        return NULL;
+    uint32_t seg = (uint32_t)be(o->data, 4);
+    uint64_t off = be(o->data + 4, 8), len = be(o->data + 12, 8);
+    for (int i = 0; i < npsegs[slot]; i++) {
+        pseg *g = &psegs[slot][i];
+        if (g->seg != seg)
+            continue;
+        if (off > g->len || len > g->len - off || need > len)
+            return NULL;
+        return (uint8_t *)(uintptr_t)(g->base + off);
+    }
+    return NULL;
 }
 
 void gpx_range_clear(int slot) { ranges_clear(slot); }
@@ -470,6 +532,7 @@ typedef struct {
     uint64_t src, n;            /* dtoh: source; htod, memset: destination; byte / element count */
     uint64_t value;             /* memset */
     uint64_t handle;            /* event record: the event's handle */
+    uint8_t *host;              /* copies: page-locked client memory (host_ref), or NULL */
 } op_desc;
 
 static uint8_t *msgbuf;
@@ -570,23 +633,46 @@ static int check_op(int slot, gp_rd *r, op_desc *d)
         return d->obj ? 0 : -1;
     case C_CTX_SYNC:
         return len == 2 && d->ctx ? 0 : -1;      /* no context: Python's invalid-context answer */
-    case C_DTOH: {
+    case C_DTOH:
+    case C_DTOH_ASYNC: {
+        /* [fid, ctx, nil (answer inline) | ShmRef (page-locked), src, n(, stream)] */
         mp_obj dst;
-        if (len != 5 || mp_next(r, &dst) < 0 || dst.type != MP_NIL || get_u(r, &d->src) < 0 ||
-            get_u(r, &d->n) < 0)
+        int want = d->cls == C_DTOH ? 5 : 6;
+        if (len != (uint32_t)want || mp_next(r, &dst) < 0 || get_u(r, &d->src) < 0 || get_u(r, &d->n) < 0)
             return -1;
-        if (d->n == 0 || d->n > DTOH_MAX || !range_ok(slot, d->src, d->n))
+        d->stream = NULL;
+        if (d->cls == C_DTOH_ASYNC && get_stream(slot, r, 0, &d->stream) < 0)
             return -1;
-        return 0;
+        if (d->n == 0 || !range_ok(slot, d->src, d->n))
+            return -1;
+        d->host = NULL;
+        if (dst.type == MP_NIL)
+            return d->cls == C_DTOH && d->n <= DTOH_MAX ? 0 : -1;
+        d->host = host_ref(slot, &dst, d->n);
+        return d->host ? 0 : -1;
     }
-    case C_HTOD: {
+    case C_HTOD:
+    case C_HTOD_ASYNC: {
+        /* [fid, ctx, dst, bytes (inline) | ShmRef (page-locked), n(, stream)] */
         mp_obj b;
-        if (len != 5 || get_u(r, &d->src) < 0 || mp_next(r, &b) < 0 || b.type != MP_BIN || get_u(r, &d->n) < 0)
-            return -1;      /* bytes in a staging segment or frame: Python */
-        if (d->n == 0 || d->n > DTOH_MAX || b.len < d->n || !range_ok(slot, d->src, d->n))
+        int want = d->cls == C_HTOD ? 5 : 6;
+        if (len != (uint32_t)want || get_u(r, &d->src) < 0 || mp_next(r, &b) < 0 || get_u(r, &d->n) < 0)
             return -1;
-        d->params = b.data;
-        return 0;
+        d->stream = NULL;
+        if (d->cls == C_HTOD_ASYNC && get_stream(slot, r, 0, &d->stream) < 0)
+            return -1;
+        if (d->n == 0 || !range_ok(slot, d->src, d->n))
+            return -1;
+        d->host = NULL;
+        if (b.type == MP_BIN) {     /* bytes in a staging segment or frame: Python */
+            if (d->cls != C_HTOD || d->n > DTOH_MAX || b.len < d->n)
+                return -1;
+            d->params = b.data;
+            return 0;
+        }
+        d->host = host_ref(slot, &b, d->n);
+        d->params = d->host;
+        return d->host ? 0 : -1;
     }
     case C_MEMSET8:
     case C_MEMSET16:
@@ -712,6 +798,16 @@ static int serve_one(gpx_serve_state *st, const uint8_t *buf, size_t len)
                 goto failed;
             mp_array(&outs_buf, 0);
             break;
+        case C_HTOD_ASYNC:      /* handlers.h_memcpy_htod: page-locked source, left in flight */
+            rc = p_htod_async((CUdeviceptr)d->src, d->host, d->n, d->stream);
+            if (rc != CUDA_SUCCESS)
+                goto failed;
+            break;
+        case C_DTOH_ASYNC:      /* handlers.h_memcpy_dtoh */
+            rc = p_dtoh_async(d->host, (CUdeviceptr)d->src, d->n, d->stream);
+            if (rc != CUDA_SUCCESS)
+                goto failed;
+            break;
         case C_DEV_ATTR: {
             /* the generic path: the value, or the code alone */
             int v = 0;
@@ -743,6 +839,14 @@ static int serve_one(gpx_serve_state *st, const uint8_t *buf, size_t len)
             mp_array(&outs_buf, 0);
             break;
         case C_DTOH:
+            if (d->host) {      /* into page-locked client memory: the answer says nothing (outs [None]) */
+                rc = p_dtoh(d->host, (CUdeviceptr)d->src, d->n);
+                if (rc != CUDA_SUCCESS)
+                    goto failed;
+                mp_array(&outs_buf, 1);
+                mp_nil(&outs_buf);
+                break;
+            }
             mp_array(&outs_buf, 1);
             mp_bin_header(&outs_buf, d->n);
             gp_buf_reserve(&outs_buf, d->n);

@@ -59,6 +59,22 @@ CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n)
     memcpy(mem + (dst - dev_base), src, n);
     return 0;
 }
+/* the asynchronous forms copy at once (a stand-in has no streams to order
+ * by); the stream they were given is kept for the tests to look at */
+void *last_copy_stream;
+int async_copies;
+CUresult cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *s)
+{
+    last_copy_stream = s;
+    async_copies++;
+    return cuMemcpyDtoH_v2(dst, src, n);
+}
+CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void *s)
+{
+    last_copy_stream = s;
+    async_copies++;
+    return cuMemcpyHtoD_v2(dst, src, n);
+}
 static CUresult fill(uint64_t dst, unsigned v, size_t n, int w, void *s)
 {
     if (in(bad, s))
