@@ -315,6 +315,23 @@ void gp_reply_done(gp_reply *r)
     r->nframes = 0;
 }
 
+/* How long a wait for an answer spins (yielding the CPU every 16 looks)
+ * before it sleeps on ZeroMQ. CUDA's default scheduling (CU_CTX_SCHED_AUTO,
+ * cuda.h: cuCtxCreate) spins while a synchronising call waits for the GPU
+ * when the machine has more logical processors than active contexts, and
+ * only yields otherwise; a client that slept after 250 us paid a ZeroMQ
+ * wake-up (50-100 us on the H100) on every synchronisation longer than that:
+ * one client's loop of 8 MiB page-locked copies ran at 0.79 of native, 0.95
+ * with a 5 ms spin, 64 MiB ones at 0.87 and 0.97 (2026-11-24). So with more
+ * than two processors (the client and its worker each keep one) the spin
+ * lasts 20 ms; on smaller machines it stays short, so that a spinning client
+ * never holds the CPU its worker needs. GPUPROXY_SPIN_US overrides both. */
+static long default_spin_us(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 2 ? 20000 : 250;
+}
+
 /* Receives one whole message (all frames) into r; waits at most timeout_ms
  * (0: do not wait). Spins first for spin_us, since a reply usually arrives
  * within tens of microseconds and waking a sleeping thread costs as much. */
@@ -883,7 +900,7 @@ CUresult gp_session(void)
         const char *ep = getenv("GPUPROXY_ENDPOINT");
         snprintf(G.endpoint, sizeof G.endpoint, "%s", (ep && *ep) ? ep : GP_DEFAULT_ENDPOINT);
         G.debug = getenv("GPUPROXY_DEBUG") != NULL;
-        G.spin_us = env_long("GPUPROXY_SPIN_US", 250);
+        G.spin_us = env_long("GPUPROXY_SPIN_US", default_spin_us());
         G.timeout_ms = env_long("GPUPROXY_TIMEOUT_MS", 5000);
         G.restore_wait_s = env_long("GPUPROXY_RESTORE_WAIT_S", 3600);
         G.in_session = 0;
