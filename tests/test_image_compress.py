@@ -201,3 +201,39 @@ def test_cli_refuses_a_bad_compress_option(capsys):
     assert "unknown compression 'lz4'" in capsys.readouterr().err
     assert cli_main(["pre-dump", "--pid", "1", "--dir", "/nonexistent/x", "--compress", "zstd:99"]) == 2
     assert "out of range" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("how", ["1", "map", "0"])
+def test_reads_of_an_image_in_host_memory_under_each_populate_mode(how, monkeypatch):
+    """An image on an in-memory filesystem read by several threads at once
+    (the restore ring's readers) gives the stored bytes whichever way its
+    pages come in ($GPUPROXY_IMAGE_POPULATE: 1, each read populates its own
+    range, the default; map, the whole file at once; 0, page faults). With
+    the default, nothing populates the whole file up front."""
+    from concurrent.futures import ThreadPoolExecutor
+    from gpuproxy.proxyd.checkpoint import image as I
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no /dev/shm")
+    monkeypatch.setenv("GPUPROXY_IMAGE_POPULATE", how)
+    root = Path("/dev/shm") / f"gpx-populate-{how}-{np.random.randint(1 << 30)}"
+    try:
+        chunks = {BASE + i * CH: model_state(CH, seed=i) for i in range(12)}
+        w = ImageWriter(root, "dump", META)
+        for a, data in chunks.items():
+            w.add_chunk(a, data)
+        w.finish({"token": "t"}).close()
+        img = Image.open(root)
+
+        def read(a):
+            out = bytearray(CH)
+            img.read_into(img.find(a), out, verify=True)
+            return a, bytes(out)
+
+        with ThreadPoolExecutor(4) as ex:
+            got = dict(ex.map(read, list(chunks)[::-1]))
+        assert got == chunks
+        by_range = how == "1" and I._MADV_POPULATE_READ_OK[0]
+        assert bool(img._mm_addr) == by_range
+        img.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
