@@ -124,14 +124,10 @@ class LibCapture:
             try:
                 self.d.backend.lib_graph_destroy(ex)
             except Exception:
-                pass
+                pass        # the worker is going away: the driver frees it with the context
 
     def __del__(self):
-        if self.exec is not None:
-            try:
-                self.d.backend.lib_graph_destroy(self.exec)
-            except Exception:
-                pass        # the worker is going away: the driver frees it with the context
+        self.close()
         if self.temps and self.sess is not None:
             try:
                 _destroy_temps(self.d, self.sess, self.temps)
@@ -323,11 +319,16 @@ def realize_pending(d, sess):
     pending(sess).clear()
 
 
+def _nodes_of(o) -> list:
+    """The ops a graph or executable graph (its nodes) or an explicitly
+    built graph node (its ops and child-graph ops) holds."""
+    return o.info.get("nodes", []) if o.kind != P.K_GRAPH_NODE else o.info.get("ops", []) + o.info.get("child", [])
+
+
 def close_in(o):
     """Closes the LibCaptures a graph, executable graph or graph node object
     holds (before its context goes: LibCapture.close)."""
-    nodes = o.info.get("nodes", []) if o.kind != P.K_GRAPH_NODE else o.info.get("ops", []) + o.info.get("child", [])
-    for node in nodes:
+    for node in _nodes_of(o):
         if isinstance(node, (list, tuple)) and len(node) > 2 and isinstance(node[2], LibCapture):
             node[2].close()
 
@@ -342,9 +343,7 @@ def describe_check(sess):
     (see the module's docstring)."""
     for kind in (P.K_GRAPH, P.K_GRAPH_EXEC, P.K_GRAPH_NODE):
         for o in sess.of_kind(kind):
-            nodes = o.info.get("nodes", []) if kind != P.K_GRAPH_NODE else \
-                o.info.get("ops", []) + o.info.get("child", [])
-            for node in nodes:
+            for node in _nodes_of(o):
                 if isinstance(node[2], LibCapture) and (kind == P.K_GRAPH_NODE or node[2].objects is None):
                     from ._generated import FUNCTIONS
                     name = FUNCTIONS[node[2].fid].name

@@ -83,7 +83,7 @@ class NativeServe:
             self.lib.gpx_add_fid_class(fid, cls)
         self.dtoh_fids = frozenset(f for f, c in self.classes.items() if c in (C_DTOH, C_DTOH_ASYNC))
         self.htod_fids = frozenset(f for f, c in self.classes.items() if c in (C_HTOD, C_HTOD_ASYNC))
-        self.dst_fids = frozenset(f for f, c in self.classes.items() if c in (C_HTOD, C_HTOD_ASYNC) or c in MEMSETS)
+        self.dst_fids = self.htod_fids | frozenset(f for f, c in self.classes.items() if c in MEMSETS)
         self.st = self.ffi.new("gpx_serve_state *")
         self._p = self.ffi.new("const uint8_t **")
         self._seq = self.ffi.new("uint64_t *")
@@ -132,15 +132,15 @@ class NativeServe:
         for op in ops:
             if type(op) is not list or len(op) < 5:
                 continue
-            ref = op[3] if op[0] in self.htod_fids else op[2] if op[0] in self.dtoh_fids else None
-            if isinstance(ref, P.ShmRef) and ref.seg != s.staging_seg:
-                self._learn_segment(s, ref.seg)
+            # [fid, ctx, dst, src, n, ...]: the device side and the host side
             if op[0] in self.dtoh_fids:
-                addr = op[3]
+                addr, ref = op[3], op[2]
             elif op[0] in self.dst_fids:
-                addr = op[2]
+                addr, ref = op[2], op[3] if op[0] in self.htod_fids else None
             else:
                 continue
+            if isinstance(ref, P.ShmRef) and ref.seg != s.staging_seg:
+                self._learn_segment(s, ref.seg)
             if type(addr) is int:
                 hit = s.arena.find(addr)
                 if hit is not None:

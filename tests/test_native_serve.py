@@ -324,7 +324,8 @@ def test_learn_names_page_locked_segments_not_the_staging_one(env):
     shim = SimpleNamespace(lib=SimpleNamespace(gpx_range_add=lambda *a: None,
                                                 gpx_seg_add=lambda *a: told.append(a)),
                            ffi=n.ffi, htod_fids=frozenset({FID["cuMemcpyHtoDAsync_v2"]}),
-                           dtoh_fids=frozenset({FID["cuMemcpyDtoH_v2"]}), dst_fids=frozenset(),
+                           dtoh_fids=frozenset({FID["cuMemcpyDtoH_v2"]}),
+                           dst_fids=frozenset({FID["cuMemcpyHtoDAsync_v2"]}),      # as NativeServe: htod ⊂ dst
                            _learn_segment=lambda s, seg: NativeServe._learn_segment(shim, s, seg))
     size = 4096
     for seg in (3, 4):

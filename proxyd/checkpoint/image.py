@@ -513,12 +513,13 @@ class Image:
                     self._mm = b""
                 else:
                     self._mm_addr = 0
+                    in_memory = populate and _in_memory_fs(self._file(MEMORY))
                     with open(self._file(MEMORY), "rb") as f:
-                        if populate and by_range and _in_memory_fs(self._file(MEMORY)):
+                        if in_memory and by_range:
                             mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
                             self._mm_addr = int(np.frombuffer(mm, np.uint8).ctypes.data)
                             self._mm = mm
-                        elif populate and _in_memory_fs(self._file(MEMORY)) and hasattr(mmap, "MAP_POPULATE"):
+                        elif in_memory and hasattr(mmap, "MAP_POPULATE"):
                             self._mm = mmap.mmap(f.fileno(), size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
                                                  prot=mmap.PROT_READ)
                         else:
