@@ -869,42 +869,55 @@ def test_library_bootstrap_is_idempotent():
 
 # ------------------------------------------------------------------ checkpoint
 
-def test_handles_and_settings_are_in_the_image_and_come_back(tmp_path):
-    """cublas_gemm paced to iteration 1, dumped: the image lists its cuBLAS
-    and cuBLASLt objects with their settings (the device handle's pointer
-    mode among them); restored into a fresh proxyd, the program finishes with
-    its expected output (it checks every setting and every product)."""
+def library_objects_across_restore(tmp_path, program: str, check):
+    """The corpus program paced to iteration 1 and dumped (released);
+    check(libs, names) asserts on the image's library objects (names(o): the
+    sorted names of o's recorded settings); then proxyd is replaced by a
+    fresh one, the image restored, and the program must finish with its
+    expected output. Shared by the library checkpoint tests."""
     from paced import PacedRun
     from test_checkpoint import ctl, daemon, restart
     import corpus
     if not corpus.nvcc_path():
         pytest.skip("nvcc not found")
-    b = corpus.build(corpus.get_program("cublas_gemm"), corpus.default_build_dir())
+    from gpuproxy.proxyd.checkpoint.image import Image
+    from gpuproxy.proxyd._generated import FUNCTIONS
+
+    def names(o):
+        return sorted(FUNCTIONS[fid].name for fid, _ in o["settings"])
+    b = corpus.build(corpus.get_program(program), corpus.default_build_dir())
     d = daemon(tmp_path)
     try:
         with PacedRun(b, d) as run:
             run.step_to(1)
             st = ctl(d, "dump", pid=run.pid, dir=str(tmp_path / "img"))
             assert st["released"]
-            from gpuproxy.proxyd.checkpoint.image import Image
-            from gpuproxy.proxyd._generated import FUNCTIONS
-            libs = Image.open(str(tmp_path / "img")).session["libraries"]
-            kinds = sorted(o["kind"] for o in libs)
-            assert kinds == sorted(["cublas_handle"] * 2 + ["cublaslt_handle"] + ["cublaslt_matmul_desc"] * 2
-                                   + ["cublaslt_layout"] * 3 + ["cublaslt_preference"]), kinds
-            settings = {(o["kind"], o["id"]): sorted(FUNCTIONS[fid].name for fid, _ in o["settings"]) for o in libs}
-            handles = sorted(v for (k, _), v in settings.items() if k == "cublas_handle")
-            assert handles == [["cublasSetAtomicsMode", "cublasSetMathMode", "cublasSetStream_v2",
-                                "cublasSetWorkspace_v2"],
-                               ["cublasSetPointerMode_v2", "cublasSetStream_v2"]], handles
-            descs = sorted(v for (k, _), v in settings.items() if k == "cublaslt_matmul_desc")
-            assert descs == [["cublasLtMatmulDescSetAttribute"], ["cublasLtMatmulDescSetAttribute"] * 2], descs
+            check(Image.open(str(tmp_path / "img")).session["libraries"], names)
             d = restart(d, tmp_path, "fresh")
             ctl(d, "restore", dir=str(tmp_path / "img"))
             out = run.finish()
             assert out == b.program.expected_output, run.stderr()
     finally:
         d.cleanup()
+
+
+def test_handles_and_settings_are_in_the_image_and_come_back(tmp_path):
+    """cublas_gemm paced to iteration 1, dumped: the image lists its cuBLAS
+    and cuBLASLt objects with their settings (the device handle's pointer
+    mode among them); restored into a fresh proxyd, the program finishes with
+    its expected output (it checks every setting and every product)."""
+    def check(libs, names):
+        kinds = sorted(o["kind"] for o in libs)
+        assert kinds == sorted(["cublas_handle"] * 2 + ["cublaslt_handle"] + ["cublaslt_matmul_desc"] * 2
+                               + ["cublaslt_layout"] * 3 + ["cublaslt_preference"]), kinds
+        settings = {(o["kind"], o["id"]): names(o) for o in libs}
+        handles = sorted(v for (k, _), v in settings.items() if k == "cublas_handle")
+        assert handles == [["cublasSetAtomicsMode", "cublasSetMathMode", "cublasSetStream_v2",
+                            "cublasSetWorkspace_v2"],
+                           ["cublasSetPointerMode_v2", "cublasSetStream_v2"]], handles
+        descs = sorted(v for (k, _), v in settings.items() if k == "cublaslt_matmul_desc")
+        assert descs == [["cublasLtMatmulDescSetAttribute"], ["cublasLtMatmulDescSetAttribute"] * 2], descs
+    library_objects_across_restore(tmp_path, "cublas_gemm", check)
 
 
 def test_math_library_objects_are_in_the_image_and_come_back(tmp_path):
@@ -914,38 +927,18 @@ def test_math_library_objects_are_in_the_image_and_come_back(tmp_path):
     restored into a fresh proxyd, the program finishes with its expected
     output (it checks every result, and that the generator continued its
     sequence exactly)."""
-    from paced import PacedRun
-    from test_checkpoint import ctl, daemon, restart
-    import corpus
-    if not corpus.nvcc_path():
-        pytest.skip("nvcc not found")
-    b = corpus.build(corpus.get_program("mathlibs"), corpus.default_build_dir())
-    d = daemon(tmp_path)
-    try:
-        with PacedRun(b, d) as run:
-            run.step_to(1)
-            st = ctl(d, "dump", pid=run.pid, dir=str(tmp_path / "img"))
-            assert st["released"]
-            from gpuproxy.proxyd.checkpoint.image import Image
-            from gpuproxy.proxyd._generated import FUNCTIONS
-            libs = Image.open(str(tmp_path / "img")).session["libraries"]
-            kinds = sorted(o["kind"] for o in libs)
-            assert kinds == sorted(["cufft_plan"] * 3 + ["curand_generator", "cusparse_handle", "cusparse_spmat"]
-                                   + ["cusparse_dnvec"] * 2 + ["cusolver_dn_handle"]), kinds
-            settings = {(o["kind"], o["id"]): sorted(FUNCTIONS[fid].name for fid, _ in o["settings"]) for o in libs}
-            plans = sorted(v for (k, _), v in settings.items() if k == "cufft_plan")
-            assert plans == [["cufftMakePlan1d", "cufftSetAutoAllocation", "cufftSetStream", "cufftSetWorkArea"],
-                             ["cufftSetStream"], ["cufftSetStream"]], plans
-            gen = [o for o in libs if o["kind"] == "curand_generator"][0]
-            assert sorted(FUNCTIONS[fid].name for fid, _ in gen["settings"]) == [
-                "curandSetPseudoRandomGeneratorSeed", "curandSetStream"]
-            assert gen["generated"] == 4096, "one iteration's CHUNK of numbers"
-            d = restart(d, tmp_path, "fresh")
-            ctl(d, "restore", dir=str(tmp_path / "img"))
-            out = run.finish()
-            assert out == b.program.expected_output, run.stderr()
-    finally:
-        d.cleanup()
+    def check(libs, names):
+        kinds = sorted(o["kind"] for o in libs)
+        assert kinds == sorted(["cufft_plan"] * 3 + ["curand_generator", "cusparse_handle", "cusparse_spmat"]
+                               + ["cusparse_dnvec"] * 2 + ["cusolver_dn_handle"]), kinds
+        settings = {(o["kind"], o["id"]): names(o) for o in libs}
+        plans = sorted(v for (k, _), v in settings.items() if k == "cufft_plan")
+        assert plans == [["cufftMakePlan1d", "cufftSetAutoAllocation", "cufftSetStream", "cufftSetWorkArea"],
+                         ["cufftSetStream"], ["cufftSetStream"]], plans
+        gen = [o for o in libs if o["kind"] == "curand_generator"][0]
+        assert names(gen) == ["curandSetPseudoRandomGeneratorSeed", "curandSetStream"]
+        assert gen["generated"] == 4096, "one iteration's CHUNK of numbers"
+    library_objects_across_restore(tmp_path, "mathlibs", check)
 
 
 def test_nvidias_math_libraries_answer_through_the_workers_declarations(monkeypatch):

@@ -126,35 +126,16 @@ def test_linalg_handles_and_jacobi_params_are_in_the_image_and_come_back(tmp_pat
     syevjInfo_t with its tolerance and sweep limit; restored into a fresh
     proxyd, the program finishes with its expected output (its syevj call
     needs the params object back)."""
-    from paced import PacedRun
-    from test_checkpoint import ctl, daemon, restart
-    import corpus
-    if not corpus.nvcc_path():
-        pytest.skip("nvcc not found")
-    b = corpus.build(corpus.get_program("linalg"), corpus.default_build_dir())
-    d = daemon(tmp_path)
-    try:
-        with PacedRun(b, d) as run:
-            run.step_to(1)
-            st = ctl(d, "dump", pid=run.pid, dir=str(tmp_path / "img"))
-            assert st["released"]
-            from gpuproxy.proxyd.checkpoint.image import Image
-            from gpuproxy.proxyd._generated import FUNCTIONS
-            libs = Image.open(str(tmp_path / "img")).session["libraries"]
-            kinds = sorted(o["kind"] for o in libs)
-            assert kinds == sorted(["cublas_handle"] * 2 + ["cusolver_dn_handle", "cusolver_syevj_info"]), kinds
-            info = next(o for o in libs if o["kind"] == "cusolver_syevj_info")
-            assert sorted(FUNCTIONS[fid].name for fid, _ in info["settings"]) == [
-                "cusolverDnXsyevjSetMaxSweeps", "cusolverDnXsyevjSetTolerance"]
-            modes = [sorted(FUNCTIONS[fid].name for fid, _ in o["settings"]) for o in libs
-                     if o["kind"] == "cublas_handle"]
-            assert sum("cublasSetPointerMode_v2" in m for m in modes) == 1, modes
-            d = restart(d, tmp_path, "fresh")
-            ctl(d, "restore", dir=str(tmp_path / "img"))
-            out = run.finish()
-            assert out == b.program.expected_output, run.stderr()
-    finally:
-        d.cleanup()
+    from test_libraries import library_objects_across_restore
+
+    def check(libs, names):
+        kinds = sorted(o["kind"] for o in libs)
+        assert kinds == sorted(["cublas_handle"] * 2 + ["cusolver_dn_handle", "cusolver_syevj_info"]), kinds
+        info = next(o for o in libs if o["kind"] == "cusolver_syevj_info")
+        assert names(info) == ["cusolverDnXsyevjSetMaxSweeps", "cusolverDnXsyevjSetTolerance"]
+        modes = [names(o) for o in libs if o["kind"] == "cublas_handle"]
+        assert sum("cublasSetPointerMode_v2" in m for m in modes) == 1, modes
+    library_objects_across_restore(tmp_path, "linalg", check)
 
 
 def test_nvidias_cusolver_takes_the_jacobi_info_calls_as_declared(monkeypatch):
