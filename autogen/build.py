@@ -135,6 +135,24 @@ def _cc(cmd: list[str]):
         sys.stderr.write(r.stderr)
 
 
+def compile_flags(src: Path, gen_dir: Path, include: str, version: str, optimise: str = "-O2",
+                  debug: bool = True) -> list[str]:
+    """The compiler flags of every shim source (scripts/shim_layers.py
+    compiles with them too, at -O0)."""
+    return [optimise, *(["-g"] if debug else []), "-fPIC", "-std=gnu11", "-Wall", "-Wno-unused-parameter",
+            "-pthread", f"-I{src}", f"-I{gen_dir}", f"-I{include}", f'-DGP_VERSION="{version}"']
+
+
+# Generated stubs define every symbol variant (legacy, _v2, _ptds), which
+# cuda.h declares only with __CUDA_API_VERSION_INTERNAL; hand-written code
+# uses the normal header view so that cuMemAlloc means cuMemAlloc_v2.
+def internal_flags() -> list[str]:
+    return ["-D__CUDA_API_VERSION_INTERNAL", "-idirafter", header.standin_dir()]
+
+
+GENERATED_INTERNAL = {"gp_driver_stubs.c", "gp_proc_table.c", "gp_runtime_stubs.c"}
+
+
 def compile_libs(gen_dir: Path, lib_dir: Path, include: str, version: str, cc: str = "cc") -> None:
     lib_dir.mkdir(parents=True, exist_ok=True)
     zlibs = find_libzmq()
@@ -144,8 +162,7 @@ def compile_libs(gen_dir: Path, lib_dir: Path, include: str, version: str, cc: s
             shutil.copy2(p, dst)
     libzmq = os.path.basename(zlibs[0])
     src = REPO / "interceptor"
-    common = ["-O2", "-g", "-fPIC", "-std=gnu11", "-Wall", "-Wno-unused-parameter", "-pthread",
-              f"-I{src}", f"-I{gen_dir}", f"-I{include}", f'-DGP_VERSION="{version}"']
+    common = compile_flags(src, gen_dir, include, version)
     objs_dir = gen_dir / "obj"
     objs_dir.mkdir(exist_ok=True)
 
@@ -157,10 +174,7 @@ def compile_libs(gen_dir: Path, lib_dir: Path, include: str, version: str, cc: s
             out.append(str(o))
         return out
 
-    # Generated stubs define every symbol variant (legacy, _v2, _ptds), which
-    # cuda.h declares only with __CUDA_API_VERSION_INTERNAL; hand-written code
-    # uses the normal header view so that cuMemAlloc means cuMemAlloc_v2.
-    internal = ["-D__CUDA_API_VERSION_INTERNAL", "-idirafter", header.standin_dir()]
+    internal = internal_flags()
     d_objs = objs([src / s for s in DRIVER_SOURCES], [])
     d_objs += objs([gen_dir / "gp_driver_stubs.c", gen_dir / "gp_proc_table.c"], internal)
     d_objs += objs([gen_dir / "gp_errors_cu.c"], [])
