@@ -905,7 +905,7 @@ DRIVER_SHIM_LOCAL = {
     "cuParamSetv", "cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuCtxAttach", "cuCtxDetach",
     # built in the shim on the linear allocations, copies and memsets (interceptor/copy2d.c)
     "cuMemAllocPitch_v2", "cuMemcpy2D_v2", "cuMemcpy2DUnaligned_v2", "cuMemcpy2DAsync_v2",
-    # array copies as cuMemcpy3D ops, host sides staged (interceptor/arrays.c)
+    # array copies as cuMemcpy3D ops, host sides staged (interceptor/copy2d.c)
     "cuMemcpyHtoA_v2", "cuMemcpyAtoH_v2", "cuMemcpyDtoA_v2", "cuMemcpyAtoD_v2", "cuMemcpyAtoA_v2",
     "cuMemcpyHtoAAsync_v2", "cuMemcpyAtoHAsync_v2",
     "cuGetProcAddress", "cuGetProcAddress_v2", "cuGetErrorString", "cuGetErrorName",
@@ -950,7 +950,7 @@ DRIVER_SHIM_OVERRIDE = {
     "cuIpcGetEventHandle", "cuIpcOpenEventHandle", "cuEventRecord", "cuEventRecordWithFlags",
     # the launch configuration travels as cuLaunchKernelEx's (interceptor/launch_ex.c)
     "cuOccupancyMaxActiveClusters",
-    # linear copies in the shim (copy2d.c); with a CUDA array, a cuMemcpy3D op to proxyd (arrays.c)
+    # linear copies in the shim (copy2d.c); with a CUDA array, a cuMemcpy3D op to proxyd (also copy2d.c)
     "cuMemcpy3D_v2", "cuMemcpy3DAsync_v2",
     # 2D memsets: one op each; the shim checks the pitch first (copy2d.c)
     "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2",

@@ -231,7 +231,10 @@ def header_includes(headers: list[str]) -> list[str]:
 
 def gen_driver_stubs(driver, types, sources, headers=()) -> str:
     out = [header_comment(sources),
-           "#include \"gp_shim.h\"", "#include \"gp_gen.h\"", *header_includes(list(headers)), ""]
+           # the ops layer (interceptor/LAYERS): the transport and the
+           # context stack (GP_RESOLVE_FUNCTION), nothing of the API surfaces
+           "#include \"gp_context.h\"", "#include \"gp_transport.h\"", "#include \"gp_gen.h\"",
+           *header_includes(list(headers)), ""]
     for f in driver:
         name = g(f, "name")
         if g(f, "returns") != "CUresult":
@@ -365,7 +368,7 @@ def gen_errors(cuda_h: str, driver_types_h: str, sources) -> tuple[str, str]:
         return "\n".join([header_comment(sources), include, "",
                           f"const char *{fn}({typ} e)", "{", "    switch ((int)e) {", *cases,
                           "    default: return NULL;", "    }", "}", ""])
-    return (table("gp_cu_error_name", "CUresult", cu, "#include \"gp_shim.h\""),
+    return (table("gp_cu_error_name", "CUresult", cu, "#include \"gp_base.h\""),
             table("gp_rt_error_name", "cudaError_t", rt, "#include \"gp_rt.h\""))
 
 

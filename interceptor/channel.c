@@ -28,7 +28,7 @@
  *
  * Locking: under gp_lock. */
 #define _GNU_SOURCE
-#include "gp_shim.h"
+#include "gp_wire.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -51,13 +51,11 @@ static uint64_t last_rep;      /* last reply sequence number consumed from the s
 static uint64_t last_req;      /* last request put into the slot */
 static int chan_ok;
 
-extern const char *gp_session_token(void);
-
-const char *gp_chan_create(size_t *size)
+const char *gp_chan_create(const char *token, size_t *size)
 {
     if (chan)
         goto done;
-    snprintf(chan_name, sizeof chan_name, "/gpuproxy-%s-chan", gp_session_token());
+    snprintf(chan_name, sizeof chan_name, "/gpuproxy-%s-chan", token);
     int fd = shm_open(chan_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return NULL;
@@ -176,9 +174,6 @@ int gp_chan_idle(int idle)
     }
     return 0;
 }
-
-extern int gp_shm_to_private(void *base, size_t size, const char *name);
-extern int gp_shm_from_private(void *base, size_t size, const char *name);
 
 /* Parking (park.c): the channel becomes private memory (bytes and sequence
  * numbers kept); going on shares it again under its name. */

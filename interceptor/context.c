@@ -5,8 +5,10 @@
  * needs no per-thread state and a restored process keeps its own stacks.
  *
  * Locking: the stack is thread-local; the context -> device table is under
- * gp_lock. */
-#include "gp_shim.h"
+ * gp_lock. The two hooks (kernel resolver, context gone) are set by
+ * constructors (one thread, before any entry point runs) and read without
+ * the lock. */
+#include "gp_context.h"
 
 #define GP_CTX_DEPTH 64
 #define GP_MAX_CTX 1024
@@ -130,4 +132,26 @@ CUcontext gp_ctx_primary_of(CUdevice dev)
             c = devs[i].ctx;
     gp_unlock();
     return c;
+}
+
+/* ------------------------------------------------------------------ hooks */
+
+static CUfunction (*kernel_resolver)(CUfunction kernel);   /* library.c */
+static void (*ctx_gone_hook)(CUcontext ctx);               /* export_tables.c */
+
+void gp_set_kernel_resolver(CUfunction (*fn)(CUfunction kernel)) { kernel_resolver = fn; }
+
+CUfunction gp_function_of(CUfunction f)
+{
+    if (((uint64_t)(uintptr_t)f >> 32) != GP_K_KERNEL)
+        return f;
+    return kernel_resolver ? kernel_resolver(f) : NULL;
+}
+
+void gp_set_ctx_gone_hook(void (*fn)(CUcontext ctx)) { ctx_gone_hook = fn; }
+
+void gp_ctx_gone(CUcontext ctx)
+{
+    if (ctx_gone_hook)
+        ctx_gone_hook(ctx);
 }

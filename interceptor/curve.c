@@ -23,7 +23,7 @@
  * Locking: called under gp_lock (transport.c). The keys are read once per
  * process (and again in a forked child, which starts a session of its own). */
 #define _GNU_SOURCE
-#include "gp_shim.h"
+#include "gp_wire.h"
 
 #include <errno.h>
 #include <fcntl.h>

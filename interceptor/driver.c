@@ -17,15 +17,11 @@
 #include "gp_launch.h"
 #include "gp_memcpy.h"
 #include "gp_shim.h"
-#include "gp_export_tables.h"
-
 
 /* ----------------------------------------------------------------- init */
 
 /* cuInit: query_cache.c */
 
-static int driver_version = 13000;
-void gp_note_driver_version(int v) { if (v > 0) driver_version = v; }
 
 CUresult gpo_cuDriverGetVersion(int *v)
 {
@@ -34,7 +30,7 @@ CUresult gpo_cuDriverGetVersion(int *v)
     /* the daemon's driver version arrives with HELLO; connect if needed */
     gp_lock();
     gp_session();
-    *v = driver_version;
+    *v = gp_driver_version();   /* hostmem.c reads it from the HELLO answer */
     gp_unlock();
     return CUDA_SUCCESS;
 }
@@ -88,43 +84,7 @@ CUresult gpo_cuGetErrorName(CUresult error, const char **pStr)
 
 /* ---------------------------------------------------------- entry points */
 
-/* With GPUPROXY_DEBUG set, one stderr line for each symbol a program asks
- * for that the shim has no entry point for: frameworks resolve driver
- * functions by name (PyTorch's c10::cuda::DriverAPI, Triton, the static
- * runtime) and fall back or fail silently on a NULL answer, so this is how
- * a missing one is found. getenv, not the transport's flag: lookups run
- * before the first connection. */
-void gp_proc_note_missing(const char *api, const char *symbol, int version, const void *found)
-{
-    if (!found && getenv("GPUPROXY_DEBUG"))
-        fprintf(stderr, "gpuproxy: %s(\"%s\", %d): no such entry point in the shim\n", api, symbol, version);
-}
-
-static CUresult proc_address(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-                             CUdriverProcAddressQueryResult *status)
-{
-    if (!symbol || !pfn)
-        return CUDA_ERROR_INVALID_VALUE;
-    int other = 0;
-    void *p = gp_proc_lookup(symbol, cudaVersion, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0, &other);
-    gp_proc_note_missing("cuGetProcAddress", symbol, cudaVersion, p);
-    *pfn = p;
-    if (status)
-        *status = p ? CU_GET_PROC_ADDRESS_SUCCESS
-                    : (other ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-    return p ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
-}
-
-CUresult gpo_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-                                 CUdriverProcAddressQueryResult *symbolStatus)
-{
-    return proc_address(symbol, pfn, cudaVersion, flags, symbolStatus);
-}
-
-CUresult gpo_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
-{
-    return proc_address(symbol, pfn, cudaVersion, flags, NULL);
-}
+/* cuGetProcAddress: proc_address.c */
 
 /* -------------------------------------------------------------- contexts */
 
@@ -196,7 +156,7 @@ CUresult gpo_cuDevicePrimaryCtxReset_v2(CUdevice dev)
         gp_slab_device_gone(dev);   /* the worker freed the device's allocations, slabs included (under the lock: no block of them is handed out after) */
     gp_unlock();
     if (rc == CUDA_SUCCESS && primary)
-        gp_cls_context_gone(primary);
+        gp_ctx_gone(primary);
     return rc;
 }
 
@@ -260,7 +220,7 @@ CUresult gpo_cuCtxDestroy_v2(CUcontext ctx)
         gp_ctx_forget(ctx);
     gp_unlock();
     if (rc == CUDA_SUCCESS)
-        gp_cls_context_gone(ctx);   /* outside the lock: destructors may call the driver */
+        gp_ctx_gone(ctx);   /* outside the lock: destructors may call the driver */
     return rc;
 }
 
@@ -490,62 +450,7 @@ CUresult gpo_cuFuncGetName(const char **name, CUfunction hfunc)
 
 /* ---------------------------------------------------------------- launch */
 
-/* Enqueues a launch with an already packed argument buffer. Caller holds the lock. */
-CUresult gp_launch(uint32_t fid, CUfunction f, const unsigned grid[3], const unsigned block[3],
-                   unsigned shmem, CUstream stream, const void *params, size_t nbytes)
-{
-    gp_buf *b = gp_op_begin(fid, 11);
-    gp_put_handle(b, f);
-    for (int i = 0; i < 3; i++)
-        mp_uint(b, grid[i]);
-    for (int i = 0; i < 3; i++)
-        mp_uint(b, block[i]);
-    mp_uint(b, shmem);
-    gp_put_handle(b, stream);
-    gp_put_data(b, params, nbytes, 1);
-    mp_nil(b);
-    return gp_op_async();
-}
-
-/* The packed argument buffer of a launch, from kernelParams (one pointer per
- * parameter, packed by the layout proxyd reported) or from `extra` =
- * { CU_LAUNCH_PARAM_BUFFER_POINTER, p, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
- * CU_LAUNCH_PARAM_END } in any order (cuLaunchKernel documentation). *buf is
- * either `small` (cap bytes), a malloc'ed buffer the caller frees when it is
- * not `small`, or the caller's own `extra` buffer. Caller holds the lock. */
-CUresult gp_launch_args(CUfunction f, void **kernelParams, void **extra, uint8_t *small, size_t cap,
-                        const void **buf, size_t *n)
-{
-    gp_fninfo *fi = gp_fn_lookup(f);
-    if (!fi)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (kernelParams || !extra) {
-        if (!fi->have_layout)
-            return CUDA_ERROR_INVALID_IMAGE;
-        uint8_t *b = fi->param_bytes <= cap ? small : malloc(fi->param_bytes);
-        if (!b)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        gp_fn_pack(fi, kernelParams, b);
-        *buf = b;
-        *n = fi->param_bytes;
-        return CUDA_SUCCESS;
-    }
-    const void *p = NULL;
-    size_t len = 0;
-    for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
-        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
-            p = extra[i + 1];
-        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
-            len = *(const size_t *)extra[i + 1];
-        else
-            return CUDA_ERROR_INVALID_VALUE;
-    }
-    if (!p && len)
-        return CUDA_ERROR_INVALID_VALUE;
-    *buf = p;
-    *n = len;
-    return CUDA_SUCCESS;
-}
+/* gp_launch, gp_launch_args: launch.c */
 
 static CUresult launch_kernel(uint32_t fid, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                               unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream s,
@@ -668,9 +573,8 @@ CUresult gpo_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUst
 
 /* ----------------------------------------------------------- host memory */
 
-CUresult gp_hostmap_new(void **pp, size_t size, int kind, unsigned flags, const char *fn);
+CUresult gp_hostmap_new(void **pp, size_t size, int kind, unsigned flags, const char *fn);   /* hostmap_api.c */
 int gp_hostmap_free_host(void *p, CUresult *rc);
-int gp_host_free_plain(void *p);
 
 /* Page-locked host memory. With proxyd on this host it is a GPU-visible
  * segment at the same address in the worker (hostmap_api.c), which makes it

@@ -259,6 +259,13 @@ void gp_cls_context_gone(CUcontext ctx)
     }
 }
 
+/* driver.c tells of a destroyed or reset context through gp_ctx_gone
+ * (context.c), which calls this. */
+__attribute__((constructor)) static void register_ctx_gone(void)
+{
+    gp_set_ctx_gone_hook(gp_cls_context_gone);
+}
+
 MISSING(context_storage, 3)
 
 #define CLS_SLOTS 4

@@ -2,7 +2,7 @@
 #ifndef GP_FUNCS_H
 #define GP_FUNCS_H
 
-#include "gp_shim.h"
+#include "gp_base.h"
 
 typedef struct gp_fninfo {
     uint64_t handle;

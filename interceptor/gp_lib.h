@@ -1,28 +1,24 @@
-/* Shared interface of the library stand-ins (libcublas.so.13,
- * libcublasLt.so.13, libnvidia-ml.so.1, libcufft.so.12, libcurand.so.10,
- * libcusparse.so.12, libcusolver.so.12; docs/libraries.md).
+/* State of the library stand-ins that libcuda.so.1 keeps for them
+ * (lib_state.c, lib_ids.c, lt_heuristic.c; interceptor/LAYERS: services).
+ * The stand-ins themselves (libcublas.so.13, libcublasLt.so.13,
+ * libnvidia-ml.so.1, libcufft.so.12, libcurand.so.10, libcusparse.so.12,
+ * libcusolver.so.12; docs/libraries.md) include gp_libraries.h.
  *
  * The stand-ins are generated from specs/<library>/ (autogen/gen_lib.py)
  * and talk to proxyd through libcuda.so.1's transport, which exports the
  * gp_* functions below. Locking: every function here takes gp_lock (the
- * shim's one recursive lock, gp_shim.h) for its tables; callers may hold it. */
+ * shim's one recursive lock, gp_base.h) for its tables; callers may hold it. */
 #ifndef GP_LIB_H
 #define GP_LIB_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gp_shim.h"
+#include "gp_transport.h"
 
-/* Ends a sync library op: sends the batch and waits. Returns 0 with r->code
- * the library's own status of this call, or -1 when proxyd cannot be
- * reached (after one stderr line). An earlier asynchronous op's failure is
- * not reported here: it stays pending for the next synchronising CUDA call
- * (cudaStreamSynchronize, cudaDeviceSynchronize, ...), as a kernel's would.
- * The caller must call gp_reply_done(r). transport.c. */
-int gp_lib_op_sync(gp_reply *r);
-/* Ends an async library op (gemm): 0, or -1 when proxyd cannot be reached. */
-int gp_lib_op_async(void);
+/* The ops themselves (gp_lib_op_sync, gp_lib_op_async) and the count of
+ * failed asynchronous ops (gp_lib_failure_gen) are the transport's
+ * (gp_transport.h). */
 
 /* cuBLAS pointer mode per handle (cublas_api.h, cublasSetPointerMode): 1
  * when alpha/beta of calls on h are device pointers. lib_state.c. */
@@ -35,10 +31,6 @@ void gp_cublas_forget(const void *h);
  * so the cuBLASLt stand-in can flush a cuBLAS handle passed as its own. */
 void gp_cublas_flush(const void *h);
 void gp_cublas_set_flush_hook(void (*fn)(const void *h));
-/* transport.c: an asynchronous op failed; settings it may have made are
- * unknown. gp_lib_failure_gen counts such failures. */
-void gp_lib_async_failed(void);
-uint64_t gp_lib_failure_gen(void);
 /* 1 when h is a live cuBLAS handle of this process */
 int gp_cublas_known(const void *h);
 /* Bytes of alpha/beta of cublasGemmEx-like calls: the scalar type follows
@@ -92,12 +84,6 @@ int gp_lt_heuristic_find(const void *ctx, const void *handle, const void *const 
                          void *results, size_t result_size, int *count);
 void gp_lt_heuristic_store(const void *ctx, const void *handle, const void *const descs6[6], int requested,
                            const void *results, size_t result_size, int count);
-
-/* cuDNN (cudnn_ops.h, "Scaling Parameters"): bytes of alpha/beta of a call
- * on tensors described by desc: sizeof(double) for CUDNN_DATA_DOUBLE
- * tensors, else sizeof(float). The data type is noted by
- * cudnnSetTensorNdDescriptor. lib_cudnn.c (in libcudnn.so.9). */
-size_t gp_cudnn_scalar_size(const void *desc);
 
 /* cublas_api.h: names and descriptions of cublasStatus_t. lib_state.c. */
 const char *gp_cublas_status_name(int s);

@@ -11,9 +11,13 @@
  * Segments are named /gpuproxy-<session token>-<n> (under /dev/shm); the shim
  * unlinks them when they are freed and at exit.
  *
+ * HELLO's client map and the worker's answer are this file's too: transport.c
+ * calls them through gp_transport_hooks, which this file's constructor sets.
+ *
  * Locking: all under gp_lock. */
 #define _GNU_SOURCE
-#include "gp_shim.h"
+#include "gp_memory.h"
+#include "gp_wire.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -49,11 +53,9 @@ static uint64_t arena_base, arena_size;
 static struct { uint64_t base, size; } ranges[GP_MAX_RANGES];
 static int nranges;
 
-extern const char *gp_session_token(void);
-extern int gp_session_pid(void);
-extern const char *gp_chan_create(size_t *size);
-extern void gp_chan_enable(int ok);
-extern void gp_note_driver_version(int v);
+static int driver_version = 13000;   /* the worker's, from its HELLO answer */
+
+int gp_driver_version(void) { return driver_version; }
 
 /* The fast channel's name (channel.c names it the same way): removed here
  * too, so that it goes at exit even when no daemon ever answered. */
@@ -130,13 +132,10 @@ static gp_seg *seg_create(size_t size)
 
 static gp_seg *staging;
 
-extern int gp_shm_to_private(void *base, size_t size, const char *name);
-extern int gp_shm_from_private(void *base, size_t size, const char *name);
-
 /* proxyd never answered the HELLO: no daemon maps these segments, so their
  * names go now, and a process killed later leaves nothing behind. A later
  * HELLO (a daemon that came up) then uses the socket for data. */
-void gp_hostmem_unreachable(void)
+static void hostmem_unreachable(void)
 {
     if (staging && staging->name[0]) {
         shm_unlink(staging->name);
@@ -150,14 +149,10 @@ void *gp_staging_base(void) { return staging ? staging->base : NULL; }
 uint32_t gp_staging_id(void) { return staging ? staging->id : 0; }
 int gp_shm_ok(void) { return shm_ok; }
 
-static int hello_attach;
-
-/* The next HELLO re-attaches an existing session (after a restore or after
+/* Called while building HELLO: a map describing this client. hello_attach:
+ * the HELLO re-attaches an existing session (after a restore or after
  * parking): proxyd maps our shared memory again. */
-void gp_hello_set_attach(int attach) { hello_attach = attach; }
-
-/* Called while building HELLO: a map describing this client. */
-void gp_hello_info(gp_buf *b)
+static void hello_info(gp_buf *b, int hello_attach)
 {
     long mb = 64;
     const char *e = getenv("GPUPROXY_STAGING_MB");
@@ -177,7 +172,7 @@ void gp_hello_info(gp_buf *b)
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[n > 0 ? n : 0] = 0;
     size_t chan_size = 0;
-    const char *chan = use_shm ? gp_chan_create(&chan_size) : NULL;
+    const char *chan = use_shm ? gp_chan_create(gp_session_token(), &chan_size) : NULL;
     char pidns[128] = "";
     ssize_t k = readlink("/proc/self/ns/pid", pidns, sizeof pidns - 1);
     pidns[k > 0 ? k : 0] = 0;
@@ -216,7 +211,7 @@ void gp_hello_info(gp_buf *b)
 }
 
 /* Called with the HELLO answer's first out: {"arena": [base, size], "shm": bool, ...}. */
-void gp_hello_reply(gp_rd *rd)
+static void hello_reply(gp_rd *rd)
 {
     int chan_ok = 0;
     uint32_t n = mp_get_map(rd);
@@ -234,7 +229,9 @@ void gp_hello_reply(gp_rd *rd)
         } else if (k && klen == 7 && !memcmp(k, "channel", 7)) {
             chan_ok = (int)mp_get_int(rd);
         } else if (k && klen == 14 && !memcmp(k, "driver_version", 14)) {
-            gp_note_driver_version((int)mp_get_int(rd));
+            int v = (int)mp_get_int(rd);
+            if (v > 0)
+                driver_version = v;
         } else {
             mp_skip(rd);
         }
@@ -246,6 +243,13 @@ void gp_hello_reply(gp_rd *rd)
         shm_unlink(staging->name);
         staging->name[0] = 0;
     }
+}
+
+__attribute__((constructor)) static void register_hello_hooks(void)
+{
+    gp_transport_hooks.hello_info = hello_info;
+    gp_transport_hooks.hello_reply = hello_reply;
+    gp_transport_hooks.unreachable = hostmem_unreachable;
 }
 
 /* Parking (park.c): every named segment becomes private memory with the same

@@ -77,14 +77,8 @@ void gp_cublas_note_pointer_mode(const void *h, int mode)
     gp_unlock();
 }
 
-/* Counts failed asynchronous ops (transport.c): settings a failed op
- * carried may not have been made, so coalesced settings are resent whole
- * after one (lib_cublas.c). */
-static uint64_t failures;
-
-void gp_lib_async_failed(void) { __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED); }
-
-uint64_t gp_lib_failure_gen(void) { return __atomic_load_n(&failures, __ATOMIC_RELAXED); }
+/* gp_lib_failure_gen (failed asynchronous ops) is counted where they are
+ * seen: transport.c. */
 
 static void (*flush_hook)(const void *h);
 

@@ -16,9 +16,10 @@
  * both are loaded in a context when first used there (cuModuleLoadDataEx and
  * cuModuleGetFunction, remoted as usual, so checkpoints carry them as
  * ordinary modules and functions). Handles are shim-local kinds
- * (GP_K_LIBRARY, GP_K_KERNEL): gp_function_of() turns a CUkernel into the
- * function of the current context wherever a CUfunction goes to proxyd
- * (launches here and in launch_ex.c, the generated stubs). A context that is
+ * (GP_K_LIBRARY, GP_K_KERNEL): gp_function_of() (context.c, which calls
+ * the resolver this file registers) turns a CUkernel into the function of
+ * the current context wherever a CUfunction goes to proxyd (launches in
+ * driver.c and launch_ex.c, the generated stubs). A context that is
  * destroyed or reset takes its modules and functions with it
  * (gp_library_context_gone).
  *
@@ -160,10 +161,9 @@ static CUresult kern_function(struct kern *K, CUfunction *fn)
     return CUDA_SUCCESS;
 }
 
-CUfunction gp_function_of(CUfunction f)
+/* The kernel resolver of gp_function_of (context.c): f is a CUkernel. */
+static CUfunction function_of_kernel(CUfunction f)
 {
-    if (((uint64_t)(uintptr_t)f >> 32) != GP_K_KERNEL)
-        return f;
     CUfunction out = NULL;
     gp_lock();
     struct kern *K = kern_of(f);
@@ -171,6 +171,11 @@ CUfunction gp_function_of(CUfunction f)
         out = NULL;
     gp_unlock();
     return out;
+}
+
+__attribute__((constructor)) static void register_kernel_resolver(void)
+{
+    gp_set_kernel_resolver(function_of_kernel);
 }
 
 void gp_library_context_gone(CUcontext ctx)

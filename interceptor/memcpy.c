@@ -20,7 +20,6 @@
 
 #include <string.h>
 
-void gp_pmemcpy(void *dst, const void *src, size_t n);
 /* capture_copy.c: a pageable copy on a capturing stream; 1 when it handled it */
 int gp_capture_copy(uint32_t fid, void *host, CUdeviceptr dev, size_t n, CUstream s, int to_device, CUresult *rc);
 

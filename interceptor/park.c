@@ -34,7 +34,8 @@
  * without the lock (an atomic flag). The signal handler only writes to a
  * pipe (async-signal-safe). */
 #define _GNU_SOURCE
-#include "gp_shim.h"
+#include "gp_memory.h"
+#include "gp_wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -48,78 +49,12 @@
 #include <time.h>
 #include <unistd.h>
 
-extern const char *gp_session_token(void);
-extern int gp_transport_quiesce(void);                /* transport.c */
-extern int gp_transport_park(void);
-extern int gp_transport_unpark(const char *endpoint);
-extern void gp_hostmem_unshare(void);                 /* hostmem.c */
-extern int gp_hostmem_reshare(void);
-extern void gp_chan_unshare(void);                    /* channel.c */
-extern int gp_chan_reshare(void);
 
 static int park_pipe[2] = { -1, -1 };
 static volatile int park_requested;
 static pid_t park_pid;
 
 int gp_park_requested(void) { return __atomic_load_n(&park_requested, __ATOMIC_ACQUIRE); }
-
-/* ---------------------------------------------------- private <-> shared */
-
-/* Replaces a shared mapping by private memory holding the same bytes at the
- * same address, and unlinks the segment's name (nothing of the daemon's
- * stays mapped: what CRIU dumps is ordinary anonymous memory). */
-int gp_shm_to_private(void *base, size_t size, const char *name)
-{
-    void *tmp = malloc(size);
-    if (!tmp)
-        return -1;
-    memcpy(tmp, base, size);
-    void *p = mmap(base, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    if (p == MAP_FAILED) {
-        free(tmp);
-        return -1;
-    }
-    memcpy(base, tmp, size);
-    free(tmp);
-    if (name && name[0])
-        shm_unlink(name);
-    return 0;
-}
-
-/* The reverse: a segment of that name again, holding the private bytes,
- * mapped shared at the same address. */
-int gp_shm_from_private(void *base, size_t size, const char *name)
-{
-    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EEXIST) {
-        shm_unlink(name);      /* left by the original process of a --leave-running dump */
-        fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    }
-    if (fd < 0)
-        return -1;
-    if (ftruncate(fd, (off_t)size) < 0) {
-        close(fd);
-        shm_unlink(name);
-        return -1;
-    }
-    size_t off = 0;
-    while (off < size) {
-        ssize_t w = pwrite(fd, (char *)base + off, size - off, (off_t)off);
-        if (w <= 0) {
-            close(fd);
-            shm_unlink(name);
-            return -1;
-        }
-        off += (size_t)w;
-    }
-    void *p = mmap(base, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) {
-        shm_unlink(name);
-        return -1;
-    }
-    return 0;
-}
 
 /* ------------------------------------------------------------ park, go on */
 
@@ -222,8 +157,9 @@ static void on_park_signal(int sig)
     errno = e;
 }
 
-/* Called once a session is open: installs the park signal and thread. */
-void gp_park_init(void)
+/* Called once a session is open (gp_transport_hooks.session_open, set by
+ * the constructor below): installs the park signal and thread. */
+static void park_init(void)
 {
     if (park_pid == getpid())
         return;
@@ -252,4 +188,9 @@ void gp_park_init(void)
     pthread_create(&t, &a, park_thread, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&a);
+}
+
+__attribute__((constructor)) static void register_session_hook(void)
+{
+    gp_transport_hooks.session_open = park_init;
 }

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gp_shim.h"
+#include "gp_base.h"
 
 #define GP_MAX_HELPERS 7
 #define GP_PAR_MIN (2u << 20)

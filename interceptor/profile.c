@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gp_shim.h"
+#include "gp_profile.h"
 
 #define GP_PROF_IDS 32768       /* spec ids are below this (specs/, docs/spec-format.md) */
 

@@ -23,6 +23,7 @@
 
 #include "gp_funcs.h"
 #include "gp_gen.h"
+#include "gp_transport.h"
 
 #define QC_DEVS 64
 #define QC_ATTRS 256          /* CUdevice_attribute values are below this (cuda.h, CU_DEVICE_ATTRIBUTE_MAX) */
@@ -42,8 +43,9 @@ static struct {
     int value;
 } attrs[QC_DEVS][QC_ATTRS];
 
-/* transport.c, for every op: calls that change a primary context's state */
-void gp_qc_note_op(uint32_t fid)
+/* transport.c, for every op (gp_transport_hooks.op_begun, set by this
+ * file's constructor): calls that change a primary context's state */
+static void qc_note_op(uint32_t fid)
 {
     switch (fid) {
     case GP_FID_cuDevicePrimaryCtxRetain:
@@ -65,6 +67,11 @@ void gp_qc_note_op(uint32_t fid)
     default:
         break;
     }
+}
+
+__attribute__((constructor)) static void register_op_hook(void)
+{
+    gp_transport_hooks.op_begun = qc_note_op;
 }
 
 CUresult gpo_cuInit(unsigned int Flags)

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "gp_shim.h"
+#include "gp_base.h"
 
 static const uint32_t K[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,

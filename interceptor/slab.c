@@ -54,17 +54,17 @@
  *   worker, as before).
  *
  * Locking: the slab table and every slab's state are guarded by gp_lock
- * (the shim's one recursive lock, gp_shim.h), which also orders the
+ * (the shim's one recursive lock, gp_base.h), which also orders the
  * sub-allocations against the ops other threads send. A forked child
- * forgets the table (transport.c's child_after_fork calls
- * gp_slab_forget_all): it starts a session of its own, in which the
- * parent's slabs do not exist. */
+ * forgets the table (slab_forget_all, run by lock.c's fork-child hooks,
+ * registered by this file's constructor): it starts a session of its own,
+ * in which the parent's slabs do not exist. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gp_gen.h"
-#include "gp_shim.h"
+#include "gp_memory.h"
 
 #define UNIT 256u                       /* block granularity and alignment */
 #define GRANULE (2u << 20)              /* slab sizes are multiples of the VMM granularity */
@@ -391,13 +391,18 @@ void gp_slab_device_gone(CUdevice dev)
     gp_unlock();
 }
 
-void gp_slab_forget_all(void)
+static void slab_forget_all(void)
 {
     for (int i = 0; i < S.n; i++)
         drop_slab_state(&S.v[i]);
     free(S.v);
     S.v = NULL;
     S.n = S.cap = 0;
+}
+
+__attribute__((constructor)) static void register_fork_child(void)
+{
+    gp_on_fork_child(slab_forget_all);
 }
 
 /* cuMemGetAddressRange_v2: a block answers itself (see the rules above);

@@ -19,11 +19,18 @@
  * (default 5 s), except during a planned wait (the session was dumped and
  * waits for a restore), which lasts up to GPUPROXY_RESTORE_WAIT_S.
  *
- * Locking: everything here runs under gp_lock (a recursive mutex). */
+ * Locking: everything here runs under gp_lock (a recursive mutex, lock.c).
+ *
+ * Layers (interceptor/LAYERS): this file uses the wire (channel.c, curve.c),
+ * the context stack and the profile below it, and calls nothing above it:
+ * what it must tell the layers above (HELLO contents, a session opened, an
+ * op begun) goes through gp_transport_hooks (gp_transport.h). */
 #define _GNU_SOURCE
-#include "gp_shim.h"
-#include "gp_lib.h"
+#include "gp_context.h"
 #include "gp_gen.h"
+#include "gp_profile.h"
+#include "gp_transport.h"
+#include "gp_wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -45,15 +52,7 @@
 #define GP_WINDOW_BYTES (64u << 20)
 #define GP_HDR_RESERVE 16               /* room for the message header before the ops */
 
-int gp_chan_send(uint64_t seq, const void *p, size_t n, int *need_doorbell);
-int gp_chan_recv(zmq_msg_t *msg);
-int gp_chan_idle(int idle);
-int gp_chan_active(void);
-void gp_chan_forget(void);
-void gp_chan_pause(void);
-
-static pthread_mutex_t gp_mu;
-static pthread_once_t gp_once = PTHREAD_ONCE_INIT;
+struct gp_transport_hooks gp_transport_hooks;
 
 /* A message waiting for its answer. Frame 0 is msgpack; frames 1.. are bulk data. */
 typedef struct gp_frame {
@@ -129,38 +128,16 @@ static long env_long(const char *name, long def)
     return *end ? def : v;
 }
 
-int gp_debug_enabled(void) { return G.debug; }
-
-void gp_log(const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "gpuproxy: %s\n", line);
-}
-
-void gp_warn_unsupported(const char *fn)
-{
-    /* One line per call, naming the function (the project's rule for every
-     * unsupported entry point). */
-    fprintf(stderr, "gpuproxy: %s is not supported by gpuproxy; returning not-supported\n", fn);
-}
-
 const char *gp_endpoint(void) { return G.endpoint; }
 
-/* --------------------------------------------------------------- locking */
+/* ------------------------------------------------------------------ fork */
 
 static void child_after_fork(void)
 {
     /* CUDA state does not survive fork(); the child starts a session of its
      * own if it uses CUDA. The parent's socket belongs to the parent's zmq
-     * threads, which do not exist here: leak it rather than touch it. */
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
-    pthread_mutex_init(&gp_mu, &a);
+     * threads, which do not exist here: leak it rather than touch it. (The
+     * lock is a fresh mutex already: lock.c runs this after making it.) */
     G.state = 0;
     G.zctx = NULL;
     G.sock = NULL;
@@ -176,34 +153,15 @@ static void child_after_fork(void)
     G.cur.nframes = 0;
     G.cur.bytes = 0;
     gp_chan_forget();
-    gp_slab_forget_all();
+}
+
+__attribute__((constructor)) static void register_fork_child(void)
+{
+    gp_on_fork_child(child_after_fork);
 }
 
 uint64_t gp_ops_issued(void) { return G.ops_issued; }
 uint64_t gp_ops_synced(void) { return G.ctx_synced_at; }
-
-static void init_once(void)
-{
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
-    pthread_mutex_init(&gp_mu, &a);
-    pthread_atfork(NULL, NULL, child_after_fork);
-}
-
-void gp_lock(void)
-{
-    pthread_once(&gp_once, init_once);
-    pthread_mutex_lock(&gp_mu);
-}
-
-void gp_unlock(void) { pthread_mutex_unlock(&gp_mu); }
-
-int gp_trylock(void)
-{
-    pthread_once(&gp_once, init_once);
-    return pthread_mutex_trylock(&gp_mu);
-}
 
 /* ------------------------------------------------------------ messages */
 
@@ -460,12 +418,14 @@ static int reply_parse(gp_reply *r, uint64_t *seq, int *code, CUresult *async_co
     return r->rd.err ? -1 : 0;
 }
 
-void gp_lib_async_failed(void);     /* lib_state.c */
+static uint64_t async_failures;     /* gp_lib_failure_gen */
+
+uint64_t gp_lib_failure_gen(void) { return __atomic_load_n(&async_failures, __ATOMIC_RELAXED); }
 
 static void note_async_error(CUresult e, uint32_t fid)
 {
-    if (e != CUDA_SUCCESS)
-        gp_lib_async_failed();     /* a library setting it carried may not have been made */
+    if (e != CUDA_SUCCESS)    /* a library setting it carried may not have been made */
+        __atomic_add_fetch(&async_failures, 1, __ATOMIC_RELAXED);
     if (e != CUDA_SUCCESS && G.async_err == CUDA_SUCCESS) {
         G.async_err = e;
         if (G.debug)
@@ -494,9 +454,6 @@ static void resend_all(gp_msg *sync_msg)
 
 static int where_probe(void);
 static int send_async_batch(void);
-int gp_park_requested(void);
-int gp_park_here(void);
-void gp_park_init(void);
 
 /* Waits for answers. Returns 0 when the sync message (if given) has been
  * answered (its reply left in *out) or, without one, when at most
@@ -715,8 +672,6 @@ static int answer_endpoint(gp_rd *rd, const uint8_t **state, size_t *slen, const
     return found && !rd->err;
 }
 
-extern void gp_hello_set_attach(int attach);
-
 /* Opens the data socket to the worker named in G.wendpoint and says HELLO
  * there (attach: re-attach an existing session without taking a sequence
  * number). 0 on success. */
@@ -830,9 +785,21 @@ static int where_probe(void)
     return rc;
 }
 
-extern void gp_hello_info(gp_buf *b);   /* hostmem.c: what the daemon needs to know */
-extern void gp_hello_reply(gp_rd *rd);  /* hostmem.c: what the daemon told us */
-extern void gp_hostmem_unreachable(void);  /* hostmem.c: no daemon answered: segment names go */
+/* HELLO's contents and answer, and a daemon that never answered, are
+ * hostmem.c's business (gp_transport_hooks). */
+static void hello_info(gp_buf *b, int attach)
+{
+    if (gp_transport_hooks.hello_info)
+        gp_transport_hooks.hello_info(b, attach);
+    else
+        mp_map(b, 0);
+}
+
+static void hello_unreachable(void)
+{
+    if (gp_transport_hooks.unreachable)
+        gp_transport_hooks.unreachable();
+}
 
 static void bye_at_exit(void)
 {
@@ -859,8 +826,7 @@ static int hello_worker(int attach, long limit_ms)
     gp_msg m;
     memset(&m, 0, sizeof m);
     msg_reset(&m);
-    gp_hello_set_attach(attach);
-    gp_hello_info(&m.head);
+    hello_info(&m.head, attach);
     if (attach) {
         /* seq 0: an attach must not move the session's sequence numbers */
         uint64_t keep = G.seq;
@@ -885,7 +851,8 @@ static int hello_worker(int attach, long limit_ms)
         return -1;
     }
     if (r.have_outs && r.nouts >= 1)
-        gp_hello_reply(&r.rd);
+        if (gp_transport_hooks.hello_reply)
+            gp_transport_hooks.hello_reply(&r.rd);
     gp_reply_done(&r);
     return 0;
 }
@@ -900,6 +867,7 @@ CUresult gp_session(void)
         const char *ep = getenv("GPUPROXY_ENDPOINT");
         snprintf(G.endpoint, sizeof G.endpoint, "%s", (ep && *ep) ? ep : GP_DEFAULT_ENDPOINT);
         G.debug = getenv("GPUPROXY_DEBUG") != NULL;
+        gp_set_debug(G.debug);
         G.spin_us = env_long("GPUPROXY_SPIN_US", default_spin_us());
         G.timeout_ms = env_long("GPUPROXY_TIMEOUT_MS", 5000);
         G.restore_wait_s = env_long("GPUPROXY_RESTORE_WAIT_S", 3600);
@@ -926,8 +894,7 @@ CUresult gp_session(void)
     gp_msg m;
     memset(&m, 0, sizeof m);
     msg_reset(&m);
-    gp_hello_set_attach(0);
-    gp_hello_info(&m.head);
+    hello_info(&m.head, 0);
     msg_seal(&m, GP_MSG_HELLO, 1);
     long limit = G.state == 2 ? 200 : G.connect_ms;   /* after one failure, fail fast */
     if (zmq_send_msg(&m, 1) < 0) {     /* never through the channel: there is none yet */
@@ -936,7 +903,7 @@ CUresult gp_session(void)
         if (!G.warned_unreachable)
             gp_log("cannot send to proxyd at %s: %s", G.endpoint, zmq_strerror(zmq_errno()));
         G.warned_unreachable = 1;
-        gp_hostmem_unreachable();   /* as below: no daemon maps our segments */
+        hello_unreachable();   /* as below: no daemon maps our segments */
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
     }
     gp_reply r;
@@ -958,7 +925,7 @@ CUresult gp_session(void)
                    G.endpoint, limit);
         G.warned_unreachable = 1;
         G.state = 2;
-        gp_hostmem_unreachable();   /* hostmem.c: no daemon maps our segments: remove their names */
+        hello_unreachable();   /* hostmem.c: no daemon maps our segments: remove their names */
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
     }
     gp_reply_done(&r);
@@ -972,7 +939,8 @@ CUresult gp_session(void)
     }
     G.in_session = 1;
     G.state = 1;
-    gp_park_init();
+    if (gp_transport_hooks.session_open)
+        gp_transport_hooks.session_open();   /* park.c: the park signal and thread */
     static int atexit_done;
     if (!atexit_done) {
         atexit(bye_at_exit);
@@ -1110,7 +1078,8 @@ gp_buf *gp_op_begin(uint32_t fid, uint32_t nargs)
     mp_uint(b, fid);
     mp_uint(b, (uint64_t)(uintptr_t)gp_ctx_current());
     gp_prof_op(fid);
-    gp_qc_note_op(fid);
+    if (gp_transport_hooks.op_begun)
+        gp_transport_hooks.op_begun(fid);   /* query_cache.c */
     G.cur_ops++;
     G.cur_has_ops = 1;
     G.ops_issued++;
