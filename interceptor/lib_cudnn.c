@@ -300,7 +300,7 @@ cudnnStatus_t gpo_cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descri
 }
 
 /* Legacy tensor descriptors: the data type of each, for the size of the
- * alpha/beta of calls on it (gp_lib.h). PyTorch makes and destroys a few
+ * alpha/beta of calls on it (gp_libraries.h). PyTorch makes and destroys a few
  * per call, so the list stays short. Under gp_lock. */
 typedef struct tdesc {
     uint64_t h;

@@ -850,9 +850,8 @@ static int hello_worker(int attach, long limit_ms)
         gp_reply_done(&r);
         return -1;
     }
-    if (r.have_outs && r.nouts >= 1)
-        if (gp_transport_hooks.hello_reply)
-            gp_transport_hooks.hello_reply(&r.rd);
+    if (r.have_outs && r.nouts >= 1 && gp_transport_hooks.hello_reply)
+        gp_transport_hooks.hello_reply(&r.rd);
     gp_reply_done(&r);
     return 0;
 }
@@ -1215,7 +1214,7 @@ CUresult gp_op_sync(gp_reply *r)
     return (CUresult)r->code;
 }
 
-/* Library ops (gp_lib.h): the reply's code is the library's status of this
+/* Library ops (gp_transport.h): the reply's code is the library's status of this
  * call; an earlier async op's failure stays in G.async_err for the next
  * synchronising CUDA call instead of turning into a library status. */
 int gp_lib_op_sync(gp_reply *r)

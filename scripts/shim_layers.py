@@ -33,7 +33,8 @@ Layers are declared in interceptor/LAYERS (bottom first). A file may use
 files of its own layer or lower ones; any use of a higher layer is a
 violation, and so is any cycle (Tarjan's strongly connected components),
 within a layer too. `#include "..."` lines of the hand-written files are
-checked against the same table (a header belongs to a layer like a .c file).
+checked against the same table (a header belongs to a layer like a .c file),
+and so are those of the generated sources.
 tests/test_shim_layers.py runs this check in the test suite.
 """
 from __future__ import annotations
@@ -159,15 +160,31 @@ def dependency_graph(defs: dict[str, set[str]], uses: dict[str, set[str]]) -> di
     return edges
 
 
-def include_graph(src_dir: Path = SRC) -> dict[tuple[str, str], set[str]]:
+def include_graph(src_dir: Path = SRC, generated: dict[str, Path] | None = None) -> dict[tuple[str, str], set[str]]:
     """{(file, header): {"#include"}} for the quoted includes of the hand-written
-    files whose header is in src_dir (generated headers are left out)."""
+    files, and of the generated sources given as {node: path}, whose header
+    is in src_dir (generated headers are left out)."""
+    files = [(f.name, f) for f in sorted(list(src_dir.glob("*.c")) + list(src_dir.glob("*.h")))]
+    files += sorted((generated or {}).items())
     edges = {}
-    for f in sorted(list(src_dir.glob("*.c")) + list(src_dir.glob("*.h"))):
+    for name, f in files:
         for h in re.findall(r'^\s*#\s*include\s+"([^"]+)"', f.read_text(), flags=re.M):
-            if (src_dir / h).exists() and h != f.name:
-                edges[(f.name, h)] = {"#include"}
+            if (src_dir / h).exists() and h != name:
+                edges[(name, h)] = {"#include"}
     return edges
+
+
+def generated_sources(objects: dict[str, Path]) -> dict[str, Path]:
+    """The generated .c files next to their objects (build_objects puts them
+    in ../gen, autogen/build.py in ..)."""
+    out = {}
+    for node, o in objects.items():
+        if node.startswith("gen/"):
+            for cand in (o.parent.parent / "gen" / node[4:], o.parent.parent / node[4:]):
+                if cand.exists():
+                    out[node] = cand
+                    break
+    return out
 
 
 def strongly_connected(nodes, edges) -> list[list[str]]:
@@ -283,7 +300,7 @@ def analyse(objects: dict[str, Path], src_dir: Path = SRC, layers_path: Path = L
     """(nodes, edges, problems) for the objects plus the include lines."""
     defs, uses = read_symbols(objects)
     edges = dependency_graph(defs, uses)
-    for k, v in include_graph(src_dir).items():
+    for k, v in include_graph(src_dir, generated_sources(objects)).items():
         edges.setdefault(k, set()).update(v)
     nodes = set(objects) | {f.name for f in src_dir.glob("*.h")}
     layers = load_layers(layers_path) if layers_path.exists() else []

@@ -98,4 +98,5 @@ def test_interceptor_has_no_cycle_and_no_upward_use(tmp_path):
     # the graph is real: the arrows everyone relies on are seen
     assert "gp_op_begin" in edges[("driver.c", "transport.c")]
     assert "gp_ctx_current" in edges[("transport.c", "context.c")]
+    assert ("gen/gp_driver_stubs.c", "gp_transport.h") in edges     # generated includes are checked too
     assert not probs, "the shim's layering is broken (interceptor/LAYERS):\n" + "\n".join(probs)
