@@ -1,0 +1,230 @@
+"""The node agent (gpuproxy.k8s.agent) on a /proc tree laid out as a node's
+(pods' processes with their cgroup paths, command lines and signal masks,
+and their containers' root folders), with real checkpoint images written by
+the image writer; plus the parts that read the real /proc of this machine."""
+import json
+import os
+import signal
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gpuproxy.k8s import agent as G
+from gpuproxy.k8s import images as I
+from gpuproxy.proxyd.checkpoint import criu
+from gpuproxy.proxyd.checkpoint.image import ImageWriter
+
+UID = "a9b8c7d6-e5f4-4a3b-9c2d-1e0f9a8b7c6d"            # the running pod of tests/data/k8s/pods-on-node.json
+OTHER = "c2d3e4f5-a6b7-4c8d-9e0f-1a2b3c4d5e6f"
+OLD = "d3e4f5a6-b7c8-4d9e-8f0a-2b3c4d5e6f7a"
+CKDIR = "/checkpoints/gpuproxy-example/train-low-5f1b6c0e"
+SIGCGT_USR1 = (1 << (signal.SIGUSR1 - 1)) | (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGINT - 1))
+SIGCGT_TERM = (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGINT - 1))
+
+
+def write_image(path: Path, criu_complete: bool = True, created_bump: bytes = b"x") -> None:
+    """A real image (manifest, index, memory) with a CRIU part as test_criu makes it."""
+    w = ImageWriter(path, "dump", {"backend": "emu"})
+    w.add_chunk(1 << 40, created_bump * 4096)
+    w.finish({"pid": 7}).close()
+    (path / "criu").mkdir()
+    (path / "criu" / "inventory.img").write_bytes(b"\0" * 100)
+    rec = {"dir": "criu", "kind": "dump", "complete": criu_complete, "root_pid": 7, "pids": [7, 8], "size": 100,
+           "files": 1, "criu_version": "4.2.1", "options": {}, "log": "criu/dump.log", "ms": 812.5}
+    criu.record_in_manifest(str(path), rec)
+
+
+def add_proc(proc: Path, pid: int, cgroup: str, argv: list[str], sigcgt: int, root: Path | None = None) -> None:
+    d = proc / str(pid)
+    d.mkdir(parents=True)
+    (d / "cgroup").write_text(cgroup)
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (d / "status").write_text(f"Name:\tpython3\nPid:\t{pid}\nSigBlk:\t0000000000000000\n"
+                              f"SigIgn:\t0000000001001000\nSigCgt:\t{sigcgt:016x}\n")
+    if root is not None:
+        os.symlink(root, d / "root")
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A node's /proc: the wrapped pod (systemd cgroup driver: uid with underscores),
+    its app process, another pod (cgroupfs driver), an old wrapper without SIGUSR1."""
+    proc, rootfs = tmp_path / "proc", tmp_path / "rootfs"
+    (rootfs / CKDIR.lstrip("/")).mkdir(parents=True)
+    sysd = (f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID.replace('-', '_')}.slice/"
+            f"cri-containerd-4f2a9c.scope\n")
+    wrapper = ["/usr/bin/python3", "/usr/local/bin/proxy-cli", "run", "--checkpoint-dir", CKDIR, "--keep", "2", "--",
+               "python3", "/app/train_torch.py", "--checkpoint-dir", "/elsewhere"]
+    add_proc(proc, 4100, sysd, wrapper, SIGCGT_USR1, rootfs)
+    add_proc(proc, 4107, sysd, ["python3", "/app/train_torch.py", "--checkpoint-dir", "/elsewhere"], 0, rootfs)
+    add_proc(proc, 5200, f"12:pids:/kubepods/burstable/pod{OTHER}/8e1f\n0::/kubepods/burstable/pod{OTHER}/8e1f\n",
+             ["nginx", "-g", "daemon off;"], SIGCGT_TERM, rootfs)
+    add_proc(proc, 6300, f"0::/kubepods/pod{OLD}/77aa\n", ["proxy-cli", "run", "--checkpoint-dir", "/checkpoints/x",
+                                                           "--", "./app"], SIGCGT_TERM, rootfs)
+    (proc / "self").mkdir()
+    return proc, rootfs
+
+
+def test_finds_the_pods_processes_and_its_wrapper(node):
+    proc, _ = node
+    assert G.pod_pids(UID, str(proc)) == [4100, 4107]
+    assert G.pod_pids(OTHER, str(proc)) == [5200]
+    assert G.pod_pids(OTHER.upper(), str(proc)) == [5200]
+    assert G.wrappers(UID, str(proc)) == [(4100, CKDIR)]          # the app's own --checkpoint-dir is not read
+    assert G.wrappers(OTHER, str(proc)) == []
+    with pytest.raises(G.AgentError) as e:
+        G.pod_pids("../../etc", str(proc))
+    assert e.value.code == 400
+
+
+@pytest.mark.parametrize("argv,want", [
+    (["proxy-cli", "run", "--checkpoint-dir", "/c/d", "--", "x"], "/c/d"),
+    (["python3", "-m", "gpuproxy.cli", "run", "--checkpoint-dir=/c/e", "--", "x"], "/c/e"),
+    (["/opt/venv/bin/proxy-cli", "run", "--", "./app"], None),                     # no checkpoint folder
+    (["proxy-cli", "status"], None),
+    (["python", "train.py", "--checkpoint-dir", "/c"], None),
+    (["sh", "-c", "proxy-cli run --checkpoint-dir /c -- x"], None),
+    ([], None),
+])
+def test_wrapper_command_lines(argv, want):
+    assert G.wrapper_dir(argv) == want
+
+
+def test_signal_masks_of_real_processes():
+    """SigCgt read from this machine's /proc: Python catches SIGINT; SIGUSR1
+    only once a handler is installed."""
+    pid = os.getpid()
+    old = signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    try:
+        assert G.catches(pid, signal.SIGINT)
+        assert not G.catches(pid, signal.SIGUSR1)
+        signal.signal(signal.SIGUSR1, lambda *_: None)
+        assert G.catches(pid, signal.SIGUSR1)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert G.pod_pids("00000000-0000-4000-8000-000000000000") == []
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+def test_checkpoint_asks_the_wrapper_and_reports_the_new_image(node):
+    proc, rootfs = node
+    folder = rootfs / CKDIR.lstrip("/")
+    write_image(folder / "ckpt-1")
+    sent = []
+
+    def kill(pid, sig):              # the wrapper's answer to SIGUSR1: a new image, written as it does
+        sent.append((pid, sig))
+        write_image(folder / "ckpt-2", created_bump=b"y")
+
+    clock = Clock()
+    a = G.Agent("gpu-node-a", str(proc), poll_s=0.5, kill=kill, clock=clock, sleep=clock.sleep)
+    out = a.checkpoint_pod({"namespace": "gpuproxy-example", "pod": "train-low-x7k2p", "uid": UID,
+                            "timeoutSeconds": 60})
+    assert sent == [(4100, signal.SIGUSR1)]
+    assert out["node"] == "gpu-node-a"
+    (img,) = out["images"]
+    assert img["path"] == CKDIR + "/ckpt-2" and img["dir"] == CKDIR and img["container_pid"] == 4100
+    assert img["sizeBytes"] == I.read_entry(str(folder / "ckpt-2")).size > 4096
+    assert img["criuMs"] == 812.5 and img["stallMs"] is None and img["created"]
+
+
+def test_no_signal_to_a_wrapper_that_would_die_of_it(node):
+    proc, _ = node
+    sent = []
+    a = G.Agent("gpu-node-a", str(proc), kill=lambda *x: sent.append(x))
+    with pytest.raises(G.AgentError) as e:
+        a.checkpoint_pod({"namespace": "ns", "pod": "old", "uid": OLD})
+    assert e.value.code == 409 and "does not handle SIGUSR1" in str(e.value) and sent == []
+    with pytest.raises(G.AgentError) as e:
+        a.checkpoint_pod({"namespace": "ns", "pod": "nginx", "uid": OTHER})
+    assert e.value.code == 404 and "proxy-cli run --checkpoint-dir" in str(e.value)
+
+
+def test_timeout_and_vanished_wrapper(node):
+    proc, _ = node
+    clock = Clock()
+    a = G.Agent("n", str(proc), poll_s=5, kill=lambda *x: None, clock=clock, sleep=clock.sleep)
+    with pytest.raises(G.AgentError) as e:
+        a.checkpoint_pod({"uid": UID, "timeoutSeconds": 30})
+    assert e.value.code == 504 and CKDIR in str(e.value)
+
+    def gone(pid, sig):
+        raise ProcessLookupError
+    with pytest.raises(G.AgentError) as e:
+        G.Agent("n", str(proc), kill=gone).checkpoint_pod({"uid": UID})
+    assert e.value.code == 410
+    # one request per pod at a time: a second one is refused while the first runs
+    a._claim(UID)
+    with pytest.raises(G.AgentError) as e:
+        a.checkpoint_pod({"uid": UID})
+    assert e.value.code == 409
+
+
+def test_gc_keeps_the_newest_complete_images(node):
+    proc, rootfs = node
+    folder = rootfs / CKDIR.lstrip("/")
+    for i, bump in enumerate((b"a", b"b", b"c")):
+        write_image(folder / f"ckpt-{i}", created_bump=bump)
+    write_image(folder / "ckpt-broken", criu_complete=False)
+    os.utime(folder / "ckpt-broken" / "manifest", (1, 1))        # a failed dump from long ago
+    write_image(folder / "ckpt-3", created_bump=b"d")
+    os.utime(folder / "ckpt-3" / "manifest", (4e9, 4e9))
+    entries = I.scan(str(folder))
+    assert [Path(e.path).name for e in entries if e.complete] == ["ckpt-0", "ckpt-1", "ckpt-2", "ckpt-3"]
+    out = G.Agent("n", str(proc)).gc_pod({"uid": UID, "keep": 2})
+    assert sorted(out["deleted"]) == [CKDIR + "/ckpt-0", CKDIR + "/ckpt-1", CKDIR + "/ckpt-broken"]
+    assert sorted(p.name for p in folder.iterdir()) == ["ckpt-2", "ckpt-3"]
+    with pytest.raises(G.AgentError):
+        G.Agent("n", str(proc)).gc_pod({"uid": UID, "keep": 0})
+
+
+def test_selection_never_takes_an_image_being_written(tmp_path):
+    write_image(tmp_path / "done")
+    write_image(tmp_path / "writing", criu_complete=False)
+    os.utime(tmp_path / "writing" / "manifest", (4e9, 4e9))       # newer than the complete one
+    assert I.select_for_deletion(str(tmp_path), I.scan(str(tmp_path)), 1) == []
+    assert I.newest_complete(I.scan(str(tmp_path))).path == str(tmp_path / "done")
+
+
+def test_http_api(node):
+    proc, rootfs = node
+    write_image(rootfs / CKDIR.lstrip("/") / "ckpt-1")
+    token = "t0k3n-0123456789abcdef"
+    srv = G.serve(G.Agent("gpu-node-a", str(proc), kill=lambda *x: None), token, "127.0.0.1", 0)
+    import threading
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_address[1]}"
+
+    def post(path, body, tok=token):
+        req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Authorization": f"Bearer {tok}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    try:
+        with urllib.request.urlopen(base + "/healthz", timeout=10) as r:
+            assert r.read() == b"ok"
+        assert post("/v1/gc", {"uid": UID, "keep": 1}, tok="wrong")[0] == 401
+        code, body = post("/v1/gc", {"uid": UID, "keep": 1})
+        assert code == 200 and body == {"node": "gpu-node-a", "deleted": []}
+        code, body = post("/v1/checkpoint", {"uid": OLD})
+        assert code == 409 and "SIGUSR1" in body["message"]
+        assert post("/v1/nothing", {"uid": UID})[0] == 404
+    finally:
+        srv.shutdown()
+        srv.server_close()
