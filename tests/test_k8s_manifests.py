@@ -10,6 +10,7 @@ their CRD (jsonschema). Objects of other projects (cert-manager, kind's
 cluster file) are listed and left out by name.
 """
 import copy
+import functools
 import json
 from pathlib import Path
 
@@ -72,6 +73,7 @@ def _containers(o: dict) -> list[dict]:
     return (pod.get("containers") or []) + (pod.get("initContainers") or [])
 
 
+@functools.lru_cache(maxsize=None)
 def crds() -> dict:
     out = {}
     for o in render("base"):
@@ -227,3 +229,17 @@ def test_the_validation_catches_mistakes():
     wrong["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"containerPort": "8471"}]
     with pytest.raises(kv.ValidationError):
         validate(wrong, "wrong type")
+
+
+def test_kind_overlay_moves_shared_memory_consistently():
+    """The DaemonSet's shared-memory folder and the one the webhook mounts into
+    pods (the controller's Config) are the same folder."""
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in render("overlays/kind")}
+    ds = objs[("DaemonSet", "gpuproxy-node")]["spec"]["template"]["spec"]
+    shm = next(v for v in ds["volumes"] if v["name"] == "shm")["hostPath"]["path"]
+    env = {e["name"]: e.get("value") for e in
+           objs[("Deployment", "gpuproxy-controller")]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    cfg = Config.from_env({k: v for k, v in env.items() if k.startswith("GPUPROXY_K8S_")})
+    assert shm == cfg.shm_host_dir == "/var/lib/gpuproxy-shm"
+    assert "gpuproxy.io/emu-gpu" in cfg.gpu_resources
+    assert "--backend" in ds["containers"][0]["command"]
