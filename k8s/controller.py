@@ -116,8 +116,9 @@ def checkpoint_created(spec, namespace, name, status, patch, **_):
         patch.status.update(C.status_failed(f"pod {namespace}/{pod_name} is not wrapped by gpuproxy's webhook "
                                             f"(label {LABEL}=true at creation)"))
         return
-    if (pod.get("status") or {}).get("phase") != "Running" or not node:
-        patch.status.update(C.status_failed(f"pod {namespace}/{pod_name} is not running", node))
+    if not N.checkpointable(pod) or not node:
+        patch.status.update(C.status_failed(f"pod {namespace}/{pod_name} is not running, or is terminating (a "
+                                            f"terminating pod dumps itself on SIGTERM)", node))
         return
     timeout = int(spec.get("timeoutSeconds") or CFG.checkpoint_timeout_s)
     req = {"namespace": namespace, "pod": pod_name, "uid": pod["metadata"]["uid"], "timeoutSeconds": timeout}
@@ -189,8 +190,7 @@ def schedule_tick(spec, status, namespace, name, uid, patch, **_):
     pods = client.CoreV1Api().list_namespaced_pod(namespace, label_selector=f"{LABEL}=true").items
     made = []
     for pod in (_plain(p) for p in pods):
-        if ((pod.get("status") or {}).get("phase") == "Running" and N.wrapped(pod)
-                and C.selector_matches(spec.get("selector"), pod["metadata"].get("labels"))):
+        if N.checkpointable(pod) and C.selector_matches(spec.get("selector"), pod["metadata"].get("labels")):
             made.append(_create_checkpoint(pod, "Schedule", {"name": name, "uid": uid}))
     patch.status["lastScheduleTime"] = C.rfc3339(t)
     patch.status["lastCheckpoints"] = made

@@ -62,14 +62,13 @@ def wrapped(pod: dict) -> bool:
     return (meta.get("labels") or {}).get(LABEL) == "true" and bool((meta.get("annotations") or {}).get(ANN_DIR))
 
 
+def checkpointable(pod: dict) -> bool:
+    """Wrapped, running, and not terminating (a terminating pod got SIGTERM
+    and is dumping itself)."""
+    return ((pod.get("status") or {}).get("phase") == "Running" and not (pod.get("metadata") or {}).get(
+        "deletionTimestamp") and wrapped(pod))
+
+
 def pods_to_checkpoint(pods: list[dict], node_name: str) -> list[dict]:
-    """The wrapped pods running on node_name that are not terminating already
-    (a terminating one got SIGTERM and is dumping itself)."""
-    out = []
-    for p in pods:
-        meta, spec, st = p.get("metadata") or {}, p.get("spec") or {}, p.get("status") or {}
-        if spec.get("nodeName") != node_name or st.get("phase") != "Running" or meta.get("deletionTimestamp"):
-            continue
-        if wrapped(p):
-            out.append(p)
-    return out
+    """The checkpointable pods on node_name."""
+    return [p for p in pods if (p.get("spec") or {}).get("nodeName") == node_name and checkpointable(p)]

@@ -5,7 +5,6 @@ Kubernetes Pod schema (kubernetes-validate)."""
 import base64
 import copy
 import json
-import os
 import shutil
 import ssl
 import subprocess
