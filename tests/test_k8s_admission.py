@@ -302,3 +302,11 @@ def test_served_over_tls(tmp_path):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("review-*.json")))
+def test_fixture_pods_are_valid(name):
+    """The fixtures' pods are what the API server would pass: valid Pods."""
+    rev = load(name)
+    assert rev["request"]["kind"] == {"group": "", "version": "v1", "kind": "Pod"}
+    validate_pod(rev["request"]["object"])
