@@ -84,6 +84,9 @@ class Config:
     # privileged | capabilities | none: what the webhook grants a wrapped container so that
     # CRIU can dump and restore its processes inside it (docs/kubernetes.md, "Privileges").
     pod_security: str = "privileged"
+    # A cordon (spec.unschedulable) counts as a drain. Off: only the taints and
+    # annotations below do (the evictions' SIGTERM dumps still happen).
+    watch_cordon: bool = True
     drain_taints: tuple[str, ...] = DEFAULT_DRAIN_TAINTS
     notice_annotations: tuple[str, ...] = DEFAULT_NOTICE_ANNOTATIONS
     # The node agent (in the DaemonSet).
@@ -108,7 +111,11 @@ class Config:
             if v is None:
                 continue
             default = f.default
-            if isinstance(default, tuple):
+            if isinstance(default, bool):
+                if v.strip().lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(f"GPUPROXY_K8S_{f.name.upper()}={v!r}: true or false")
+                kw[f.name] = v.strip().lower() in ("true", "1")
+            elif isinstance(default, tuple):
                 kw[f.name] = _split(v)
             elif isinstance(default, int):
                 try:

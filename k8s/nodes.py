@@ -2,7 +2,7 @@
 
 A node is going when (each configurable, config.Config):
   * it is cordoned: spec.unschedulable becomes true (`kubectl drain` and most
-    maintenance tooling cordon before they evict);
+    maintenance tooling cordon before they evict; Config.watch_cordon);
   * it carries one of the drain taints (NoSchedule or NoExecute) that node
     termination handlers, the cluster autoscaler and Karpenter put on it;
   * it carries one of the notice annotations (a spot or maintenance notifier
@@ -29,7 +29,7 @@ def signals(node: dict | None, cfg: Config) -> dict[str, str]:
         return {}
     out = {}
     spec = node.get("spec") or {}
-    if spec.get("unschedulable"):
+    if spec.get("unschedulable") and cfg.watch_cordon:
         out["cordon"] = "node cordoned (spec.unschedulable)"
     for t in spec.get("taints") or []:
         key = t.get("key")

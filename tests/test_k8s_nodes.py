@@ -64,6 +64,14 @@ def test_the_signals_are_configurable():
     m["metadata"]["annotations"]["example.com/reboot-at"] = "03:00"
     assert N.going(ready, m, cfg) == ["annotation example.com/reboot-at=03:00",
                                       "taint example.com/maintenance:NoExecute"]
+    # cordons ignored: the drain is seen by its taint only, if that is listed
+    drained = load("node-drained.json")
+    quiet = Config.from_env({"GPUPROXY_K8S_WATCH_CORDON": "false"})
+    assert N.going(ready, drained, quiet) == ["taint node.kubernetes.io/unschedulable:NoSchedule"]
+    quieter = Config.from_env({"GPUPROXY_K8S_WATCH_CORDON": "0", "GPUPROXY_K8S_DRAIN_TAINTS": "x"})
+    assert N.going(ready, drained, quieter) == []
+    with pytest.raises(ValueError):
+        Config.from_env({"GPUPROXY_K8S_WATCH_CORDON": "maybe"})
     with pytest.raises(ValueError):
         Config.from_env({"GPUPROXY_K8S_DEFAULT_GRACE_S": "long"})
     with pytest.raises(ValueError):
