@@ -121,6 +121,12 @@ def checkpoint_created(spec, namespace, name, status, patch, **_):
                                             f"terminating pod dumps itself on SIGTERM)", node))
         return
     timeout = int(spec.get("timeoutSeconds") or CFG.checkpoint_timeout_s)
+    # visible at once (`kubectl get gpucheckpoints`: Running on NODE); kopf applies `patch` only at the end
+    try:
+        client.CustomObjectsApi().patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, C.PLURAL, name, {"status": C.status_running(node, C.now_utc())})
+    except ApiException as e:
+        log.warning("GPUCheckpoint %s/%s: status: %s", namespace, name, e.reason)
     req = {"namespace": namespace, "pod": pod_name, "uid": pod["metadata"]["uid"], "timeoutSeconds": timeout}
     try:
         ans = _agent_call(node, "/v1/checkpoint", req, timeout + 30)

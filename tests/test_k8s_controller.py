@@ -35,6 +35,7 @@ class FakeApi:
         self.created: list[dict] = []
         self.deleted: list[str] = []
         self.crs: list[dict] = []
+        self.status_patches: list[tuple] = []
 
     # CoreV1Api
     def read_namespaced_pod(self, name, namespace):
@@ -59,6 +60,9 @@ class FakeApi:
     def create_namespaced_custom_object(self, group, version, namespace, plural, body):
         assert (group, version, plural) == ("gpuproxy.io", "v1alpha1", "gpucheckpoints")
         self.created.append(body)
+
+    def patch_namespaced_custom_object_status(self, group, version, namespace, plural, name, body):
+        self.status_patches.append((name, body["status"]["phase"], body["status"]["node"]))
 
     def list_namespaced_custom_object(self, group, version, namespace, plural):
         return {"items": copy.deepcopy(self.crs)}
@@ -111,6 +115,7 @@ def test_on_demand_checkpoint_fills_the_status(cluster):
     patch = kopf.Patch()
     K.checkpoint_created(spec=kopf.Body({"spec": {"podName": "train-low-x7k2p", "timeoutSeconds": 30}}).spec,
                          namespace="gpuproxy-example", name="train-now", status={}, patch=patch)
+    assert api.status_patches == [("train-now", "Running", "gpu-node-a")]      # shown while it runs
     st = patch["status"]
     assert st["phase"] == "Succeeded", st
     assert st["node"] == "gpu-node-a" and st["image"] == CKDIR + "/ckpt-2"
