@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
@@ -129,10 +130,26 @@ def wrappers(uid: str, proc: str = "/proc") -> list[tuple[int, str]]:
 
 
 def _host_view(pid: int, path: str, proc: str) -> str:
-    """path as the container of pid sees it, reached from here."""
+    """path as the container of pid sees it, reached from here. The path comes
+    from the pod (its wrapper's command line): no '..' and no symlink on the
+    way, since an absolute symlink under /proc/PID/root resolves against the
+    agent's own root, not the container's."""
     if not path.startswith("/") or ".." in path.split("/"):
         raise AgentError(400, f"checkpoint folder {path!r} is not an absolute path")
-    return os.path.join(proc, str(pid), "root") + path
+    root = os.path.join(proc, str(pid), "root")
+    cur = root
+    for part in [p for p in path.split("/") if p]:
+        cur = os.path.join(cur, part)
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            break               # not made yet: the wrapper makes it
+        except OSError as e:
+            raise AgentError(500, f"checkpoint folder {path!r}: {e.strerror}") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise AgentError(400, f"checkpoint folder {path!r} passes through a symlink "
+                                  f"({cur[len(root):]}); refused")
+    return root + path
 
 
 def _container_path(pid: int, host_path: str, proc: str) -> str:
@@ -178,13 +195,13 @@ class Agent:
                     raise AgentError(409, f"the wrapper (pid {pid}) of pod {req.get('namespace')}/{req.get('pod')} "
                                           f"does not handle SIGUSR1, so it cannot checkpoint on request (its gpuproxy "
                                           f"predates on-demand checkpoints); nothing was sent")
-            out = [self._one(pid, d, timeout) for pid, d in found]
+            views = [(pid, d, _host_view(pid, d, self.proc)) for pid, d in found]     # all checked first
+            out = [self._one(pid, d, view, timeout) for pid, d, view in views]
         finally:
             self._release(uid)
         return {"node": self.node, "images": out, "time": rfc3339(now_utc())}
 
-    def _one(self, pid: int, ckdir: str, timeout: float) -> dict:
-        view = _host_view(pid, ckdir, self.proc)
+    def _one(self, pid: int, ckdir: str, view: str, timeout: float) -> dict:
         before = {e.path: (e.created, e.mtime) for e in I.scan(view)}
         t0 = self._clock()
         try:

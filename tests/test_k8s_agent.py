@@ -182,3 +182,17 @@ def test_http_api(node):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_symlink_in_the_folder_path_is_refused(node):
+    """The folder comes from the pod's command line: a symlink planted in it
+    would lead the agent out of the container (absolute links under
+    /proc/PID/root resolve against the agent's root)."""
+    proc, rootfs = node
+    ck = rootfs / CKDIR.lstrip("/")
+    ck.rmdir()
+    ck.symlink_to("/")
+    for call in (lambda a: a.gc_pod({"uid": UID, "keep": 1}), lambda a: a.checkpoint_pod({"uid": UID})):
+        with pytest.raises(G.AgentError) as e:
+            call(G.Agent("n", str(proc), kill=lambda *x: pytest.fail("signalled")))
+        assert e.value.code == 400 and "symlink" in str(e.value)
