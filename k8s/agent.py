@@ -11,13 +11,15 @@ How a checkpoint is taken: the pod's wrapped containers run
 `proxy-cli run --checkpoint-dir DIR ... -- CMD` (the webhook put it there).
 The agent (hostPID, so it sees every process of the node) finds the pod's
 processes by the pod's uid in their cgroup path, picks the wrappers among
-them by their command line, and sends each SIGUSR1: the contract's "one
---leave-running checkpoint now", the same step as --checkpoint-every. So
-the image is written by the wrapper, inside the container, with the pids,
-mounts and folder layout that its own restore expects; the agent only asks
-and watches DIR (through /proc/PID/root, the container's view) until a new
-complete image is there. A wrapper that does not catch SIGUSR1 (SigCgt in
-/proc/PID/status) is never sent one, since the default action would kill it.
+them by their command line, and sends each CHECKPOINT_NOW (SIGRTMIN+2): "one
+--leave-running checkpoint now", the step --checkpoint-every takes. So the
+image is written by the wrapper, inside the container, with the pids, mounts
+and folder layout its own restore expects; the agent only asks and watches
+DIR (through /proc/PID/root, the container's view) until a new complete
+ckpt-<n> is there (images.py). A wrapper that does not catch the signal
+(SigCgt in /proc/PID/status) is never sent it: its default action would kill
+it. (SIGUSR1 and SIGUSR2 are not used: the contract passes them on to the
+app.)
 
 Authentication: every request but /healthz carries `Authorization: Bearer
 TOKEN`, the token of a Secret shared with the controller (file named by
@@ -41,7 +43,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from . import images as I
 from .checkpoints import now_utc, rfc3339
 
-TRIGGER = signal.SIGUSR1
+# "checkpoint now, leave the app running": a real-time signal, free for an
+# application's own meaning (signal(7)); the contract must catch it.
+CHECKPOINT_NOW = signal.SIGRTMIN + 2
+TRIGGER = CHECKPOINT_NOW
 _UID_RE = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
 MAX_BODY = 64 * 1024
 
@@ -193,8 +198,8 @@ class Agent:
             for pid, _d in found:
                 if not catches(pid, TRIGGER, self.proc):
                     raise AgentError(409, f"the wrapper (pid {pid}) of pod {req.get('namespace')}/{req.get('pod')} "
-                                          f"does not handle SIGUSR1, so it cannot checkpoint on request (its gpuproxy "
-                                          f"predates on-demand checkpoints); nothing was sent")
+                                          f"does not handle SIGRTMIN+2 (checkpoint now), so it cannot checkpoint on "
+                                          f"request (its gpuproxy predates on-demand checkpoints); nothing was sent")
             views = [(pid, d, _host_view(pid, d, self.proc)) for pid, d in found]     # all checked first
             out = [self._one(pid, d, view, timeout) for pid, d, view in views]
         finally:
@@ -202,16 +207,16 @@ class Agent:
         return {"node": self.node, "images": out, "time": rfc3339(now_utc())}
 
     def _one(self, pid: int, ckdir: str, view: str, timeout: float) -> dict:
-        before = {e.path: (e.created, e.mtime) for e in I.scan(view)}
+        before = {e.path for e in I.scan(view)}
         t0 = self._clock()
         try:
             self._kill(pid, TRIGGER)
         except ProcessLookupError:
             raise AgentError(410, f"the wrapper (pid {pid}) ended before the checkpoint request") from None
         while True:
-            new = [e for e in I.scan(view) if e.complete and before.get(e.path) != (e.created, e.mtime)]
+            new = [e for e in I.scan(view) if e.complete and e.path not in before]
             if new:
-                e = max(new, key=lambda x: (x.created or "", x.mtime))
+                e = max(new, key=lambda x: x.seq)
                 return {"container_pid": pid, "dir": ckdir, "path": _container_path(pid, e.path, self.proc),
                         "sizeBytes": e.size, "created": e.created, "durationMs": round((self._clock() - t0) * 1000),
                         "stallMs": e.stall_ms, "criuMs": e.criu_ms}

@@ -1,43 +1,55 @@
 """Checkpoint images in a pod's checkpoint folder, and which of them may go.
 
-The folder is the one `proxy-cli run --checkpoint-dir DIR` writes. This
-module does not assume how the contract names its images inside DIR: an
-image is DIR itself or any direct subfolder of DIR that holds a manifest
-(an incremental image keeps its parent chain inside itself, in `parent/`,
-docs/checkpoint.md, so a chain is one folder and deleting a folder never
-breaks another image). An image is complete when its manifest is valid and
-its CRIU part is complete (gpuproxy.proxyd.checkpoint.criu.state): that is
-what a restore can use.
+The folder is the one `proxy-cli run --checkpoint-dir DIR` writes, in the
+contract's layout (gpuproxy.proxyd.checkpoint.contract):
 
-Files are looked at with lstat (a symlink is never followed out of DIR).
+    DIR/ckpt-<n>/          a complete image; its job.json is written last
+    DIR/latest -> ckpt-<n> the image a restore uses
+    DIR/.tmp-<n>/          a dump in progress (never read or touched here)
+    DIR/.lock              held by the wrapper
+
+Each ckpt-<n> is an independent whole-process image (no parent chain). An
+image counts as complete when its job.json is there and its manifest is valid
+with a complete CRIU part (gpuproxy.proxyd.checkpoint.criu.state). Files are
+looked at with lstat: a symlink other than `latest` is never followed.
+
+Stated here rather than imported because the node agent must read the
+folder of a wrapper whose gpuproxy may be older than its own.
 """
 from __future__ import annotations
 
+import datetime
+import json
 import os
+import re
 import stat
 from dataclasses import dataclass
 
 from gpuproxy.proxyd.checkpoint import criu
 from gpuproxy.proxyd.checkpoint.image import MANIFEST, ImageError, read_manifest
 
+CKPT_RE = re.compile(r"ckpt-(\d+)")
+JOB_FILE = "job.json"
+LATEST = "latest"
+
 
 @dataclass(frozen=True)
 class Entry:
     path: str
+    seq: int
     complete: bool
-    created: str | None         # ISO 8601 from the manifest
-    mtime: float                # the manifest's
-    size: int                   # bytes on disk, parent chain included
+    created: str | None         # ISO 8601: job.json's time, else the manifest's
+    size: int                   # bytes on disk
     problem: str | None
-    stall_ms: float | None      # the app's stall, where the writer recorded one
-    criu_ms: float | None       # how long CRIU held the processes (its record)
+    stall_ms: float | None      # how long the app stood still, as the wrapper measured it (job.json)
+    criu_ms: float | None       # how long CRIU took (its record in the manifest)
 
 
-def _is_dir(p: str) -> bool:
+def _lstat(p: str):
     try:
-        return stat.S_ISDIR(os.lstat(p).st_mode)
+        return os.lstat(p)
     except OSError:
-        return False
+        return None
 
 
 def _size(path: str) -> int:
@@ -45,79 +57,87 @@ def _size(path: str) -> int:
     for root, dirs, files in os.walk(path):
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
         for n in files:
-            try:
-                st = os.lstat(os.path.join(root, n))
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
+            st = _lstat(os.path.join(root, n))
+            if st is not None and stat.S_ISREG(st.st_mode):
                 total += st.st_size
     return total
 
 
-def read_entry(path: str) -> Entry | None:
-    """The image in path, or None when path holds no manifest."""
-    mp = os.path.join(path, MANIFEST)
-    try:
-        st = os.lstat(mp)
-    except OSError:
+def _job(path: str) -> dict | None:
+    p = os.path.join(path, JOB_FILE)
+    st = _lstat(p)
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 20:
         return None
-    if not stat.S_ISREG(st.st_mode):
-        return Entry(path, False, None, st.st_mtime, 0, f"{mp} is not a regular file", None, None)
+    try:
+        with open(p, "rb") as f:
+            v = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    return v if isinstance(v, dict) else None
+
+
+def read_entry(path: str, seq: int) -> Entry:
+    job = _job(path)
+    size = _size(path)
+    if job is None:
+        return Entry(path, seq, False, None, size, f"no readable {JOB_FILE} (not published)", None, None)
+    st = _lstat(os.path.join(path, MANIFEST))
+    if st is None or not stat.S_ISREG(st.st_mode):
+        return Entry(path, seq, False, None, size, f"no regular {MANIFEST}", None, None)
     try:
         m, _digest = read_manifest(path)
     except (ImageError, OSError) as e:
-        return Entry(path, False, None, st.st_mtime, _size(path), str(e), None, None)
+        return Entry(path, seq, False, None, size, str(e), None, None)
     cs = criu.state(path, m)
     rec = cs.get("record") or {}
-    stats = m.get("stats") if isinstance(m.get("stats"), dict) else {}
-    stall = stats.get("stall_ms")
-    return Entry(path, bool(cs["complete"]), m.get("created"), st.st_mtime, _size(path), cs.get("problem"),
+    t = job.get("time")
+    created = (datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="milliseconds")
+               if isinstance(t, (int, float)) else m.get("created"))
+    stall = job.get("stall_ms")
+    return Entry(path, seq, bool(cs["complete"]), created, size, cs.get("problem"),
                  float(stall) if isinstance(stall, (int, float)) else None,
                  float(rec["ms"]) if isinstance(rec.get("ms"), (int, float)) else None)
 
 
 def scan(folder: str) -> list[Entry]:
-    """Images in folder (itself and its direct subfolders, `parent` chains
-    excluded), oldest first."""
+    """The ckpt-<n> images in folder, oldest (lowest n) first."""
     out = []
-    if not _is_dir(folder):
+    st = _lstat(folder)
+    if st is None or not stat.S_ISDIR(st.st_mode):
         return out
-    top = read_entry(folder)
-    if top is not None:
-        out.append(top)
     try:
-        names = sorted(os.listdir(folder))
+        names = os.listdir(folder)
     except OSError:
         return out
     for n in names:
+        m = CKPT_RE.fullmatch(n)
         p = os.path.join(folder, n)
-        if n == "parent" or not _is_dir(p):
-            continue
-        e = read_entry(p)
-        if e is not None:
-            out.append(e)
-    return sorted(out, key=_age_key)
+        s = _lstat(p)
+        if m and s is not None and stat.S_ISDIR(s.st_mode):
+            out.append(read_entry(p, int(m.group(1))))
+    return sorted(out, key=lambda e: e.seq)
 
 
-def _age_key(e: Entry):
-    return (e.created or "", e.mtime)
+def latest(folder: str) -> str | None:
+    """The path `latest` names when it names a ckpt-<n> of folder, else None."""
+    try:
+        target = os.readlink(os.path.join(folder, LATEST))
+    except OSError:
+        return None
+    if "/" in target or not CKPT_RE.fullmatch(target):
+        return None
+    return os.path.join(folder, target)
 
 
 def newest_complete(entries: list[Entry]) -> Entry | None:
     done = [e for e in entries if e.complete]
-    return max(done, key=_age_key) if done else None
+    return max(done, key=lambda e: e.seq) if done else None
 
 
 def select_for_deletion(folder: str, entries: list[Entry], keep: int) -> list[str]:
-    """Paths of images that may be deleted, keeping the `keep` newest complete
-    ones (at least one: the image a restore would use). An incomplete image
-    goes only when a complete one is newer (it is a failed dump's remains, not
-    one being written now). The folder itself is never selected."""
+    """Paths of the complete images beyond the `keep` newest (at least one is
+    kept); never the one `latest` names, never anything unpublished."""
     keep = max(1, int(keep))
-    done = sorted((e for e in entries if e.complete), key=_age_key, reverse=True)
-    doomed = [e.path for e in done[keep:]]
-    if done:
-        # by the manifests' modification times: an unreadable manifest has no creation time
-        doomed += [e.path for e in entries if not e.complete and e.mtime < done[0].mtime]
-    top = os.path.normpath(folder)
-    return [p for p in doomed if os.path.normpath(p) != top]
+    cur = latest(folder)
+    done = sorted((e for e in entries if e.complete), key=lambda e: e.seq, reverse=True)
+    return [e.path for e in done[keep:] if cur is None or os.path.normpath(e.path) != os.path.normpath(cur)]

@@ -79,29 +79,33 @@ def test_checkpoint_asks_the_wrapper_and_reports_the_new_image(node):
     write_image(folder / "ckpt-1")
     sent = []
 
-    def kill(pid, sig):              # the wrapper's answer to SIGUSR1: a new image, written as it does
+    def kill(pid, sig):              # the wrapper's answer to CHECKPOINT_NOW: a new image, published as it does
         sent.append((pid, sig))
-        write_image(folder / "ckpt-2", created_bump=b"y")
+        write_image(folder / "ckpt-2", created_bump=b"y", stall_ms=640.0)
 
     clock = Clock()
     a = G.Agent("gpu-node-a", str(proc), poll_s=0.5, kill=kill, clock=clock, sleep=clock.sleep)
     out = a.checkpoint_pod({"namespace": "gpuproxy-example", "pod": "train-low-x7k2p", "uid": UID,
                             "timeoutSeconds": 60})
-    assert sent == [(4100, signal.SIGUSR1)]
+    assert sent == [(4100, G.CHECKPOINT_NOW)]
     assert out["node"] == "gpu-node-a"
     (img,) = out["images"]
     assert img["path"] == CKDIR + "/ckpt-2" and img["dir"] == CKDIR and img["container_pid"] == 4100
-    assert img["sizeBytes"] == I.read_entry(str(folder / "ckpt-2")).size > 4096
-    assert img["criuMs"] == 812.5 and img["stallMs"] is None and img["created"]
+    assert img["sizeBytes"] == I.read_entry(str(folder / "ckpt-2"), 2).size > 4096
+    assert img["stallMs"] == 640.0 and img["criuMs"] == 812.5                # job.json's and CRIU's record
+    assert img["created"] == "2026-11-27T09:41:19.500+00:00"                 # job.json's time (date -u -d @1795772479)
 
 
-def test_no_signal_to_a_wrapper_that_would_die_of_it(node):
+def test_no_signal_to_a_wrapper_that_takes_no_checkpoint_on_request(node):
+    """Today's contract catches SIGUSR1 only to pass it on to the app (which
+    may die of it): the agent sends nothing to a wrapper that does not catch
+    CHECKPOINT_NOW."""
     proc, _ = node
     sent = []
     a = G.Agent("gpu-node-a", str(proc), kill=lambda *x: sent.append(x))
     with pytest.raises(G.AgentError) as e:
         a.checkpoint_pod({"namespace": "ns", "pod": "old", "uid": OLD})
-    assert e.value.code == 409 and "does not handle SIGUSR1" in str(e.value) and sent == []
+    assert e.value.code == 409 and "does not handle SIGRTMIN+2" in str(e.value) and sent == []
     with pytest.raises(G.AgentError) as e:
         a.checkpoint_pod({"namespace": "ns", "pod": "nginx", "uid": OTHER})
     assert e.value.code == 404 and "proxy-cli run --checkpoint-dir" in str(e.value)
@@ -130,27 +134,37 @@ def test_timeout_and_vanished_wrapper(node):
 def test_gc_keeps_the_newest_complete_images(node):
     proc, rootfs = node
     folder = rootfs / CKDIR.lstrip("/")
-    for i, bump in enumerate((b"a", b"b", b"c")):
-        write_image(folder / f"ckpt-{i}", created_bump=bump)
-    write_image(folder / "ckpt-broken", criu_complete=False)
-    os.utime(folder / "ckpt-broken" / "manifest", (1, 1))        # a failed dump from long ago
-    write_image(folder / "ckpt-3", created_bump=b"d")
-    os.utime(folder / "ckpt-3" / "manifest", (4e9, 4e9))
+    for i, bump in enumerate((b"a", b"b", b"c", b"d")):
+        write_image(folder / f"ckpt-{i}", created_bump=bump)            # latest -> ckpt-3
+    write_image(folder / ".tmp-4", created_bump=b"e", publish=False)     # the wrapper is writing one
+    write_image(folder / "ckpt-9", criu_complete=False)                  # broken: not counted, not touched
     entries = I.scan(str(folder))
-    assert [Path(e.path).name for e in entries if e.complete] == ["ckpt-0", "ckpt-1", "ckpt-2", "ckpt-3"]
-    out = G.Agent("n", str(proc)).gc_pod({"uid": UID, "keep": 2})
-    assert sorted(out["deleted"]) == [CKDIR + "/ckpt-0", CKDIR + "/ckpt-1", CKDIR + "/ckpt-broken"]
-    assert sorted(p.name for p in folder.iterdir()) == ["ckpt-2", "ckpt-3"]
+    assert [(Path(e.path).name, e.complete) for e in entries] == [
+        ("ckpt-0", True), ("ckpt-1", True), ("ckpt-2", True), ("ckpt-3", True), ("ckpt-9", False)]
+    assert I.latest(str(folder)) == str(folder / "ckpt-9")                # write_image published it last
+    (folder / "latest").unlink()
+    (folder / "latest").symlink_to("ckpt-1")                             # as if ckpt-2, 3 came after a restore
+    out = G.Agent("n", str(proc)).gc_pod({"uid": UID, "keep": 1})
+    assert sorted(out["deleted"]) == [CKDIR + "/ckpt-0", CKDIR + "/ckpt-2"]
+    assert sorted(p.name for p in folder.iterdir()) == [".tmp-4", "ckpt-1", "ckpt-3", "ckpt-9", "latest"]
     with pytest.raises(G.AgentError):
         G.Agent("n", str(proc)).gc_pod({"uid": UID, "keep": 0})
 
 
-def test_selection_never_takes_an_image_being_written(tmp_path):
-    write_image(tmp_path / "done")
-    write_image(tmp_path / "writing", criu_complete=False)
-    os.utime(tmp_path / "writing" / "manifest", (4e9, 4e9))       # newer than the complete one
-    assert I.select_for_deletion(str(tmp_path), I.scan(str(tmp_path)), 1) == []
-    assert I.newest_complete(I.scan(str(tmp_path))).path == str(tmp_path / "done")
+def test_unpublished_and_foreign_folders_are_not_images(tmp_path):
+    write_image(tmp_path / "ckpt-1")
+    write_image(tmp_path / ".tmp-2", publish=False)                      # complete CRIU part, no job.json yet
+    write_image(tmp_path / "ckpt-3", publish=False)
+    write_image(tmp_path / "backup", stall_ms=None)
+    (tmp_path / "ckpt-7").symlink_to(tmp_path / "ckpt-1")
+    entries = I.scan(str(tmp_path))
+    assert [(Path(e.path).name, e.complete) for e in entries] == [("ckpt-1", True), ("ckpt-3", False)]
+    assert "job.json" in entries[1].problem
+    assert I.newest_complete(entries).path == str(tmp_path / "ckpt-1")
+    assert I.select_for_deletion(str(tmp_path), entries, 1) == []
+    (tmp_path / "latest").unlink()
+    (tmp_path / "latest").symlink_to("/etc")                             # not one of ours: protects nothing
+    assert I.latest(str(tmp_path)) is None
 
 
 def test_http_api(node):
@@ -177,7 +191,7 @@ def test_http_api(node):
         code, body = post("/v1/gc", {"uid": UID, "keep": 1})
         assert code == 200 and body == {"node": "gpu-node-a", "deleted": []}
         code, body = post("/v1/checkpoint", {"uid": OLD})
-        assert code == 409 and "SIGUSR1" in body["message"]
+        assert code == 409 and "SIGRTMIN+2" in body["message"]
         assert post("/v1/nothing", {"uid": UID})[0] == 404
     finally:
         srv.shutdown()

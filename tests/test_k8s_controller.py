@@ -84,8 +84,8 @@ def cluster(tmp_path, monkeypatch):
     write_image(folder / "ckpt-1", created_bump=b"1")
     n = iter(range(2, 100))
 
-    def wrapper_answers(pid, sig):                 # what the contract's wrapper does on SIGUSR1
-        assert sig == signal.SIGUSR1
+    def wrapper_answers(pid, sig):                 # what the wrapper does on CHECKPOINT_NOW
+        assert sig == G.CHECKPOINT_NOW
         write_image(folder / f"ckpt-{next(n)}", created_bump=b"n")
 
     srv = G.serve(G.Agent("gpu-node-a", str(proc), poll_s=0.05, kill=wrapper_answers), TOKEN, "127.0.0.1", 0)
@@ -119,9 +119,9 @@ def test_on_demand_checkpoint_fills_the_status(cluster):
     st = patch["status"]
     assert st["phase"] == "Succeeded", st
     assert st["node"] == "gpu-node-a" and st["image"] == CKDIR + "/ckpt-2"
-    assert st["sizeBytes"] > 4096 and st["stall"] == "812ms (CRIU)"
+    assert st["sizeBytes"] > 4096 and st["stall"] == "1.2s" and st["stallMs"] == 1234.5
     # keep 2 (the pod's annotation): the folder holds ckpt-1 and ckpt-2
-    assert sorted(p.name for p in folder.iterdir()) == ["ckpt-1", "ckpt-2"]
+    assert sorted(p.name for p in folder.iterdir()) == ["ckpt-1", "ckpt-2", "latest"]
 
 
 def test_checkpoint_of_a_pod_that_cannot_be_checkpointed(cluster):

@@ -135,7 +135,12 @@ def test_base_wiring():
     proxyd, agent = ds["containers"]
     assert proxyd["securityContext"]["privileged"] is True
     assert cfg.endpoint in proxyd["command"]
-    assert {m["mountPath"] for m in proxyd["volumeMounts"]} == {cfg.host_dir, "/dev/shm"}
+    assert {m["mountPath"] for m in proxyd["volumeMounts"]} == {cfg.host_dir, "/dev/shm", "/var/lib/gpuproxy-keys"}
+    env = {e["name"]: e.get("value") for e in proxyd["env"]}
+    assert env["GPUPROXY_KEY_DIR"] == "/var/lib/gpuproxy-keys"
+    # the seal key reaches proxyd only, through a private folder outside the host folder pods see
+    assert not env["GPUPROXY_KEY_DIR"].startswith(cfg.host_dir + "/")
+    assert [c["name"] for c in ds["initContainers"]] == ["install-shim", "install-seal-key"]
     vols = {v["name"]: v for v in ds["volumes"]}
     assert vols["host"]["hostPath"]["path"] == cfg.host_dir
     assert vols["shm"]["hostPath"]["path"] == cfg.shm_host_dir
