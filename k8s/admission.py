@@ -16,8 +16,9 @@ A Pod labelled gpuproxy.io/checkpoint=true gets, in each container it wraps:
   * what CRIU needs to run inside it (Config.pod_security);
 
 and the pod gets a termination grace period long enough for the dump, the
-node selector of the nodes that run proxyd, and two annotations naming its
-checkpoint folder and wrapped containers. Pods without the label, other
+node selector of the nodes that run proxyd, a pod anti-affinity that keeps
+wrapped pods on separate nodes (Config.one_pod_per_node), and two
+annotations naming its checkpoint folder and wrapped containers. Pods without the label, other
 kinds and other operations are allowed untouched.
 
 The webhook cannot see an image's ENTRYPOINT. A wrapped container without
@@ -294,6 +295,26 @@ _MOUNT_WHY = {VOL_HOST: "proxyd's socket and the shim",
               VOL_CKPT: "the checkpoint images"}
 
 
+ONE_PER_NODE = {"labelSelector": {"matchLabels": {LABEL: "true"}}, "topologyKey": "kubernetes.io/hostname"}
+
+
+def _anti_affinity_ops(p: _Patch, spec: dict) -> None:
+    """A required pod anti-affinity: no two wrapped pods on one node (Config.one_pod_per_node)."""
+    aff = spec.get("affinity")
+    if aff is None:
+        p.set(False, "/spec/affinity", {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                                                            [ONE_PER_NODE]}})
+        return
+    anti = aff.get("podAntiAffinity")
+    if anti is None:
+        p.set(False, "/spec/affinity/podAntiAffinity", {"requiredDuringSchedulingIgnoredDuringExecution":
+                                                        [ONE_PER_NODE]})
+        return
+    key = "requiredDuringSchedulingIgnoredDuringExecution"
+    if ONE_PER_NODE not in (anti.get(key) or []):
+        p.append(anti, key, "/spec/affinity/podAntiAffinity/" + key, [copy.deepcopy(ONE_PER_NODE)])
+
+
 def mutate_pod(pod: dict, namespace: str, cfg: Config) -> tuple[list[dict], list[str]]:
     """The JSONPatch operations and admission warnings for one Pod.
     ([], []) for a pod without the opt-in label; Refusal for one that opted
@@ -372,6 +393,9 @@ def mutate_pod(pod: dict, namespace: str, cfg: Config) -> tuple[list[dict], list
         want = grace if grace is not None else max(int(cur or 30), cfg.default_grace_s)
         if cur != want:
             p.set("terminationGracePeriodSeconds" in spec, "/spec/terminationGracePeriodSeconds", want)
+
+    if wrap and wrapped and cfg.one_pod_per_node:
+        _anti_affinity_ops(p, spec)
 
     sel = spec.get("nodeSelector")
     if sel is None:

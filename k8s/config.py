@@ -87,6 +87,10 @@ class Config:
     # A cordon (spec.unschedulable) counts as a drain. Off: only the taints and
     # annotations below do (the evictions' SIGTERM dumps still happen).
     watch_cordon: bool = True
+    # At most one wrapped pod per node (a required pod anti-affinity the webhook adds):
+    # proxy-cli finds an app's session by pid, and two pods' apps share pids (their own
+    # pid namespaces); and every app's device 0 is the node's first GPU. docs/kubernetes.md.
+    one_pod_per_node: bool = True
     drain_taints: tuple[str, ...] = DEFAULT_DRAIN_TAINTS
     notice_annotations: tuple[str, ...] = DEFAULT_NOTICE_ANNOTATIONS
     # The node agent (in the DaemonSet).

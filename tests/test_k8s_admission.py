@@ -80,6 +80,8 @@ def test_job_pod_is_wrapped_field_by_field():
     assert c["securityContext"] == {"privileged": True}
     assert pod["spec"]["terminationGracePeriodSeconds"] == 180          # the pod's annotation
     assert pod["spec"]["nodeSelector"] == {"gpuproxy.io/node": "true"}
+    assert pod["spec"]["affinity"] == {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"gpuproxy.io/checkpoint": "true"}}, "topologyKey": "kubernetes.io/hostname"}]}}
     ann = pod["metadata"]["annotations"]
     assert ann["gpuproxy.io/checkpoint-dir"] == ckdir
     assert ann["gpuproxy.io/wrapped-containers"] == "train"
@@ -310,3 +312,23 @@ def test_fixture_pods_are_valid(name):
     rev = load(name)
     assert rev["request"]["kind"] == {"group": "", "version": "v1", "kind": "Pod"}
     validate_pod(rev["request"]["object"])
+
+
+def test_one_wrapped_pod_per_node_joins_the_pods_own_affinity():
+    rev = load("review-job-pod.json")
+    own = {"labelSelector": {"matchLabels": {"app": "train-low"}}, "topologyKey": "topology.kubernetes.io/zone"}
+    node_aff = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}]}}
+    rev["request"]["object"]["spec"]["affinity"] = {"nodeAffinity": node_aff,
+                                                    "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [own]}}
+    pod, _, _ = patched(rev)
+    aff = pod["spec"]["affinity"]
+    assert aff["nodeAffinity"] == node_aff
+    assert aff["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [own, A.ONE_PER_NODE]
+    validate_pod(pod)
+    rev["request"]["object"] = pod                                    # reinvocation: not added twice
+    assert "patch" not in respond(rev)
+    off = Config(one_pod_per_node=False)
+    rev = load("review-job-pod.json")
+    pod, _, _ = patched(rev, off)
+    assert "affinity" not in pod["spec"]
