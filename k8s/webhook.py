@@ -11,6 +11,7 @@ gpuproxy.k8s.webhook` runs it alone.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import ssl
@@ -63,6 +64,11 @@ def make_server(cfg: Config, host: str, port: int, cert_dir: str | None) -> Thre
     srv = ThreadingHTTPServer((host, port), make_handler(cfg))
     srv.daemon_threads = True
     if cert_dir:
+        for f in ("tls.crt", "tls.key"):
+            if not os.path.isfile(os.path.join(cert_dir, f)):
+                srv.server_close()
+                raise FileNotFoundError(errno.ENOENT, "missing (the Secret gpuproxy-webhook-tls)",
+                                        os.path.join(cert_dir, f))
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(os.path.join(cert_dir, "tls.crt"), os.path.join(cert_dir, "tls.key"))
@@ -86,7 +92,13 @@ def main(argv=None) -> int:
     try:
         cfg = Config.from_env()
         srv = make_server(cfg, a.listen, a.port, None if a.insecure_http else a.cert_dir)
-    except (ValueError, OSError, ssl.SSLError) as e:
+    except ssl.SSLError as e:
+        print(f"gpuproxy-k8s-webhook: the certificate in {a.cert_dir} is not usable: {e.reason or e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"gpuproxy-k8s-webhook: {e.filename or f'{a.listen}:{a.port}'}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except ValueError as e:
         print(f"gpuproxy-k8s-webhook: {e}", file=sys.stderr)
         return 2
     print(f"gpuproxy-k8s-webhook: listening on {a.listen}:{a.port}", file=sys.stderr)
