@@ -18,8 +18,10 @@ A Pod labelled gpuproxy.io/checkpoint=true gets, in each container it wraps:
 and the pod gets a termination grace period long enough for the dump, the
 node selector of the nodes that run proxyd, a pod anti-affinity that keeps
 wrapped pods on separate nodes (Config.one_pod_per_node), and two
-annotations naming its checkpoint folder and wrapped containers. Pods without the label, other
-kinds and other operations are allowed untouched.
+annotations naming its checkpoint folder and wrapped containers. Pods
+without the label, other kinds and other operations are allowed untouched.
+The patch is idempotent: a pod that went through it once gets no operation
+the second time (reinvocationPolicy: IfNeeded).
 
 The webhook cannot see an image's ENTRYPOINT. A wrapped container without
 `command` must get one from the annotation gpuproxy.io/command (a JSON list,
@@ -268,7 +270,9 @@ def _env_ops(p: _Patch, c: dict, base: str, env: dict[str, str]) -> None:
     add = []
     for k, v in env.items():
         if k in names:
-            p.set(True, f"{base}/env/{names.index(k)}", {"name": k, "value": v})
+            i = names.index(k)
+            if cur[i] != {"name": k, "value": v}:
+                p.set(True, f"{base}/env/{i}", {"name": k, "value": v})
         else:
             add.append({"name": k, "value": v})
     p.append(c, "env", base + "/env", add)
@@ -357,13 +361,13 @@ def mutate_pod(pod: dict, namespace: str, cfg: Config) -> tuple[list[dict], list
             if why and cfg.pod_security != "none":
                 raise Refusal(f"container {cname!r} cannot be checkpointed: {why}, and CRIU dumps and restores "
                               f"its processes from inside it as root")
-            cmd = c.get("command")
-            if is_wrapped(cmd, cfg):
-                continue
-            # one folder per wrapped container: each wrapper owns its images
-            cdir = f"{ckdir}/{cname}" if len(targets) > 1 else ckdir
-            new = wrap_command(command_of(c, ann_cmd, cfg), cdir, every, keep, cfg)
-            p.set("command" in c, base + "/command", new)
+            # A command that runs under the contract already (this webhook's earlier
+            # invocation, or the user's own) is kept; the rest is added all the same.
+            if not is_wrapped(c.get("command"), cfg):
+                # one folder per wrapped container: each wrapper owns its images
+                cdir = f"{ckdir}/{cname}" if len(targets) > 1 else ckdir
+                new = wrap_command(command_of(c, ann_cmd, cfg), cdir, every, keep, cfg)
+                p.set("command" in c, base + "/command", new)
             env["GPUPROXY_SHIM_DIR"] = cfg.shim_dir
         else:
             pre = ":".join(f"{cfg.shim_dir}/{n}" for n in LIBRARIES)

@@ -332,3 +332,17 @@ def test_one_wrapped_pod_per_node_joins_the_pods_own_affinity():
     rev = load("review-job-pod.json")
     pod, _, _ = patched(rev, off)
     assert "affinity" not in pod["spec"]
+
+
+def test_a_command_the_user_wrapped_gets_the_rest():
+    rev = load("review-job-pod.json")
+    c = rev["request"]["object"]["spec"]["containers"][0]
+    mine = ["proxy-cli", "run", "--checkpoint-dir", "/checkpoints/mine", "--checkpoint-every", "900", "--",
+            "python3", "train.py"]
+    c["command"] = mine
+    pod, _, _ = patched(rev)
+    out = pod["spec"]["containers"][0]
+    assert out["command"] == mine
+    assert env_of(out)["GPUPROXY_SHIM_DIR"] == "/var/lib/gpuproxy/lib"
+    assert {m["name"] for m in out["volumeMounts"]} >= {"gpuproxy-host", "gpuproxy-shm", "gpuproxy-checkpoints"}
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 180 and "affinity" in pod["spec"]

@@ -6,7 +6,6 @@ the node agent real: an HTTP agent on this machine over a node's /proc layout
 Needs the [k8s] extra (kopf, kubernetes); skipped, visibly, without it."""
 import copy
 import json
-import signal
 import threading
 from pathlib import Path
 
