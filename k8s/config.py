@@ -34,12 +34,12 @@ CR_LABEL_KEY = "gpuproxy.io/checkpoint-name"
 CR_LABEL_REASON = "gpuproxy.io/reason"
 CR_LABEL_SCHEDULE = "gpuproxy.io/schedule"
 
-# Taints that node termination handlers and drains put on a node that is about
-# to go (their documentation names them): the cordon of `kubectl drain`
-# (node.kubernetes.io/unschedulable, added by the node lifecycle controller when
-# spec.unschedulable is set), the cluster autoscaler's scale-down taint,
-# Karpenter's disruption taint, AWS node termination handler's spot and
-# rebalance taints, GKE's impending-termination taint, the out-of-service taint.
+# Taints that drains and node termination handlers put on a node that is about
+# to go: the cordon of `kubectl drain` (node.kubernetes.io/unschedulable, added by
+# the node lifecycle controller when spec.unschedulable is set), the cluster
+# autoscaler's scale-down taint, Karpenter's disruption taint, the four taints of
+# AWS node termination handler (with its TAINT_NODE option), the impending-
+# termination taint of GKE's preemptible nodes, the out-of-service taint.
 DEFAULT_DRAIN_TAINTS = (
     "node.kubernetes.io/unschedulable",
     "ToBeDeletedByClusterAutoscaler",
@@ -47,13 +47,14 @@ DEFAULT_DRAIN_TAINTS = (
     "aws-node-termination-handler/spot-itn",
     "aws-node-termination-handler/rebalance-recommendation",
     "aws-node-termination-handler/scheduled-maintenance",
+    "aws-node-termination-handler/asg-lifecycle-termination",
     "cloud.google.com/impending-node-termination",
     "node.kubernetes.io/out-of-service",
 )
-# Annotations a spot or maintenance notifier may set instead (value: anything non-empty).
+# Annotations a spot or maintenance notifier of the cluster's own may set instead
+# (value: anything non-empty).
 DEFAULT_NOTICE_ANNOTATIONS = (
     "gpuproxy.io/termination-notice",
-    "cluster-autoscaler.kubernetes.io/scale-down-disabled-reason",
 )
 
 
