@@ -37,13 +37,14 @@ CR_LABEL_SCHEDULE = "gpuproxy.io/schedule"
 # Taints that drains and node termination handlers put on a node that is about
 # to go: the cordon of `kubectl drain` (node.kubernetes.io/unschedulable, added by
 # the node lifecycle controller when spec.unschedulable is set), the cluster
-# autoscaler's scale-down taint, Karpenter's disruption taint, the four taints of
+# autoscaler's scale-down taint, Karpenter's disruption taint (1.x and before), the four taints of
 # AWS node termination handler (with its TAINT_NODE option), the impending-
 # termination taint of GKE's preemptible nodes, the out-of-service taint.
 DEFAULT_DRAIN_TAINTS = (
     "node.kubernetes.io/unschedulable",
     "ToBeDeletedByClusterAutoscaler",
-    "karpenter.sh/disruption",
+    "karpenter.sh/disrupted",            # Karpenter 1.x
+    "karpenter.sh/disruption",           # Karpenter before 1.0
     "aws-node-termination-handler/spot-itn",
     "aws-node-termination-handler/rebalance-recommendation",
     "aws-node-termination-handler/scheduled-maintenance",
