@@ -16,13 +16,22 @@ LIBRARIES = ("libcudart.so.13", "libcuda.so.1", "libcublas.so.13", "libcublasLt.
              "libcudnn.so.9", "libcufft.so.12", "libcurand.so.10", "libcusparse.so.12", "libcusolver.so.12")
 
 
+def shim_dir() -> str:
+    """Folder of the shim that programs get: $GPUPROXY_SHIM_DIR when set (on a
+    Kubernetes node, the node's copy in the host folder, which matches the
+    node's proxyd: docs/kubernetes.md), else this package's own."""
+    return os.environ.get("GPUPROXY_SHIM_DIR") or lib_dir()
+
+
 def preload_value() -> str:
     """The LD_PRELOAD value that puts the shim in front of the real CUDA libraries."""
-    d = lib_dir()
+    d = shim_dir()
     return ":".join(os.path.join(d, n) for n in LIBRARIES)
 
 
 def check_built() -> None:
+    d = shim_dir()
     for name in LIBRARIES:
-        if not os.path.exists(os.path.join(lib_dir(), name)):
-            raise FileNotFoundError(f"gpuproxy shim library {name} missing in {lib_dir()}; reinstall with `pip install .`")
+        if not os.path.exists(os.path.join(d, name)):
+            how = "$GPUPROXY_SHIM_DIR" if d != lib_dir() else "reinstall with `pip install .`"
+            raise FileNotFoundError(f"gpuproxy shim library {name} missing in {d}; {how}")
