@@ -36,7 +36,7 @@ def add_parsers(sub) -> None:
 
 def add_checkpoint_parsers(sub) -> None:
     """pre-dump, dump, restore and migrate. Whole-process by default: proxyd
-    saves the GPU state and CRIU the app's processes (cli/whole_process.py);
+    saves the GPU state and CRIU the app's processes (proxyd/checkpoint/orchestrate/whole_process.py);
     --gpu-only sends proxyd's command alone. cli/main.py turns the
     pos_cli-style flags (--dump, --pre-dump, --restore) into these
     subcommand names."""
@@ -83,9 +83,9 @@ def add_checkpoint_parsers(sub) -> None:
 
 
 def _client(a):
-    from gpuproxy.proxyd import protocol as P
+    from gpuproxy.proxyd.core import protocol as P
 
-    from .client import ControlClient
+    from gpuproxy.proxyd.client import ControlClient
     from .main import CHECKPOINT_TIMEOUT_S, timeout_of
     # proxyd answers when the checkpoint is done: a longer default wait, but
     # an explicit --timeout is honoured (and a daemon that dies ends it early)
@@ -101,7 +101,7 @@ def _report(a, res: dict, lines: list[str]) -> int:
 
 
 def _endpoint(a) -> str:
-    from gpuproxy.proxyd import protocol as P
+    from gpuproxy.proxyd.core import protocol as P
     return a.endpoint or P.endpoint_from_env()
 
 
@@ -121,7 +121,7 @@ def _criu_line(rec: dict) -> str:
 
 
 def cmd_dump(a) -> int:
-    from . import whole_process as W
+    from ..proxyd.checkpoint.orchestrate import whole_process as W
     if getattr(a, "compress", None):
         from ..proxyd.checkpoint.image import parse_compress
         try:
@@ -166,7 +166,7 @@ def cmd_dump(a) -> int:
 
 
 def cmd_restore(a) -> int:
-    from . import whole_process as W
+    from ..proxyd.checkpoint.orchestrate import whole_process as W
     dmap = {}
     for part in filter(None, a.device_map.split(",")):
         old, _, new = part.partition("=")
@@ -420,7 +420,7 @@ def _seal(img) -> tuple[bool, str]:
     """Whether the image (and its chain) carries this user's seal: the key of
     the user running inspect (keys.py; proxyd running as this user has the
     same key). Not having a key is not an error here: no key is created."""
-    from gpuproxy.proxyd.keys import KeyError_, seal_key
+    from gpuproxy.proxyd.core.keys import KeyError_, seal_key
     try:
         key = seal_key(create=False)
     except (OSError, KeyError_) as e:

@@ -20,9 +20,9 @@ import json
 import os
 import sys
 
-from gpuproxy.proxyd import protocol as P
+from gpuproxy.proxyd.core import protocol as P
 
-from .client import ControlClient, ControlError
+from gpuproxy.proxyd.client import ControlClient, ControlError
 
 
 # default --timeout: commands that proxyd answers at once, and checkpoint
@@ -105,7 +105,7 @@ def cmd_keygen(a):
     authorized_keys line that admits it, for proxyd's administrator."""
     import pwd
 
-    from gpuproxy.proxyd import curve, keys
+    from gpuproxy.proxyd.core import curve, keys
     try:
         path = a.out or os.path.join(keys.key_dir(create=True), curve.CLIENT_KEY_FILE)
         if a.force and os.path.exists(path):

@@ -17,7 +17,7 @@ import signal
 import sys
 
 from . import __version__
-from . import protocol as P
+from .core import protocol as P
 
 log = logging.getLogger("proxyd")
 
@@ -70,7 +70,7 @@ def ensure_no_shim(argv: list[str]):
 def pick_backend(name: str | None, emu_devices: int):
     if name in (None, "auto"):
         try:
-            from .cuda_backend import CudaBackend, CudaUnavailable
+            from .backends.cuda import CudaBackend, CudaUnavailable
             try:
                 b = CudaBackend()
                 if b.device_count() > 0:
@@ -81,7 +81,7 @@ def pick_backend(name: str | None, emu_devices: int):
             log.info("cuda backend unavailable (%s): using the emulated backend", e)
         name = "emu"
     if name == "cuda":
-        from .cuda_backend import CudaBackend, CudaUnavailable
+        from .backends.cuda import CudaBackend, CudaUnavailable
         try:
             return CudaBackend()
         except CudaUnavailable as e:
@@ -130,7 +130,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="proxyd: %(message)s", stream=sys.stderr)
     if a.server_key:
-        from .curve import CurveError, server_keypair
+        from .core.curve import CurveError, server_keypair
         try:
             print(server_keypair(create=True)[0].decode())
         except CurveError as e:
@@ -140,15 +140,15 @@ def main(argv=None):
     for f in files:   # fail here, once, rather than in every worker
         if not os.path.isfile(f):
             sys.exit(f"proxyd: cannot load emulated kernels from {f}: no such file")
-    from .supervisor import Supervisor, WorkerSpec
-    from .server import EndpointInUse
+    from .supervisor.daemon import Supervisor, WorkerSpec
+    from .worker.server import EndpointInUse
     spec = WorkerSpec(backend=a.backend, emu_kernels=files, emu_devices=a.emu_devices, spin_us=a.spin_us,
                       log_level=a.log_level)
     try:
         server = Supervisor(a.endpoint, spec, spares=a.spare_workers, users=a.users)
     except EndpointInUse as e:
         sys.exit(f"proxyd: {e}")
-    from .shm_sweep import sweep
+    from .supervisor.shm_sweep import sweep
     sweep()     # shared memory of clients that died with an earlier daemon (shm_sweep.py)
 
     def stop(signum, frame):

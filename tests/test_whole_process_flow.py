@@ -1,4 +1,4 @@
-"""The order of cli/whole_process.py's steps and its recovery from failures,
+"""The order of proxyd/checkpoint/orchestrate/whole_process.py's steps and its recovery from failures,
 with real CRIU on a plain (non-CUDA) process and a stand-in for proxyd's
 control interface that records the commands it gets (the real proxyd is
 exercised by tests/test_whole_process.py). Skips where CRIU cannot be used.
@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuproxy.cli import whole_process as W
-from gpuproxy.cli.client import ControlError
+from gpuproxy.proxyd.checkpoint.orchestrate import whole_process as W
+from gpuproxy.proxyd.client import ControlError
 from gpuproxy.proxyd.checkpoint import criu
 from gpuproxy.proxyd.checkpoint.image import Image, ImageWriter
 

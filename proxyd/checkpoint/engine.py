@@ -41,9 +41,9 @@ import time
 import numpy as np
 
 from .. import __version__
-from .. import procinfo
-from .. import protocol as P
-from ..session import CudaError, Session
+from ..core import procinfo
+from ..core import protocol as P
+from ..core.session import CudaError, Session
 from . import hashing
 from .image import FLAG_GLOBAL, Image, ImageError, ImageWriter
 from .manifest_schema import SchemaError, validate_session
@@ -95,20 +95,20 @@ def describe(sess: Session) -> dict:
         "replay": [[fid, ctxh, [_jsonable(a) for a in args]] for fid, ctxh, args in sess.replay.values()],
         "primary_flags": {str(d): f for d, f in sess.primary_flags.items()},
     }
-    from ..mempool import describe as describe_pools
+    from ..families.mempool import describe as describe_pools
     # memory pools of the stream-ordered allocator (their allocations are in the arena)
     out["mem_pools"], out["mem_pool_current"] = describe_pools(sess)
-    from ..vmm import describe as describe_vmm
+    from ..families.vmm import describe as describe_vmm
     out["mem_handles"] = describe_vmm(sess)     # the app's physical allocations (cuMemCreate)
-    from ..graphs import describe as describe_graphs
+    from ..families.graphs import describe as describe_graphs
     out["graphs"] = describe_graphs(sess)         # graphs and executable graphs with their ops
-    from ..graph_mem import describe as describe_graph_mem
+    from ..families.graph_mem import describe as describe_graph_mem
     out["graph_mem"] = describe_graph_mem(sess)   # graph memory nodes' allocations (bytes: in the arena)
-    from ..libraries import describe as describe_libraries
+    from ..families.libraries import describe as describe_libraries
     out["libraries"] = describe_libraries(sess)   # cuBLAS/cuBLASLt handles and descriptors with their settings
-    from ..cudnn import describe as describe_cudnn
+    from ..families.cudnn import describe as describe_cudnn
     out["cudnn_backend"] = describe_cudnn(sess)   # cuDNN backend descriptors: the calls that made them
-    from ..arrays import describe as describe_arrays
+    from ..families.arrays import describe as describe_arrays
     # CUDA arrays (their contents are chunks of the image, FLAG_ARRAY) and
     # texture/surface objects with the descriptors they were created from
     out["arrays"], out["tex_objects"] = describe_arrays(sess)
@@ -323,8 +323,8 @@ class Engine:
             raise CheckpointError("a concurrent dump keeps the app running, so it cannot release the session: "
                                   "add leave_running (--leave-running), or dump without concurrent to stop "
                                   "the app and release its GPU state")
-        from ..ipc import check_checkpointable
-        from ..link import check_no_open_link
+        from ..families.ipc import check_checkpointable
+        from ..families.link import check_no_open_link
         try:
             check_checkpointable(sess)
             check_no_open_link(sess)
@@ -465,10 +465,10 @@ class Engine:
         return out
 
     def _read_arrays(self, sess: Session) -> list:
-        """Contents of every CUDA array (proxyd/arrays.py), as (key, size,
+        """Contents of every CUDA array (proxyd/families/arrays.py), as (key, size,
         bytes, flags) in the image's array pieces; read while frozen, like
         the __device__ variables."""
-        from ..arrays import FLAG_ARRAY, contents
+        from ..families.arrays import FLAG_ARRAY, contents
         out = []
         for o in sess.of_kind(P.K_ARRAY):
             ctx = sess.contexts.get(o.ctx)
@@ -667,7 +667,7 @@ class Engine:
         """The daemon's image-seal key (keys.py); None, with a warning, if
         the key directory cannot be used (images are then written unsealed,
         and a restore treats them as foreign)."""
-        from ..keys import KeyError_, seal_key
+        from ..core.keys import KeyError_, seal_key
         try:
             return seal_key()
         except (OSError, KeyError_) as e:
@@ -868,7 +868,7 @@ class Engine:
     def release(self, sess: Session):
         """Frees the session's GPU resources after a dump; the session stays
         (frozen) so its calls wait for a restore."""
-        from ..handlers import destroy_context
+        from ..families.driver import destroy_context
         for c in list(sess.contexts.values()):
             destroy_context(self.dispatcher, sess, c)
         sess.arena.release_all()
@@ -939,9 +939,9 @@ class Engine:
 
     def _rebuild_arrays(self, sess: Session, img: Image, desc: dict) -> None:
         """CUDA arrays with their contents, then texture and surface objects
-        under their old values (proxyd/arrays.py), once the arena is mapped
+        under their old values (proxyd/families/arrays.py), once the arena is mapped
         again (objects on linear memory name arena addresses)."""
-        from ..arrays import rebuild
+        from ..families.arrays import rebuild
 
         def read_key(key):
             r = img.find(key)
@@ -977,7 +977,7 @@ class Engine:
         """The arena a manifest describes must be the session slot's own
         address range, hold its chunks and allocations, and fit each
         device's memory; one line naming the field otherwise."""
-        from ..server import ARENA_BASE, SLOT_SIZE
+        from ..worker.server import ARENA_BASE, SLOT_SIZE
         a = desc["arena"]
         base = ARENA_BASE + desc["slot"] * SLOT_SIZE
         if a["base"] != base or a["size"] != SLOT_SIZE:
@@ -1035,7 +1035,7 @@ class Engine:
         self.rstats["moved_globals"] = moved
 
     def _rebuild(self, sess: Session, img: Image, desc: dict, device_map: dict):
-        from ..handlers import function_layout, load_module
+        from ..families.driver import function_layout, load_module
         b = self.backend
         dmap = lambda d: device_map.get(d, d)
         t0 = time.monotonic()
@@ -1059,13 +1059,13 @@ class Engine:
         arena_desc = dict(desc["arena"])
         arena_desc["chunks"] = [[s, n, dmap(d), small] for s, n, d, small in desc["arena"]["chunks"]]
         sess.arena.rebuild(arena_desc)
-        from ..mempool import rebuild as rebuild_pools
+        from ..families.mempool import rebuild as rebuild_pools
         rebuild_pools(sess, desc.get("mem_pools", []), desc.get("mem_pool_current", {}), dmap)
-        from ..vmm import rebuild as rebuild_vmm
+        from ..families.vmm import rebuild as rebuild_vmm
         rebuild_vmm(sess, desc.get("mem_handles", []), dmap)
-        from ..graph_mem import rebuild as rebuild_graph_mem
+        from ..families.graph_mem import rebuild as rebuild_graph_mem
         rebuild_graph_mem(sess, desc.get("graph_mem", {}), dmap)
-        from ..graphs import rebuild as rebuild_graphs
+        from ..families.graphs import rebuild as rebuild_graphs
         rebuild_graphs(sess, desc.get("graphs", []), desc.get("capture", {}), desc.get("capture_events", {}),
                        self.dispatcher)
         self._rebuild_arrays(sess, img, desc)
@@ -1114,10 +1114,10 @@ class Engine:
                                        ctx.stream_attrs.setdefault(int(special), {}))
         # library handles and descriptors with their settings (streams,
         # workspaces in the arena and contexts exist again by now)
-        from ..libraries import rebuild as rebuild_libraries
+        from ..families.libraries import rebuild as rebuild_libraries
         rebuild_libraries(self.dispatcher, sess, desc.get("libraries", []))
         # cuDNN backend descriptors: their calls replayed (plans finalized again)
-        from ..cudnn import rebuild as rebuild_cudnn
+        from ..families.cudnn import rebuild as rebuild_cudnn
         rebuild_cudnn(self.dispatcher, sess, desc.get("cudnn_backend", []))
         # settings made through `restore: replay` calls, now that the objects
         # they name exist again; run_op records them on the new session too
@@ -1132,7 +1132,7 @@ class Engine:
         self.rstats["replayed"] = len(desc.get("replay", []))
         # math-library calls captured into graphs, made again from their
         # snapshots now that streams and library objects exist (graph_libcapture.py)
-        from ..graph_libcapture import realize_pending
+        from ..families.graph_libcapture import realize_pending
         realize_pending(self.dispatcher, sess)
         self.rstats["objects_ms"] = _ms(t_arena, time.monotonic())
         # memory: upload, then check what landed on the device against the image's hashes
@@ -1199,7 +1199,7 @@ class Engine:
         for seg in desc["shm"]["registered"]:
             try:
                 if int(seg) in sess.shm.fixed:
-                    from ..hostmap import map_again
+                    from ..families.hostmap import map_again
                     map_again(b, sess, int(seg))       # at the client's address
                     continue
                 view = memoryview(sess.shm.open(int(seg)))
@@ -1210,7 +1210,7 @@ class Engine:
                 log.info("session %s: client segment %s not mapped yet (%s)", sess.token, seg, e)
         sess.shm_ok = sess.staging_seg is not None and int(sess.staging_seg) in sess.shm.maps
         if desc.get("channel") and sess.shm_ok:
-            from ..channel import Channel, SIZE
+            from ..core.channel import Channel, SIZE
             try:
                 sess.chan = Channel(desc["channel"], SIZE)
             except Exception as e:
