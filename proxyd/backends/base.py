@@ -29,8 +29,7 @@ class Backend:
         """Device memory for a snapshot copy, from proxyd's own address slot
         (so it never takes addresses a session may need); None if the device
         has no room, and the caller copies to host memory instead."""
-        from ..core.arena import Arena, ArenaError
-        from ..worker.server import ARENA_BASE, SLOT_SIZE
+        from ..core.arena import ARENA_BASE, SLOT_SIZE, Arena, ArenaError
         from ..core.session import CudaError
         if self._scratch is None:
             base = ARENA_BASE + SCRATCH_SLOT * SLOT_SIZE

@@ -535,7 +535,7 @@ class CudaBackend(Backend):
 
     @staticmethod
     def _side3d(side, host_addr=0):
-        from ..families.arrays import MT_ARRAY, MT_DEVICE, MT_HOST
+        from ..core.cuda_structs import MT_ARRAY, MT_DEVICE, MT_HOST
         if side["type"] == "array":
             return (side["x"], side["y"], side["z"], 0, MT_ARRAY, 0, 0, side["real"], 0, 0, 0)
         if side["type"] == "host":
@@ -543,7 +543,7 @@ class CudaBackend(Backend):
         return (side["x"], side["y"], side["z"], 0, MT_DEVICE, 0, side["addr"], 0, 0, side["pitch"], side["height"])
 
     def _copy3d(self, src, dst, extent, stream, keep=None):
-        from ..families.arrays import MEMCPY3D
+        from ..core.cuda_structs import MEMCPY3D
         raw = MEMCPY3D.pack(*self._side3d(src, src.get("host", 0)), *self._side3d(dst, dst.get("host", 0)), *extent)
         buf = self.ffi.from_buffer(raw)
         if stream is None:
@@ -573,7 +573,7 @@ class CudaBackend(Backend):
 
     def _res_desc(self, res) -> bytes:
         import struct
-        from ..families.arrays import RES_ARRAY, RES_LINEAR, RES_MIPMAPPED, RES_DESC_SIZE
+        from ..core.cuda_structs import RES_ARRAY, RES_LINEAR, RES_MIPMAPPED, RES_DESC_SIZE
         out = bytearray(RES_DESC_SIZE)
         struct.pack_into("<I", out, 0, res["type"])
         if res["type"] in (RES_ARRAY, RES_MIPMAPPED):       # hArray / hMipmappedArray

@@ -977,7 +977,7 @@ class Engine:
         """The arena a manifest describes must be the session slot's own
         address range, hold its chunks and allocations, and fit each
         device's memory; one line naming the field otherwise."""
-        from ..worker.server import ARENA_BASE, SLOT_SIZE
+        from ..core.arena import ARENA_BASE, SLOT_SIZE
         a = desc["arena"]
         base = ARENA_BASE + desc["slot"] * SLOT_SIZE
         if a["base"] != base or a["size"] != SLOT_SIZE:

@@ -39,6 +39,16 @@ def round_up(x: int, a: int) -> int:
     return (x + a - 1) // a * a
 
 
+# Each session's device addresses live in their own slice of virtual address
+# space at a fixed, documented place (docs/protocol.md, "Device addresses"):
+# slice n is [ARENA_BASE + n * SLOT_SIZE, ARENA_BASE + (n + 1) * SLOT_SIZE).
+# The worker (worker/server.py), the backends' scratch slot and the
+# checkpoint engine's slot check all read them here.
+ARENA_BASE = 0x2000_0000_0000
+SLOT_SIZE = 0x100_0000_0000       # 1 TiB
+MAX_SLOTS = 63                    # slot 63 is proxyd's own (backends/base.py, SCRATCH_SLOT)
+
+
 class ArenaError(Exception):
     """Raised for requests the arena cannot satisfy; carries a CUresult."""
 

@@ -15,7 +15,7 @@ from . import hostmap
 from . import ipc
 from ..core import protocol as P
 from ..core.arena import ArenaError
-from ..worker.dispatch import CUDA_SUCCESS, handler
+from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
 
 log = logging.getLogger("proxyd")

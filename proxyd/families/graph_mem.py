@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from ..core import protocol as P
 from ..core.arena import ArenaError
-from ..worker.dispatch import CUDA_SUCCESS, handler
+from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
 
 CUDA_ERROR_INVALID_VALUE = 1

@@ -48,7 +48,7 @@ import heapq
 import struct
 
 from ..core import protocol as P
-from ..worker.dispatch import CUDA_SUCCESS, bad_argument, handler
+from ..core.registry import CUDA_SUCCESS, bad_argument, handler
 from ..core.session import CudaError
 
 CUDA_ERROR_INVALID_VALUE = 1

@@ -34,7 +34,7 @@ from __future__ import annotations
 import base64
 
 from ..core import protocol as P
-from ..worker.dispatch import CUDA_SUCCESS, handler
+from ..core.registry import CUDA_SUCCESS, handler
 from .graph_libcapture import LibCapture
 from ..core.session import CudaError
 

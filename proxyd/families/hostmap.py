@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 
 from ..core import protocol as P
-from ..worker.dispatch import CUDA_SUCCESS, handler
+from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
 from ..core.shm import AddressInUse, ShmError
 

@@ -38,7 +38,7 @@ import socket
 import struct
 import threading
 
-from ..worker.dispatch import CUDA_SUCCESS, handler
+from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
 
 log = logging.getLogger("proxyd")

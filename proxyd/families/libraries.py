@@ -39,7 +39,7 @@ import sys
 
 from ..core import protocol as P
 from .._generated import FUNCTIONS, LIBRARY, LIBRARY_CDEF
-from ..worker.dispatch import norm_scalar
+from ..core.registry import norm_scalar
 from ..core.ratelog import RATE
 from .cudnn import SPECIAL as CUDNN_SPECIAL
 from ..core.session import CudaError, Session

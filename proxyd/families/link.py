@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 
-from ..worker.dispatch import CUDA_SUCCESS, handler
+from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
 
 CUDA_ERROR_INVALID_VALUE = 1

@@ -44,7 +44,7 @@ import struct
 
 from . import ipc
 from ..core import protocol as P
-from ..worker.dispatch import CUDA_SUCCESS, handler
+from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
 
 CUDA_ERROR_INVALID_VALUE = 1

@@ -23,7 +23,7 @@ import struct
 
 from ..core import protocol as P
 from ..core.arena import GRANULARITY, ArenaError
-from ..worker.dispatch import CUDA_SUCCESS, handler
+from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
 
 CUDA_ERROR_INVALID_VALUE = 1

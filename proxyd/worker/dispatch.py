@@ -15,62 +15,18 @@ Locking: runs on the daemon's main loop.
 from __future__ import annotations
 
 import logging
-from typing import Callable
 
 from ..core import protocol as P
 from .._generated import FUNCTIONS, NAMES
 from ..core.ratelog import RATE
 from ..core.session import CudaError, Session
+from ..core.registry import (  # noqa: F401  (some re-exported: tests use them by dispatch's name)
+    _ROLE_TYPES, CUDA_ERROR_CONTEXT_IS_DESTROYED, CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_UNKNOWN, CUDA_SUCCESS, HANDLERS, LIBRARY_IDS, bad_argument, handler,
+    norm_scalar)
 from ..core.shm import ShmError
 
 log = logging.getLogger("proxyd")
-
-CUDA_SUCCESS = 0
-CUDA_ERROR_INVALID_VALUE = 1
-CUDA_ERROR_INVALID_CONTEXT = 201
-CUDA_ERROR_NOT_SUPPORTED = 801
-CUDA_ERROR_CONTEXT_IS_DESTROYED = 709
-# An exception inside proxyd while executing a call (a bug, or input it did
-# not foresee) answers CUDA_ERROR_UNKNOWN (cudaErrorUnknown in the runtime),
-# with the message "<function>: internal error in proxyd: ..." (docs/protocol.md,
-# "Errors"); the traceback is logged once per place (ratelog.py).
-CUDA_ERROR_UNKNOWN = 999
-
-HANDLERS: dict[str, Callable] = {}
-# function ids from here on belong to the library families (autogen/specload.py)
-LIBRARY_IDS = 20000
-
-# What each argument role may be on the wire (docs/protocol.md, "Messages");
-# hand-written handlers use the same slots, sometimes with a shared-memory
-# reference where a size would be (out buffers filled by DMA into client
-# memory). Anything else is type confusion: invalid value, before any handler
-# sees it.
-_BUF = (bytes, bytearray, memoryview, P.ShmRef, P.FrameRef)
-_ROLE_TYPES = {
-    "scalar": (int, float, bytes, bytearray, memoryview),
-    "device_ptr": (int,),
-    "handle": (int,),
-    "in_buffer": _BUF,
-    "out_buffer": (int, P.ShmRef),
-    "out_value": (int, P.ShmRef),     # true (bool is an int) or a segment
-}
-
-
-def bad_argument(fn, args) -> str | None:
-    """Why args cannot be fn's arguments (None when their types fit)."""
-    for (name, role, _kind, _ctype, cls, _size, _sz), a in zip(fn.params, args):
-        if a is None:
-            continue
-        ok = _ROLE_TYPES.get(role)
-        if role == "in_buffer" and fn.shim == "override" and isinstance(a, list):
-            continue     # a structure the shim sends decoded (its handler checks it), e.g. CUlaunchConfig
-        if role == "in_buffer" and fn.handler == "module_load" and isinstance(a, P.ContentRef):
-            continue     # a module image named by its digest (handlers.h_module_load)
-        if ok is not None and not isinstance(a, ok):
-            return f"{fn.name}: argument {name} ({role}) has the wrong type ({type(a).__name__})"
-        if role == "scalar" and cls in ("int", "uint") and not isinstance(a, int):
-            return f"{fn.name}: argument {name} must be an integer, got {type(a).__name__}"
-    return None
 
 
 def _arg_checks(fn) -> tuple:
@@ -157,34 +113,12 @@ def _generic_plan(fn) -> tuple:
     return tuple(conv), tuple(outs), creates, tuple(destroys)
 
 
-def handler(name: str):
-    def deco(fn):
-        HANDLERS[name] = fn
-        return fn
-    return deco
-
-
-def norm_scalar(v, cls: str | None, size: int | None):
-    """Brings a msgpack scalar into the C type's range (the shim sends signed
-    64-bit values for all integers)."""
-    if v is None:
-        return 0
-    if cls == "float":
-        return float(v)
-    if cls in ("int", "uint") and size:
-        bits = 8 * size
-        v = int(v) & ((1 << bits) - 1)
-        if cls == "int" and v >= 1 << (bits - 1):
-            v -= 1 << bits
-        return v
-    return v
-
-
 class Dispatcher:
     def __init__(self, backend):
         self.backend = backend
-        # imported for their @handler registrations
-        from ..families import arrays, graph_mem, graph_nodes, graphs, driver as handlers, hostmap, ipc, mempool, mempool_ipc, vmm  # noqa: F401
+        from .. import families
+        families.load_all()     # each family registers its @handler functions and object kinds on import
+        from ..families import graphs
         self._capture_op = graphs.capture_op
         from ..families.libraries import LibraryCalls
         self.libs = LibraryCalls(self)      # cuBLAS, cuBLASLt, NVML ops (handler "library")

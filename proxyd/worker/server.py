@@ -36,7 +36,7 @@ from ..families import hostmap
 from ..core import protocol as P
 from .._generated import FUNCTIONS
 
-from ..core.arena import Arena
+from ..core.arena import ARENA_BASE, MAX_SLOTS, SLOT_SIZE, Arena  # noqa: F401  (tests read the first three here)
 from ..core.channel import Channel, ChannelError, fence
 from .dispatch import Dispatcher
 from ..core.ratelog import RATE
@@ -46,12 +46,6 @@ from ..core.shm import ShmError, ShmMap
 log = logging.getLogger("proxyd")
 _packb = msgpack.packb
 
-# Each session's device addresses live in their own slice of virtual address
-# space at a fixed, documented place (docs/protocol.md, "Device addresses"):
-# slice n is [ARENA_BASE + n * SLOT_SIZE, ARENA_BASE + (n + 1) * SLOT_SIZE).
-ARENA_BASE = 0x2000_0000_0000
-SLOT_SIZE = 0x100_0000_0000       # 1 TiB
-MAX_SLOTS = 63                    # slot 63 is proxyd's own (backend.SCRATCH_SLOT)
 
 ORPHAN_GRACE_S = float(os.environ.get("GPUPROXY_ORPHAN_GRACE_S", "60"))
 REAP_INTERVAL_S = 2.0

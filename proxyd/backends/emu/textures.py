@@ -27,7 +27,7 @@ import struct
 
 import numpy as np
 
-from gpuproxy.proxyd.families.arrays import FORMATS, RES_ARRAY, RES_LINEAR, RES_MIPMAPPED, RES_PITCH2D
+from gpuproxy.proxyd.core.cuda_structs import FORMATS, RES_ARRAY, RES_LINEAR, RES_MIPMAPPED, RES_PITCH2D
 from gpuproxy.proxyd.core.session import CudaError
 
 CUDA_ERROR_INVALID_VALUE = 1
