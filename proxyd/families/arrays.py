@@ -41,6 +41,7 @@ from __future__ import annotations
 import struct
 
 from ..core import protocol as P
+from ..core.kinds import CheckpointError, Kind, Stage, register
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.cuda_structs import (  # noqa: F401  (the family's own names for them)
     ARRAY3D_DESC, ARRAY_DESC, FORMATS, MEMCPY3D, MEMCPY3D_SIDE, MT_ARRAY, MT_DEVICE, MT_HOST, MT_UNIFIED,
@@ -559,3 +560,37 @@ def rebuild(d, sess, arrays: list, objs: list, read_key):
                         bytes.fromhex(t["view"]) if t["view"] is not None else None, "restore", want=t["value"])
         except CudaError as e:
             raise RuntimeError(e.message) from e
+
+
+def _capture(backend, sess) -> list:
+    """Contents of every CUDA array as image pieces (key, bytes, FLAG_ARRAY),
+    read while the session is frozen."""
+    out = []
+    for o in sess.of_kind(P.K_ARRAY):
+        ctx = sess.contexts.get(o.ctx)
+        if ctx is not None:
+            backend.make_current(ctx.real)
+        for key, data in contents(backend, o):
+            out.append((key, data, FLAG_ARRAY))
+    return out
+
+
+def _rebuild_kind(r) -> None:
+    """CUDA arrays with their contents, then texture and surface objects
+    under their old values, once the arena is mapped again (objects on
+    linear memory name arena addresses)."""
+    desc = r.desc
+    try:
+        rebuild(r.dispatcher, r.sess, desc.get("arrays", []), desc.get("tex_objects", []),
+                lambda key: r.read_key(key, f"CUDA array piece {key:#x}"))
+    except RuntimeError as e:
+        raise CheckpointError(str(e)) from None
+    r.stats["arrays"] = len(desc.get("arrays", []))
+    r.stats["tex_objects"] = len(desc.get("tex_objects", []))
+
+
+# CUDA arrays (their contents are chunks of the image, FLAG_ARRAY) and
+# texture/surface objects with the descriptors they were created from
+register(Kind("arrays", Stage.ARRAYS, ("arrays", "tex_objects"),
+              describe=lambda sess: dict(zip(("arrays", "tex_objects"), describe(sess))),
+              capture=_capture, rebuild=_rebuild_kind, owner=__name__))

@@ -51,6 +51,7 @@ import logging
 import struct
 
 from ..core import protocol as P
+from ..core.kinds import Kind, Stage, register
 from ..core.session import CudaError, Session
 
 log = logging.getLogger("proxyd")
@@ -327,7 +328,7 @@ def _untranslate(sess: Session, addr: int) -> int:
 def describe(sess: Session) -> list:
     """The backend log for the image (manifest 'cudnn_backend'): [fid, ctx,
     args] in call order, then the handles to destroy after the replay."""
-    from ..checkpoint.engine import CheckpointError, _jsonable
+    from ..core.kinds import CheckpointError, jsonable as _jsonable
     lg = getattr(sess, "cudnn_log", None)
     if lg is None or not lg.ops:
         return []
@@ -364,7 +365,7 @@ def rebuild(d, sess: Session, entries: list):
     """Replays the log into a fresh worker (cuDNN handles exist again by
     now: libraries.rebuild), then destroys what the app had destroyed."""
     from .._generated import FUNCTIONS
-    from ..checkpoint.engine import CheckpointError, _unjson
+    from ..core.kinds import CheckpointError, unjson as _unjson
     if not entries:
         return
     calls = d.libs
@@ -415,7 +416,7 @@ def _relog(sess, lg: BackendLog, ops):
     """The log of a restored session: the replayed calls with the same
     subjects and references as when they were first made."""
     from .._generated import FUNCTIONS
-    from ..checkpoint.engine import _unjson
+    from ..core.kinds import unjson as _unjson
     for fid, ctxh, args in ops:
         fn = FUNCTIONS[fid]
         args = _unjson_deep(args, _unjson)
@@ -441,3 +442,8 @@ def _fid(name: str) -> int:
         if fn.name == name:
             return fid
     raise KeyError(name)
+
+
+# cuDNN backend descriptors: the calls that made them, replayed (plans finalized again)
+register(Kind("cudnn_backend", Stage.CUDNN, ("cudnn_backend",), describe=lambda sess: {"cudnn_backend": describe(sess)},
+              rebuild=lambda r: rebuild(r.dispatcher, r.sess, r.desc.get("cudnn_backend", [])), owner=__name__))

@@ -15,6 +15,7 @@ from . import hostmap
 from . import ipc
 from ..core import protocol as P
 from ..core.arena import ArenaError
+from ..core.kinds import CheckpointError, Kind, Stage, provide, register
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
 
@@ -696,3 +697,51 @@ def h_host_func(d, sess, fn, ctx, args, **kw):
 # The handlers of the stream-ordered allocator, the application's VMM and
 # graphs live in modules of their own; importing this module registers them too.
 from . import arrays, graph_mem, graph_nodes, graphs, hostmap, ipc, link, mempool, mempool_ipc, vmm  # noqa: E402,F401
+
+
+# ------------------------------------------------------------ checkpoints
+# Modules and kernels as checkpoint object kinds (core/kinds.py); contexts,
+# streams and events are the engine's own steps.
+
+def _describe_modules(sess) -> dict:
+    return {"modules": [{"id": o.id, "ctx": o.ctx, "size": len(o.info["image"]),
+                         "kernels": sorted(o.info["parsed"].kernels), "globals": {}}
+                        for o in sess.of_kind(P.K_MODULE)]}
+
+
+def _rebuild_modules(r) -> None:
+    """Modules first, in the order the app loaded them (ids grow with each
+    load) and before any memory is mapped: a fresh process that loads the
+    same modules in the same order gets their __device__ variables at the
+    same addresses from the driver, which is what lets pointers to them that
+    the app keeps (in host or device memory) stay valid."""
+    sess = r.sess
+    for md in sorted(r.desc["modules"], key=lambda md: md["id"]):
+        ctx = sess.contexts[md["ctx"]]
+        r.backend.make_current(ctx.real)
+        load_module(r.dispatcher, sess, ctx, r.img.module(md["image"]), create=None, ident=md["id"])
+
+
+def _describe_functions(sess) -> dict:
+    return {"functions": [{"id": o.id, "ctx": o.ctx, "module": o.info["module"], "name": o.info["name"],
+                           "layout": o.info["layout"]} for o in sess.of_kind(P.K_FUNCTION)]}
+
+
+def _rebuild_functions(r) -> None:
+    sess, b = r.sess, r.backend
+    for f in r.desc["functions"]:
+        mod = sess.objects[(P.K_MODULE, f["module"])]
+        b.make_current(sess.contexts[f["ctx"]].real)
+        real = b.module_function(mod.real, f["name"])
+        layout = function_layout(r.dispatcher, mod, f["name"], real)
+        if [list(x) for x in layout] != [list(x) for x in f["layout"]]:
+            raise CheckpointError(f"kernel {f['name']}: parameter layout changed")
+        sess.add(P.K_FUNCTION, real, f["ctx"], {"module": f["module"], "name": f["name"], "layout": layout},
+                 ident=f["id"])
+
+
+register(Kind("modules", Stage.MODULES, ("modules",), describe=_describe_modules, rebuild=_rebuild_modules,
+              owner=__name__))
+register(Kind("functions", Stage.FUNCTIONS, ("functions",), describe=_describe_functions,
+              rebuild=_rebuild_functions, owner=__name__))
+provide("destroy_context", destroy_context)      # the engine's release after a dump

@@ -43,6 +43,7 @@ executable graphs belong to the worker process and die with it.
 from __future__ import annotations
 
 from ..core import protocol as P
+from ..core.kinds import Kind, Stage, register
 from ..core.session import CudaError
 
 CUDA_ERROR_LAUNCH_FAILED = 719
@@ -139,7 +140,7 @@ def snapshot(sess, fn, args) -> list | None:
     """The library objects call `fn(args)` names, as they are now, in the
     image's form (libraries.describe) plus the parameter that names each;
     None if one of them cannot be kept that way."""
-    from ..checkpoint.engine import _jsonable
+    from ..core.kinds import jsonable as _jsonable
     from .libraries import LIB_KINDS, lib_object
     out = []
     for i, (_n, role, kind, *_r) in enumerate(fn.params):
@@ -194,7 +195,7 @@ def materialize(d, sess, objects: list, args: list) -> tuple[list, list]:
     Ids the shim chooses (`ids: shim`) are taken from the top of the shim's
     id space, far above what a shim hands out (it counts up from 1)."""
     from .._generated import FUNCTIONS
-    from ..checkpoint.engine import _unjson
+    from ..core.kinds import unjson as _unjson
     from .libraries import LIB_KINDS, LIBRARY, STATUS, lib_object
     args, temps = list(args), []
     try:
@@ -299,7 +300,7 @@ def realize_pending(d, sess):
     captured call of the image is made again from its snapshot (module
     docstring)."""
     from .._generated import FUNCTIONS
-    from ..checkpoint.engine import CheckpointError
+    from ..core.kinds import CheckpointError
     for lc in pending(sess):
         fn = FUNCTIONS[lc.fid]
         try:
@@ -347,9 +348,15 @@ def describe_check(sess):
                 if isinstance(node[2], LibCapture) and (kind == P.K_GRAPH_NODE or node[2].objects is None):
                     from .._generated import FUNCTIONS
                     name = FUNCTIONS[node[2].fid].name
-                    from ..checkpoint.engine import CheckpointError
+                    from ..core.kinds import CheckpointError
                     what = {P.K_GRAPH: "graph", P.K_GRAPH_EXEC: "executable graph"}.get(kind, "graph node")
                     raise CheckpointError(
                         f"{what} {o.id} holds {name} work captured "
                         f"from a stream that a checkpoint cannot keep (cuDNN backend plans, or a captured graph "
                         f"added as a child node): destroy the graph (and its executable graphs) before the dump")
+
+
+# math-library calls captured into graphs, made again from their snapshots
+# once streams and library objects exist (their records are part of `graphs`)
+register(Kind("graph_libcapture", Stage.LIBCAPTURE, rebuild=lambda r: realize_pending(r.dispatcher, r.sess),
+              owner=__name__))

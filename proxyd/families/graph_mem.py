@@ -47,6 +47,7 @@ Locking: the worker's main loop only (dispatch.py).
 from __future__ import annotations
 
 from ..core import protocol as P
+from ..core.kinds import Kind, Stage, register
 from ..core.arena import ArenaError
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
@@ -320,3 +321,7 @@ def rebuild(sess, desc: dict, dmap):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"graph allocation {a:#x} is not in the image's arena")
         sess.graph_mem[a] = {"size": int(size), "device": dmap(int(dev)), "live": bool(live)}
     sess.graph_mem_high = {dmap(int(k)): int(v) for k, v in (desc or {}).get("high", {}).items()}
+
+
+register(Kind("graph_mem", Stage.GRAPH_MEM, ("graph_mem",), describe=lambda sess: {"graph_mem": describe(sess)},
+              rebuild=lambda r: rebuild(r.sess, r.desc.get("graph_mem", {}), r.dmap), owner=__name__))

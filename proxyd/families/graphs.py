@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 
 from ..core import protocol as P
+from ..core.kinds import Kind, Stage, register
 from ..core.registry import CUDA_SUCCESS, handler
 from .graph_libcapture import LibCapture
 from ..core.session import CudaError
@@ -420,3 +421,9 @@ def h_capture_info(d, sess, fn, ctx, args, **kw):
         outs[1] = g.id if args[2] else None
         outs[2] = g.handle if args[3] else None
     return CUDA_SUCCESS, outs
+
+
+register(Kind("graphs", Stage.GRAPHS, ("graphs",), describe=lambda sess: {"graphs": describe(sess)},
+              rebuild=lambda r: rebuild(r.sess, r.desc.get("graphs", []), r.desc.get("capture", {}),
+                                        r.desc.get("capture_events", {}), r.dispatcher),
+              owner=__name__))

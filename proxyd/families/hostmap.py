@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 
 from ..core import protocol as P
+from ..core.kinds import provide
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
 from ..core.shm import AddressInUse, ShmError
@@ -96,3 +97,6 @@ def h_host_unmap(d, sess, fn, ctx, args, **kw):
     sess.shm_pending.discard(ref.seg)
     del sess.shm.fixed[ref.seg]
     return CUDA_SUCCESS, []
+
+
+provide("map_fixed_segment", map_again)      # the engine, restoring a session's GPU-visible host segments

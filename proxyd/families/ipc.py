@@ -38,6 +38,7 @@ import socket
 import struct
 import threading
 
+from ..core.kinds import Kind, Stage, register
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
 
@@ -279,3 +280,6 @@ def h_ipc_open_event_handle(d, sess, fn, ctx, args, **kw):
     o = sess.add(P.K_EVENT, real, ctx.id, {"ipc": True, "flags": CU_EVENT_INTERPROCESS})
     sess.ipc_events = getattr(sess, "ipc_events", set()) | {o.id}
     return CUDA_SUCCESS, [o.handle]
+
+
+register(Kind("ipc", Stage.NONE, check=check_checkpointable, owner=__name__))     # open exports refuse a dump

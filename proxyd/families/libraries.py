@@ -39,6 +39,7 @@ import sys
 
 from ..core import protocol as P
 from .._generated import FUNCTIONS, LIBRARY, LIBRARY_CDEF
+from ..core.kinds import Kind, Stage, register
 from ..core.registry import norm_scalar
 from ..core.ratelog import RATE
 from .cudnn import SPECIAL as CUDNN_SPECIAL
@@ -603,7 +604,7 @@ def _same(a, b) -> bool:
 def describe(sess: Session) -> list:
     """The session's library objects for the image (manifest 'libraries'):
     kind, id, context, the creating call and the settings, in id order."""
-    from ..checkpoint.engine import _jsonable
+    from ..core.kinds import jsonable as _jsonable
     out = []
     for kind, kc in LIB_KINDS.items():
         for o in sess.of_kind(kc):
@@ -623,7 +624,7 @@ def describe(sess: Session) -> list:
 def rebuild(d, sess: Session, desc: list):
     """Recreates the library objects under their old handles, then replays
     their settings (streams, workspaces and memory exist again by now)."""
-    from ..checkpoint.engine import CheckpointError, _unjson
+    from ..core.kinds import CheckpointError, unjson as _unjson
     calls = d.libs
     for od in desc:
         kind = od["kind"]
@@ -669,7 +670,7 @@ def _restore_curand_position(calls, sess: Session, od: dict):
     """A restored generator continues its sequence: its offset is set to
     the last offset plus the numbers generated since (curand_position); the
     call is recorded as its offset setting, as if the app had made it."""
-    from ..checkpoint.engine import CheckpointError
+    from ..core.kinds import CheckpointError
     obj = sess.get(P.K_CURAND_GENERATOR, P.make_handle(P.K_CURAND_GENERATOR, od["id"]))
     obj.info["generated"] = int(od["generated"])
     base, generated = curand_position(obj)
@@ -680,3 +681,9 @@ def _restore_curand_position(calls, sess: Session, od: dict):
     if code != STATUS["curand"].success:
         raise CheckpointError(f"setting cuRAND generator {od['id']} to offset {base + generated} failed "
                               f"({_status_name('curand', code)})")
+
+
+# cuBLAS/cuBLASLt handles and descriptors with their settings (streams,
+# workspaces in the arena and contexts exist again by then)
+register(Kind("libraries", Stage.LIBRARIES, ("libraries",), describe=lambda sess: {"libraries": describe(sess)},
+              rebuild=lambda r: rebuild(r.dispatcher, r.sess, r.desc.get("libraries", [])), owner=__name__))

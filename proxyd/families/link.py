@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 
+from ..core.kinds import Kind, Stage, register
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
 
@@ -130,3 +131,6 @@ def h_link_destroy(d, sess, fn, ctx, args, **kw):
         raise CudaError(CUDA_ERROR_INVALID_HANDLE, f"{fn.name}: unknown link state {int(args[0])}")
     d.backend.link_destroy(st)
     return CUDA_SUCCESS, []
+
+
+register(Kind("link", Stage.NONE, check=check_no_open_link, owner=__name__))     # an open link state refuses a dump

@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 
 from ..core import protocol as P
+from ..core.kinds import Kind, Stage, register
 from ..core.arena import ArenaError
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
@@ -344,3 +345,10 @@ def rebuild(sess, pools: list, current: dict, dmap):
         if p.get("handle_types"):
             set_exportable(o, int(p["handle_types"]))
     sess.mem_pool_current = {dmap(int(k)): int(v) for k, v in current.items()}
+
+
+register(Kind("mem_pools", Stage.POOLS, ("mem_pools", "mem_pool_current"),
+              describe=lambda sess: dict(zip(("mem_pools", "mem_pool_current"), describe(sess))),
+              rebuild=lambda r: rebuild(r.sess, r.desc.get("mem_pools", []), r.desc.get("mem_pool_current", {}),
+                                        r.dmap),
+              owner=__name__))

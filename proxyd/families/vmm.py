@@ -22,6 +22,7 @@ from __future__ import annotations
 import struct
 
 from ..core import protocol as P
+from ..core.kinds import Kind, Stage, register
 from ..core.arena import GRANULARITY, ArenaError
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
@@ -221,3 +222,7 @@ def rebuild(sess, handles: list, dmap):
         if o.info["mapped"] is not None:
             sess.vmm_mapped[int(o.info["mapped"])] = o.id
     # mappings whose handle was released keep no handle: nothing to record
+
+
+register(Kind("mem_handles", Stage.VMM, ("mem_handles",), describe=lambda sess: {"mem_handles": describe(sess)},
+              rebuild=lambda r: rebuild(r.sess, r.desc.get("mem_handles", []), r.dmap), owner=__name__))
