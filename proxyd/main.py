@@ -67,44 +67,6 @@ def ensure_no_shim(argv: list[str]):
         os.execve(sys.executable, [sys.executable, "-m", "gpuproxy.proxyd", *argv], clean)
 
 
-def pick_backend(name: str | None, emu_devices: int):
-    if name in (None, "auto"):
-        try:
-            from .backends.cuda import CudaBackend, CudaUnavailable
-            try:
-                b = CudaBackend()
-                if b.device_count() > 0:
-                    return b
-            except CudaUnavailable as e:
-                log.info("no usable GPU (%s): using the emulated backend", e)
-        except ImportError as e:
-            log.info("cuda backend unavailable (%s): using the emulated backend", e)
-        name = "emu"
-    if name == "cuda":
-        from .backends.cuda import CudaBackend, CudaUnavailable
-        try:
-            return CudaBackend()
-        except CudaUnavailable as e:
-            sys.exit(f"proxyd: --backend cuda: {e}")
-    if name == "emu":
-        from gpuproxy.emu.backend import EmuBackend
-        return EmuBackend(devices=emu_devices)
-    sys.exit(f"proxyd: unknown backend {name!r} (cuda or emu)")
-
-
-def load_emu_kernels(files):
-    """Loads the emulated kernels named on the command line and in
-    $GPUPROXY_EMU_KERNELS (a worker's job: kernels run where the session is)."""
-    files = list(files) + [p for p in os.environ.get("GPUPROXY_EMU_KERNELS", "").split(":") if p]
-    if files:
-        from gpuproxy.emu import load_kernel_file
-        for f in files:
-            try:
-                load_kernel_file(f)
-            except Exception as e:
-                sys.exit(f"proxyd: cannot load emulated kernels from {f}: {e}")
-
-
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     ensure_no_shim(argv)

@@ -27,7 +27,7 @@ class PyWorker:
     """The Python path: a worker Server with the emulated backend, replies captured."""
 
     def __init__(self):
-        from gpuproxy.proxyd.main import pick_backend
+        from gpuproxy.proxyd.backends.select import pick_backend
         from gpuproxy.proxyd.worker.server import Server
         self.srv = Server(pick_backend("emu", 1), f"ipc://{tempfile.mkdtemp()}/w.sock", worker=True)
         self.token = f"nserve-{os.getpid()}"

@@ -56,7 +56,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     _die_with_parent()
     logging.basicConfig(level=a.log_level.upper(), format=f"proxyd[w{os.getpid()}]: %(message)s", stream=sys.stderr)
-    from ..main import load_emu_kernels, pick_backend
+    from ..backends.select import load_emu_kernels, pick_backend
     from .server import EndpointInUse, Server, StdoutCapture
     capture = StdoutCapture.install()
     backend = pick_backend(a.backend, a.emu_devices)
