@@ -24,16 +24,9 @@ from gpuproxy.proxyd.core import protocol as P
 
 from gpuproxy.proxyd.client import ControlClient, ControlError
 
-
-# default --timeout: commands that proxyd answers at once, and checkpoint
-# commands, which answer when the work is done (a dump of a large session
-# takes minutes). An explicit --timeout is honoured exactly.
-QUICK_TIMEOUT_S = 10.0
-CHECKPOINT_TIMEOUT_S = 600.0
+from .common import CHECKPOINT_TIMEOUT_S, QUICK_TIMEOUT_S, timeout_of  # noqa: F401  (tests read them here)
 
 
-def timeout_of(a, default: float = QUICK_TIMEOUT_S) -> float:
-    return default if getattr(a, "timeout", None) is None else a.timeout
 
 
 def _endpoint(a) -> str:

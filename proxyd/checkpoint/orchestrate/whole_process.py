@@ -1,5 +1,11 @@
-"""Whole-process checkpoints driven by proxy-cli: proxyd saves the GPU state,
-CRIU the app's process tree, into one image directory (docs/checkpoint.md).
+"""Whole-process checkpoints: proxyd saves the GPU state, CRIU the app's
+process tree, into one image directory (docs/checkpoint.md). A library:
+proxy-cli calls it, and so can anything else that orchestrates checkpoints
+(a node agent, a multi-rank coordinator). Functions take plain arguments
+and a control client (gpuproxy.proxyd.client.ControlClient, or anything
+with its `call`), return their results as dicts and raise
+WholeProcessError with a one-line reason; they print nothing (`notify`,
+where given, receives the lines worth telling a person).
 
     dump     check CRIU, privileges and the pid  (nothing touched yet)
              -> park (the shim closes its sockets and unmaps the memory it
@@ -23,7 +29,7 @@ resume (docs/protocol.md).
 from __future__ import annotations
 
 import os
-import sys
+from typing import Callable
 
 from gpuproxy.proxyd.checkpoint import criu
 from gpuproxy.proxyd.checkpoint.image import Image, ImageError, read_manifest
@@ -35,10 +41,6 @@ PARK_TIMEOUT_S = float(os.environ.get("GPUPROXY_PARK_TIMEOUT_S", "60"))
 
 class WholeProcessError(Exception):
     pass
-
-
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr)
 
 
 def _pid_owner(pid: int) -> int:
@@ -130,28 +132,33 @@ def _prepare(path: str) -> None:
     os.chmod(path, 0o700)
 
 
-def dump(client, endpoint: str, a) -> dict:
-    pid, path = a.pid, os.path.abspath(a.dir)
-    leave = bool(a.leave_running or a.concurrent)
+def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None, leave_running: bool = False,
+         concurrent: bool = False, compress: str | None = None,
+         notify: Callable[[str], None] | None = None) -> dict:
+    """Whole-process dump of pid's app into dir (see the module's docstring);
+    concurrent implies leave_running. Returns {"gpu": proxyd's dump answer,
+    "criu": the CRIU record, "token", "path", "leave_running"}."""
+    path = os.path.abspath(dir)
+    leave = bool(leave_running or concurrent)
     check_client(client, pid, endpoint)
     check_owner(pid)
     c = _usable_criu("dump")
     check_dumpable(pid)
-    parent = _parent_dir(path, a.parent)
+    parent_dir = _parent_dir(path, parent)
     _prepare(path)
     token = _park(client, pid)
     gpu = None
     try:
-        args = {"pid": pid, "dir": path, "leave_running": leave, "concurrent": bool(a.concurrent)}
-        if getattr(a, "compress", None):
-            args["compress"] = a.compress
-        if a.parent:
-            args["parent"] = os.path.abspath(a.parent)
+        args = {"pid": pid, "dir": path, "leave_running": leave, "concurrent": bool(concurrent)}
+        if compress:
+            args["compress"] = compress
+        if parent:
+            args["parent"] = os.path.abspath(parent)
         gpu = client.call("dump", args)
         rec = criu.dump(c, pid, path, leave_running=leave,
-                        parent_images=_criu_parent(parent) if parent else None)
+                        parent_images=_criu_parent(parent_dir) if parent_dir else None)
     except BaseException as e:
-        _recover(client, pid, path, gpu)
+        _recover(client, pid, path, gpu, notify)
         if isinstance(e, (criu.CriuError, ControlError)):
             raise WholeProcessError(f"whole-process dump of pid {pid} failed: {e}. The app runs on "
                                     f"(resumed); {path} holds no usable whole-process image") from None
@@ -163,7 +170,7 @@ def dump(client, endpoint: str, a) -> dict:
     return {"gpu": gpu, "criu": rec, "token": token, "path": path, "leave_running": leave}
 
 
-def _recover(client, pid: int, path: str, gpu: dict | None) -> None:
+def _recover(client, pid: int, path: str, gpu: dict | None, notify=None) -> None:
     """After a failure before CRIU finished: the app must go on. If the GPU
     dump released the session's GPU state, put it back from the image just
     written, then let the app reconnect."""
@@ -172,24 +179,29 @@ def _recover(client, pid: int, path: str, gpu: dict | None) -> None:
             client.call("restore", {"dir": path, "device_map": {}})
         _resume(client, pid=pid)
     except ControlError as e:
-        _say(f"proxy-cli: could not resume pid {pid} after the failure: {e}")
+        if notify is not None:
+            notify(f"could not resume pid {pid} after the failure: {e}")
 
 
-def pre_dump(client, endpoint: str, a) -> dict:
-    pid, path = a.pid, os.path.abspath(a.dir)
+def pre_dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None,
+             compress: str | None = None) -> dict:
+    """GPU pre-dump of pid's session into dir, then CRIU's pre-dump where the
+    kernel tracks dirty memory. Returns {"gpu", "criu" (None when skipped),
+    "criu_skipped" (why, when skipped), "path"}."""
+    path = os.path.abspath(dir)
     check_client(client, pid, endpoint)
     check_owner(pid)
     try:
         c = criu.usable()
     except criu.CriuError as e:
         c, why = None, f"CRIU unusable ({e})"
-    parent = _parent_dir(path, a.parent)
+    parent_dir = _parent_dir(path, parent)
     _prepare(path)
     args = {"pid": pid, "dir": path}
-    if getattr(a, "compress", None):
-        args["compress"] = a.compress
-    if a.parent:
-        args["parent"] = os.path.abspath(a.parent)
+    if compress:
+        args["compress"] = compress
+    if parent:
+        args["parent"] = os.path.abspath(parent)
     gpu = client.call("pre-dump", args)
     out = {"gpu": gpu, "criu": None, "path": path}
     if c is not None and not c.mem_tracking():
@@ -200,7 +212,7 @@ def pre_dump(client, endpoint: str, a) -> dict:
         out["criu_skipped"] = f"GPU pre-dump only: {why}; the next --dump saves the process memory whole"
         criu.make_private(path)
         return out
-    prev = _criu_parent(parent) if parent else None
+    prev = _criu_parent(parent_dir) if parent_dir else None
     try:
         rec = criu.dump(c, pid, path, leave_running=True, pre=True, parent_images=prev)
     except criu.CriuError as first:
