@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Callable
 
 from . import protocol as P
+from .session import CudaError
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1
@@ -85,3 +86,16 @@ def norm_scalar(v, cls: str | None, size: int | None):
             v -= 1 << bits
         return v
     return v
+
+
+def need_ctx(ctx, fn):
+    """The call's current context, or CUDA_ERROR_INVALID_CONTEXT naming fn."""
+    if ctx is None:
+        raise CudaError(CUDA_ERROR_INVALID_CONTEXT, f"{fn.name}: no current context on the calling thread")
+    return ctx
+
+
+def stream_of(d, sess, v):
+    """The backend's stream for the client's stream value v (0 and the
+    special streams included)."""
+    return d.resolve_handle(sess, "stream", v)

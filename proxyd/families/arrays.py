@@ -137,7 +137,7 @@ def array_of(sess, handle) -> tuple:
 
 
 def _create(d, sess, fn, ctx, info: ArrayInfo, ident: int | None = None):
-    from .driver import need_ctx
+    from ..core.registry import need_ctx
     ctx = need_ctx(ctx, fn)
     real = d.backend.array_create(info)
     return sess.add(P.K_ARRAY, real, ctx.id, {"shape": info}, ident=ident)
@@ -189,7 +189,7 @@ def mipmap_of(sess, handle):
 
 
 def _mipmap_create(d, sess, fn, ctx, info: ArrayInfo, levels: int, ident: int | None = None):
-    from .driver import need_ctx
+    from ..core.registry import need_ctx
     ctx = need_ctx(ctx, fn)
     if info.flags:
         # layered, cubemap, surface and gather flags of mipmapped arrays are not modelled
@@ -314,7 +314,7 @@ def h_memcpy_3d(d, sess, fn, ctx, args, **kw):
     CUDA array on at least one side: the shim sends the descriptor with
     array handles and device addresses (host sides staged). Linear-only
     copies never come here (interceptor/copy2d.c)."""
-    from .driver import need_ctx
+    from ..core.registry import need_ctx
     need_ctx(ctx, fn)
     if not args[0]:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: NULL descriptor")
@@ -389,7 +389,7 @@ def _create_obj(d, sess, ctx, kind: str, raw_res: bytes, tex: bytes | None, view
 @handler("tex_object_create")
 def h_tex_object_create(d, sess, fn, ctx, args, **kw):
     """cuTexObjectCreate(pTexObject, pResDesc, pTexDesc, pResViewDesc)."""
-    from .driver import need_ctx
+    from ..core.registry import need_ctx
     ctx = need_ctx(ctx, fn)
     raw = _bytes(d, sess, args[1], RES_DESC_SIZE, fn.name)
     tex = _bytes(d, sess, args[2], TEX_DESC_SIZE, fn.name)
@@ -404,7 +404,7 @@ def h_tex_object_create(d, sess, fn, ctx, args, **kw):
 def h_surf_object_create(d, sess, fn, ctx, args, **kw):
     """cuSurfObjectCreate(pSurfObject, pResDesc): an array resource
     (cuda.h: created with CUDA_ARRAY3D_SURFACE_LDST)."""
-    from .driver import need_ctx
+    from ..core.registry import need_ctx
     ctx = need_ctx(ctx, fn)
     raw = _bytes(d, sess, args[1], RES_DESC_SIZE, fn.name)
     if struct.unpack_from("<I", raw, 0)[0] != RES_ARRAY:

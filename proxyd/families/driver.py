@@ -16,7 +16,7 @@ from . import ipc
 from ..core import protocol as P
 from ..core.arena import ArenaError
 from ..core.kinds import CheckpointError, Kind, Stage, provide, register
-from ..core.registry import CUDA_SUCCESS, handler
+from ..core.registry import CUDA_SUCCESS, handler, need_ctx, stream_of  # noqa: F401  (stream_of: by this name too)
 from ..core.session import CudaError
 
 log = logging.getLogger("proxyd")
@@ -57,16 +57,6 @@ def session_uid(sess):
         uid = who[0] if who else None
     sess._module_uid = uid
     return uid
-
-
-def need_ctx(ctx, fn):
-    if ctx is None:
-        raise CudaError(CUDA_ERROR_INVALID_CONTEXT, f"{fn.name}: no current context on the calling thread")
-    return ctx
-
-
-def stream_of(d, sess, v):
-    return d.resolve_handle(sess, "stream", v)
 
 
 # ------------------------------------------------------------------ init / contexts

@@ -198,7 +198,7 @@ def capture_alloc(d, sess, fn, ctx, args, g, ctxh: int, size_i: int, pool_i: int
     """cuMemAllocAsync / cuMemAllocFromPoolAsync on a capturing stream: an
     alloc node of the capture's graph (cuda.h: the address is returned at
     once and is valid for the graph's work after the node). Returns outs."""
-    from .driver import need_ctx
+    from ..core.registry import need_ctx
     from .mempool import _pool, current_pool
     if pool_i is not None:
         dev = _pool(sess, args[pool_i]).info["device"]

@@ -98,14 +98,14 @@ def _used(pool) -> int:
 def _stream(d, sess, fn, handle):
     """The stream argument; in a _ptsz variant NULL is the calling thread's
     per-thread default stream (cuda.h, CU_STREAM_PER_THREAD)."""
-    from .driver import stream_of
+    from ..core.registry import stream_of
     if fn.name.endswith("_ptsz") and not handle:
         handle = P.STREAM_PER_THREAD
     return stream_of(d, sess, handle)
 
 
 def _alloc(d, sess, fn, ctx, size: int, pool, stream_handle):
-    from .driver import need_ctx
+    from ..core.registry import need_ctx
     ctx = need_ctx(ctx, fn)
     _stream(d, sess, fn, stream_handle)          # an invalid stream is an error, as natively
     if size <= 0:
@@ -129,7 +129,7 @@ def _alloc(d, sess, fn, ctx, size: int, pool, stream_handle):
 def h_mem_alloc_async(d, sess, fn, ctx, args, **kw):
     """cuMemAllocAsync(dptr, bytesize, hStream): from the current pool of the
     context's device."""
-    from .driver import need_ctx
+    from ..core.registry import need_ctx
     pool = current_pool(d, sess, need_ctx(ctx, fn).device)
     addr = _alloc(d, sess, fn, ctx, int(args[1]), pool, args[2])
     return CUDA_SUCCESS, [addr if args[0] else None]
