@@ -93,7 +93,7 @@ def cmd_status(a):
 
 
 def cmd_keygen(a):
-    """A client key pair for keyed tcp endpoints (gpuproxy/proxyd/curve.py):
+    """A client key pair for keyed tcp endpoints (gpuproxy/proxyd/core/curve.py):
     written 0600 (in the key directory unless --out says where), and the
     authorized_keys line that admits it, for proxyd's administrator."""
     import pwd

@@ -2,8 +2,8 @@
 
     proxyd [--backend cuda|emu] [--endpoint E] [--emu-kernels FILE ...]
 
-The process started here is the supervisor (supervisor.py); it never touches
-the GPU. Each client session gets a worker process of its own (worker.py).
+The process started here is the supervisor (supervisor/daemon.py); it never touches
+the GPU. Each client session gets a worker process of its own (worker/entry.py).
 
 --backend defaults to cuda when a GPU is found and emu otherwise. The
 endpoint defaults to $GPUPROXY_ENDPOINT, else ipc:///tmp/gpuproxy.sock.

@@ -1,4 +1,4 @@
-"""The cffi declarations proxyd uses for the real driver (cuda_backend.py)
+"""The cffi declarations proxyd uses for the real driver (backends/cuda.py)
 must lay structs out exactly as cuda.h does. Checked against the C compiler;
 no GPU needed."""
 import os

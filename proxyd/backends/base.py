@@ -5,7 +5,7 @@ proxyd executes only driver-level operations. A backend offers
    arguments already decoded and handles translated (see dispatch.py);
  - the operations that hand-written handlers need (contexts, memory mapped
    at fixed addresses, copies, modules, launches, synchronisation).
-Two backends exist: `cuda` (cuda_backend.py, the real driver through cffi)
+Two backends exist: `cuda` (backends/cuda.py, the real driver through cffi)
 and `emu` (gpuproxy.emu, host memory and Python kernels).
 
 Objects a backend returns (contexts, modules, functions, streams, events,

@@ -4,7 +4,7 @@ Declarations come from two places: the generic path's functions are declared
 from the specs by autogen (_generated.CDEF, one source of truth with the
 shim), and the functions the hand-written handlers need (virtual memory
 management, copies, modules, launch) are declared below with the structs
-they take, as cuda.h (CUDA 13) defines them; tests/test_cuda_backend_decls.py
+they take, as cuda.h (CUDA 13) defines them; tests/test_cuda_decls.py
 checks their sizes against the C compiler's.
 
 Device memory: each session's slice of addresses is reserved with

@@ -25,7 +25,7 @@ WHERE. A client that exits ends its worker.
 
 Locking: single-threaded; everything here runs on the supervisor's loop.
 Process ownership: workers are children of the supervisor and die with it
-(worker.py sets PR_SET_PDEATHSIG).
+(worker/entry.py sets PR_SET_PDEATHSIG).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
     python -m gpuproxy.proxyd.worker --endpoint E --ready-fd N [--backend B] [--emu-kernels F ...]
 
-The supervisor (supervisor.py) starts workers ahead of need and hands each
+The supervisor (supervisor/daemon.py) starts workers ahead of need and hands each
 to one client session, as a native CUDA process owns one context: the
 worker holds that session's contexts, arena (at the fixed base), modules,
 streams, events and staging memory, executes its calls (server.Server with a

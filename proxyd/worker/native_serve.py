@@ -57,7 +57,7 @@ CLASSES = {"cuStreamQuery": C_STREAM_QUERY, "cuEventQuery": C_EVENT_QUERY, "cuSt
 MEMSETS = (C_MEMSET8, C_MEMSET16, C_MEMSET32)
 COPIES_ASYNC = (C_HTOD_ASYNC, C_DTOH_ASYNC)
 ASYNC = (C_LAUNCH, C_EVENT_RECORD) + MEMSETS + COPIES_ASYNC
-# the call a handler's failure message names (cuda_backend.py: CudaBackend.check)
+# the call a handler's failure message names (backends/cuda.py: CudaBackend.check)
 FAILED_CALL = {C_STREAM_SYNC: "cuStreamSynchronize", C_EVENT_SYNC: "cuEventSynchronize",
                C_CTX_SYNC: "cuCtxSynchronize", C_DTOH: "cuMemcpyDtoH", C_HTOD: "cuMemcpyHtoD",
                C_MEMSET8: "cuMemset", C_MEMSET16: "cuMemset", C_MEMSET32: "cuMemset",
@@ -126,7 +126,7 @@ class NativeServe:
         check_range accepted): the allocation each starts in, up to its
         reserved extent, as check_range allows; and the page-locked client
         segments those copies read or wrote (not the staging segment, whose
-        copies Python keeps synchronous: handlers._pinned), with their
+        copies Python keeps synchronous: driver._pinned), with their
         address in this worker, so that C copies from and to them as
         h_memcpy_htod / h_memcpy_dtoh do."""
         for op in ops:
@@ -180,7 +180,7 @@ class NativeServe:
         s.calls += st.calls
         s.may_print = bool(st.may_print)
         for i in range(st.nrecorded):
-            # handlers.h_event_record's mark: a restore makes a recorded event complete
+            # driver.h_event_record's mark: a restore makes a recorded event complete
             s.get(P.K_EVENT, st.recorded[i]).info["recorded"] = True
         if st.served:
             self.served += st.served

@@ -1,7 +1,7 @@
 """The message loop that serves client sessions: one ZeroMQ ROUTER socket.
 
-This runs in a worker process (worker.py), which serves exactly one client
-session (worker=True); the supervisor (supervisor.py) owns the public
+This runs in a worker process (worker/entry.py), which serves exactly one client
+session (worker=True); the supervisor (supervisor/daemon.py) owns the public
 endpoint and hands each client to a worker. Every message is handled to
 completion, in arrival order, on this thread (docs/protocol.md): HELLO opens
 or re-attaches the session, CALL runs ops, BYE ends it (and the worker), CTL
