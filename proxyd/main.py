@@ -103,7 +103,7 @@ def main(argv=None):
         if not os.path.isfile(f):
             sys.exit(f"proxyd: cannot load emulated kernels from {f}: no such file")
     from .supervisor.daemon import Supervisor, WorkerSpec
-    from .worker.server import EndpointInUse
+    from .core.endpoint import EndpointInUse
     spec = WorkerSpec(backend=a.backend, emu_kernels=files, emu_devices=a.emu_devices, spin_us=a.spin_us,
                       log_level=a.log_level)
     try:

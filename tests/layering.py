@@ -46,7 +46,9 @@ LAYERS: list[tuple[str, list[str]]] = [
 FORBIDDEN: list[tuple[str, str, str]] = [
     ("gpuproxy.proxyd.checkpoint", "gpuproxy.proxyd.families",
      "the checkpoint engine walks the object-kind registry (core/kinds.py) and imports no family"),
-]
+] + [(sup, low, "the supervisor never touches the GPU: it starts workers, it does not load their code")
+     for sup in ("gpuproxy.proxyd.supervisor", "gpuproxy.proxyd.main")
+     for low in ("gpuproxy.proxyd.worker", "gpuproxy.proxyd.families", "gpuproxy.proxyd.backends", "gpuproxy.emu")]
 # ...except the importer modules named here (a prefix of the importer that the rule does not cover)
 FORBIDDEN_EXCEPT = ["gpuproxy.proxyd.checkpoint.orchestrate"]
 

@@ -144,3 +144,13 @@ def test_every_manifest_field_has_an_owner_and_a_schema(kinds):
 def test_a_kind_name_is_registered_once(kinds):
     with pytest.raises(ValueError, match="registered twice"):
         kinds.register(kinds.Kind("modules", kinds.Stage.MODULES, owner="somewhere.else"))
+
+
+def test_a_checkpoint_without_the_families_is_refused(kinds, monkeypatch):
+    """Without the families' kinds an image would silently lack their
+    objects: the engine refuses to dump or restore instead."""
+    from gpuproxy.proxyd.checkpoint import engine
+    engine._kinds_complete()
+    monkeypatch.delitem(kinds.KINDS, "modules")
+    with pytest.raises(kinds.CheckpointError, match="modules.*families are not loaded"):
+        engine._kinds_complete()

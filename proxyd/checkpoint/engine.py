@@ -51,7 +51,7 @@ from ..core.kinds import unjson as _unjson
 from ..core.session import CudaError, Session
 from . import hashing
 from .image import FLAG_GLOBAL, Image, ImageError, ImageWriter
-from .manifest_schema import SchemaError, validate_session
+from .manifest_schema import SESSION, SchemaError, validate_session
 
 log = logging.getLogger("proxyd")
 
@@ -292,7 +292,8 @@ class Engine:
         try:
             from .image import parse_compress
             parse_compress(compress)
-        except ValueError as e:
+            _kinds_complete()
+        except (ValueError, CheckpointError) as e:
             self.server.call_in_loop(lambda: self.server.unreserve_checkpoint(sess)).result()
             raise CheckpointError(str(e)) from None
         if concurrent and not leave_running and kind != "pre-dump":
@@ -855,6 +856,7 @@ class Engine:
                  ) -> tuple[Session, dict]:
         """Builds a session from an image (worker thread) and installs it."""
         t0 = time.monotonic()
+        _kinds_complete()
         try:
             img = Image.open(path)
             img.check_restorable()
@@ -1109,6 +1111,18 @@ class Engine:
 _REBUILD_TIMERS = ((Stage.GLOBALS, "contexts_modules_ms"),      # contexts and modules
                    (Stage.ARRAYS, "memory_map_ms"),             # the arena's chunks mapped again, and what lives there
                    (Stage.LIBCAPTURE, "objects_ms"))            # kernels, streams, events, library objects, settings
+
+
+def _kinds_complete() -> None:
+    """Refuses a checkpoint while some required manifest field has no kind
+    to write and rebuild it: the API families were not loaded (the
+    dispatcher loads them; families.load_all), and an image made now would
+    silently lack their objects."""
+    owned = set(ENGINE_KEYS).union(*(k.keys for k in kinds.KINDS.values()))
+    missing = sorted(set(SESSION.fields) - owned)
+    if missing:
+        raise CheckpointError(f"no checkpoint object kind writes the manifest fields {', '.join(missing)}: the API "
+                              f"families are not loaded (gpuproxy.proxyd.families.load_all)")
 
 
 def _rebuild_contexts(r: kinds.Restore) -> None:

@@ -47,7 +47,7 @@ from .. import __version__
 from ..core import curve
 from ..core import protocol as P
 from ..core.ratelog import RATE
-from ..worker.server import OWN_PIDNS, EndpointInUse, bind_router, remove_client_segments
+from ..core.endpoint import OWN_PIDNS, EndpointInUse, bind_router, remove_client_segments
 
 log = logging.getLogger("proxyd")
 

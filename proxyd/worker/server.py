@@ -36,6 +36,7 @@ from ..families import hostmap
 from ..core import protocol as P
 from .._generated import FUNCTIONS
 
+from ..core.endpoint import OWN_PIDNS, EndpointInUse, bind_router, remove_client_segments  # noqa: F401  (tests, main.py)
 from ..core.arena import ARENA_BASE, MAX_SLOTS, SLOT_SIZE, Arena  # noqa: F401  (tests read the first three here)
 from ..core.channel import Channel, ChannelError, fence
 from .dispatch import Dispatcher
@@ -55,44 +56,6 @@ REAP_INTERVAL_S = 2.0
 # only while a session has launched something since its last context-wide
 # synchronisation (StdoutCapture.take costs a flush and a read per reply).
 PRINTING_FIDS = frozenset(fid for fid, f in FUNCTIONS.items() if "Launch" in f.name)
-
-
-try:
-    OWN_PIDNS = os.readlink("/proc/self/ns/pid")
-except OSError:
-    OWN_PIDNS = ""
-
-
-def remove_client_segments(token: str):
-    """The shared memory a dead client can no longer remove itself."""
-    import glob
-    for path in glob.glob(f"/dev/shm/gpuproxy-{glob.escape(token)}-*"):
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-
-
-class EndpointInUse(RuntimeError):
-    pass
-
-
-def bind_router(zctx, sock, ep: str) -> str:
-    """Binds a ROUTER socket at ep (supervisor or worker) and returns the
-    endpoint it got. An ipc socket file left behind by a daemon that died is
-    removed; one that a live daemon serves is refused (EndpointInUse)."""
-    if ep.startswith("ipc://"):
-        path = ep[len("ipc://"):]
-        if os.path.exists(path):
-            if _endpoint_alive(zctx, ep):
-                raise EndpointInUse(f"another proxyd already serves {ep}")
-            os.unlink(path)
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    try:
-        sock.bind(ep)
-    except zmq.ZMQError as e:
-        raise EndpointInUse(f"cannot bind {ep}: {e}") from e
-    return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
 
 
 class StdoutCapture:
@@ -841,17 +804,3 @@ class Server:
             self.post(rid, self.packer.pack(obj))
         else:
             self.send(rid, obj)
-
-
-def _endpoint_alive(zctx, ep: str, timeout_ms: int = 300) -> bool:
-    s = zctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    s.setsockopt(zmq.ROUTING_ID, b"ctl:probe-" + uuid.uuid4().hex[:8].encode())
-    try:
-        s.connect(ep)
-        s.send(P.Packer().pack([P.MSG_CTL, 1, "ping", {}])[0])
-        return bool(s.poll(timeout_ms))
-    except zmq.ZMQError:
-        return False
-    finally:
-        s.close(0)
