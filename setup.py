@@ -4,6 +4,7 @@ Everything else is in pyproject.toml. Generated code is produced here, at
 build time, and never committed (docs/spec-format.md).
 """
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -16,6 +17,9 @@ HERE = Path(__file__).resolve().parent
 
 class BuildWithShim(build_py):
     def run(self):
+        # a build folder left from an earlier layout would ship modules that
+        # no longer exist in the sources (and mask broken imports): start clean
+        shutil.rmtree(Path(self.build_lib) / "gpuproxy", ignore_errors=True)
         super().run()
         sys.path.insert(0, str(HERE))
         from autogen.build import BuildError, build_all

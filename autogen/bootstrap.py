@@ -591,7 +591,7 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
                             "optionValues=in_buffer@numOptions * sizeof(void *)",
                             "module:create"),
     "cuModuleLoadFatBinary": P("module=out_value:module; fatCubin=in_buffer@?", "module:create"),
-    # the JIT linker (interceptor/link.c, proxyd/link.py)
+    # the JIT linker (interceptor/link.c, proxyd/families/link.py)
     "cuLinkCreate": P("numOptions=scalar; options=in_buffer@numOptions * sizeof(CUjit_option); optionValues=in_buffer@?; stateOut=out_value:link_state", "link_state:create"),
     "cuLinkCreate_v2": P("numOptions=scalar; options=in_buffer@numOptions * sizeof(CUjit_option); optionValues=in_buffer@?; stateOut=out_value:link_state", "link_state:create"),
     "cuLinkAddData": P("state=handle:link_state; type=scalar; data=in_buffer@size; size=scalar; "
@@ -706,7 +706,7 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuMemPrefetchAsync_v2": P("devPtr=device_ptr; count=scalar; location=scalar; flags=scalar; hStream=handle:stream",
                                "stream:use"),
     "cuMemAdvise_v2": P("devPtr=device_ptr; count=scalar; advice=scalar; location=scalar"),
-    # issue 10, group 8: IPC between clients of one proxyd (proxyd/ipc.py)
+    # issue 10, group 8: IPC between clients of one proxyd (proxyd/families/ipc.py)
     "cuIpcGetMemHandle": P("pHandle=out_value; dptr=device_ptr"),
     "cuIpcGetEventHandle": P("pHandle=out_value; event=handle:event", "event:use"),
     "cuOccupancyMaxActiveClusters": P("numClusters=out_value; func=handle:function; "
@@ -747,7 +747,7 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     # issue 10, group 2: host functions (interceptor/hostfn.c)
     "cuLaunchHostFunc": P("hStream=handle:stream; fn=callback; userData=host_ptr", "stream:use"),
     "cuStreamAddCallback": P("hStream=handle:stream; callback=callback; userData=host_ptr; flags=scalar", "stream:use"),
-    # issue 10, group 4: stream-ordered allocator and pools (proxyd/mempool.py)
+    # issue 10, group 4: stream-ordered allocator and pools (proxyd/families/mempool.py)
     "cuMemAllocAsync": P("dptr=out_value:memory; bytesize=scalar; hStream=handle:stream", "memory:create; stream:use"),
     "cuMemFreeAsync": P("dptr=device_ptr; hStream=handle:stream", "memory:destroy; stream:use"),
     "cuMemAllocFromPoolAsync": P("dptr=out_value:memory; bytesize=scalar; pool=handle:mem_pool; hStream=handle:stream",
@@ -760,7 +760,7 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuMemPoolGetAccess": P("flags=out_value; memPool=handle:mem_pool; location=in_buffer@sizeof(CUmemLocation)",
                             "mem_pool:use"),
     "cuMemPoolCreate": P("pool=out_value:mem_pool; poolProps=in_buffer@sizeof(CUmemPoolProps)", "mem_pool:create"),
-    # exportable pools between clients of one proxyd (proxyd/mempool_ipc.py, interceptor/mempool_ipc.c)
+    # exportable pools between clients of one proxyd (proxyd/families/mempool_ipc.py, interceptor/mempool_ipc.c)
     "cuMemPoolExportToShareableHandle": P("handle_out=out_buffer@?; pool=handle:mem_pool; handleType=scalar; "
                                           "flags=scalar", "mem_pool:use"),
     "cuMemPoolImportFromShareableHandle": P("pool_out=out_value:mem_pool; handle=host_ptr; handleType=scalar; "
@@ -772,8 +772,8 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuDeviceSetMemPool": P(f"{DEV}; pool=handle:mem_pool", "device:use; mem_pool:use"),
     "cuDeviceGetMemPool": P(f"pool=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
     "cuDeviceGetDefaultMemPool": P(f"pool_out=out_value:mem_pool; {DEV}", "mem_pool:create; device:use"),
-    # issue 10, group 5: CUDA arrays, texture and surface objects (proxyd/arrays.py, interceptor/arrays.c)
-    # mipmapped arrays (proxyd/arrays.py): levels are array objects
+    # issue 10, group 5: CUDA arrays, texture and surface objects (proxyd/families/arrays.py, interceptor/arrays.c)
+    # mipmapped arrays (proxyd/families/arrays.py): levels are array objects
     "cuMipmappedArrayCreate": P("pHandle=out_value:mipmapped_array; "
                                 "pMipmappedArrayDesc=in_buffer@sizeof(CUDA_ARRAY3D_DESCRIPTOR); numMipmapLevels=scalar",
                                 "mipmapped_array:create"),
@@ -812,7 +812,7 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
                             "surf_object:create"),
     "cuSurfObjectDestroy": P("surfObject=handle:surf_object", "surf_object:destroy"),
     "cuSurfObjectGetResourceDesc": P("pResDesc=out_value; surfObject=handle:surf_object", "surf_object:use"),
-    # issue 10, group 4: the application's VMM (proxyd/vmm.py)
+    # issue 10, group 4: the application's VMM (proxyd/families/vmm.py)
     "cuMemAddressReserve": P("ptr=out_value:memory; size=scalar; alignment=scalar; addr=device_ptr; flags=scalar",
                              "memory:create"),
     "cuMemAddressFree": P("ptr=device_ptr; size=scalar", "memory:destroy"),
@@ -827,7 +827,7 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuMemGetAllocationGranularity": P("granularity=out_value; prop=in_buffer@sizeof(CUmemAllocationProp); "
                                        "option=scalar"),
     "cuMemGetAllocationPropertiesFromHandle": P("prop=out_value; handle=handle:mem_handle", "mem_handle:use"),
-    # issue 10, group 3: graphs from stream capture (proxyd/graphs.py)
+    # issue 10, group 3: graphs from stream capture (proxyd/families/graphs.py)
     "cuStreamBeginCapture_v2": P("hStream=handle:stream; mode=scalar", "stream:use"),
     "cuStreamEndCapture": P("hStream=handle:stream; phGraph=out_value:graph", "graph:create; stream:use"),
     "cuStreamIsCapturing": P("hStream=handle:stream; captureStatus=out_value", "stream:use"),
@@ -844,7 +844,7 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuGraphLaunch": P("hGraphExec=handle:graph_exec; hStream=handle:stream", "graph_exec:use; stream:use"),
     "cuGraphDestroy": P("hGraph=handle:graph", "graph:destroy"),
     "cuGraphExecDestroy": P("hGraphExec=handle:graph_exec", "graph_exec:destroy"),
-    # issue 10, group 3: graphs built explicitly (proxyd/graph_nodes.py, interceptor/graph_build.c)
+    # issue 10, group 3: graphs built explicitly (proxyd/families/graph_nodes.py, interceptor/graph_build.c)
     "cuGraphDebugDotPrint": P("hGraph=handle:graph; path=in_buffer@strlen(path) + 1; flags=scalar", "graph:use"),
     "cuGraphCreate": P("phGraph=out_value:graph; flags=scalar", "graph:create"),
     "cuGraphAddKernelNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUDA_KERNEL_NODE_PARAMS_v1)", "graph_node:create; graph:use; graph_node:use"),
@@ -879,7 +879,7 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuGraphExecUpdate_v2": P("hGraphExec=handle:graph_exec; hGraph=handle:graph; resultInfo=out_value", "graph_exec:use; graph:use"),
     "cuGraphAddNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUgraphNodeParams)", "graph_node:create; graph:use; graph_node:use"),
     "cuGraphAddNode_v2": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); dependencyData=in_buffer@numDependencies * sizeof(CUgraphEdgeData); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUgraphNodeParams)", "graph_node:create; graph:use; graph_node:use"),
-    # graph memory nodes (proxyd/graph_mem.py, interceptor/graph_mem.c)
+    # graph memory nodes (proxyd/families/graph_mem.py, interceptor/graph_mem.c)
     "cuGraphAddMemAllocNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUDA_MEM_ALLOC_NODE_PARAMS)", "graph_node:create; graph:use; graph_node:use"),
     "cuGraphMemAllocNodeGetParams": P("hNode=handle:graph_node; params_out=out_value", "graph_node:use"),
     "cuGraphAddMemFreeNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; dptr=device_ptr", "graph_node:create; graph:use; graph_node:use"),

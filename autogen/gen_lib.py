@@ -121,7 +121,7 @@ def _fail(sf, ret: str, what: str) -> str:
 
 
 # protocol kind codes of library objects whose handles the shim chooses
-# (spec `ids: shim`; proxyd/protocol.py K_*; tests/test_libraries.py checks
+# (spec `ids: shim`; proxyd/core/protocol.py K_*; tests/test_libraries.py checks
 # that the two agree)
 SHIM_ID_KINDS = {"cublaslt_matmul_desc": 34, "cublaslt_layout": 35, "cublaslt_preference": 36}
 

@@ -245,7 +245,7 @@ MATH_SUPPORTED: Dict[str, Dict] = {
     "cufftGetProperty": {"params": ["type=scalar", "value=out_value"], "restore": "query"},
     # --- cuRAND host API (curand.h). The generator's position is restored
     # from its seed, its offset and the count of numbers generated since
-    # (proxyd/libraries.py, curand_position).
+    # (proxyd/families/libraries.py, curand_position).
     "curandCreateGenerator": {"params": ["generator=out_value:curand_generator", "rng_type=scalar"],
                               "objects": "curand_generator:create", "restore": "object", "shim": "override"},
     "curandDestroyGenerator": {"params": [G], "objects": "curand_generator:destroy", "restore": "object"},
@@ -545,7 +545,7 @@ SUPPORTED: Dict[str, Dict] = {
     # --- cuDNN 9 (cudnn_graph.h): the handle, versions, errors and the
     # backend (graph) API that cudnn-frontend -- and so PyTorch's
     # convolutions and attention -- is built on. The backend calls are
-    # hand-marshalled (interceptor/lib_cudnn.c, proxyd/cudnn.py):
+    # hand-marshalled (interceptor/lib_cudnn.c, proxyd/families/cudnn.py):
     # attribute arrays whose element size follows the attribute type, and
     # descriptor handles inside them.
     "cudnnGetVersion": {"params": [], "restore": "query"},

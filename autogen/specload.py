@@ -398,7 +398,7 @@ def _parse_function(raw: Any, api: str, family: str, path: str, errs: _Errors) -
     if not isinstance(declared, bool) or (not declared and (api not in LIBRARY_APIS or status == "supported")):
         bad("declared: false is only for unsupported library exports")
     if api in LIBRARY_APIS and status == "supported" and shim is None:
-        # the generic library path (gen_lib.py, proxyd/libraries.py)
+        # the generic library path (gen_lib.py, proxyd/families/libraries.py)
         for p in params:
             if p.role in SIZE_ROLES and p.size == "?":
                 bad(f"supported without a shim override, but param {p.name} has size '?'")
@@ -458,7 +458,7 @@ def _parse_restore(raw, present: bool, api: str, status: str, shim, params: List
         bad("restore why is only for rule none-needed")
     if rule == "object" and "key" in raw:
         # a library object's setting: recorded on the object named by key[0],
-        # replaced by a later call with the same key (proxyd/libraries.py)
+        # replaced by a later call with the same key (proxyd/families/libraries.py)
         names = {p.name for p in params}
         if not isinstance(key, list) or not key or not all(isinstance(k, str) and k in names for k in key):
             bad(f"restore key must name parameters, got {key!r}")

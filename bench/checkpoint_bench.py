@@ -62,7 +62,7 @@ class Holder:
 
 
 def ctl(d, cmd, **args):
-    from gpuproxy.cli.client import ControlClient
+    from gpuproxy.proxyd.client import ControlClient
     return ControlClient(d.endpoint, timeout_s=3600).call(cmd, args)
 
 

@@ -68,7 +68,7 @@ def shm_segments() -> set[str]:
 
 def internal_errors(log: str) -> list[str]:
     """The distinct places where proxyd reported an internal error (each
-    one's traceback is logged once, proxyd/ratelog.py): the last line of
+    one's traceback is logged once, proxyd/core/ratelog.py): the last line of
     each traceback."""
     out, lines = [], log.splitlines()
     for i, line in enumerate(lines):

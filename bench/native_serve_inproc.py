@@ -32,9 +32,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 def main(argv=None):
     args = sys.argv[1:] if argv is None else argv
     n = int(next((a for a in args if a.isdigit()), "20000"))
-    from gpuproxy.proxyd import channel as C
-    from gpuproxy.proxyd import native as nat
-    from gpuproxy.proxyd.native_serve import fid_classes
+    from gpuproxy.proxyd.core import channel as C
+    from gpuproxy.proxyd.backends import native as nat
+    from gpuproxy.proxyd.worker.native_serve import fid_classes
     from test_native_serve import FID, PyWorker, setup_session
     work = tempfile.mkdtemp()
     lib = os.path.join(work, "libfakecuda.so")

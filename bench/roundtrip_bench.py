@@ -1,6 +1,6 @@
 """Round trips (issue 13, target 4): single synchronous calls natively and
 under the proxy, min / median / p90 / p99 of each of several runs, and a
-per-stage profile of the worker's part (proxyd/rtprofile.py).
+per-stage profile of the worker's part (proxyd/worker/rtprofile.py).
 
 Run through bench/run_bench.py --suite roundtrip (add `rtprofile` to the
 suite list for the stage profile). $BENCH_RT_RUNS (default 5) runs of

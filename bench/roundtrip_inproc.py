@@ -23,8 +23,8 @@ import time
 import msgpack
 
 from gpuproxy.proxyd._generated import FUNCTIONS
-from gpuproxy.proxyd.main import pick_backend
-from gpuproxy.proxyd.server import Server
+from gpuproxy.proxyd.backends.select import pick_backend
+from gpuproxy.proxyd.worker.server import Server
 
 FID = {f.name: i for i, f in FUNCTIONS.items()}
 

@@ -8,7 +8,9 @@ and verifies it: structure always, every chunk's gp64 and every module's
 sha256 unless --no-verify. Exit status 0 when the image is sound, 1 when it
 cannot be read or has any problem. The format is docs/image-format.md.
 
-cli/main.py calls add_parsers(sub) with its argparse subparsers.
+cli/main.py calls add_parsers(sub) with its argparse subparsers. The work
+is done by the orchestration library (gpuproxy.proxyd.checkpoint.
+orchestrate); this module parses arguments and prints.
 """
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ import os
 import sys
 import time
 
-from gpuproxy.proxyd.checkpoint import criu
-from gpuproxy.proxyd.checkpoint.image import FLAG_GLOBAL, Image, ImageError
+from gpuproxy.proxyd.checkpoint.orchestrate import inspect as I
+from gpuproxy.proxyd.checkpoint.orchestrate.inspect import Image, ImageError
+
+from .common import CHECKPOINT_TIMEOUT_S, timeout_of
 
 
 def add_parsers(sub) -> None:
@@ -36,7 +40,7 @@ def add_parsers(sub) -> None:
 
 def add_checkpoint_parsers(sub) -> None:
     """pre-dump, dump, restore and migrate. Whole-process by default: proxyd
-    saves the GPU state and CRIU the app's processes (cli/whole_process.py);
+    saves the GPU state and CRIU the app's processes (proxyd/checkpoint/orchestrate/whole_process.py);
     --gpu-only sends proxyd's command alone. cli/main.py turns the
     pos_cli-style flags (--dump, --pre-dump, --restore) into these
     subcommand names."""
@@ -83,10 +87,9 @@ def add_checkpoint_parsers(sub) -> None:
 
 
 def _client(a):
-    from gpuproxy.proxyd import protocol as P
+    from gpuproxy.proxyd.core import protocol as P
 
-    from .client import ControlClient
-    from .main import CHECKPOINT_TIMEOUT_S, timeout_of
+    from gpuproxy.proxyd.client import ControlClient
     # proxyd answers when the checkpoint is done: a longer default wait, but
     # an explicit --timeout is honoured (and a daemon that dies ends it early)
     return ControlClient(a.endpoint or P.endpoint_from_env(), timeout_s=timeout_of(a, CHECKPOINT_TIMEOUT_S))
@@ -101,7 +104,7 @@ def _report(a, res: dict, lines: list[str]) -> int:
 
 
 def _endpoint(a) -> str:
-    from gpuproxy.proxyd import protocol as P
+    from gpuproxy.proxyd.core import protocol as P
     return a.endpoint or P.endpoint_from_env()
 
 
@@ -120,21 +123,27 @@ def _criu_line(rec: dict) -> str:
             f"{fmt_bytes(rec['size'])} in {rec['ms']:.1f} ms")
 
 
+def _notify(msg: str) -> None:
+    print(f"proxy-cli: {msg}", file=sys.stderr)
+
+
 def cmd_dump(a) -> int:
-    from . import whole_process as W
-    if getattr(a, "compress", None):
-        from ..proxyd.checkpoint.image import parse_compress
-        try:
-            parse_compress(a.compress)
-        except ValueError as e:
-            print(f"proxy-cli {a.kind}: {e}", file=sys.stderr)
-            return 2
+    from gpuproxy.proxyd.checkpoint.orchestrate import gpu as G
+    from gpuproxy.proxyd.checkpoint.orchestrate import whole_process as W
+    try:
+        G.check_compress(getattr(a, "compress", None))
+    except ValueError as e:
+        print(f"proxy-cli {a.kind}: {e}", file=sys.stderr)
+        return 2
     if not a.gpu_only:
         try:
             if a.kind == "dump":
-                res = W.dump(_client(a), _endpoint(a), a)
+                res = W.dump(_client(a), _endpoint(a), a.pid, a.dir, parent=a.parent,
+                             leave_running=a.leave_running, concurrent=a.concurrent,
+                             compress=getattr(a, "compress", None), notify=_notify)
             else:
-                res = W.pre_dump(_client(a), _endpoint(a), a)
+                res = W.pre_dump(_client(a), _endpoint(a), a.pid, a.dir, parent=a.parent,
+                                 compress=getattr(a, "compress", None))
         except W.WholeProcessError as e:
             print(f"proxy-cli {a.kind}: {e}", file=sys.stderr)
             return 1
@@ -147,26 +156,19 @@ def cmd_dump(a) -> int:
             lines.append("  app running (resumed)" if res["leave_running"] else
                          f"  app gone (pid {a.pid}); restore with: proxy-cli --restore --dir {res['path']}")
         return _report(a, res, lines)
-    args = {"pid": a.pid, "dir": os.path.abspath(a.dir)}
-    if a.compress:
-        args["compress"] = a.compress
-    if a.parent:
-        args["parent"] = os.path.abspath(a.parent)
-    if a.kind == "dump":
-        args["leave_running"] = bool(a.leave_running or a.concurrent)
-        args["concurrent"] = bool(a.concurrent)
-    client = _client(a)
     try:
-        W.check_client(client, a.pid, _endpoint(a))
+        res = G.checkpoint(_client(a), _endpoint(a), a.kind, a.pid, a.dir, parent=a.parent,
+                           leave_running=getattr(a, "leave_running", False),
+                           concurrent=getattr(a, "concurrent", False), compress=a.compress)
     except W.WholeProcessError as e:
         print(f"proxy-cli {a.kind}: {e}", file=sys.stderr)
         return 1
-    res = client.call(a.kind, args)
     return _report(a, res, _gpu_lines(a.kind, a.pid, res))
 
 
 def cmd_restore(a) -> int:
-    from . import whole_process as W
+    from gpuproxy.proxyd.checkpoint.orchestrate import gpu as G
+    from gpuproxy.proxyd.checkpoint.orchestrate import whole_process as W
     dmap = {}
     for part in filter(None, a.device_map.split(",")):
         old, _, new = part.partition("=")
@@ -186,7 +188,7 @@ def cmd_restore(a) -> int:
     except W.WholeProcessError as e:
         print(f"proxy-cli restore: {e}", file=sys.stderr)
         return 1
-    res = _client(a).call("restore", {"dir": path, "device_map": dmap, "allow_foreign": bool(a.allow_foreign)})
+    res = G.restore(_client(a), path, dmap, allow_foreign=bool(a.allow_foreign))
     lines = [f"restored the GPU state of pid {res['pid']} from {a.dir}: {fmt_bytes(res['bytes'])} in "
              f"{res['total_ms']:.1f} ms (checks {res['check_ms']:.1f} ms)"]
     return _report(a, res, lines + _restore_details(res))
@@ -203,7 +205,8 @@ def _restore_details(res: dict) -> list[str]:
 
 
 def cmd_migrate(a) -> int:
-    res = _client(a).call("migrate", {"pid": a.pid, "to_device": a.to_device})
+    from gpuproxy.proxyd.checkpoint.orchestrate import gpu as G
+    res = G.migrate(_client(a), a.pid, a.to_device)
     return _report(a, res, [f"pid {a.pid} moved to device {a.to_device}; app stopped {res['stop_ms']:.1f} ms"])
 
 
@@ -396,44 +399,10 @@ def _progress_printer():
     return progress
 
 
-def _json_dump(img: Image, problems: list[str], verified: bool) -> dict:
-    try:
-        refs = img.chunks()
-    except ImageError:
-        refs = []
-    return {
-        "path": img.path,
-        "ok": not problems,
-        "verified": verified,
-        "problems": problems,
-        "manifest_sha256": img.digest,
-        "manifest": img.manifest,
-        "chain": [{"path": a.path, "kind": a.kind, "created": a.manifest.get("created"),
-                   "manifest_sha256": a.digest} for a in img.chain],
-        "modules": img.modules(),
-        "chunks": [{"addr": r.addr, "length": r.length, "flags": r.flags, "global": bool(r.flags & FLAG_GLOBAL),
-                    "hash": f"{r.hash:016x}", "image": r.image, "offset": r.offset} for r in refs],
-    }
-
-
-def _seal(img) -> tuple[bool, str]:
-    """Whether the image (and its chain) carries this user's seal: the key of
-    the user running inspect (keys.py; proxyd running as this user has the
-    same key). Not having a key is not an error here: no key is created."""
-    from gpuproxy.proxyd.keys import KeyError_, seal_key
-    try:
-        key = seal_key(create=False)
-    except (OSError, KeyError_) as e:
-        return False, f"foreign image: cannot read this user's seal key ({e})"
-    except Exception as e:  # noqa: BLE001 -- inspect shows what it can
-        return False, f"foreign image: {e}"
-    return img.chain_seal(key)
-
-
 def cmd_inspect(a) -> int:
     try:
-        img = Image.open(a.dir)
-    except ImageError as e:
+        img = I.open_image(a.dir)
+    except I.InspectError as e:
         if a.json:
             print(json.dumps({"path": a.dir, "ok": False, "problems": [str(e)]}, indent=2))
         else:
@@ -441,20 +410,17 @@ def cmd_inspect(a) -> int:
         return 1
     try:
         progress = None if a.json else _progress_printer()
-        problems = img.verify(deep=not a.no_verify, progress=progress)
-        proc = criu.state(img.path, img.manifest)
-        if proc["problem"]:
-            problems.append(f"process part: {proc['problem']}")
-        ours, seal = _seal(img)
+        rep = I.check(img, verify=not a.no_verify, progress=progress)
+        problems, proc, ours, seal = rep.problems, rep.process, rep.seal_ours, rep.seal
         if a.json:
-            out = _json_dump(img, problems, not a.no_verify)
+            out = I.json_report(img, problems, not a.no_verify)
             out["seal"] = {"ours": ours, "what": seal}
             out["process"] = proc
             print(json.dumps(out, indent=2))
             return 1 if problems else 0
         lines = header_lines(img)
         lines.append(f"seal       {seal}")
-        lines += criu.describe_record(proc)
+        lines += I.process_lines(proc)
         lines.append("session")
         lines += session_lines(img.session)
         lines += memory_lines(img)

@@ -20,20 +20,13 @@ import json
 import os
 import sys
 
-from gpuproxy.proxyd import protocol as P
+from gpuproxy.proxyd.core import protocol as P
 
-from .client import ControlClient, ControlError
+from gpuproxy.proxyd.client import ControlClient, ControlError
 
-
-# default --timeout: commands that proxyd answers at once, and checkpoint
-# commands, which answer when the work is done (a dump of a large session
-# takes minutes). An explicit --timeout is honoured exactly.
-QUICK_TIMEOUT_S = 10.0
-CHECKPOINT_TIMEOUT_S = 600.0
+from .common import CHECKPOINT_TIMEOUT_S, QUICK_TIMEOUT_S, timeout_of  # noqa: F401  (tests read them here)
 
 
-def timeout_of(a, default: float = QUICK_TIMEOUT_S) -> float:
-    return default if getattr(a, "timeout", None) is None else a.timeout
 
 
 def _endpoint(a) -> str:
@@ -100,12 +93,12 @@ def cmd_status(a):
 
 
 def cmd_keygen(a):
-    """A client key pair for keyed tcp endpoints (gpuproxy/proxyd/curve.py):
+    """A client key pair for keyed tcp endpoints (gpuproxy/proxyd/core/curve.py):
     written 0600 (in the key directory unless --out says where), and the
     authorized_keys line that admits it, for proxyd's administrator."""
     import pwd
 
-    from gpuproxy.proxyd import curve, keys
+    from gpuproxy.proxyd.core import curve, keys
     try:
         path = a.out or os.path.join(keys.key_dir(create=True), curve.CLIENT_KEY_FILE)
         if a.force and os.path.exists(path):

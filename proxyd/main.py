@@ -2,8 +2,8 @@
 
     proxyd [--backend cuda|emu] [--endpoint E] [--emu-kernels FILE ...]
 
-The process started here is the supervisor (supervisor.py); it never touches
-the GPU. Each client session gets a worker process of its own (worker.py).
+The process started here is the supervisor (supervisor/daemon.py); it never touches
+the GPU. Each client session gets a worker process of its own (worker/entry.py).
 
 --backend defaults to cuda when a GPU is found and emu otherwise. The
 endpoint defaults to $GPUPROXY_ENDPOINT, else ipc:///tmp/gpuproxy.sock.
@@ -17,7 +17,7 @@ import signal
 import sys
 
 from . import __version__
-from . import protocol as P
+from .core import protocol as P
 
 log = logging.getLogger("proxyd")
 
@@ -67,44 +67,6 @@ def ensure_no_shim(argv: list[str]):
         os.execve(sys.executable, [sys.executable, "-m", "gpuproxy.proxyd", *argv], clean)
 
 
-def pick_backend(name: str | None, emu_devices: int):
-    if name in (None, "auto"):
-        try:
-            from .cuda_backend import CudaBackend, CudaUnavailable
-            try:
-                b = CudaBackend()
-                if b.device_count() > 0:
-                    return b
-            except CudaUnavailable as e:
-                log.info("no usable GPU (%s): using the emulated backend", e)
-        except ImportError as e:
-            log.info("cuda backend unavailable (%s): using the emulated backend", e)
-        name = "emu"
-    if name == "cuda":
-        from .cuda_backend import CudaBackend, CudaUnavailable
-        try:
-            return CudaBackend()
-        except CudaUnavailable as e:
-            sys.exit(f"proxyd: --backend cuda: {e}")
-    if name == "emu":
-        from gpuproxy.emu.backend import EmuBackend
-        return EmuBackend(devices=emu_devices)
-    sys.exit(f"proxyd: unknown backend {name!r} (cuda or emu)")
-
-
-def load_emu_kernels(files):
-    """Loads the emulated kernels named on the command line and in
-    $GPUPROXY_EMU_KERNELS (a worker's job: kernels run where the session is)."""
-    files = list(files) + [p for p in os.environ.get("GPUPROXY_EMU_KERNELS", "").split(":") if p]
-    if files:
-        from gpuproxy.emu import load_kernel_file
-        for f in files:
-            try:
-                load_kernel_file(f)
-            except Exception as e:
-                sys.exit(f"proxyd: cannot load emulated kernels from {f}: {e}")
-
-
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     ensure_no_shim(argv)
@@ -130,7 +92,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="proxyd: %(message)s", stream=sys.stderr)
     if a.server_key:
-        from .curve import CurveError, server_keypair
+        from .core.curve import CurveError, server_keypair
         try:
             print(server_keypair(create=True)[0].decode())
         except CurveError as e:
@@ -140,15 +102,15 @@ def main(argv=None):
     for f in files:   # fail here, once, rather than in every worker
         if not os.path.isfile(f):
             sys.exit(f"proxyd: cannot load emulated kernels from {f}: no such file")
-    from .supervisor import Supervisor, WorkerSpec
-    from .server import EndpointInUse
+    from .supervisor.daemon import Supervisor, WorkerSpec
+    from .core.endpoint import EndpointInUse
     spec = WorkerSpec(backend=a.backend, emu_kernels=files, emu_devices=a.emu_devices, spin_us=a.spin_us,
                       log_level=a.log_level)
     try:
         server = Supervisor(a.endpoint, spec, spares=a.spare_workers, users=a.users)
     except EndpointInUse as e:
         sys.exit(f"proxyd: {e}")
-    from .shm_sweep import sweep
+    from .supervisor.shm_sweep import sweep
     sweep()     # shared memory of clients that died with an earlier daemon (shm_sweep.py)
 
     def stop(signum, frame):

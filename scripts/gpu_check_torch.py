@@ -17,7 +17,7 @@ torch the step reports SKIP with the reason.
    the launch-bound configuration;
 4. import-to-first-kernel time (the example's ``timing`` line), natively
    and proxied, with an empty and with a warm module cache
-   (proxyd/modstore.py);
+   (proxyd/families/modstore.py);
 5. how many module images the checkpoint holds (only those the session
    loaded: libtorch registers hundreds);
 6. a whole-process checkpoint (CRIU + proxyd) of the proxied GPT run between
@@ -294,7 +294,7 @@ def first_kernel(log, out: Path, rec: dict) -> list[tuple[str, str]]:
     """import-to-first-kernel: natively, and proxied with an empty module
     cache (the first run: the module image is sent and parsed) and again
     (later runs: the digest is enough, the layout comes from the disk
-    cache; proxyd/modstore.py), three times each, a fresh proxyd and cache
+    cache; proxyd/families/modstore.py), three times each, a fresh proxyd and cache
     folder each time."""
     py = torch_python()
     argv = [py, str(EXAMPLE), "--model", "pointwise", "--steps", "1"]

@@ -39,11 +39,11 @@ import corpus  # noqa: E402
 from proxy import Daemon  # noqa: E402
 
 # proxyd and proxy-cli keep their keys (image seal) in a private directory
-# (proxyd/keys.py): the tests use one of their own, not the user's
+# (proxyd/core/keys.py): the tests use one of their own, not the user's
 if not os.environ.get("GPUPROXY_KEY_DIR"):
     import tempfile
     os.environ["GPUPROXY_KEY_DIR"] = os.path.join(tempfile.mkdtemp(prefix="gpuproxy-test-keys-"), "keys")
-# and their module cache (proxyd/modstore.py) too
+# and their module cache (proxyd/families/modstore.py) too
 if not os.environ.get("GPUPROXY_CACHE_DIR"):
     import tempfile
     os.environ["GPUPROXY_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpuproxy-test-cache-")

@@ -21,7 +21,7 @@ import uuid
 import msgpack
 import zmq
 
-from gpuproxy.proxyd import protocol as P
+from gpuproxy.proxyd.core import protocol as P
 from gpuproxy.proxyd._generated import FUNCTIONS
 
 FIDS = sorted(FUNCTIONS)
@@ -54,7 +54,7 @@ class Fuzzer:
         s = self.ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.ROUTING_ID, rid)
-        from gpuproxy.proxyd import curve
+        from gpuproxy.proxyd.core import curve
         curve.secure_client(s, endpoint or self.endpoint)     # keyed tcp: this user's keys
         s.connect(endpoint or self.endpoint)
         return s

@@ -31,9 +31,9 @@ def ping(endpoint: str, timeout_s: float = 0.3) -> bool:
     s.setsockopt(zmq.ROUTING_ID, b"ctl:test-" + uuid.uuid4().hex[:8].encode())
     try:
         if endpoint.startswith("tcp://"):
-            # keyed tcp (proxyd/curve.py): the daemon's own user's keys, which
+            # keyed tcp (proxyd/core/curve.py): the daemon's own user's keys, which
             # it makes in the key directory before it answers
-            from gpuproxy.proxyd import curve
+            from gpuproxy.proxyd.core import curve
             try:
                 curve.secure_client(s, endpoint)
             except curve.CurveError:

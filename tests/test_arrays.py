@@ -1,4 +1,4 @@
-"""CUDA arrays, texture and surface objects in proxyd (proxyd/arrays.py) on
+"""CUDA arrays, texture and surface objects in proxyd (proxyd/families/arrays.py) on
 the emulated backend, driven through the handlers the dispatcher calls:
 copies with pitched device memory, the emulated texture fetch and surface
 access rules, and the restore of texture objects under their old values
@@ -12,13 +12,13 @@ import struct
 import numpy as np
 import pytest
 
-from gpuproxy.proxyd import arrays as A
-from gpuproxy.proxyd import protocol as P
+from gpuproxy.proxyd.families import arrays as A
+from gpuproxy.proxyd.core import protocol as P
 from gpuproxy.proxyd._generated import FUNCTIONS
-from gpuproxy.proxyd.arena import Arena
+from gpuproxy.proxyd.core.arena import Arena
 from gpuproxy.emu.backend import EmuBackend
-from gpuproxy.proxyd.session import CudaError, Session
-from gpuproxy.proxyd.server import ARENA_BASE, SLOT_SIZE
+from gpuproxy.proxyd.core.session import CudaError, Session
+from gpuproxy.proxyd.worker.server import ARENA_BASE, SLOT_SIZE
 
 FN = {fn.name: fn for fn in FUNCTIONS.values()}
 CU_AD_FORMAT_FLOAT = 0x20
@@ -42,7 +42,7 @@ def _session(b):
 
 
 def _call(d, s, ctx, name, *args):
-    from gpuproxy.proxyd.dispatch import HANDLERS
+    from gpuproxy.proxyd.worker.dispatch import HANDLERS
     fn = FN[name]
     code, outs = HANDLERS[fn.handler](d, s, fn, ctx, list(args))
     assert code == 0
@@ -284,7 +284,7 @@ def test_mipmap_restore_brings_back_fetched_levels_and_lod_fetches(env):
 # ------------------------------------------------------------ 2D memsets
 
 def test_memset2d_checks_and_sets_rows(env):
-    from gpuproxy.proxyd import handlers as Hd
+    from gpuproxy.proxyd.families import driver as Hd
     b, d, s, ctx = env
     dev = s.arena.alloc(4096, 0)
     b.write_device(0, dev, bytes(4096))
@@ -310,7 +310,7 @@ def test_gpu_texture_values_come_back_in_a_fresh_context():
     gone get the same values, and the array its contents. (A restore does
     this in a fresh worker process; the corpus program textures checks that
     path, dumped and restored, on the GPU too.)"""
-    from gpuproxy.proxyd.cuda_backend import CudaBackend
+    from gpuproxy.proxyd.backends.cuda import CudaBackend
     b = CudaBackend()
     d = Disp(b)
     s, ctx = _session(b)

@@ -23,12 +23,12 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as 
 
 
 def call_as(uid: int, endpoint: str, cmd: str, args: dict | None = None):
-    """A control request from user uid: its proof file (cli/client.py
+    """A control request from user uid: its proof file (proxyd/client.py
     make_proof) is that user's, as when uid runs proxy-cli itself; the
     answer, or the ControlError's text."""
     import msgpack
     import zmq
-    from gpuproxy.cli.client import drop_proof, make_proof
+    from gpuproxy.proxyd.client import drop_proof, make_proof
     path, proof = make_proof()
     os.chown(path, uid, uid)
     s = zmq.Context.instance().socket(zmq.DEALER)
@@ -125,7 +125,7 @@ def test_a_worker_obeys_only_its_supervisor(programs, node_daemon):
     assert len(wdirs) == 1 and wdirs[0].stat().st_mode & 0o777 == 0o711
     with PacedRun(b, d) as run:
         run.step_to(2)
-        from gpuproxy.cli.client import make_proof, drop_proof
+        from gpuproxy.proxyd.client import make_proof, drop_proof
         for sock in wdirs[0].glob("*.sock"):
             s = zmq.Context.instance().socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)

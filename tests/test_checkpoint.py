@@ -51,12 +51,12 @@ def daemon(tmp, name="proxyd", extra=(), env=None):
 
 
 def ctl(d, cmd, **args):
-    from gpuproxy.cli.client import ControlClient
+    from gpuproxy.proxyd.client import ControlClient
     return ControlClient(d.endpoint, timeout_s=120).call(cmd, args)
 
 
 def ctl_error(d, cmd, **args) -> str:
-    from gpuproxy.cli.client import ControlError
+    from gpuproxy.proxyd.client import ControlError
     with pytest.raises(ControlError) as e:
         ctl(d, cmd, **args)
     return str(e.value)

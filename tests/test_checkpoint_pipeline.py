@@ -79,7 +79,7 @@ def test_compressed_dump_restores(hold, tmp_path):
 
 def test_bad_compress_option_is_refused_and_app_runs_on(hold, tmp_path):
     import checkpoint_bench as CB
-    from gpuproxy.cli.client import ControlError
+    from gpuproxy.proxyd.client import ControlError
     from proxy import Daemon
     d = Daemon(backend="emu", emu_kernels=[str(HERE.parent / "bench" / "ckpt_hold_emu.py")],
                endpoint=f"ipc:///tmp/gpxpipe-b{os.getpid()}.sock")

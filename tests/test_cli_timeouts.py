@@ -115,7 +115,7 @@ def as_user(uid: int, fn) -> str:
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to act as another user)")
 def test_permission_denied_is_reported_as_such(sockdir):
     """Another user's private socket: "permission denied", not "is proxyd running?"."""
-    from gpuproxy.cli.client import ControlClient
+    from gpuproxy.proxyd.client import ControlClient
     os.chmod(sockdir, 0o755)
     ep = f"ipc://{sockdir}/root.sock"
     s = Silent(ep)

@@ -35,7 +35,7 @@ def _daemon(tmp: Path, name: str) -> Daemon:
 
 
 def _ctl(d, cmd, **args):
-    from gpuproxy.cli.client import ControlClient
+    from gpuproxy.proxyd.client import ControlClient
     return ControlClient(d.endpoint, timeout_s=120).call(cmd, args)
 
 

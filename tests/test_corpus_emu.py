@@ -179,7 +179,7 @@ def test_dead_clients_are_reaped_and_their_shared_memory_removed(corpus_built, f
     shared memory off too."""
     import glob
     d = fresh_daemon(emu_kernels=[str(corpus.PROGRAMS_DIR / "counter_emu.py")])
-    from gpuproxy.cli.client import ControlClient
+    from gpuproxy.proxyd.client import ControlClient
     for extra in ({}, {"GPUPROXY_SHM": "0"}):
         port = corpus.free_udp_port()
         argv = corpus_built["counter"].argv() + [str(port)]

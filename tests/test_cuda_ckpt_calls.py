@@ -10,7 +10,7 @@ import threading
 import pytest
 
 cffi = pytest.importorskip("cffi")
-from gpuproxy.proxyd import cuda_backend as CB  # noqa: E402
+from gpuproxy.proxyd.backends import cuda as CB  # noqa: E402
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_hash_many_is_one_launch_per_span_and_one_sync(backend):
 
 
 def test_pool_pins_in_segments_and_gives_them_back(backend, monkeypatch):
-    from gpuproxy.proxyd import pinned_pool
+    from gpuproxy.proxyd.backends import pinned_pool
     b = backend
     monkeypatch.setattr(pinned_pool, "SEGMENT", 1 << 20)
     view = b.host_buffer(3 << 20)
@@ -185,7 +185,7 @@ def test_first_dump_copies_are_queued_as_pool_segments_become_ready(backend, mon
     for it in address order, and the one into segment 0 comes when it is
     ready."""
     from types import SimpleNamespace as NS
-    from gpuproxy.proxyd import pinned_pool
+    from gpuproxy.proxyd.backends import pinned_pool
     from gpuproxy.proxyd.checkpoint.engine import Engine, Piece
     b = backend
     M = 1 << 20
@@ -217,7 +217,7 @@ def test_first_dump_copies_are_queued_as_pool_segments_become_ready(backend, mon
     eng.cstats = {}
     A = 0x7f0000000000
     pieces = [Piece(A + o, 2 * M, 0, A) for o in range(0, 8 * M, 2 * M)]
-    import gpuproxy.proxyd.pinned_pool as PP
+    import gpuproxy.proxyd.backends.pinned_pool as PP
     # the pool's base address, read as its mapping is made (before any registration)
     orig_mmap = PP.mmap.mmap
 
@@ -243,7 +243,7 @@ def test_first_dump_copies_made_by_the_pinning_threads(backend, monkeypatch):
     no stream per thread) by the thread that pinned it, or by the caller
     for segments pinned already; every byte range exactly once."""
     from types import SimpleNamespace as NS
-    from gpuproxy.proxyd import pinned_pool
+    from gpuproxy.proxyd.backends import pinned_pool
     from gpuproxy.proxyd.checkpoint.engine import Engine, Piece
     b = backend
     M = 1 << 20

@@ -1,4 +1,4 @@
-"""The cffi declarations proxyd uses for the real driver (cuda_backend.py)
+"""The cffi declarations proxyd uses for the real driver (backends/cuda.py)
 must lay structs out exactly as cuda.h does. Checked against the C compiler;
 no GPU needed."""
 import os
@@ -15,7 +15,7 @@ CUDA_INC = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include
 @pytest.mark.skipif(not os.path.exists(os.path.join(CUDA_INC, "cuda.h")) or not shutil.which("cc"),
                     reason="needs cuda.h and a C compiler")
 def test_struct_layouts_match_cuda_h(tmp_path):
-    from gpuproxy.proxyd.cuda_backend import HAND_CDEF
+    from gpuproxy.proxyd.backends.cuda import HAND_CDEF
     ffi = cffi.FFI()
     ffi.cdef(HAND_CDEF)
     src = tmp_path / "p.c"

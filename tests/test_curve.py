@@ -1,4 +1,4 @@
-"""Keyed tcp (docs/security.md, "Remote clients"; proxyd/curve.py,
+"""Keyed tcp (docs/security.md, "Remote clients"; proxyd/core/curve.py,
 interceptor/curve.c): every tcp endpoint is CURVE-encrypted and a ZAP
 handler admits only listed client keys, each as a user.
 
@@ -170,7 +170,7 @@ def test_plaintext_peer_gets_nothing(keyed, corpus_built):
 def ctl_as(monkeypatch, d, env: dict, cmd: str, args: dict) -> str:
     """proxyd's answer to one control request made with env's keys (the
     result, or the error's text)."""
-    from gpuproxy.cli.client import ControlClient, ControlError
+    from gpuproxy.proxyd.client import ControlClient, ControlError
     with monkeypatch.context() as m:
         for k, v in env.items():
             m.setenv(k, v)
@@ -248,7 +248,7 @@ def test_spare_worker_takes_only_its_session(keyed, corpus_built):
     an admitted key that goes to a spare worker directly, past the
     supervisor, is refused, and the worker still serves the session the
     supervisor gives it."""
-    from gpuproxy.proxyd import curve
+    from gpuproxy.proxyd.core import curve
     d, keys = keyed
     env = keys(os.geteuid())
     deadline = time.monotonic() + 20

@@ -9,8 +9,8 @@ import itertools
 
 import msgpack
 
-from gpuproxy.proxyd import dispatch
-from gpuproxy.proxyd import protocol as P
+from gpuproxy.proxyd.worker import dispatch
+from gpuproxy.proxyd.core import protocol as P
 from gpuproxy.proxyd._generated import FUNCTIONS
 
 # one value of every type a decoded message can hold in an argument slot

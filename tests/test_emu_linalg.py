@@ -1,5 +1,5 @@
 """The emulated cuBLAS levels 1-3, extensions and batched LU
-(proxyd/emu/blas_levels.py) and the emulated cuSOLVER QR, eigen and SVD
+(proxyd/backends/emu/blas_levels.py) and the emulated cuSOLVER QR, eigen and SVD
 routines (mathlibs.py), each checked against its defining property computed
 here independently (products, residuals, orthogonality) or against numpy
 routines other than the one the emulation uses. The shim-to-worker path

@@ -1,4 +1,4 @@
-"""The emulated cuFFT, cuRAND, cuSPARSE and cuSOLVER (proxyd/emu/mathlibs.py)
+"""The emulated cuFFT, cuRAND, cuSPARSE and cuSOLVER (proxyd/backends/emu/mathlibs.py)
 against numpy's own routines, for what the corpus program does not reach:
 advanced cuFFT layouts, double precision, SpMM in both orders, the
 transposed SpMV, upper Cholesky, transposed LU solves, the 64-bit cuSOLVER
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gpuproxy.emu.mathlibs import EmuCufft, EmuCurand, EmuCusolver, EmuCusparse
-from gpuproxy.proxyd.session import CudaError
+from gpuproxy.proxyd.core.session import CudaError
 
 BASE = 0x7F0000000000
 

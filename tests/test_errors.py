@@ -142,7 +142,7 @@ class Clock:
 
 
 def test_ratelog_counts_floods(caplog):
-    from gpuproxy.proxyd.ratelog import RateLog
+    from gpuproxy.proxyd.core.ratelog import RateLog
     clock = Clock()
     lg = logging.getLogger("ratelog-test")
     r = RateLog(lg, burst=3, interval_s=1.0, clock=clock)
@@ -158,7 +158,7 @@ def test_ratelog_counts_floods(caplog):
 
 
 def test_ratelog_traceback_once_per_place(caplog):
-    from gpuproxy.proxyd.ratelog import RateLog
+    from gpuproxy.proxyd.core.ratelog import RateLog
     clock = Clock()
     lg = logging.getLogger("ratelog-test2")
     r = RateLog(lg, burst=2, interval_s=1.0, clock=clock)

@@ -1,4 +1,4 @@
-"""Tests for proxyd/fatbin.py: fatbinary / cubin / PTX image parsing.
+"""Tests for proxyd/core/fatbin.py: fatbinary / cubin / PTX image parsing.
 
 Samples are built at test time with nvcc (the module is skipped without it):
 one multi-arch fatbin build with -keep (which also leaves the sm_75 / sm_90
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "proxyd"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "proxyd" / "core"))
 import fatbin  # noqa: E402
 from fatbin import FatbinError, GlobalVar, ParamInfo  # noqa: E402
 

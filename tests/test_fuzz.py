@@ -2,7 +2,7 @@
 oversized and type-confused messages on the data and control paths, and
 malformed images given to `inspect` and `restore`. Afterwards it still
 serves a well-behaved client with identical output, its memory stayed
-bounded and its log small (rate-limited, proxyd/ratelog.py).
+bounded and its log small (rate-limited, proxyd/core/ratelog.py).
 
 GPUPROXY_FUZZ_COUNT sets the number of messages (default 200000: about a
 minute on two cores); bench/fuzz.py runs longer campaigns."""
@@ -131,7 +131,7 @@ def mutations(manifest: bytes, rng: random.Random, n: int):
 def test_malformed_images(fresh_daemon, corpus_built, short_tmp, capsys):
     """inspect and restore of hundreds of damaged images: every one is
     refused with one line, nothing is restored, proxyd keeps serving."""
-    from gpuproxy.cli.client import ControlClient, ControlError
+    from gpuproxy.proxyd.client import ControlClient, ControlError
     from gpuproxy.cli.main import main
     from wire import WireClient
     d = fresh_daemon(endpoint=f"ipc://{short_tmp}/p.sock")

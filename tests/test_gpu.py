@@ -23,12 +23,12 @@ def built_corpus():
 
 @pytest.fixture(scope="module")
 def backend():
-    from gpuproxy.proxyd.cuda_backend import CudaBackend
+    from gpuproxy.proxyd.backends.cuda import CudaBackend
     return CudaBackend()
 
 
 def test_vmm_arena_at_fixed_address(backend):
-    from gpuproxy.proxyd.server import ARENA_BASE, SLOT_SIZE
+    from gpuproxy.proxyd.worker.server import ARENA_BASE, SLOT_SIZE
     base = ARENA_BASE + 40 * SLOT_SIZE
     tok = backend.reserve(base, SLOT_SIZE)
     try:
@@ -41,7 +41,7 @@ def test_vmm_arena_at_fixed_address(backend):
         assert bytes(out) == data
         backend.unmap_chunk(chunk)
         # the same range can be reserved again only after it is given back
-        from gpuproxy.proxyd.session import CudaError
+        from gpuproxy.proxyd.core.session import CudaError
         with pytest.raises(CudaError, match="taken|cuMemAddressReserve"):
             backend.reserve(base, SLOT_SIZE)
     finally:
@@ -51,7 +51,7 @@ def test_vmm_arena_at_fixed_address(backend):
 
 def test_param_layouts_agree_with_driver(backend, built_corpus):
     """The layouts parsed from real module images equal cuFuncGetParamInfo."""
-    from gpuproxy.proxyd import fatbin
+    from gpuproxy.proxyd.core import fatbin
     checked = 0
     for b in built_corpus:
         for fb in fatbin.extract_host_fatbins(Path(b.binary).read_bytes()):

@@ -1,4 +1,4 @@
-"""Math-library calls issued on a capturing stream (proxyd/graph_libcapture.py):
+"""Math-library calls issued on a capturing stream (proxyd/families/graph_libcapture.py):
 captured into the graph with a snapshot of the objects they name, run at
 each launch, kept across a GPU-only dump and a restore into a fresh proxyd.
 Emulated backend in CI; `GPUPROXY_TEST_BACKEND=cuda` runs the same on the
@@ -113,7 +113,7 @@ def _colmajor_mm(a, b):
 def test_cublas_call_in_a_stream_capture_runs_at_each_launch_and_across_restore(tmp, proxy_cli, shim_installed,
                                                                                  emu_kernel_files):
     """A cuBLAS call on a handle whose stream is capturing belongs to the
-    graph (proxyd/graph_libcapture.py): nothing runs at capture, each launch
+    graph (proxyd/families/graph_libcapture.py): nothing runs at capture, each launch
     computes with the data of the moment and with the handle as it was at
     capture (later calls and even destroying the handle change nothing), and
     a GPU-only dump, proxyd killed and a restore into a fresh proxyd keep
@@ -173,11 +173,11 @@ def test_release_destroys_captured_library_graphs_before_their_context():
     hung); here a stand-in backend records the order of the calls."""
     from types import SimpleNamespace
 
-    from gpuproxy.proxyd import protocol as P
-    from gpuproxy.proxyd.arena import Arena
-    from gpuproxy.proxyd.graph_libcapture import LibCapture
-    from gpuproxy.proxyd.handlers import destroy_context
-    from gpuproxy.proxyd.session import Session
+    from gpuproxy.proxyd.core import protocol as P
+    from gpuproxy.proxyd.core.arena import Arena
+    from gpuproxy.proxyd.families.graph_libcapture import LibCapture
+    from gpuproxy.proxyd.families.driver import destroy_context
+    from gpuproxy.proxyd.core.session import Session
 
     calls = []
 

@@ -1,4 +1,4 @@
-"""proxyd's model of graphs built explicitly (proxyd/graph_nodes.py), on the
+"""proxyd's model of graphs built explicitly (proxyd/families/graph_nodes.py), on the
 wire: execution order follows the edges, not creation order; bad graphs
 and node operations are refused with a clear error; cuGraphExecUpdate
 refuses another topology; destroying a graph takes its nodes along.
@@ -153,7 +153,7 @@ def test_a_bounced_copy_is_a_host_function_and_a_copy_in_order(client):
     assert code == CUDA_ERROR_INVALID_VALUE, (code, msg)
 
 
-# ------------------------------------------------------------ graph memory nodes (proxyd/graph_mem.py)
+# ------------------------------------------------------------ graph memory nodes (proxyd/families/graph_mem.py)
 
 CUDA_ERROR_NOT_FOUND = 500
 

@@ -150,7 +150,7 @@ def test_seal(tmp_path):
 
 def test_inspect_shows_foreign(tmp_path, capsys, monkeypatch):
     from gpuproxy.cli.main import main
-    from gpuproxy.proxyd.keys import seal_key
+    from gpuproxy.proxyd.core.keys import seal_key
     monkeypatch.setenv("GPUPROXY_KEY_DIR", str(tmp_path / "keys"))
     make(tmp_path / "mine", key=seal_key()).close()
     make(tmp_path / "theirs", key=os.urandom(32)).close()
@@ -163,7 +163,7 @@ def test_inspect_shows_foreign(tmp_path, capsys, monkeypatch):
 
 
 def test_key_files_of_others_refused(tmp_path, monkeypatch):
-    from gpuproxy.proxyd.keys import KeyError_, seal_key
+    from gpuproxy.proxyd.core.keys import KeyError_, seal_key
     monkeypatch.setenv("GPUPROXY_KEY_DIR", str(tmp_path / "k"))
     seal_key()
     os.chmod(tmp_path / "k" / "image-seal.key", 0o644)
@@ -186,12 +186,12 @@ time.sleep(600)
 
 
 def ctl(d, cmd, **args):
-    from gpuproxy.cli.client import ControlClient
+    from gpuproxy.proxyd.client import ControlClient
     return ControlClient(d.endpoint, timeout_s=60).call(cmd, args)
 
 
 def ctl_error(d, cmd, **args) -> str:
-    from gpuproxy.cli.client import ControlError
+    from gpuproxy.proxyd.client import ControlError
     with pytest.raises(ControlError) as e:
         ctl(d, cmd, **args)
     return str(e.value)

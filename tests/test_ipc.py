@@ -57,7 +57,7 @@ if sys.argv[1] == "import":
 
 
 def test_dump_of_an_ipc_pair_is_refused(shim_installed, fresh_daemon, tmp_path):
-    from gpuproxy.cli.client import ControlClient, ControlError
+    from gpuproxy.proxyd.client import ControlClient, ControlError
     d = fresh_daemon(backend=BACKEND, **({} if BACKEND == "emu" else {"emu_kernels": ()}))
     env = client_env(d)
     a = subprocess.Popen([sys.executable, "-c", _SIDE, "export"], env=env, stdin=subprocess.PIPE,
@@ -93,7 +93,7 @@ def test_dump_of_an_ipc_pair_is_refused(shim_installed, fresh_daemon, tmp_path):
                 p.wait()
 
 
-# Exportable memory pools (proxyd/mempool_ipc.py): the exporter sends its
+# Exportable memory pools (proxyd/families/mempool_ipc.py): the exporter sends its
 # pool's descriptor over a Unix socket (SCM_RIGHTS) with a pointer's export
 # data, as NVIDIA's streamOrderedAllocationIPC does.
 _POOL_SIDE = r'''
@@ -145,7 +145,7 @@ if sys.argv[1] == "import":
 
 def test_exportable_pools_between_two_clients(shim_installed, fresh_daemon, tmp_path):
     import socket
-    from gpuproxy.cli.client import ControlClient, ControlError
+    from gpuproxy.proxyd.client import ControlClient, ControlError
     d = fresh_daemon(backend=BACKEND, **({} if BACKEND == "emu" else {"emu_kernels": ()}))
     env = client_env(d)
     s1, s2 = socket.socketpair()

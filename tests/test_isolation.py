@@ -1,4 +1,4 @@
-"""One worker process per session (proxyd/supervisor.py): a client's long
+"""One worker process per session (proxyd/supervisor/daemon.py): a client's long
 kernel, crash or failing kernel never reaches another client of the same
 proxyd, and device printf output reaches the client's own stdout.
 

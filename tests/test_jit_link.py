@@ -1,4 +1,4 @@
-"""The JIT linker (interceptor/link.c, proxyd/link.py) beyond
+"""The JIT linker (interceptor/link.c, proxyd/families/link.py) beyond
 tests/programs/jit_link.cu (run by tests/test_corpus_emu.py and natively and
 proxied by scripts/gpu-check): a dump while a link is open is refused and
 changes nothing, the link then completes; an option whose value points into
@@ -65,7 +65,7 @@ def _kernel_ptx() -> str:
 
 @pytest.mark.skipif(BACKEND != "emu", reason="the GPU's linker resolves the external the emulated one ignores")
 def test_dump_refused_while_a_link_is_open(shim_installed, fresh_daemon, tmp_path):
-    from gpuproxy.cli.client import ControlClient, ControlError
+    from gpuproxy.proxyd.client import ControlClient, ControlError
     d = fresh_daemon(backend=BACKEND, emu_kernels=[str(Path(__file__).parent / "programs" / "jit_link_emu.py")])
     app = subprocess.Popen([sys.executable, "-c", _APP], env=client_env(d), stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -413,7 +413,7 @@ def test_cublas_settings_are_coalesced(emu_daemon, tmp_path):
 
 def test_shim_chosen_kind_codes_match_the_protocol():
     from gpuproxy.autogen import gen_lib
-    from gpuproxy.proxyd import libraries
+    from gpuproxy.proxyd.families import libraries
     for kind, code in gen_lib.SHIM_ID_KINDS.items():
         assert libraries.LIB_KINDS[kind] == code, kind
 
@@ -422,7 +422,7 @@ def test_worker_without_nvidias_library_answers_not_supported(monkeypatch):
     """The cuda backend's worker loads NVIDIA's library itself; where it is
     missing every call answers the not-supported status with a reason."""
     from gpuproxy.proxyd._generated import FUNCTIONS
-    from gpuproxy.proxyd.libraries import LibraryCalls, LibraryUnavailable, RealLibrary
+    from gpuproxy.proxyd.families.libraries import LibraryCalls, LibraryUnavailable, RealLibrary
     monkeypatch.setenv("GPUPROXY_CUBLAS_LIBRARY", "/nonexistent/libcublas.so.13")
     with pytest.raises(LibraryUnavailable, match="GPUPROXY_CUBLAS_LIBRARY"):
         RealLibrary("cublas")
@@ -600,7 +600,7 @@ def test_real_cudnn_builds_a_graph_from_the_wire_layout(monkeypatch):
     if path is None:
         pytest.skip("NVIDIA's libcudnn.so.9 not installed here (set GPUPROXY_LIB_DIR)")
     monkeypatch.setenv("GPUPROXY_CUDNN_LIBRARY", path)
-    from gpuproxy.proxyd.libraries import RealCudnn
+    from gpuproxy.proxyd.families.libraries import RealCudnn
     L = RealCudnn("cudnn")
 
     def make(dtype, attrs):
@@ -631,9 +631,9 @@ def test_real_cudnn_builds_a_graph_from_the_wire_layout(monkeypatch):
 
 
 def test_cudnn_backend_log_keeps_what_live_descriptors_need():
-    """proxyd/cudnn.py BackendLog: a destroyed descriptor's calls stay while
+    """proxyd/families/cudnn.py BackendLog: a destroyed descriptor's calls stay while
     a live descriptor's call names it, and go with the last such one."""
-    from gpuproxy.proxyd.cudnn import BackendLog
+    from gpuproxy.proxyd.families.cudnn import BackendLog
     lg = BackendLog()
     a, b, c, t1, t2 = 1, 2, 3, 4, 5
     for h in (a, b, c, t1, t2):
@@ -712,7 +712,7 @@ def test_library_specs_are_complete_and_consistent():
     from gpuproxy.emu.blas_levels import EMU_PENDING
     from gpuproxy.emu.cudnn import EmuCudnn
     from gpuproxy.emu.mathlibs import CLASSES
-    from gpuproxy.proxyd.cudnn import SPECIAL
+    from gpuproxy.proxyd.families.cudnn import SPECIAL
     for f in SPECS.libraries:
         if f.api == "cudnn":
             emu = EmuCudnn
@@ -768,7 +768,7 @@ def test_cudnn_decls_header_matches_the_specs():
 def test_cudnn_descriptor_kind_agrees_between_shim_and_proxyd():
     """The shim picks backend descriptor handles (interceptor/lib_cudnn.c);
     proxyd must read the same kind out of them."""
-    from gpuproxy.proxyd import protocol as P
+    from gpuproxy.proxyd.core import protocol as P
     src = (REPO / "interceptor" / "lib_cudnn.c").read_text()
     m = re.search(r"#define GP_K_CUDNN_BACKEND_DESC (\d+)ull", src)
     assert m and int(m.group(1)) == P.K_CUDNN_BACKEND_DESC
@@ -950,7 +950,7 @@ def test_nvidias_math_libraries_answer_through_the_workers_declarations(monkeypa
     if d is None:
         pytest.skip("NVIDIA's libcusparse.so.12 etc. not installed here (set GPUPROXY_LIB_DIR)")
     monkeypatch.setenv("GPUPROXY_NVIDIA_LIB_DIR", os.path.dirname(d))
-    from gpuproxy.proxyd.libraries import RealLibrary
+    from gpuproxy.proxyd.families.libraries import RealLibrary
     from gpuproxy.proxyd._generated import FUNCTIONS
     by = {f.name: f for f in FUNCTIONS.values()}
     libs = {api: RealLibrary(api) for api in ("cufft", "curand", "cusparse", "cusolver")}

@@ -150,7 +150,7 @@ def test_nvidias_cusolver_takes_the_jacobi_info_calls_as_declared(monkeypatch):
     if d is None:
         pytest.skip("NVIDIA's libcusolver.so.12 not installed here (set GPUPROXY_LIB_DIR)")
     monkeypatch.setenv("GPUPROXY_NVIDIA_LIB_DIR", os.path.dirname(d))
-    from gpuproxy.proxyd.libraries import RealLibrary
+    from gpuproxy.proxyd.families.libraries import RealLibrary
     from gpuproxy.proxyd._generated import FUNCTIONS
     by = {f.name: f for f in FUNCTIONS.values()}
     so = RealLibrary("cusolver")

@@ -1,4 +1,4 @@
-"""Module images by content (proxyd/modstore.py, interceptor/driver.c
+"""Module images by content (proxyd/families/modstore.py, interceptor/driver.c
 gp_module_load_image, docs/protocol.md "Module images by content"):
 
 * the shim's SHA-256 (interceptor/sha256.c) is hashlib's;
@@ -33,7 +33,7 @@ def _ptx(i: int, pad: int = 0) -> bytes:
 
 @pytest.fixture
 def modstore():
-    from gpuproxy.proxyd import modstore
+    from gpuproxy.proxyd.families import modstore
     return modstore
 
 

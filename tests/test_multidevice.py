@@ -77,7 +77,7 @@ def test_two_devices_in_one_session(exe):
 @pytest.mark.gpu
 def test_two_gpus_in_one_session(exe):
     """The same program on a machine with two or more GPUs (cuda backend)."""
-    from gpuproxy.proxyd.cuda_backend import CudaBackend
+    from gpuproxy.proxyd.backends.cuda import CudaBackend
     if CudaBackend().device_count() < 2:
         pytest.skip("needs two GPUs")
     with Daemon(backend="cuda") as d:

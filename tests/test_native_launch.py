@@ -36,7 +36,7 @@ class Rec(ctypes.Structure):
 
 @pytest.fixture
 def native(tmp_path):
-    from gpuproxy.proxyd import native as nat
+    from gpuproxy.proxyd.backends import native as nat
     if not os.path.exists(nat.LIB) or not shutil.which("cc"):
         pytest.skip("native helper not built or no C compiler")
     src = tmp_path / "fake.c"

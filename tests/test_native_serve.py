@@ -15,7 +15,7 @@ import tempfile
 import msgpack
 import pytest
 
-from gpuproxy.proxyd import channel as C
+from gpuproxy.proxyd.core import channel as C
 from gpuproxy.proxyd._generated import FUNCTIONS
 
 FID = {f.name: i for i, f in FUNCTIONS.items()}
@@ -27,8 +27,8 @@ class PyWorker:
     """The Python path: a worker Server with the emulated backend, replies captured."""
 
     def __init__(self):
-        from gpuproxy.proxyd.main import pick_backend
-        from gpuproxy.proxyd.server import Server
+        from gpuproxy.proxyd.backends.select import pick_backend
+        from gpuproxy.proxyd.worker.server import Server
         self.srv = Server(pick_backend("emu", 1), f"ipc://{tempfile.mkdtemp()}/w.sock", worker=True)
         self.token = f"nserve-{os.getpid()}"
         self.rid = b"c:" + self.token.encode()
@@ -61,7 +61,7 @@ class PyWorker:
 
 @pytest.fixture
 def env(tmp_path):
-    from gpuproxy.proxyd import native as nat
+    from gpuproxy.proxyd.backends import native as nat
     if not os.path.exists(nat.LIB) or not shutil.which("cc"):
         pytest.skip("native helper not built or no C compiler")
     lib = tmp_path / "libfakecuda.so"
@@ -72,7 +72,7 @@ def env(tmp_path):
     assert n.lib.gpx_serve_ready() == 1
     n.lib.gpx_note_current(0)      # libgpxd's cache of the current context is the process's (other tests)
     assert n.lib.gpx_serve_state_size() == n.ffi.sizeof("gpx_serve_state")
-    from gpuproxy.proxyd.native_serve import fid_classes
+    from gpuproxy.proxyd.worker.native_serve import fid_classes
     for fid, cls in fid_classes().items():
         n.lib.gpx_add_fid_class(fid, cls)
     name = f"gpuproxy-nserve-{os.getpid()}-chan"
@@ -247,7 +247,7 @@ def test_writes_have_the_python_paths_effect(env):
 
 
 def _shm_ref(seg, off, length):
-    from gpuproxy.proxyd import protocol as P
+    from gpuproxy.proxyd.core import protocol as P
     return msgpack.ExtType(P.EXT_SHM, struct.pack(">IQQ", seg, off, length))
 
 
@@ -317,8 +317,8 @@ def test_learn_names_page_locked_segments_not_the_staging_one(env):
     the staging segment (Python's copies from it stay synchronous)."""
     from types import SimpleNamespace
 
-    from gpuproxy.proxyd import protocol as P
-    from gpuproxy.proxyd.native_serve import NativeServe
+    from gpuproxy.proxyd.core import protocol as P
+    from gpuproxy.proxyd.worker.native_serve import NativeServe
     n, fake, ch, py = env
     told = []
     shim = SimpleNamespace(lib=SimpleNamespace(gpx_range_add=lambda *a: None,
@@ -440,7 +440,7 @@ def test_worker_loop_glue(env):
     (answered in the slot, device ranges forgotten and learned again), and
     a failed driver call finished by Python with its message."""
     import threading
-    from gpuproxy.proxyd.native_serve import NativeServe
+    from gpuproxy.proxyd.worker.native_serve import NativeServe
     n, fake, ch, py = env
     ctx, dptr, stream, event, slot = setup_session(n, fake, py)
     srv, s = py.srv, py.sess
@@ -480,7 +480,7 @@ def test_worker_loop_glue(env):
     assert slot_reply()[1][:3] == [seq, 0, [bytes((i * 7 + 3) & 0xFF for i in range(16, 20))]]
     seq = put([[FID["cuMemcpyDtoH_v2"], ctx, None, dptr + 32, 4]])
     assert ns.serve(s, 0.0) and ns.served == 2                  # learned from the one Python ran
-    # an event recorded in C is marked as handlers.h_event_record marks it
+    # an event recorded in C is marked as driver.h_event_record marks it
     ev = s.get(5, event)
     ev.info.pop("recorded", None)
     seq = put([[FID["cuEventRecord"], ctx, event, stream], [FID["cuEventQuery"], ctx, event]])

@@ -5,7 +5,7 @@
   name (cli, autogen, proxyd, emu, interceptor);
 * the emulated-kernel API (gpuproxy.emu), exercised directly with a fake
   device memory, as external kernel files use it;
-* proxyd's arena (gpuproxy.proxyd.arena) hands out addresses as a pure
+* proxyd's arena (gpuproxy.proxyd.core.arena) hands out addresses as a pure
   function of the allocation history, and describe() + rebuild() reproduce
   that history's state and its future.
 """
@@ -64,7 +64,7 @@ def test_no_generic_top_level_modules_installed(dist, site_dir):
         owned = [f for f in files if f.split("/")[0] == name]
         assert not owned, f"the distribution installs a top-level {name}/: {owned[:5]}"
     # one copy of each part: gpuproxy.emu is not also installed inside gpuproxy.proxyd
-    assert not [f for f in files if f.startswith("gpuproxy/proxyd/emu/")]
+    assert not [f for f in files if f.startswith(("gpuproxy/proxyd/emu/", "gpuproxy/proxyd/backends/emu/"))]
 
 
 def test_record_holds_the_built_parts(dist):
@@ -90,10 +90,11 @@ def test_console_scripts(dist, site_dir):
 def test_installed_python_matches_the_source_tree(site_dir):
     """A stale install makes every other test meaningless: the installed
     Python sources must be those of this checkout (re-run `pip install .`)."""
-    src_dirs = {"proxyd": REPO / "proxyd", "proxyd/checkpoint": REPO / "proxyd" / "checkpoint",
-                "emu": REPO / "proxyd" / "emu", "cli": REPO / "cli",
+    src_dirs = {"proxyd": REPO / "proxyd", "emu": REPO / "proxyd" / "backends" / "emu", "cli": REPO / "cli",
                 "autogen": REPO / "autogen", "interceptor": REPO / "interceptor"}
     stale = []
+    for sub in ("core", "backends", "families", "worker", "supervisor", "checkpoint", "checkpoint/orchestrate"):
+        src_dirs[f"proxyd/{sub}"] = REPO / "proxyd" / sub
     for part, src in src_dirs.items():
         for f in sorted(src.glob("*.py")):
             inst = site_dir / "gpuproxy" / part / f.name
@@ -261,7 +262,7 @@ class Backing:
 
 
 def new_arena(backing=None):
-    from gpuproxy.proxyd.arena import Arena
+    from gpuproxy.proxyd.core.arena import Arena
     backing = backing or Backing()
     return Arena(BASE, SLOT, backing.map_chunk, backing.unmap_chunk), backing
 
@@ -295,7 +296,7 @@ def random_ops(seed: int, n: int):
 
 
 def check_invariants(arena):
-    from gpuproxy.proxyd.arena import ALIGN, GRANULARITY
+    from gpuproxy.proxyd.core.arena import ALIGN, GRANULARITY
     chunks = sorted(arena.chunks.values(), key=lambda c: c.start)
     for c1, c2 in zip(chunks, chunks[1:]):
         assert c1.end <= c2.start, "chunks overlap"
@@ -358,7 +359,7 @@ def test_arena_reuses_freed_ranges(shim_installed):
 
 
 def test_arena_errors(shim_installed):
-    from gpuproxy.proxyd.arena import ArenaError
+    from gpuproxy.proxyd.core.arena import ArenaError
     arena, _ = new_arena()
     with pytest.raises(ArenaError) as e:
         arena.alloc(0)
@@ -398,7 +399,7 @@ def test_arena_describe_rebuild_reproduces_state_and_future(seed, shim_installed
 
 
 def test_arena_rebuild_needs_an_empty_arena(shim_installed):
-    from gpuproxy.proxyd.arena import ArenaError
+    from gpuproxy.proxyd.core.arena import ArenaError
     arena, _ = new_arena()
     arena.alloc(64)
     with pytest.raises(ArenaError):

@@ -86,7 +86,7 @@ def test_park_dump_restore_elsewhere_resume(programs, tmp, name):
 def test_park_of_unknown_pid_is_refused(tmp):
     d = daemon(tmp)
     try:
-        from gpuproxy.cli.client import ControlError
+        from gpuproxy.proxyd.client import ControlError
         with pytest.raises(ControlError, match="no session of pid"):
             ctl(d, "park", pid=os.getpid())
     finally:

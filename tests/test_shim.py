@@ -304,7 +304,7 @@ def test_supported_generic_driver_function_is_implemented_by_emu(name, shim_inst
     arguments: anything but its "not implemented" error means it got there)."""
     from gpuproxy.emu.backend import EmuBackend
     from gpuproxy.proxyd._generated import FUNCTIONS
-    from gpuproxy.proxyd.session import CudaError
+    from gpuproxy.proxyd.core.session import CudaError
     fns = [fn for fn in FUNCTIONS.values() if fn.name == name]
     assert len(fns) == 1, f"{name} missing in proxyd's dispatch table"
     try:
@@ -316,7 +316,8 @@ def test_supported_generic_driver_function_is_implemented_by_emu(name, shim_inst
 
 
 def test_supported_driver_handlers_are_registered(specs):
-    from gpuproxy.proxyd import dispatch, handlers  # noqa: F401  (registers the handlers)
+    from gpuproxy.proxyd.worker import dispatch
+    from gpuproxy.proxyd.families import driver as handlers  # noqa: F401  (registers the handlers)
     from gpuproxy.proxyd._generated import FUNCTIONS
     supported = [f for f in specs.driver if f.status == "supported"]
     not_dispatched = [f.name for f in supported if f.id not in FUNCTIONS]
@@ -468,7 +469,7 @@ def test_without_shared_memory(corpus_built, emu_daemon, proxy_cli):
     proc = subprocess.Popen(counter.argv() + [str(port)], env=client_env(emu_daemon, {"GPUPROXY_SHM": "0"}),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        from gpuproxy.cli.client import ControlClient
+        from gpuproxy.proxyd.client import ControlClient
         deadline = time.monotonic() + 20
         while True:
             st = ControlClient(emu_daemon.endpoint).call("status")
@@ -700,7 +701,8 @@ print("bad", bad)
 # Channel.reply does around the copy (sequence numbers, flags) is unchanged.
 _SLOW_REPLY_PROXYD = r"""
 import mmap, os, sys, time, types
-from gpuproxy.proxyd import channel, supervisor
+from gpuproxy.proxyd.core import channel
+from gpuproxy.proxyd.supervisor import daemon as supervisor
 
 class SlowCopyMap(mmap.mmap):
     said = False
@@ -717,7 +719,7 @@ class SlowCopyMap(mmap.mmap):
 channel.mmap = types.SimpleNamespace(mmap=SlowCopyMap, MAP_SHARED=mmap.MAP_SHARED, PROT_READ=mmap.PROT_READ,
                                      PROT_WRITE=mmap.PROT_WRITE)
 if "--ready-fd" in sys.argv:      # a worker (the channel lives there)
-    from gpuproxy.proxyd.worker import main
+    from gpuproxy.proxyd.worker.entry import main
 else:                             # the supervisor: its workers run this launcher too
     supervisor.WORKER_COMMAND = [sys.executable, "-c", os.environ["GPUPROXY_TEST_LAUNCHER"]]
     from gpuproxy.proxyd.main import main
@@ -738,7 +740,7 @@ def test_channel_reply_slot_never_read_torn(corpus_built, emu_kernel_files, tmp_
                 if r.returncode != 0 or r.stdout != corpus_built[name].program.expected_output:
                     bad.append(f"{name}: {(r.stdout.splitlines() or [''])[-1]} {r.stderr[-200:]}")
         if "slow reply copies active" not in d.log():
-            # the injection no longer fits proxyd/channel.py: a failure of this test, not the bug
+            # the injection no longer fits proxyd/core/channel.py: a failure of this test, not the bug
             raise RuntimeError(f"the slowed-down reply copy was never used; proxyd log:\n{d.log()[-2000:]}")
         assert not bad, "\n".join(bad)
     finally:

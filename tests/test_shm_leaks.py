@@ -1,4 +1,4 @@
-"""Shared memory never outlives its session (proxyd/shm_sweep.py,
+"""Shared memory never outlives its session (proxyd/supervisor/shm_sweep.py,
 interceptor/hostmem.c): a client removes its segments at exit and at once
 when no daemon answers; proxyd removes those of provably dead clients when it
 starts, and never those of a live one."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuproxy.proxyd.shm_sweep import dead_tokens, sweep
+from gpuproxy.proxyd.supervisor.shm_sweep import dead_tokens, sweep
 
 
 def segs_of(pid: int) -> list[str]:

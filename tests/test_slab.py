@@ -151,7 +151,7 @@ def slab_program(nvcc, shim_installed):
 
 
 def _ctl(d, cmd, **args):
-    from gpuproxy.cli.client import ControlClient
+    from gpuproxy.proxyd.client import ControlClient
     return ControlClient(d.endpoint, timeout_s=120).call(cmd, args)
 
 

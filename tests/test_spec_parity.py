@@ -227,7 +227,7 @@ def test_memory_features_of_issue_10_round_3(specs):
     for name, h in (("cuMipmappedArrayCreate", "mipmap_create"), ("cuMipmappedArrayGetLevel", "mipmap_get_level"),
                     ("cuMipmappedArrayDestroy", "mipmap_destroy")):
         assert (by[name].supported, by[name].handler, by[name].restore.rule) == (True, h, "object"), name
-    from gpuproxy.proxyd import protocol as P
+    from gpuproxy.proxyd.core import protocol as P
     assert P.KIND_CODES["mipmapped_array"] == P.K_MIPMAPPED_ARRAY
 
 
@@ -357,11 +357,11 @@ _RECREATED = {"context", "module", "function", "stream", "event", "device"}
 
 
 # kinds whose open objects make proxyd refuse a dump (nothing changed, the
-# app keeps running): JIT link states live for one compilation (proxyd/link.py);
-# an event opened from another process's IPC handle (proxyd/ipc.py)
+# app keeps running): JIT link states live for one compilation (proxyd/families/link.py);
+# an event opened from another process's IPC handle (proxyd/families/ipc.py)
 _REFUSED_AT_DUMP = {"link_state"}
-# functions whose objects make the session refuse a dump (proxyd/ipc.py,
-# proxyd/mempool_ipc.py): an opened IPC event, an imported memory pool
+# functions whose objects make the session refuse a dump (proxyd/families/ipc.py,
+# proxyd/families/mempool_ipc.py): an opened IPC event, an imported memory pool
 _REFUSED_AT_DUMP_FUNCS = {"cuIpcOpenEventHandle", "cuMemPoolImportFromShareableHandle"}
 
 

@@ -1,7 +1,7 @@
 """The worker loop's adaptive spin (server.SpinBudget): never above the
 configured bound, never below the floor, shrinking while spins catch
 nothing and growing back with requests. No timing."""
-from gpuproxy.proxyd.server import SpinBudget
+from gpuproxy.proxyd.worker.server import SpinBudget
 
 
 def test_spin_budget_stays_within_bounds_and_adapts():

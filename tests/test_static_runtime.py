@@ -76,7 +76,7 @@ def test_static_runtime_program_under_emu(name, static_built, daemon):
 
 
 def _ctl(d, cmd, **args):
-    from gpuproxy.cli.client import ControlClient
+    from gpuproxy.proxyd.client import ControlClient
     return ControlClient(d.endpoint, timeout_s=120).call(cmd, args)
 
 

@@ -86,14 +86,14 @@ def daemon(tmp, name="proxyd", endpoint=None):
 
 
 def ctl(d, cmd, **args):
-    from gpuproxy.cli.client import ControlClient
+    from gpuproxy.proxyd.client import ControlClient
     return ControlClient(d.endpoint, timeout_s=120).call(cmd, args)
 
 
 def require_park(d):
     """Whole-process dumps need proxyd's park/resume and the shim's side of
     parking (interceptor/park.c)."""
-    from gpuproxy.cli.client import ControlError
+    from gpuproxy.proxyd.client import ControlError
     if not (Path(__file__).parent.parent / "interceptor" / "park.c").exists():
         pytest.skip("the shim cannot park yet (no interceptor/park.c): whole-process dumps need it")
     try:

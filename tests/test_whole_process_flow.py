@@ -1,4 +1,4 @@
-"""The order of cli/whole_process.py's steps and its recovery from failures,
+"""The order of proxyd/checkpoint/orchestrate/whole_process.py's steps and its recovery from failures,
 with real CRIU on a plain (non-CUDA) process and a stand-in for proxyd's
 control interface that records the commands it gets (the real proxyd is
 exercised by tests/test_whole_process.py). Skips where CRIU cannot be used.
@@ -8,12 +8,11 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from gpuproxy.cli import whole_process as W
-from gpuproxy.cli.client import ControlError
+from gpuproxy.proxyd.checkpoint.orchestrate import whole_process as W
+from gpuproxy.proxyd.client import ControlError
 from gpuproxy.proxyd.checkpoint import criu
 from gpuproxy.proxyd.checkpoint.image import Image, ImageWriter
 
@@ -57,7 +56,8 @@ class Proxyd:
 
 
 def args(pid, d, leave=False, parent=None):
-    return SimpleNamespace(pid=pid, dir=str(d), leave_running=leave, concurrent=False, parent=parent)
+    """The library's arguments as proxy-cli passes them."""
+    return dict(pid=pid, dir=str(d), leave_running=leave, concurrent=False, parent=parent)
 
 
 @SHELL_JOB_ENV
@@ -65,7 +65,7 @@ def test_dump_then_restore_order(usable_criu, tmp_path):
     p, out = start_counter(tmp_path, new_session=False)
     px = Proxyd(p.pid)
     img = tmp_path / "img"
-    res = W.dump(px, "ipc://test", args(p.pid, img))
+    res = W.dump(px, "ipc://test", **args(p.pid, img))
     assert px.names() == ["status", "park", "dump"]          # parked before anything is dumped
     assert px.calls[2][1]["leave_running"] is False
     p.wait(10)
@@ -91,7 +91,7 @@ def test_leave_running_resumes(usable_criu, tmp_path):
     p, out = start_counter(tmp_path, new_session=True)
     px = Proxyd(p.pid)
     try:
-        W.dump(px, "ipc://test", args(p.pid, tmp_path / "img", leave=True))
+        W.dump(px, "ipc://test", **args(p.pid, tmp_path / "img", leave=True))
         assert px.names() == ["status", "park", "dump", "resume"] and px.calls[3][1] == {"pid": p.pid}
         n = len(lines(out))
         wait_lines(out, n + 3)
@@ -113,7 +113,7 @@ def test_criu_failure_puts_gpu_state_back_and_resumes(usable_criu, tmp_path, mon
     monkeypatch.setattr(criu, "dump", failing)
     try:
         with pytest.raises(W.WholeProcessError) as e:
-            W.dump(px, "ipc://test", args(p.pid, img))
+            W.dump(px, "ipc://test", **args(p.pid, img))
         assert "The app runs on" in str(e.value) and "criu dump failed" in str(e.value)
         # released by the GPU dump, so restored from the image, then resumed
         assert px.names() == ["status", "park", "dump", "restore", "resume"]
@@ -133,7 +133,7 @@ def test_gpu_dump_failure_resumes(usable_criu, tmp_path):
     px = Proxyd(p.pid, fail_on="dump")
     try:
         with pytest.raises(W.WholeProcessError):
-            W.dump(px, "ipc://test", args(p.pid, tmp_path / "img"))
+            W.dump(px, "ipc://test", **args(p.pid, tmp_path / "img"))
         assert px.names() == ["status", "park", "dump", "resume"]
         assert p.poll() is None
     finally:
@@ -156,7 +156,7 @@ def test_undumpable_session_touches_nothing(usable_criu, tmp_path, monkeypatch):
     monkeypatch.setattr(criu, "_stat_fields", fake)
     try:
         with pytest.raises(W.WholeProcessError) as e:
-            W.dump(px, "ipc://test", args(p.pid, tmp_path / "img"))
+            W.dump(px, "ipc://test", **args(p.pid, tmp_path / "img"))
         assert "outside this pid namespace" in str(e.value) and "Nothing was done" in str(e.value)
         assert px.names() == ["status"] and not (tmp_path / "img").exists()
         assert p.poll() is None
@@ -171,7 +171,7 @@ def test_unusable_criu_touches_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUPROXY_CRIU", str(tmp_path / "none"))
     try:
         with pytest.raises(W.WholeProcessError) as e:
-            W.dump(px, "ipc://test", args(p.pid, tmp_path / "img"))
+            W.dump(px, "ipc://test", **args(p.pid, tmp_path / "img"))
         assert "no usable CRIU" in str(e.value) and "Nothing was done" in str(e.value)
         assert px.names() == ["status"] and not (tmp_path / "img").exists()
         assert p.poll() is None
@@ -185,7 +185,7 @@ def test_pre_dump_without_memory_tracking_says_so(usable_criu, tmp_path, monkeyp
     px = Proxyd(p.pid)
     monkeypatch.setattr(criu.Criu, "mem_tracking", lambda self: False)
     try:
-        res = W.pre_dump(px, "ipc://test", args(p.pid, tmp_path / "img"))
+        res = W.pre_dump(px, "ipc://test", p.pid, str(tmp_path / "img"))
         assert px.names() == ["status", "pre-dump"]
         assert "does not track dirty memory" in res["criu_skipped"] and res["criu"] is None
     finally:

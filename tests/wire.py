@@ -14,7 +14,7 @@ import uuid
 import msgpack
 import zmq
 
-from gpuproxy.proxyd import protocol as P
+from gpuproxy.proxyd.core import protocol as P
 from gpuproxy.proxyd._generated import FUNCTIONS
 
 FID = {fn.name: fid for fid, fn in FUNCTIONS.items()}
@@ -30,7 +30,7 @@ class WireClient:
         self.sock = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTING_ID, b"c:" + self.token.encode())
-        from gpuproxy.proxyd import curve
+        from gpuproxy.proxyd.core import curve
         curve.secure_client(self.sock, endpoint)      # keyed tcp: this user's keys
         self.sock.connect(endpoint)
 
@@ -92,7 +92,7 @@ class WireClient:
         so = zmq.Context.instance().socket(zmq.DEALER)
         so.setsockopt(zmq.LINGER, 0)
         so.setsockopt(zmq.ROUTING_ID, b"c:" + self.token.encode())
-        from gpuproxy.proxyd import curve
+        from gpuproxy.proxyd.core import curve
         curve.secure_client(so, endpoint)
         so.connect(endpoint)
         return so

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 import threading
 
-from ..ratelog import RATE
+from ..core.ratelog import RATE
 from .engine import CheckpointError, Engine
 
 log = logging.getLogger("proxyd")

@@ -480,7 +480,7 @@ def record_in_manifest(image_dir: str, record: dict) -> None:
     sealed with this user's key (proxyd's, when both run as the same user)
     is sealed again for the new digest; one sealed by another user's daemon
     keeps its old seal and then restores only with --allow-foreign."""
-    from .. import keys
+    from ..core import keys
     from .image import (MANIFEST, SEAL, SEAL_ALGO, Image, _fsync_dir, _write_file_atomic, encode_manifest,
                         read_manifest, seal_of)
     try:

@@ -34,6 +34,7 @@ Server.call_in_loop.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import os
 import time
@@ -41,22 +42,22 @@ import time
 import numpy as np
 
 from .. import __version__
-from .. import procinfo
-from .. import protocol as P
-from ..session import CudaError, Session
+from ..core import kinds
+from ..core import procinfo
+from ..core import protocol as P
+from ..core.kinds import CheckpointError, Stage
+from ..core.kinds import jsonable as _jsonable
+from ..core.kinds import unjson as _unjson
+from ..core.session import CudaError, Session
 from . import hashing
 from .image import FLAG_GLOBAL, Image, ImageError, ImageWriter
-from .manifest_schema import SchemaError, validate_session
+from .manifest_schema import SESSION, SchemaError, validate_session
 
 log = logging.getLogger("proxyd")
 
 CHUNK = 2 << 20
 # for tests only: pause between resuming the app and draining a concurrent snapshot
 TEST_DRAIN_DELAY_S = float(os.environ.get("GPUPROXY_TEST_DRAIN_DELAY_S", "0"))
-
-
-class CheckpointError(Exception):
-    pass
 
 
 def _ms(t0: float, t1: float) -> float:
@@ -80,8 +81,6 @@ def describe(sess: Session) -> dict:
                       "refcount": c.refcount, "limits": {str(k): v for k, v in c.limits.items()},
                       "stream_attrs": _attrs_json(c.stream_attrs)}
                      for c in sorted(sess.contexts.values(), key=lambda c: c.id)],
-        "modules": [],
-        "functions": [],
         "streams": [],
         "events": [],
         "arena": sess.arena.describe(),
@@ -95,23 +94,11 @@ def describe(sess: Session) -> dict:
         "replay": [[fid, ctxh, [_jsonable(a) for a in args]] for fid, ctxh, args in sess.replay.values()],
         "primary_flags": {str(d): f for d, f in sess.primary_flags.items()},
     }
-    from ..mempool import describe as describe_pools
-    # memory pools of the stream-ordered allocator (their allocations are in the arena)
-    out["mem_pools"], out["mem_pool_current"] = describe_pools(sess)
-    from ..vmm import describe as describe_vmm
-    out["mem_handles"] = describe_vmm(sess)     # the app's physical allocations (cuMemCreate)
-    from ..graphs import describe as describe_graphs
-    out["graphs"] = describe_graphs(sess)         # graphs and executable graphs with their ops
-    from ..graph_mem import describe as describe_graph_mem
-    out["graph_mem"] = describe_graph_mem(sess)   # graph memory nodes' allocations (bytes: in the arena)
-    from ..libraries import describe as describe_libraries
-    out["libraries"] = describe_libraries(sess)   # cuBLAS/cuBLASLt handles and descriptors with their settings
-    from ..cudnn import describe as describe_cudnn
-    out["cudnn_backend"] = describe_cudnn(sess)   # cuDNN backend descriptors: the calls that made them
-    from ..arrays import describe as describe_arrays
-    # CUDA arrays (their contents are chunks of the image, FLAG_ARRAY) and
-    # texture/surface objects with the descriptors they were created from
-    out["arrays"], out["tex_objects"] = describe_arrays(sess)
+    # the objects the API families own (core/kinds.py): modules and kernels,
+    # pools, physical allocations, graphs, arrays, library handles ...
+    for k in kinds.ordered():
+        if k.describe is not None:
+            out.update(k.describe(sess))
     out["capture"] = {str(k): v for k, v in sess.capture.items()}
     out["capture_events"] = {str(k): v for k, v in sess.capture_events.items()}
     # who the process is, where this proxyd can tell (its pid namespace):
@@ -126,13 +113,6 @@ def describe(sess: Session) -> dict:
         out["uid"] = who[0] if who else None
     if getattr(sess, "key_uid", None) is not None:
         out["uid"] = sess.key_uid      # keyed tcp (curve.py): the client key's user is the session's
-    for o in sess.of_kind(P.K_MODULE):
-        parsed = o.info["parsed"]
-        out["modules"].append({"id": o.id, "ctx": o.ctx, "size": len(o.info["image"]),
-                               "kernels": sorted(parsed.kernels), "globals": {}})
-    for o in sess.of_kind(P.K_FUNCTION):
-        out["functions"].append({"id": o.id, "ctx": o.ctx, "module": o.info["module"], "name": o.info["name"],
-                                 "layout": o.info["layout"]})
     for kind, key in ((P.K_STREAM, "streams"), (P.K_EVENT, "events")):
         for o in sess.of_kind(kind):
             fid, ctxh, args = o.create
@@ -312,7 +292,8 @@ class Engine:
         try:
             from .image import parse_compress
             parse_compress(compress)
-        except ValueError as e:
+            _kinds_complete()
+        except (ValueError, CheckpointError) as e:
             self.server.call_in_loop(lambda: self.server.unreserve_checkpoint(sess)).result()
             raise CheckpointError(str(e)) from None
         if concurrent and not leave_running and kind != "pre-dump":
@@ -323,11 +304,10 @@ class Engine:
             raise CheckpointError("a concurrent dump keeps the app running, so it cannot release the session: "
                                   "add leave_running (--leave-running), or dump without concurrent to stop "
                                   "the app and release its GPU state")
-        from ..ipc import check_checkpointable
-        from ..link import check_no_open_link
         try:
-            check_checkpointable(sess)
-            check_no_open_link(sess)
+            for k in kinds.ordered():     # what a checkpoint cannot keep (open IPC exports, a link state ...)
+                if k.check is not None:
+                    k.check(sess)
         except RuntimeError as e:
             self.server.call_in_loop(lambda: self.server.unreserve_checkpoint(sess)).result()
             raise CheckpointError(str(e)) from None
@@ -354,7 +334,7 @@ class Engine:
             # the app may load or unload modules once it runs again
             modules = [o.info["image"] for o in sess.of_kind(P.K_MODULE)]
             globals_ = self._read_globals(sess, desc)
-            globals_ += self._read_arrays(sess)
+            globals_ += self._read_captures(sess)
             pieces = pieces_of(sess)
             total = sum(p.n for p in pieces)
             stats.update(bytes=total, chunks=len(pieces), quiesce_ms=_ms(t0, t_quiet))
@@ -464,18 +444,15 @@ class Engine:
                 out.append((addr, size, bytes(buf)))
         return out
 
-    def _read_arrays(self, sess: Session) -> list:
-        """Contents of every CUDA array (proxyd/arrays.py), as (key, size,
-        bytes, flags) in the image's array pieces; read while frozen, like
-        the __device__ variables."""
-        from ..arrays import FLAG_ARRAY, contents
+    def _read_captures(self, sess: Session) -> list:
+        """Contents that kinds keep as pieces of the image (CUDA arrays,
+        families/arrays.py), as (key, size, bytes, flags); read while frozen,
+        like the __device__ variables."""
         out = []
-        for o in sess.of_kind(P.K_ARRAY):
-            ctx = sess.contexts.get(o.ctx)
-            if ctx is not None:
-                self.backend.make_current(ctx.real)
-            for key, data in contents(self.backend, o):
-                out.append((key, len(data), data, FLAG_GLOBAL | FLAG_ARRAY))
+        for k in kinds.ordered():
+            if k.capture is not None:
+                for key, data, flags in k.capture(self.backend, sess):
+                    out.append((key, len(data), data, FLAG_GLOBAL | flags))
         return out
 
     def _snapshot_to_device(self, pieces: list[Piece]):
@@ -667,7 +644,7 @@ class Engine:
         """The daemon's image-seal key (keys.py); None, with a warning, if
         the key directory cannot be used (images are then written unsealed,
         and a restore treats them as foreign)."""
-        from ..keys import KeyError_, seal_key
+        from ..core.keys import KeyError_, seal_key
         try:
             return seal_key()
         except (OSError, KeyError_) as e:
@@ -868,7 +845,7 @@ class Engine:
     def release(self, sess: Session):
         """Frees the session's GPU resources after a dump; the session stays
         (frozen) so its calls wait for a restore."""
-        from ..handlers import destroy_context
+        destroy_context = kinds.service("destroy_context")     # families/driver.py
         for c in list(sess.contexts.values()):
             destroy_context(self.dispatcher, sess, c)
         sess.arena.release_all()
@@ -879,6 +856,7 @@ class Engine:
                  ) -> tuple[Session, dict]:
         """Builds a session from an image (worker thread) and installs it."""
         t0 = time.monotonic()
+        _kinds_complete()
         try:
             img = Image.open(path)
             img.check_restorable()
@@ -937,26 +915,17 @@ class Engine:
                  "token": token, "pid": sess.pid, **self.rstats}
         return sess, stats
 
-    def _rebuild_arrays(self, sess: Session, img: Image, desc: dict) -> None:
-        """CUDA arrays with their contents, then texture and surface objects
-        under their old values (proxyd/arrays.py), once the arena is mapped
-        again (objects on linear memory name arena addresses)."""
-        from ..arrays import rebuild
-
-        def read_key(key):
-            r = img.find(key)
-            if r is None:
-                return None
-            data = bytes(img.read_chunk(r))
-            if hashing.gp64(data) != r.hash:
-                raise CheckpointError(f"CUDA array piece {key:#x} is corrupt in the image")
-            return data
-        try:
-            rebuild(self.dispatcher, sess, desc.get("arrays", []), desc.get("tex_objects", []), read_key)
-        except RuntimeError as e:
-            raise CheckpointError(str(e)) from None
-        self.rstats["arrays"] = len(desc.get("arrays", []))
-        self.rstats["tex_objects"] = len(desc.get("tex_objects", []))
+    @staticmethod
+    def _read_key(img: Image, key: int, what: str) -> bytes | None:
+        """The image piece stored under key (kinds' own pieces: CUDA array
+        contents), its hash checked; None if the image has none."""
+        r = img.find(key)
+        if r is None:
+            return None
+        data = bytes(img.read_chunk(r))
+        if hashing.gp64(data) != r.hash:
+            raise CheckpointError(f"{what} is corrupt in the image")
+        return data
 
     def _check_process(self, desc: dict) -> None:
         """Refuses to restore into a process that is gone: a session with no
@@ -977,7 +946,7 @@ class Engine:
         """The arena a manifest describes must be the session slot's own
         address range, hold its chunks and allocations, and fit each
         device's memory; one line naming the field otherwise."""
-        from ..server import ARENA_BASE, SLOT_SIZE
+        from ..core.arena import ARENA_BASE, SLOT_SIZE
         a = desc["arena"]
         base = ARENA_BASE + desc["slot"] * SLOT_SIZE
         if a["base"] != base or a["size"] != SLOT_SIZE:
@@ -1035,106 +1004,24 @@ class Engine:
         self.rstats["moved_globals"] = moved
 
     def _rebuild(self, sess: Session, img: Image, desc: dict, device_map: dict):
-        from ..handlers import function_layout, load_module
         b = self.backend
-        dmap = lambda d: device_map.get(d, d)
-        t0 = time.monotonic()
-        for c in desc["contexts"]:
-            ctx = sess.add_context(dmap(c["device"]), b.ctx_create(dmap(c["device"]), c["flags"]), c["primary"],
-                                   c["flags"], ident=c["id"])
-            ctx.refcount = c["refcount"]
+        # every kind's objects, in the declared restore order (core/kinds.py, Stage)
+        r = kinds.Restore(self, sess, img, desc, device_map, self.rstats,
+                          read_key=lambda key, what: self._read_key(img, key, what))
+        t = time.monotonic()
+        marks = list(_REBUILD_TIMERS)
+        for k in kinds.ordered():
+            while marks and k.stage > marks[0][0]:
+                now = time.monotonic()
+                self.rstats[marks.pop(0)[1]] = _ms(t, now)
+                t = now
+            if k.rebuild is not None:
+                k.rebuild(r)
+        while marks:
+            now = time.monotonic()
+            self.rstats[marks.pop(0)[1]] = _ms(t, now)
+            t = now
         ctxs = sess.contexts
-        # Modules first, in the order the app loaded them (ids grow with each
-        # load) and before any memory is mapped: a fresh process that loads
-        # the same modules in the same order gets their __device__ variables
-        # at the same addresses from the driver, which is what lets pointers
-        # to them that the app keeps (in host or device memory) stay valid.
-        for md in sorted(desc["modules"], key=lambda md: md["id"]):
-            ctx = ctxs[md["ctx"]]
-            b.make_current(ctx.real)
-            load_module(self.dispatcher, sess, ctx, img.module(md["image"]), create=None, ident=md["id"])
-        self._check_globals(sess, desc)
-        t_mod = time.monotonic()
-        self.rstats["contexts_modules_ms"] = _ms(t0, t_mod)
-        arena_desc = dict(desc["arena"])
-        arena_desc["chunks"] = [[s, n, dmap(d), small] for s, n, d, small in desc["arena"]["chunks"]]
-        sess.arena.rebuild(arena_desc)
-        from ..mempool import rebuild as rebuild_pools
-        rebuild_pools(sess, desc.get("mem_pools", []), desc.get("mem_pool_current", {}), dmap)
-        from ..vmm import rebuild as rebuild_vmm
-        rebuild_vmm(sess, desc.get("mem_handles", []), dmap)
-        from ..graph_mem import rebuild as rebuild_graph_mem
-        rebuild_graph_mem(sess, desc.get("graph_mem", {}), dmap)
-        from ..graphs import rebuild as rebuild_graphs
-        rebuild_graphs(sess, desc.get("graphs", []), desc.get("capture", {}), desc.get("capture_events", {}),
-                       self.dispatcher)
-        self._rebuild_arrays(sess, img, desc)
-        t_arena = time.monotonic()
-        self.rstats["memory_map_ms"] = _ms(t_mod, t_arena)     # the arena's chunks mapped again
-        for f in desc["functions"]:
-            mod = sess.objects[(P.K_MODULE, f["module"])]
-            b.make_current(ctxs[f["ctx"]].real)
-            real = b.module_function(mod.real, f["name"])
-            layout = function_layout(self.dispatcher, mod, f["name"], real)
-            if [list(x) for x in layout] != [list(x) for x in f["layout"]]:
-                raise CheckpointError(f"kernel {f['name']}: parameter layout changed")
-            sess.add(P.K_FUNCTION, real, f["ctx"], {"module": f["module"], "name": f["name"], "layout": layout},
-                     ident=f["id"])
-        from .._generated import FUNCTIONS
-        for key, kind in (("streams", "stream"), ("events", "event")):
-            for o in desc[key]:
-                fid, ctxh, args = o["create"]
-                fn = FUNCTIONS[fid]
-                ctx = sess.context(ctxh) if ctxh else None
-                if ctx is not None:
-                    b.make_current(ctx.real)
-                code, outs = self.dispatcher.generic(sess, fn, ctx, [_unjson(a) for a in args], fid, ctxh,
-                                                     force_ids={kind: o["id"]})
-                if code:
-                    raise CheckpointError(f"recreating {kind} {o['id']} failed with CUDA error {code}")
-                obj = sess.objects[(P.KIND_CODES[kind], o["id"])]
-                if kind == "stream":
-                    self._set_stream_attrs(obj.real, o.get("attrs", {}), obj.info.setdefault("attrs", {}))
-                elif o.get("recorded"):
-                    # an event that had been recorded comes back completed
-                    # (its work finished before the dump): queries, waits and
-                    # stream waits on it succeed at once
-                    b.event_mark_complete(obj.real)
-                    obj.info["recorded"] = True
-        for c in desc["contexts"]:
-            ctx = ctxs[c["id"]]
-            b.make_current(ctx.real)
-            for limit, value in c.get("limits", {}).items():
-                code, _ = b.call_named("cuCtxSetLimit", [int(limit), int(value)])
-                if code:
-                    raise CheckpointError(f"context {c['id']}: cuCtxSetLimit({limit}, {value}) failed ({code})")
-                ctx.limits[int(limit)] = int(value)
-            for special, attrs in c.get("stream_attrs", {}).items():
-                self._set_stream_attrs(b.stream(int(special)), attrs,
-                                       ctx.stream_attrs.setdefault(int(special), {}))
-        # library handles and descriptors with their settings (streams,
-        # workspaces in the arena and contexts exist again by now)
-        from ..libraries import rebuild as rebuild_libraries
-        rebuild_libraries(self.dispatcher, sess, desc.get("libraries", []))
-        # cuDNN backend descriptors: their calls replayed (plans finalized again)
-        from ..cudnn import rebuild as rebuild_cudnn
-        rebuild_cudnn(self.dispatcher, sess, desc.get("cudnn_backend", []))
-        # settings made through `restore: replay` calls, now that the objects
-        # they name exist again; run_op records them on the new session too
-        sess.primary_flags = {int(k): int(v) for k, v in desc.get("primary_flags", {}).items()}
-        for fid, ctxh, args in desc.get("replay", []):
-            fn = FUNCTIONS.get(fid)
-            if fn is None or fn.restore != "replay":
-                raise CheckpointError(f"image replays function id {fid}, which this proxyd does not record")
-            code, _, msg = self.dispatcher.run_op(sess, [fid, ctxh] + [_unjson(a) for a in args])
-            if code:
-                raise CheckpointError(f"replaying {fn.name} failed with CUDA error {code}: {msg}")
-        self.rstats["replayed"] = len(desc.get("replay", []))
-        # math-library calls captured into graphs, made again from their
-        # snapshots now that streams and library objects exist (graph_libcapture.py)
-        from ..graph_libcapture import realize_pending
-        realize_pending(self.dispatcher, sess)
-        self.rstats["objects_ms"] = _ms(t_arena, time.monotonic())
         # memory: upload, then check what landed on the device against the image's hashes
         refs = img.chunks()
         arena_refs = [r for r in refs if not (r.flags & FLAG_GLOBAL)]
@@ -1199,8 +1086,7 @@ class Engine:
         for seg in desc["shm"]["registered"]:
             try:
                 if int(seg) in sess.shm.fixed:
-                    from ..hostmap import map_again
-                    map_again(b, sess, int(seg))       # at the client's address
+                    kinds.service("map_fixed_segment")(b, sess, int(seg))       # at the client's address (families/hostmap.py)
                     continue
                 view = memoryview(sess.shm.open(int(seg)))
                 sess.shm.registered[int(seg)] = b.host_register(view)
@@ -1210,8 +1096,112 @@ class Engine:
                 log.info("session %s: client segment %s not mapped yet (%s)", sess.token, seg, e)
         sess.shm_ok = sess.staging_seg is not None and int(sess.staging_seg) in sess.shm.maps
         if desc.get("channel") and sess.shm_ok:
-            from ..channel import Channel, SIZE
+            from ..core.channel import Channel, SIZE
             try:
                 sess.chan = Channel(desc["channel"], SIZE)
             except Exception as e:
                 log.info("session %s: fast channel not reopened (%s)", sess.token, e)
+
+
+# ------------------------------------------------- the engine's own steps
+# Registered in the kinds table with the families' kinds, so that the whole
+# restore order is one declared list (core/kinds.py, Stage).
+
+# restore figures taken at stage boundaries: (last stage timed, figure)
+_REBUILD_TIMERS = ((Stage.GLOBALS, "contexts_modules_ms"),      # contexts and modules
+                   (Stage.ARRAYS, "memory_map_ms"),             # the arena's chunks mapped again, and what lives there
+                   (Stage.LIBCAPTURE, "objects_ms"))            # kernels, streams, events, library objects, settings
+
+
+def _kinds_complete() -> None:
+    """Refuses a checkpoint while some required manifest field has no kind
+    to write and rebuild it: the API families were not loaded (the
+    dispatcher loads them; families.load_all), and an image made now would
+    silently lack their objects."""
+    owned = set(ENGINE_KEYS).union(*(k.keys for k in kinds.KINDS.values()))
+    missing = sorted(set(SESSION.fields) - owned)
+    if missing:
+        raise CheckpointError(f"no checkpoint object kind writes the manifest fields {', '.join(missing)}: the API "
+                              f"families are not loaded (gpuproxy.proxyd.families.load_all)")
+
+
+def _rebuild_contexts(r: kinds.Restore) -> None:
+    b = r.backend
+    for c in r.desc["contexts"]:
+        ctx = r.sess.add_context(r.dmap(c["device"]), b.ctx_create(r.dmap(c["device"]), c["flags"]), c["primary"],
+                                 c["flags"], ident=c["id"])
+        ctx.refcount = c["refcount"]
+
+
+def _rebuild_arena(r: kinds.Restore) -> None:
+    arena_desc = dict(r.desc["arena"])
+    arena_desc["chunks"] = [[s, n, r.dmap(d), small] for s, n, d, small in r.desc["arena"]["chunks"]]
+    r.sess.arena.rebuild(arena_desc)
+
+
+def _rebuild_streams_events(r: kinds.Restore) -> None:
+    from .._generated import FUNCTIONS
+    b, sess = r.backend, r.sess
+    for key, kind in (("streams", "stream"), ("events", "event")):
+        for o in r.desc[key]:
+            fid, ctxh, args = o["create"]
+            fn = FUNCTIONS[fid]
+            ctx = sess.context(ctxh) if ctxh else None
+            if ctx is not None:
+                b.make_current(ctx.real)
+            code, outs = r.dispatcher.generic(sess, fn, ctx, [_unjson(a) for a in args], fid, ctxh,
+                                              force_ids={kind: o["id"]})
+            if code:
+                raise CheckpointError(f"recreating {kind} {o['id']} failed with CUDA error {code}")
+            obj = sess.objects[(P.KIND_CODES[kind], o["id"])]
+            if kind == "stream":
+                r.engine._set_stream_attrs(obj.real, o.get("attrs", {}), obj.info.setdefault("attrs", {}))
+            elif o.get("recorded"):
+                # an event that had been recorded comes back completed
+                # (its work finished before the dump): queries, waits and
+                # stream waits on it succeed at once
+                b.event_mark_complete(obj.real)
+                obj.info["recorded"] = True
+
+
+def _rebuild_context_settings(r: kinds.Restore) -> None:
+    b = r.backend
+    for c in r.desc["contexts"]:
+        ctx = r.sess.contexts[c["id"]]
+        b.make_current(ctx.real)
+        for limit, value in c.get("limits", {}).items():
+            code, _ = b.call_named("cuCtxSetLimit", [int(limit), int(value)])
+            if code:
+                raise CheckpointError(f"context {c['id']}: cuCtxSetLimit({limit}, {value}) failed ({code})")
+            ctx.limits[int(limit)] = int(value)
+        for special, attrs in c.get("stream_attrs", {}).items():
+            r.engine._set_stream_attrs(b.stream(int(special)), attrs,
+                                       ctx.stream_attrs.setdefault(int(special), {}))
+
+
+def _rebuild_replay(r: kinds.Restore) -> None:
+    """Settings made through `restore: replay` calls, now that the objects
+    they name exist again; run_op records them on the new session too."""
+    from .._generated import FUNCTIONS
+    sess, desc = r.sess, r.desc
+    sess.primary_flags = {int(k): int(v) for k, v in desc.get("primary_flags", {}).items()}
+    for fid, ctxh, args in desc.get("replay", []):
+        fn = FUNCTIONS.get(fid)
+        if fn is None or fn.restore != "replay":
+            raise CheckpointError(f"image replays function id {fid}, which this proxyd does not record")
+        code, _, msg = r.dispatcher.run_op(sess, [fid, ctxh] + [_unjson(a) for a in args])
+        if code:
+            raise CheckpointError(f"replaying {fn.name} failed with CUDA error {code}: {msg}")
+    r.stats["replayed"] = len(desc.get("replay", []))
+
+
+# the manifest fields describe() writes itself (the rest come from kinds)
+ENGINE_KEYS = ("token", "pid", "exe", "slot", "last_seq", "last_reply", "next_id", "async_error", "arena", "shm",
+               "channel", "addr_map", "primary_flags", "capture", "capture_events", "pidns", "start_time", "uid")
+for _k in (kinds.Kind("contexts", Stage.CONTEXTS, ("contexts",), rebuild=_rebuild_contexts),
+           kinds.Kind("globals", Stage.GLOBALS, rebuild=lambda r: r.engine._check_globals(r.sess, r.desc)),
+           kinds.Kind("arena", Stage.ARENA, rebuild=_rebuild_arena),
+           kinds.Kind("streams_events", Stage.STREAMS_EVENTS, ("streams", "events"), rebuild=_rebuild_streams_events),
+           kinds.Kind("context_settings", Stage.CONTEXT_SETTINGS, rebuild=_rebuild_context_settings),
+           kinds.Kind("replay", Stage.REPLAY, ("replay",), rebuild=_rebuild_replay)):
+    kinds.register(dataclasses.replace(_k, owner=__name__))

@@ -383,7 +383,7 @@ class Image:
         """(True, what) if this image carries a valid seal under key (it was
         written by a daemon holding that key and not changed since), else
         (False, why): a *foreign* image."""
-        from ..keys import key_id
+        from ..core.keys import key_id
         path = self._file(SEAL)
         try:
             with open(path, "rb") as f:
@@ -1284,7 +1284,7 @@ class ImageWriter:
         _fsync_dir(os.path.join(self.path, MODULES))
         _write_file_atomic(os.path.join(self.path, INDEX), index)
         if self.seal_key is not None:
-            from ..keys import key_id
+            from ..core.keys import key_id
             digest = hashlib.sha256(manifest[manifest.index(b"\n") + 1:manifest.rindex(b"\nsha256 ")]).hexdigest()
             _write_file_atomic(os.path.join(self.path, SEAL), f"{SEAL_ALGO} {key_id(self.seal_key)} "
                                                                f"{seal_of(self.seal_key, digest)}\n".encode())

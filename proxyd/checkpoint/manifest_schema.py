@@ -215,24 +215,24 @@ SESSION = Obj({
     # [function id, context handle, arguments], re-checked by the dispatcher
     "replay": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 1 << 16),
     "primary_flags": Map(NUM, ID, 1024),
-    # stream-ordered allocator pools (proxyd/mempool.py) and each device's current pool
+    # stream-ordered allocator pools (proxyd/families/mempool.py) and each device's current pool
     "mem_pools": List(Obj({"id": ID, "device": DEVICE, "default": Bool(), "attrs": Map(NUM, U64, 16),
                            "access": Map(NUM, Int(0, 3), 1024), "allocs": List(Tuple(U64, SIZE), 1 << 24),
                            "used_high": U64},
-                          # exportable pools (proxyd/mempool_ipc.py): CUmemAllocationHandleType bits
+                          # exportable pools (proxyd/families/mempool_ipc.py): CUmemAllocationHandleType bits
                           optional={"handle_types": Int(0, 15)}), 1 << 16),
     "mem_pool_current": Map(NUM, ID, 1024),
-    # the application's physical allocations (cuMemCreate, proxyd/vmm.py)
+    # the application's physical allocations (cuMemCreate, proxyd/families/vmm.py)
     "mem_handles": List(Obj({"id": ID, "size": SIZE, "device": DEVICE, "mapped": Opt(U64), "used": Bool(),
                              "prop": Str(64, r"[0-9a-f]*", "hex bytes")}), 1 << 20),
-    # graphs and executable graphs (proxyd/graphs.py): their ops, re-checked
+    # graphs and executable graphs (proxyd/families/graphs.py): their ops, re-checked
     # by the dispatcher's argument types when launched
     "graphs": List(Obj({"id": ID, "kind": Enum("graph", "exec"), "ctx": ID,
                         "nodes": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 1 << 20)},
                        optional={"origin": U64, "capturing": Bool(), "graph": ID,
-                                 # graph allocations it holds (proxyd/graph_mem.py), instantiate flags
+                                 # graph allocations it holds (proxyd/families/graph_mem.py), instantiate flags
                                  "mem": List(U64, 1 << 20), "flags": U64,
-                                 # graphs built explicitly (proxyd/graph_nodes.py): their nodes,
+                                 # graphs built explicitly (proxyd/families/graph_nodes.py): their nodes,
                                  # and per executable graph where each node's ops are
                                  "xnodes": List(Obj({"id": ID, "type": Int(0, 13), "deps": List(ID, 1 << 20)},
                                                     optional={"ops": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 2),
@@ -241,7 +241,7 @@ SESSION = Obj({
                                                 1 << 20),
                                  "index": List(Tuple(ID, List(Int(0, 1 << 31), 1 << 20)), 1 << 20),
                                  "node_order": List(ID, 1 << 20),
-                                 # math-library calls captured into the graph (proxyd/graph_libcapture.py):
+                                 # math-library calls captured into the graph (proxyd/families/graph_libcapture.py):
                                  # node index, capturing stream, snapshots of the library objects named
                                  "libcaptures": List(Tuple(Int(0, 1 << 20), Obj({
                                      "stream": U64,
@@ -251,12 +251,12 @@ SESSION = Obj({
                                                           "settings": List(Tuple(Int(0, 1 << 20), HANDLE_ARGS),
                                                                            1 << 16)}), 64)})), 1 << 20),
                                  "sig": List(List(Any_(), 3), 1 << 20)}), 1 << 16),
-    # graph memory nodes' allocations (proxyd/graph_mem.py): address, size,
+    # graph memory nodes' allocations (proxyd/families/graph_mem.py): address, size,
     # device, live; per device the high-water mark of graph memory
     "graph_mem": Obj({"allocs": List(Tuple(U64, SIZE, DEVICE, Bool()), 1 << 20), "high": Map(NUM, U64, 1024)}),
     "capture": Map(NUM, ID, 1 << 16),
     "capture_events": Map(NUM, ID, 1 << 16),
-    # CUDA arrays (proxyd/arrays.py; contents: FLAG_ARRAY chunks) and texture /
+    # CUDA arrays (proxyd/families/arrays.py; contents: FLAG_ARRAY chunks) and texture /
     # surface objects under the driver's values, with their descriptors as hex
     "arrays": List(Obj({"id": ID, "ctx": ID, "width": SIZE, "height": SIZE, "depth": SIZE,
                         "format": Int(0, 0xFF), "channels": Int(1, 4), "flags": ID},
@@ -268,7 +268,7 @@ SESSION = Obj({
                              "tex": Opt(Str(208, r"[0-9a-f]*", "hex bytes")),
                              "view": Opt(Str(224, r"[0-9a-f]*", "hex bytes"))},
                             optional={"gone": Bool()}), 1 << 20),
-    # library handles and descriptors (proxyd/libraries.py): the creating
+    # library handles and descriptors (proxyd/families/libraries.py): the creating
     # call and the settings, re-checked by the library path when replayed
     "libraries": List(Obj({"kind": Enum("cublas_handle", "cublaslt_handle", "cublaslt_matmul_desc",
                                         "cublaslt_layout", "cublaslt_preference", "cudnn_handle",
@@ -282,7 +282,7 @@ SESSION = Obj({
                           # cuRAND generators: numbers generated since the last
                           # seed/offset setting (libraries.curand_position)
                           optional={"generated": U64}), 1 << 16),
-    # cuDNN backend descriptors (proxyd/cudnn.py): the log of the calls that
+    # cuDNN backend descriptors (proxyd/families/cudnn.py): the log of the calls that
     # made them, [function id, context handle, arguments], replayed by the
     # cuDNN path (which re-checks them); last [0, 0, handles destroyed after]
     "cudnn_backend": List(Tuple(Int(0, 1 << 20), U64, List(Any_(), 1 << 20)), 1 << 22),

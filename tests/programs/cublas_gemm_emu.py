@@ -1,5 +1,5 @@
 """Emulated kernels of cublas_gemm.cu. Its matrix work is cuBLAS and cuBLASLt
-calls, which the emulated backend runs in numpy (proxyd/emu/blas.py,
+calls, which the emulated backend runs in numpy (proxyd/backends/emu/blas.py,
 docs/libraries.md); its one kernel fills a matrix with the program's test
 pattern before a cublasLtMatmul on the same stream."""
 import numpy as np

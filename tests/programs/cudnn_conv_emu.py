@@ -1,6 +1,6 @@
 """Emulated kernels of cudnn_conv.cu. Its convolution is a cuDNN
 backend-API execution, which the emulated backend runs in numpy
-(proxyd/emu/cudnn.py, docs/libraries.md "cuDNN"); its one kernel fills the
+(proxyd/backends/emu/cudnn.py, docs/libraries.md "cuDNN"); its one kernel fills the
 input on the handle's stream before the execution."""
 import numpy as np
 

@@ -1,5 +1,5 @@
 """Emulated kernels of linalg.cu. Its matrix work is cuBLAS and cuSOLVER
-calls, which the emulated backend runs in numpy (proxyd/emu/blas_levels.py,
+calls, which the emulated backend runs in numpy (proxyd/backends/emu/blas_levels.py,
 mathlibs.py; docs/libraries.md); its one kernel fills a vector with the
 program's test pattern before a cublasDdot on the same stream."""
 import numpy as np

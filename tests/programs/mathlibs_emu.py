@@ -1,6 +1,6 @@
 """Emulated kernels of mathlibs.cu. Its other GPU work is cuFFT, cuRAND,
 cuSPARSE and cuSOLVER calls, which the emulated backend runs in numpy
-(proxyd/emu/mathlibs.py, docs/libraries.md); its one kernel makes the C2C
+(proxyd/backends/emu/mathlibs.py, docs/libraries.md); its one kernel makes the C2C
 input on the stream before the cufftExecC2C that reads it."""
 import numpy as np
 

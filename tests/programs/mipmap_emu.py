@@ -1,5 +1,5 @@
 """Emulated kernel of mipmap.cu: tex2DLod through the emulated backend's
-mipmapped texture objects (proxyd/emu/textures.py: point sampling, point
+mipmapped texture objects (proxyd/backends/emu/textures.py: point sampling, point
 mipmap filtering)."""
 import numpy as np
 

@@ -1,5 +1,5 @@
 """Emulated kernels of textures.cu: texture fetches and surface writes
-through the emulated backend's texture objects (proxyd/emu/textures.py:
+through the emulated backend's texture objects (proxyd/backends/emu/textures.py:
 point sampling, clamp addressing)."""
 import numpy as np
 

@@ -1,0 +1,309 @@
+"""Whole-process checkpoints: proxyd saves the GPU state, CRIU the app's
+process tree, into one image directory (docs/checkpoint.md). A library:
+proxy-cli calls it, and so can anything else that orchestrates checkpoints
+(a node agent, a multi-rank coordinator). Functions take plain arguments
+and a control client (gpuproxy.proxyd.client.ControlClient, or anything
+with its `call`), return their results as dicts and raise
+WholeProcessError with a one-line reason; they print nothing (`notify`,
+where given, receives the lines worth telling a person).
+
+    dump     check CRIU, privileges and the pid  (nothing touched yet)
+             -> park (the shim closes its sockets and unmaps the memory it
+                shares with proxyd; the app's CUDA calls wait in the shim)
+             -> GPU dump into DIR -> criu dump of the tree into DIR/criu
+             -> the CRIU record goes into DIR's manifest
+             -> --leave-running: resume; otherwise the app is gone (CRIU
+                ended it) and proxyd has released its GPU state.
+             Any failure before CRIU has finished leaves the app running:
+             GPU state put back if it was released, then resume.
+    pre-dump GPU pre-dump, then CRIU's pre-dump where the kernel tracks
+             dirty memory (parking around it only if CRIU refuses the app
+             as it runs); otherwise one line says so.
+    restore  check the image and CRIU -> GPU restore (proxyd answers the
+             session's token) -> criu restore, detached, same pids
+             -> resume with the token: the shim reconnects to this proxyd.
+
+proxyd's control commands used: status, park, dump, pre-dump, restore,
+resume (docs/protocol.md).
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from gpuproxy.proxyd.checkpoint import criu
+from gpuproxy.proxyd.checkpoint.image import Image, ImageError, read_manifest
+
+from ...client import ControlError
+
+PARK_TIMEOUT_S = float(os.environ.get("GPUPROXY_PARK_TIMEOUT_S", "60"))
+
+
+class WholeProcessError(Exception):
+    pass
+
+
+def _pid_owner(pid: int) -> int:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        raise WholeProcessError(f"no process {pid}") from None
+
+
+def check_client(client, pid: int, endpoint: str) -> dict:
+    """The status entry of pid's session; refuses a pid that is not a
+    gpuproxy client of this proxyd."""
+    st = client.call("status")
+    for s in st.get("sessions", []):
+        if int(s.get("pid") or 0) == pid:
+            return s
+    raise WholeProcessError(f"pid {pid} is not a gpuproxy client of proxyd at {endpoint} (it is not in "
+                            f"`proxy-cli status`); nothing was done")
+
+
+def check_owner(pid: int) -> None:
+    """Everything runs as the app's owner or as root."""
+    uid, me = _pid_owner(pid), os.geteuid()
+    if me != 0 and uid != me:
+        raise WholeProcessError(f"pid {pid} belongs to uid {uid}; run proxy-cli as that user or as root")
+
+
+def check_dumpable(pid: int) -> None:
+    """Refuses, before the app is parked, a process CRIU could not dump."""
+    try:
+        criu.check_dumpable(pid)
+    except criu.CriuError as e:
+        raise WholeProcessError(f"whole-process checkpoint of pid {pid} impossible: {e}. Nothing was done: "
+                                f"the app keeps running (--gpu-only checkpoints its GPU state alone)") from None
+
+
+def _usable_criu(what: str) -> criu.Criu:
+    try:
+        return criu.usable()
+    except criu.CriuError as e:
+        raise WholeProcessError(f"whole-process {what} impossible: {e}. Nothing was done: the app keeps "
+                                f"running (--gpu-only checkpoints its GPU state alone)") from None
+
+
+def _park(client, pid: int) -> str:
+    try:
+        res = client.call("park", {"pid": pid, "timeout_s": PARK_TIMEOUT_S})
+    except ControlError as e:
+        if "unknown command" in str(e):
+            raise WholeProcessError(f"this proxyd cannot park its clients ({e}): it predates whole-process "
+                                    f"checkpoints; use --gpu-only") from None
+        try:
+            _resume(client, pid=pid)     # whatever part of it parked goes on
+        except ControlError:
+            pass
+        raise WholeProcessError(f"the app (pid {pid}) did not park: {e}; nothing was dumped") from None
+    return res.get("token", "")
+
+
+def _resume(client, **who) -> None:
+    client.call("resume", who)
+
+
+def _criu_parent(image_dir: str) -> str | None:
+    """criu/ of image_dir if it holds a CRIU dump made with memory tracking
+    (a base for --prev-images-dir)."""
+    try:
+        m, _ = read_manifest(image_dir)
+    except ImageError:
+        return None
+    rec = m.get(criu.RECORD_KEY) or {}
+    if rec.get("complete") and (rec.get("options") or {}).get("track_mem"):
+        return os.path.join(image_dir, rec.get("dir") or criu.SUBDIR)
+    return None
+
+
+def _parent_dir(path: str, parent: str | None) -> str | None:
+    """Where the GPU dump's parent image will be: --parent, or DIR/parent
+    when DIR holds an image (the engine moves it there)."""
+    if parent:
+        return os.path.abspath(parent)
+    if os.path.exists(os.path.join(path, "manifest")):
+        return os.path.join(path, "parent")
+    return None
+
+
+def _prepare(path: str) -> None:
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
+def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None, leave_running: bool = False,
+         concurrent: bool = False, compress: str | None = None,
+         notify: Callable[[str], None] | None = None) -> dict:
+    """Whole-process dump of pid's app into dir (see the module's docstring);
+    concurrent implies leave_running. Returns {"gpu": proxyd's dump answer,
+    "criu": the CRIU record, "token", "path", "leave_running"}."""
+    path = os.path.abspath(dir)
+    leave = bool(leave_running or concurrent)
+    check_client(client, pid, endpoint)
+    check_owner(pid)
+    c = _usable_criu("dump")
+    check_dumpable(pid)
+    parent_dir = _parent_dir(path, parent)
+    _prepare(path)
+    token = _park(client, pid)
+    gpu = None
+    try:
+        args = {"pid": pid, "dir": path, "leave_running": leave, "concurrent": bool(concurrent)}
+        if compress:
+            args["compress"] = compress
+        if parent:
+            args["parent"] = os.path.abspath(parent)
+        gpu = client.call("dump", args)
+        rec = criu.dump(c, pid, path, leave_running=leave,
+                        parent_images=_criu_parent(parent_dir) if parent_dir else None)
+    except BaseException as e:
+        _recover(client, pid, path, gpu, notify)
+        if isinstance(e, (criu.CriuError, ControlError)):
+            raise WholeProcessError(f"whole-process dump of pid {pid} failed: {e}. The app runs on "
+                                    f"(resumed); {path} holds no usable whole-process image") from None
+        raise
+    criu.record_in_manifest(path, rec)
+    criu.make_private(path)
+    if leave:
+        _resume(client, pid=pid)
+    return {"gpu": gpu, "criu": rec, "token": token, "path": path, "leave_running": leave}
+
+
+def _recover(client, pid: int, path: str, gpu: dict | None, notify=None) -> None:
+    """After a failure before CRIU finished: the app must go on. If the GPU
+    dump released the session's GPU state, put it back from the image just
+    written, then let the app reconnect."""
+    try:
+        if gpu is not None and gpu.get("released"):
+            client.call("restore", {"dir": path, "device_map": {}})
+        _resume(client, pid=pid)
+    except ControlError as e:
+        if notify is not None:
+            notify(f"could not resume pid {pid} after the failure: {e}")
+
+
+def pre_dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None,
+             compress: str | None = None) -> dict:
+    """GPU pre-dump of pid's session into dir, then CRIU's pre-dump where the
+    kernel tracks dirty memory. Returns {"gpu", "criu" (None when skipped),
+    "criu_skipped" (why, when skipped), "path"}."""
+    path = os.path.abspath(dir)
+    check_client(client, pid, endpoint)
+    check_owner(pid)
+    try:
+        c = criu.usable()
+    except criu.CriuError as e:
+        c, why = None, f"CRIU unusable ({e})"
+    parent_dir = _parent_dir(path, parent)
+    _prepare(path)
+    args = {"pid": pid, "dir": path}
+    if compress:
+        args["compress"] = compress
+    if parent:
+        args["parent"] = os.path.abspath(parent)
+    gpu = client.call("pre-dump", args)
+    out = {"gpu": gpu, "criu": None, "path": path}
+    if c is not None and not c.mem_tracking():
+        why = ("this kernel does not track dirty memory (`criu check --feature mem_dirty_track` fails), so "
+               "CRIU cannot pre-dump")
+        c = None
+    if c is None:
+        out["criu_skipped"] = f"GPU pre-dump only: {why}; the next --dump saves the process memory whole"
+        criu.make_private(path)
+        return out
+    prev = _criu_parent(parent_dir) if parent_dir else None
+    try:
+        rec = criu.dump(c, pid, path, leave_running=True, pre=True, parent_images=prev)
+    except criu.CriuError as first:
+        # CRIU may refuse the app's live sockets or shared mappings: park and retry
+        _park(client, pid)
+        try:
+            rec = criu.dump(c, pid, path, leave_running=True, pre=True, parent_images=prev)
+        except criu.CriuError as e:
+            raise WholeProcessError(f"CRIU pre-dump failed ({first}; parked: {e}); the GPU pre-dump in {path} "
+                                    f"stands, the app runs on") from None
+        finally:
+            _resume(client, pid=pid)
+    criu.record_in_manifest(path, rec)
+    criu.make_private(path)
+    out["criu"] = rec
+    return out
+
+
+def _check_pids_free(rec: dict) -> None:
+    """CRIU restores the tree under its old pids: they must be free."""
+    for p in rec.get("pids") or [rec.get("root_pid")]:
+        if not os.path.exists(f"/proc/{p}"):
+            continue
+        if criu.pid_alive(int(p)):
+            try:
+                exe = os.readlink(f"/proc/{p}/exe")
+            except OSError:
+                exe = "?"
+            raise WholeProcessError(f"pid {p} is in use ({exe}): CRIU restores the app under its old pids, so "
+                                    f"that process must end first (if it is the app itself, it still runs: "
+                                    f"restore a running app's GPU state with --gpu-only)")
+        raise WholeProcessError(f"pid {p} is a zombie its parent has not reaped yet; CRIU needs the pid free")
+
+
+def _check_files(rec: dict, rollback: bool) -> None:
+    """Files the app had open for writing must have their size at the dump
+    (CRIU checks it). One that grew since (a periodic checkpoint's app ran
+    on) is cut back with rollback: what the app wrote after the checkpoint
+    goes, and the restored app writes it again."""
+    grown, bad = [], []
+    for f in rec.get("written_files") or []:
+        try:
+            now = os.stat(f["path"]).st_size
+        except OSError:
+            bad.append(f"{f['path']} is missing")
+            continue
+        if now > f["size"]:
+            grown.append((f["path"], f["size"], now))
+        elif now < f["size"]:
+            bad.append(f"{f['path']} has {now} bytes, {f['size']} at the dump")
+    if bad:
+        raise WholeProcessError("files the app had open changed since the dump: " + "; ".join(bad))
+    if grown and not rollback:
+        raise WholeProcessError("files the app had open grew since the dump: " + "; ".join(
+            f"{p} ({s} -> {n} bytes)" for p, s, n in grown) + ". CRIU restores the app as it was at the dump: "
+            "pass --rollback-files to cut them back (what it wrote after the checkpoint is dropped; it writes it "
+            "again)")
+    for p, s, _n in grown:
+        os.truncate(p, s)
+
+
+def restore_state(path: str) -> dict:
+    """The image's CRIU state (criu.state), refusing an unreadable image."""
+    try:
+        with Image.open(path) as img:
+            return criu.state(path, img.manifest)
+    except ImageError as e:
+        raise WholeProcessError(f"image refused: {e}") from None
+
+
+def restore(client, endpoint: str, path: str, device_map: dict, st: dict, rollback_files: bool = False,
+            allow_foreign: bool = False) -> dict:
+    """Whole-process restore of the image at path (st: restore_state())."""
+    if not st["complete"]:
+        raise WholeProcessError(f"the process part of {path} is not restorable: {st['problem']}. Nothing was "
+                                f"restored (--gpu-only restores the GPU state alone)")
+    rec = st["record"]
+    if rec.get("kind") != "dump":
+        raise WholeProcessError(f"{path} holds a CRIU {rec.get('kind')}, not a dump: restore needs a dump")
+    c = _usable_criu("restore")
+    _check_pids_free(rec)
+    _check_files(rec, rollback_files)
+    gpu = client.call("restore", {"dir": path, "device_map": device_map, "allow_foreign": allow_foreign})
+    token = gpu.get("token")
+    try:
+        pid, ms = criu.restore(c, path, rec)
+    except criu.CriuError as e:
+        raise WholeProcessError(f"{e}. The GPU state was restored into proxyd at {endpoint} (session {token}) "
+                                f"but the process was not") from None
+    if token:
+        _resume(client, token=token)
+    else:
+        _resume(client, pid=pid)
+    return {"gpu": gpu, "pid": pid, "criu_ms": ms, "token": token, "path": path}

@@ -1,0 +1,60 @@
+"""What the supervisor and the workers share about their endpoints: binding
+a ROUTER socket (refusing an endpoint a live daemon serves), and removing a
+dead client's shared memory. Both processes use it; it sits at the bottom
+so that the supervisor need not import the worker's serving loop.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+
+import zmq
+
+from . import protocol as P
+from .procinfo import OWN_PIDNS  # noqa: F401  (the supervisor reads it here)
+
+
+def remove_client_segments(token: str):
+    """The shared memory a dead client can no longer remove itself."""
+    import glob
+    for path in glob.glob(f"/dev/shm/gpuproxy-{glob.escape(token)}-*"):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+class EndpointInUse(RuntimeError):
+    pass
+
+
+def bind_router(zctx, sock, ep: str) -> str:
+    """Binds a ROUTER socket at ep (supervisor or worker) and returns the
+    endpoint it got. An ipc socket file left behind by a daemon that died is
+    removed; one that a live daemon serves is refused (EndpointInUse)."""
+    if ep.startswith("ipc://"):
+        path = ep[len("ipc://"):]
+        if os.path.exists(path):
+            if _endpoint_alive(zctx, ep):
+                raise EndpointInUse(f"another proxyd already serves {ep}")
+            os.unlink(path)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        sock.bind(ep)
+    except zmq.ZMQError as e:
+        raise EndpointInUse(f"cannot bind {ep}: {e}") from e
+    return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+
+
+def _endpoint_alive(zctx, ep: str, timeout_ms: int = 300) -> bool:
+    s = zctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.ROUTING_ID, b"ctl:probe-" + uuid.uuid4().hex[:8].encode())
+    try:
+        s.connect(ep)
+        s.send(P.Packer().pack([P.MSG_CTL, 1, "ping", {}])[0])
+        return bool(s.poll(timeout_ms))
+    except zmq.ZMQError:
+        return False
+    finally:
+        s.close(0)

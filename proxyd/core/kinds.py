@@ -1,0 +1,133 @@
+"""Checkpoint object kinds: the table the checkpoint engine walks.
+
+Each API family registers the kinds of objects it owns (families/*.py, at
+import): what to record of them while the session is frozen (`describe`,
+and `capture` for contents kept as image pieces), what makes a dump
+impossible (`check`), and how to build them again (`rebuild`) at which
+point of a restore (`stage`). The engine (checkpoint/engine.py) imports no
+family: it runs `check` and `describe` of every kind at a dump and `rebuild`
+of every kind in ascending stage at a restore (ties: by name), and registers
+its own steps (contexts, the arena, streams and events, context settings,
+replayed settings) in the same table. A new family adds itself here
+without touching the engine.
+
+The manifest's fields stay described in one place, checkpoint/
+manifest_schema.py (SESSION), which the supervisor and `proxy-cli inspect`
+read without loading any family; a kind names the fields it writes
+(`keys`), and tests/test_layering.py checks that each has a schema entry.
+
+Locking: the table is filled at import time and only read afterwards.
+"""
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Callable
+
+
+class CheckpointError(Exception):
+    """A dump or restore that cannot be done; the message says why (one line)."""
+
+
+def jsonable(a):
+    """A call argument as JSON: bytes become {"bytes": base64}."""
+    if isinstance(a, (bytes, bytearray, memoryview)):
+        return {"bytes": base64.b64encode(bytes(a)).decode()}
+    return a
+
+
+def unjson(a):
+    """jsonable's inverse."""
+    if isinstance(a, dict) and "bytes" in a:
+        return base64.b64decode(a["bytes"])
+    return a
+
+
+class Stage(IntEnum):
+    """The restore order: why each step comes where it does."""
+    NONE = 0                 # kinds that rebuild nothing (dump checks only)
+    CONTEXTS = 100           # engine: contexts with their flags, under their ids
+    MODULES = 200            # modules in the app's load order, before any memory is mapped: the
+                             # driver then places __device__ variables where it placed them before
+    GLOBALS = 250            # engine: every __device__ variable checked against its recorded address
+    ARENA = 300              # engine: the arena's chunks mapped again at their addresses
+    POOLS = 400              # stream-ordered pools (their allocations are arena allocations)
+    VMM = 410                # the app's physical allocations (cuMemCreate) and their mappings
+    GRAPH_MEM = 420          # graph memory nodes' allocations (in the arena)
+    GRAPHS = 500             # graphs and executable graphs (name pools, allocations)
+    ARRAYS = 600             # CUDA arrays with contents, then texture/surface objects on them
+    FUNCTIONS = 700          # kernels by name from the reloaded modules, layouts checked
+    STREAMS_EVENTS = 800     # engine: streams and events through their creating calls
+    CONTEXT_SETTINGS = 850   # engine: context limits, special streams' attributes
+    LIBRARIES = 900          # cuBLAS/cuBLASLt handles and descriptors (streams, workspaces exist)
+    CUDNN = 910              # cuDNN backend descriptors: their calls replayed
+    REPLAY = 1000            # engine: `restore: replay` settings, now that what they name exists
+    LIBCAPTURE = 1100        # library calls captured into graphs, made again from snapshots
+
+
+@dataclass
+class Restore:
+    """What a kind's rebuild gets: the session being built (detached until
+    the engine installs it), the image's session description, and helpers."""
+    engine: Any              # the checkpoint engine (backend, dispatcher)
+    sess: Any
+    img: Any                 # checkpoint.image.Image
+    desc: dict               # the manifest's `session`
+    device_map: dict
+    stats: dict              # restore figures (the engine's rstats)
+    read_key: Callable[[int, str], bytes | None] = None   # a piece by key, hash-checked; None if absent
+
+    @property
+    def backend(self):
+        return self.engine.backend
+
+    @property
+    def dispatcher(self):
+        return self.engine.dispatcher
+
+    def dmap(self, d: int) -> int:
+        return self.device_map.get(d, d)
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    stage: int = Stage.NONE
+    keys: tuple[str, ...] = ()                        # manifest `session` fields it writes
+    describe: Callable[[Any], dict] | None = None     # sess -> {key: JSON value}, while frozen
+    capture: Callable[[Any, Any], list] | None = None  # (backend, sess) -> [(key, bytes, flags)], while frozen
+    check: Callable[[Any], None] | None = None        # sess -> None, or RuntimeError: cannot checkpoint
+    rebuild: Callable[[Restore], None] | None = None
+    owner: str = field(default="", compare=False)     # the registering module, for messages
+
+
+KINDS: dict[str, Kind] = {}
+# Single functions a family offers the engine outside the walk (the engine
+# calls them by name): "destroy_context" (release after a dump),
+# "map_fixed_segment" (a GPU-visible host segment back at its address).
+SERVICES: dict[str, Callable] = {}
+
+
+def register(kind: Kind) -> Kind:
+    old = KINDS.get(kind.name)
+    if old is not None and old.owner != kind.owner:
+        raise ValueError(f"object kind {kind.name} registered twice ({old.owner}, {kind.owner})")
+    KINDS[kind.name] = kind
+    return kind
+
+
+def ordered() -> list[Kind]:
+    """Every kind in restore order (stage, then name)."""
+    return sorted(KINDS.values(), key=lambda k: (int(k.stage), k.name))
+
+
+def provide(name: str, fn: Callable) -> None:
+    SERVICES[name] = fn
+
+
+def service(name: str) -> Callable:
+    fn = SERVICES.get(name)
+    if fn is None:
+        raise CheckpointError(f"no API family provides {name} (families not loaded?)")
+    return fn

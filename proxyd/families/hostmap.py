@@ -1,0 +1,102 @@
+"""GPU-visible host memory of a session (docs/host-memory.md): page-locked
+allocations, managed allocations and registered application memory, each a
+shared segment that the worker maps at the client's own address and
+registers with the driver, so that the pointer the application holds is the
+device pointer too and both processes see the same bytes.
+
+Handlers (spec `handler:`): host_map (cuMemHostRegister_v2's op, sent for
+every such segment, interceptor/hostmap_api.c) and host_unmap
+(cuMemHostUnregister's op). map_again() maps a known segment after a
+restore or after the client re-created it (parking).
+
+Locking: the worker's main loop; the checkpoint engine calls map_again()
+while the session is being restored (not yet served).
+"""
+from __future__ import annotations
+
+import logging
+
+from ..core import protocol as P
+from ..core.kinds import provide
+from ..core.registry import CUDA_SUCCESS, handler
+from ..core.session import CudaError
+from ..core.shm import AddressInUse, ShmError
+
+log = logging.getLogger("proxyd")
+
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_OUT_OF_MEMORY = 2
+
+KINDS = {1: "page-locked", 2: "managed", 3: "registered"}
+# where the client's window may be (interceptor/hostmem.c) is the client's
+# choice; a registered range is wherever the application's memory was. The
+# only limit: a user-space address of x86-64/aarch64 (47/48 bits).
+ADDR_LIMIT = 1 << 48
+
+
+def map_again(backend, sess, seg: int) -> None:
+    """Maps a GPU-visible segment at its address and registers it."""
+    view = sess.shm.open(seg)
+    addr = sess.shm.fixed[seg][0]
+    sess.shm.registered[seg] = backend.host_map(addr, view)
+
+
+def contains(sess, addr: int, n: int) -> bool:
+    """[addr, addr + n) lies inside one GPU-visible segment of the session."""
+    shm = sess.shm
+    if shm is None:
+        return False
+    for seg, (a, length, _k, _f) in shm.fixed.items():
+        if a <= addr and addr + n <= a + length and seg in shm.registered:
+            return True
+    return False
+
+
+@handler("host_map")
+def h_host_map(d, sess, fn, ctx, args, **kw):
+    desc, length, flags = args
+    if (not isinstance(desc, list) or len(desc) != 3 or not isinstance(desc[0], P.ShmRef)
+            or not all(isinstance(x, int) for x in desc[1:])):
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: expected [segment, address, kind]")
+    ref, addr, kind = desc[0], int(desc[1]), int(desc[2])
+    length = int(length)
+    if kind not in KINDS or length <= 0 or ref.length != length or addr % 4096 or not 0 < addr < ADDR_LIMIT - length:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: bad segment description {desc!r}, {length} bytes")
+    if ref.seg in sess.shm.fixed or ref.seg == sess.staging_seg:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: segment {ref.seg} is already mapped")
+    sess.shm.fixed[ref.seg] = (addr, length, kind, int(flags))
+    try:
+        map_again(d.backend, sess, ref.seg)
+    except AddressInUse as e:
+        del sess.shm.fixed[ref.seg]
+        raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"{fn.name}: {e} (set GPUPROXY_HOSTMAP_BASE for the application "
+                                                  f"to move its window)") from None
+    except (ShmError, CudaError) as e:
+        sess.shm.close(ref.seg)
+        del sess.shm.fixed[ref.seg]
+        if isinstance(e, CudaError):
+            raise
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {e}") from None
+    log.debug("session %s: %s host memory %#x+%d mapped", sess.token, KINDS[kind], addr, length)
+    return CUDA_SUCCESS, []
+
+
+@handler("host_unmap")
+def h_host_unmap(d, sess, fn, ctx, args, **kw):
+    ref = args[0]
+    if not isinstance(ref, P.ShmRef) or ref.seg not in sess.shm.fixed:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: not a mapped host segment")
+    # kernels and copies still using it finish first (cuMemFreeHost,
+    # cuMemHostUnregister and cudaFree synchronise)
+    for c in sess.contexts.values():
+        d.backend.ctx_sync(c.real)
+    tok = sess.shm.registered.pop(ref.seg, None)
+    if tok is not None:
+        d.backend.host_unregister(tok)
+    sess.shm.close(ref.seg)
+    sess.shm_pending.discard(ref.seg)
+    del sess.shm.fixed[ref.seg]
+    return CUDA_SUCCESS, []
+
+
+provide("map_fixed_segment", map_again)      # the engine, restoring a session's GPU-visible host segments
