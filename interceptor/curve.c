@@ -2,7 +2,7 @@
  * CURVE client (ZeroMQ RFC 26; libzmq's zmq_curve(7): a client sets
  * ZMQ_CURVE_SERVERKEY, ZMQ_CURVE_PUBLICKEY and ZMQ_CURVE_SECRETKEY before
  * it connects, each as 40-character Z85 text). proxyd's side, the key files
- * and the ZAP handler that admits keys are in proxyd/curve.py; this file
+ * and the ZAP handler that admits keys are in proxyd/core/curve.py; this file
  * finds the keys by the same rules:
  *
  *   server key  $GPUPROXY_CURVE_SERVERKEY, else KEYDIR/curve-server.pub

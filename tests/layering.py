@@ -31,6 +31,8 @@ from pathlib import Path
 # Top first. A module belongs to the layer of the longest prefix that names
 # it; a module no prefix names is outside the contract (autogen, build time).
 LAYERS: list[tuple[str, list[str]]] = [
+    # consumers of the library beside the CLI: the Kubernetes agent, webhook and controller
+    ("k8s", ["gpuproxy.k8s"]),
     ("cli", ["gpuproxy.cli"]),
     ("orchestration", ["gpuproxy.proxyd.checkpoint.orchestrate", "gpuproxy.proxyd.client"]),
     ("supervisor", ["gpuproxy.proxyd.supervisor", "gpuproxy.proxyd.main", "gpuproxy.proxyd.__main__"]),

@@ -41,7 +41,7 @@ EXT_FRAME = 1    # payload: u32 index of a later frame of the same message
 EXT_SHM = 2      # payload: u32 segment, u64 offset, u64 length
 EXT_CONTENT = 3  # payload: 32-byte SHA-256 of a module image, u64 length (modstore.py)
 
-# handle kinds (interceptor/gp_shim.h); a handle value is (kind << 32) | id
+# handle kinds (interceptor/gp_base.h); a handle value is (kind << 32) | id
 K_CONTEXT = 1
 K_MODULE = 2
 K_FUNCTION = 3
