@@ -271,6 +271,8 @@ def read_manifest(directory: str) -> tuple[dict, str]:
         m = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise ImageError(f"{path}: body is not valid JSON ({e})") from None
+    except RecursionError:
+        raise ImageError(f"{path}: body is nested too deeply to be a manifest") from None
     if not isinstance(m, dict):
         raise ImageError(f"{path}: body is not a JSON object")
     if m.get("format_version") != version:
@@ -287,6 +289,8 @@ def read_manifest(directory: str) -> tuple[dict, str]:
         validate_manifest(m)
     except SchemaError as e:
         raise ImageError(f"{path}: {e}") from None
+    except RecursionError:
+        raise ImageError(f"{path}: body is nested too deeply to be a manifest") from None
     return m, got
 
 
@@ -393,7 +397,7 @@ class Image:
         except OSError as e:
             return False, f"foreign image: cannot read {path}: {e.strerror}"
         parts = raw.decode("ascii", "replace").split()
-        if len(parts) != 3 or parts[0] != SEAL_ALGO:
+        if len(parts) != 3 or parts[0] != SEAL_ALGO or not raw.isascii():
             return False, f"foreign image: {path} is not a seal"
         if key is None:
             return False, f"foreign image: sealed with key {parts[1]}, and this user has no seal key"
