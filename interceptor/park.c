@@ -253,3 +253,28 @@ void gp_park_init(void)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&a);
 }
+
+/* ------------------------------------------------ released, waiting for a restore */
+
+/* /dev/shm/gpuproxy-released-<token>: written by the supervisor when a
+ * --dump without --leave-running releases this session's GPU state
+ * (proxyd/released.py). A client that learns of its release only after that
+ * daemon is gone (killed, replaced by a new one that does not know the
+ * session yet) still knows it waits for a restore, and keeps waiting up to
+ * GPUPROXY_RESTORE_WAIT_S instead of failing (transport.c, planned_wait).
+ * The marker goes when the session runs again (restored). It only delays a
+ * failure, so its owner is not checked. Clients on another host (tcp) share
+ * no /dev/shm with proxyd: they rely on the supervisor's answer alone. */
+int gp_released_marker(void)
+{
+    char path[160];
+    flag_path(path, sizeof path, "released");
+    return access(path, F_OK) == 0;
+}
+
+void gp_released_clear(void)
+{
+    char path[160];
+    flag_path(path, sizeof path, "released");
+    unlink(path);
+}

@@ -89,10 +89,11 @@ def bind_router(zctx, sock, ep: str) -> str:
     removed; one that a live daemon serves is refused (EndpointInUse)."""
     if ep.startswith("ipc://"):
         path = ep[len("ipc://"):]
-        if os.path.exists(path):
-            if _endpoint_alive(zctx, ep):
-                raise EndpointInUse(f"another proxyd already serves {ep}")
-            os.unlink(path)
+        from . import sockfile
+        try:
+            sockfile.take_stale(zctx, ep, path)     # a live daemon's socket is never taken (sockfile.py)
+        except sockfile.EndpointBusy as e:
+            raise EndpointInUse(str(e)) from None
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     try:
         sock.bind(ep)
@@ -266,6 +267,8 @@ class Server:
         ep = self.endpoint
         # with tcp://host:* the system picks the port: this is the real one
         self.bound_endpoint = bind_router(self.zctx, self.sock, ep)
+        from . import sockfile
+        self._sock_id = sockfile.claim(ep)
         mode = os.environ.get("GPUPROXY_WORKER_SOCKET_MODE") if self.worker else None
         if mode and ep.startswith("ipc://"):
             os.chmod(ep[len("ipc://"):], int(mode, 8))   # proxyd --users all: its clients are other users
@@ -277,11 +280,8 @@ class Server:
         self.wake_r.close(0)
         if self.zap is not None:
             self.zap.stop()
-        if self.endpoint.startswith("ipc://"):
-            try:
-                os.unlink(self.endpoint[len("ipc://"):])
-            except OSError:
-                pass
+        from . import sockfile
+        sockfile.release(self.endpoint, getattr(self, "_sock_id", None))   # only if still ours
         self.zctx.term()
 
     def post(self, rid: bytes, frames: list):
