@@ -43,15 +43,16 @@ def path(kind: str, token: str) -> str:
     return os.path.join(SHM_DIR, f"gpuproxy-{kind}-{token}")
 
 
-def mark_released(token: str, pid: int, endpoint: str) -> None:
+def mark_released(token: str, pid: int, endpoint: str, last_seq: int | None = None) -> None:
     """The released marker of token's session, owned by its client's user
     (so that the shim can remove it); a failure is logged, not fatal: the
-    client then learns of its release from the supervisor only."""
+    client then learns of its release from the supervisor only. It also
+    records the last call the released state holds (older_than_release)."""
     p = path("released", token)
     try:
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(endpoint + "\n")
+            f.write(endpoint + "\n" + (f"last_seq {int(last_seq)}\n" if last_seq is not None else ""))
         try:
             st = os.stat(f"/proc/{pid}")
             os.chown(p, st.st_uid, st.st_gid)
@@ -97,3 +98,34 @@ def sweep(shm_dir: str = SHM_DIR, min_age_s: float = MIN_AGE_S) -> int:
     if removed:
         log.info("removed %d session markers of clients that are gone", removed)
     return removed
+
+
+def older_than_release(session: dict) -> str | None:
+    """Why an image's session must not be restored, or None: its client is
+    alive and waits for the state of a later dump than this image (dump A,
+    more calls, dump B releasing the session, restore A). The client's calls
+    after A have been answered already; a worker restored from A would wait
+    forever for calls the client will never send again, so the restore is
+    refused (docs/checkpoint.md). The client's process being gone (a
+    whole-process image: CRIU brings it back as it was at the image) is no
+    reason."""
+    token, pid = session.get("token"), session.get("pid")
+    if not isinstance(token, str) or not isinstance(pid, int) or not procinfo.alive(pid):
+        return None
+    try:
+        with open(path("released", token)) as f:
+            text = f.read(4096)
+    except OSError:
+        return None
+    released = None
+    for line in text.splitlines():
+        if line.startswith("last_seq "):
+            try:
+                released = int(line.split()[1])
+            except (IndexError, ValueError):
+                pass
+    have = session.get("last_seq")
+    if released is None or not isinstance(have, int) or have >= released:
+        return None
+    return (f"image refused: it is older than the session's state (it holds pid {pid}'s calls up to {have}; the "
+            f"session was released after call {released} by a later dump): restore the newest image")

@@ -802,7 +802,8 @@ class Supervisor:
                 # (and with it the CUDA context); the client waits for a restore
                 e.state, e.since = "released", time.monotonic()
                 from . import markers
-                markers.mark_released(e.token, e.pid, self.endpoint)   # survives this daemon (markers.py)
+                markers.mark_released(e.token, e.pid, self.endpoint,    # survives this daemon (markers.py)
+                                      result.get("last_seq") if isinstance(result, dict) else None)
                 wk = e.worker
                 e.worker = None
                 if wk is not None:
@@ -828,8 +829,12 @@ class Supervisor:
                 img.check_restorable()
                 validate_session(img.session, strict=True)
                 uid = img.session.get("uid")
+                from .markers import older_than_release
+                stale = older_than_release(img.session)
             finally:
                 img.close()
+            if stale:
+                return stale, None
         except ImageError as e:
             return f"image refused: {e}", None
         except SchemaError as e:

@@ -176,3 +176,30 @@ def test_markers_of_gone_clients_are_swept(tmp):
     assert markers.sweep(str(tmp)) == 3
     left = sorted(os.listdir(tmp))
     assert left == sorted([live, "gpuproxy-parked-fedcba9876543210-999999999"])
+
+
+def test_restoring_an_older_image_than_the_session_is_refused(programs, tmp):
+    """dump A (the app runs on), more calls, dump B (released), restore A:
+    refused in one line; B is then restored and the app ends as it should."""
+    from gpuproxy.cli.client import ControlError
+    b = programs["iterative"]
+    d = daemon(tmp)
+    try:
+        with PacedRun(b, d) as run:
+            run.step_to(4)
+            ctl(d, "dump", pid=run.pid, dir=str(tmp / "a"), leave_running=True)
+            run.step_to(9)
+            assert ctl(d, "dump", pid=run.pid, dir=str(tmp / "b"))["released"]
+            for daemon_now in ("same", "restarted"):
+                if daemon_now == "restarted":
+                    d.kill()
+                    d = daemon(tmp, "proxyd2")
+                with pytest.raises(ControlError) as e:
+                    ctl(d, "restore", dir=str(tmp / "a"))
+                msg = str(e.value)
+                assert "older than the session's state" in msg and "\n" not in msg, msg
+            r = ctl(d, "restore", dir=str(tmp / "b"))
+            assert r["pid"] == run.pid
+            assert run.finish() == expected(b), run.stderr()
+    finally:
+        d.cleanup()
