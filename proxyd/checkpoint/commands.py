@@ -34,6 +34,10 @@ def register(server, ctl):
             except CheckpointError as e:
                 RATE.event("checkpoint command refused", "%s: %s", name, e)
                 server.ctl_reply(rid, seq, error=str(e), threaded=True)
+            except OSError as e:
+                # the filesystem's answer (a full disk, a missing folder): one line, no traceback
+                RATE.event("checkpoint command failed", "%s failed: %s", name, e)
+                server.ctl_reply(rid, seq, error=f"{name} failed: {e}", threaded=True)
             except Exception as e:
                 RATE.internal_error("internal error in a checkpoint command", f"{name} failed", e)
                 server.ctl_reply(rid, seq, error=f"{name} failed: {e}", threaded=True)

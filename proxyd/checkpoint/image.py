@@ -1057,10 +1057,27 @@ class ImageWriter:
             ws = self.write_stats
             ws["fallocate_ms"] = ws.get("fallocate_ms", 0) + round((_time.monotonic() - t_alloc) * 1000, 3)
             if mode == "mmap" and off > self._off:
+                # a page of a mapping that finds the filesystem full is a
+                # SIGBUS: reserve first, or write without a mapping (space.py)
+                from . import space
+                t_res = _time.monotonic()
+                try:
+                    space.reserve(ex, fd, self._off, off - self._off, workers, os.path.join(self.path, MEMORY), PAGE)
+                except space.CannotReserve:
+                    mode = "pwrite"
+                except OSError:
+                    self.abort()        # nothing partial stays behind that could pass for an image
+                    raise
+                ws["fallocate_ms"] = ws.get("fallocate_ms", 0) + round((_time.monotonic() - t_res) * 1000, 3)
+            if mode == "mmap" and off > self._off:
                 jobs = self._put_mapped(ex, fd, off, segs)
             else:
                 jobs = self._write_jobs(segs)
-                list(ex.map(self._put, jobs))
+                try:
+                    list(ex.map(self._put, jobs))
+                except OSError:
+                    self.abort()        # a full disk: as above
+                    raise
             ws["mode"] = mode
         self._off = off
         os.lseek(fd, off, os.SEEK_SET)
