@@ -417,7 +417,9 @@ class Supervisor:
             for fid, (cb, _dl, owner) in list(self.pending.items()):
                 if owner is wk:
                     del self.pending[fid]
-                    cb(1, f"the session's worker (pid {wk.pid}) {_describe_exit(rc)}")
+                    cb(1, "the session ended (its process exited) before the command was done"
+                       if wk.exit_reason == "session ended" else
+                       f"the session's worker (pid {wk.pid}) {_describe_exit(rc)}")
             e = self.entries.get(wk.token) if wk.token else None
             if e is not None and e.worker is wk:
                 e.worker = None
@@ -802,8 +804,9 @@ class Supervisor:
                 # (and with it the CUDA context); the client waits for a restore
                 e.state, e.since = "released", time.monotonic()
                 from . import markers
-                markers.mark_released(e.token, e.pid, self.endpoint,    # survives this daemon (markers.py)
-                                      result.get("last_seq") if isinstance(result, dict) else None)
+                if self.entries.get(e.token) is e:      # (not if its process ended meanwhile)
+                    markers.mark_released(e.token, e.pid, self.endpoint,    # survives this daemon (markers.py)
+                                          result.get("last_seq") if isinstance(result, dict) else None)
                 wk = e.worker
                 e.worker = None
                 if wk is not None:

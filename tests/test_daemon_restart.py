@@ -203,3 +203,36 @@ def test_restoring_an_older_image_than_the_session_is_refused(programs, tmp):
             assert run.finish() == expected(b), run.stderr()
     finally:
         d.cleanup()
+
+
+def test_app_killed_during_a_dump_leaves_one_line_and_no_hang(programs, tmp):
+    """The app is killed at various moments of a dump: the command answers
+    (an image, or one line saying the session ended) instead of waiting
+    for ever, and proxyd's log holds no traceback."""
+    import threading
+    from gpuproxy.cli.client import ControlClient, ControlError
+    b = programs["iterative"]
+    d = daemon(tmp)
+    try:
+        for i in range(8):
+            run = PacedRun(b, d)
+            run.step_to(3)
+            res = {}
+
+            def dump():
+                try:
+                    res["ok"] = ControlClient(d.endpoint, timeout_s=60).call(
+                        "dump", {"pid": run.pid, "dir": str(tmp / f"img{i}"), "leave_running": i % 2 == 1})
+                except ControlError as e:
+                    res["error"] = str(e)
+            t = threading.Thread(target=dump)
+            t.start()
+            time.sleep(0.01 * (i // 2))
+            run.kill()
+            t.join(90)
+            assert res, "the dump command never ended"
+            assert "no answer" not in res.get("error", ""), res
+        time.sleep(0.5)
+        assert "Traceback" not in d.log(), d.log()[-3000:]
+    finally:
+        d.cleanup()

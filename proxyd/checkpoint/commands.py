@@ -39,6 +39,12 @@ def register(server, ctl):
                 RATE.event("checkpoint command failed", "%s failed: %s", name, e)
                 server.ctl_reply(rid, seq, error=f"{name} failed: {e}", threaded=True)
             except Exception as e:
+                if getattr(server, "closed", False):
+                    # the session's process exited during the command and
+                    # the worker is stopping (server.close): not a bug
+                    log.info("%s stopped: the session ended (its process exited)", name)
+                    server.ctl_reply(rid, seq, error=f"{name} failed: the session ended", threaded=True)
+                    return
                 RATE.internal_error("internal error in a checkpoint command", f"{name} failed", e)
                 server.ctl_reply(rid, seq, error=f"{name} failed: {e}", threaded=True)
         threading.Thread(target=run, name=f"gpuproxy-{name}", daemon=True).start()
