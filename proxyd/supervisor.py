@@ -1047,6 +1047,8 @@ class Supervisor:
                     poller.register(wk.sock, zmq.POLLIN)
                     socks[wk.sock] = wk
             events = dict(poller.poll(int(TICK_S * 1000)))
+            if self.stopping:
+                break       # told to stop (SIGTERM) while waiting: answer nothing more (sockfile.py)
             if self.sock in events:
                 while True:
                     try:

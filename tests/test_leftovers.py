@@ -48,10 +48,12 @@ echo "== tmp"; ls -A /tmp | grep -v -x -e .inner.log -e '{cache.name}' -e 'pytes
 echo "== shm"; ls -A /dev/shm || :
 [ $rc = 0 ] || tail -n 40 /tmp/.inner.log
 """
+    # the inner run makes its own key and cache folders (conftest.py), in its /tmp
+    env = {k: v for k, v in os.environ.items() if k not in ("GPUPROXY_KEY_DIR", "GPUPROXY_CACHE_DIR")}
+    env[corpus.BUILD_DIR_ENV] = str(cache)
     try:
         r = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c", script],
-                           capture_output=True, text=True, timeout=1200,
-                           env=dict(os.environ, **{corpus.BUILD_DIR_ENV: str(cache)}))
+                           capture_output=True, text=True, timeout=1200, env=env)
     finally:
         os.rmdir(holder)
     if r.returncode != 0 and "== rc" not in r.stdout:
