@@ -45,7 +45,7 @@ from proxy import Daemon  # noqa: E402
 # where it is (shared between runs, by content hash).
 import tempfile  # noqa: E402
 os.environ.setdefault(corpus.BUILD_DIR_ENV, str(corpus.default_build_dir()))
-RUN_TMP = tempfile.mkdtemp(prefix="gpuproxy-test-run-")
+RUN_TMP = tempfile.mkdtemp(prefix="gpx-run-")     # short: ipc socket paths hold 107 bytes
 tempfile.tempdir = RUN_TMP
 # proxyd and proxy-cli keep their keys (image seal) in a private directory
 # (proxyd/keys.py): the tests use one of their own, not the user's
