@@ -783,7 +783,7 @@ static int where_probe(void)
     int sent = zmq_send(G.sup, b.p, b.len, ZMQ_DONTWAIT);
     gp_buf_free(&b);
     if (sent < 0)
-        return 0;
+        return planned_wait() ? 1 : 0;   /* no daemon at all for now: a restart may be under way */
     zmq_pollitem_t it = { G.sup, 0, ZMQ_POLLIN, 0 };
     if (zmq_poll(&it, 1, 1000) <= 0) {
         if (planned_wait())

@@ -30,20 +30,27 @@ from test_checkpoint import BACKEND, ctl, daemon, expected, programs, tmp  # noq
 pytestmark = [pytest.mark.gpu] if BACKEND == "cuda" else []
 
 
-def test_waiting_client_survives_a_new_daemon_before_the_restore(programs, tmp):
+@pytest.mark.parametrize("gap_s", [0, 4])
+def test_waiting_client_survives_a_new_daemon_before_the_restore(programs, tmp, gap_s):
+    """gap_s: how long no daemon runs at all (longer than the client's
+    GPUPROXY_TIMEOUT_MS, 2 s here) while the app calls CUDA."""
     b = programs["iterative"]
     d = daemon(tmp)
     try:
-        with PacedRun(b, d) as run:
+        with PacedRun(b, d, env={"GPUPROXY_TIMEOUT_MS": "2000"}) as run:
             run.step_to(5)
             img = tmp / "img"
             st = ctl(d, "dump", pid=run.pid, dir=str(img))
             assert st["released"]
             d.kill()
+            if gap_s:
+                run.release(3)
+                time.sleep(gap_s)
+                assert run.proc.poll() is None, run.stderr()
             d = daemon(tmp, "proxyd2")
-            # the app calls CUDA now: its worker is gone, and the new daemon
-            # does not know its session until the restore
-            run.release(3)
+            # the app calls CUDA now (if it did not already): its worker is
+            # gone, and the new daemon does not know its session until the restore
+            run.release(0 if gap_s else 3)
             time.sleep(3)
             assert run.proc.poll() is None, run.stderr()
             r = ctl(d, "restore", dir=str(img))
