@@ -874,17 +874,3 @@ class Server:
             self.post(rid, self.packer.pack(obj))
         else:
             self.send(rid, obj)
-
-
-def _endpoint_alive(zctx, ep: str, timeout_ms: int = 300) -> bool:
-    s = zctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    s.setsockopt(zmq.ROUTING_ID, b"ctl:probe-" + uuid.uuid4().hex[:8].encode())
-    try:
-        s.connect(ep)
-        s.send(P.Packer().pack([P.MSG_CTL, 1, "ping", {}])[0])
-        return bool(s.poll(timeout_ms))
-    except zmq.ZMQError:
-        return False
-    finally:
-        s.close(0)

@@ -122,8 +122,9 @@ def release(ep: str, ident) -> bool:
 def sweep_worker_dirs(parent: str) -> int:
     """Removes gpuproxy-workers-<pid> folders in parent (the folder of each
     supervisor's workers' sockets, Supervisor.__init__) left by a supervisor
-    that was killed (SIGKILL: it could not remove its own): ours, and their
-    pid is not a live proxyd. The number removed."""
+    that was killed (SIGKILL: it could not remove its own): ours, their pid
+    is not a live proxyd, and no socket in them accepts connections. The
+    number removed."""
     import re
     import shutil
     removed = 0
@@ -148,6 +149,13 @@ def sweep_worker_dirs(parent: str) -> int:
                     continue        # a live supervisor's
         except OSError:
             pass
+        # a supervisor of another pid namespace sharing this folder is not
+        # in our /proc: its workers' sockets still accept connections
+        try:
+            if any(_connectable(os.path.join(p, n)) for n in os.listdir(p)):
+                continue
+        except OSError:
+            continue
         shutil.rmtree(p, ignore_errors=True)
         removed += 1
     return removed
