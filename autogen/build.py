@@ -154,6 +154,23 @@ def internal_flags() -> list[str]:
 GENERATED_INTERNAL = {"gp_driver_stubs.c", "gp_proc_table.c", "gp_runtime_stubs.c"}
 
 
+def reproducible(gen_dir: Path) -> list[str]:
+    """Compiler options that keep the folders of a build out of its output,
+    so that two builds of one version are byte-identical wherever they ran
+    (pip builds in a temporary folder of its own, a clone lies anywhere).
+    A process restored by CRIU maps the stand-in libraries again, and CRIU
+    refuses a file whose ELF build-id (a hash of its bytes, ld --build-id)
+    changed since the dump (criu --help: --file-validation, buildid by
+    default): a reinstall of the same version must keep every image usable.
+    The debug information names source files and the compiler's working
+    folder; -ffile-prefix-map (GCC >= 8) rewrites those names. The last
+    matching map wins, so the most specific folders come last."""
+    maps = [(os.getcwd(), "."), (str(REPO), "gpuproxy"),
+            (str(gen_dir), "gpuproxy-gen"), (str(Path(gen_dir).resolve()), "gpuproxy-gen"),
+            (header.standin_dir(), "gpuproxy-standin")]
+    return [f"-ffile-prefix-map={old}={new}" for old, new in maps]
+
+
 def compile_libs(gen_dir: Path, lib_dir: Path, include: str, version: str, cc: str = "cc") -> None:
     lib_dir.mkdir(parents=True, exist_ok=True)
     zlibs = find_libzmq()
@@ -163,7 +180,7 @@ def compile_libs(gen_dir: Path, lib_dir: Path, include: str, version: str, cc: s
             shutil.copy2(p, dst)
     libzmq = os.path.basename(zlibs[0])
     src = REPO / "interceptor"
-    common = compile_flags(src, gen_dir, include, version)
+    common = [*compile_flags(src, gen_dir, include, version), *reproducible(gen_dir)]
     objs_dir = gen_dir / "obj"
     objs_dir.mkdir(exist_ok=True)
 

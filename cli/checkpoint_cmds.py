@@ -22,6 +22,7 @@ import time
 from gpuproxy.proxyd.checkpoint.orchestrate import inspect as I
 from gpuproxy.proxyd.checkpoint.orchestrate.inspect import Image, ImageError
 
+from . import args as A
 from .common import CHECKPOINT_TIMEOUT_S, timeout_of
 
 
@@ -48,7 +49,7 @@ def add_checkpoint_parsers(sub) -> None:
     for name, what in (("pre-dump", "copy a session's memory while it runs (the start of an incremental chain)"),
                        ("dump", "checkpoint an app: its GPU state (proxyd) and its processes (CRIU)")):
         p = sub.add_parser(name, help=what)
-        p.add_argument("--pid", type=int, required=True, help="process whose session to checkpoint")
+        p.add_argument("--pid", type=A.pid, required=True, help="process whose session to checkpoint")
         p.add_argument("--dir", required=True,
                        help="image directory; one that holds an image already continues its chain")
         p.add_argument("--parent", help="parent image elsewhere (incremental)")
@@ -67,7 +68,7 @@ def add_checkpoint_parsers(sub) -> None:
         p.set_defaults(fn=cmd_dump, kind=name)
     r = sub.add_parser("restore", help="restore an app from an image: GPU state, then its processes")
     r.add_argument("--dir", required=True, help="image directory")
-    r.add_argument("--device-map", default="",
+    r.add_argument("--device-map", type=A.device_map, default={},
                    help="restore onto other GPUs: OLD=NEW[,OLD=NEW] (same model)")
     r.add_argument("--gpu-only", action="store_true",
                    help="restore the GPU state alone, for a process that is still alive (a --gpu-only dump)")
@@ -80,8 +81,8 @@ def add_checkpoint_parsers(sub) -> None:
     r.add_argument("--json", action="store_true")
     r.set_defaults(fn=cmd_restore)
     m = sub.add_parser("migrate", help="move a session to another GPU")
-    m.add_argument("--pid", type=int, required=True)
-    m.add_argument("--to-device", type=int, required=True)
+    m.add_argument("--pid", type=A.pid, required=True)
+    m.add_argument("--to-device", type=A.device, required=True)
     m.add_argument("--json", action="store_true")
     m.set_defaults(fn=cmd_migrate)
 
@@ -169,10 +170,7 @@ def cmd_dump(a) -> int:
 def cmd_restore(a) -> int:
     from gpuproxy.proxyd.checkpoint.orchestrate import gpu as G
     from gpuproxy.proxyd.checkpoint.orchestrate import whole_process as W
-    dmap = {}
-    for part in filter(None, a.device_map.split(",")):
-        old, _, new = part.partition("=")
-        dmap[str(int(old))] = int(new)
+    dmap = a.device_map
     path = os.path.abspath(a.dir)
     _client(a).call("ping")          # an unreachable proxyd is the first thing said
     try:

@@ -24,6 +24,7 @@ from gpuproxy.proxyd.core import protocol as P
 
 from gpuproxy.proxyd.client import ControlClient, ControlError
 
+from . import args as A
 from .common import CHECKPOINT_TIMEOUT_S, QUICK_TIMEOUT_S, timeout_of  # noqa: F401  (tests read them here)
 
 
@@ -131,15 +132,25 @@ def cmd_profile(a):
     merged: dict[int, list] = {}
     files = [a.file] + sorted(glob.glob(glob.escape(a.file) + ".*"))
     for path in files:
-        with open(path) as f:
-            for line in f:
-                if line.startswith("#") or not line.strip():
-                    continue
-                fid, calls, sync_calls, wait_us = line.split()
-                m = merged.setdefault(int(fid), [0, 0, 0.0])
-                m[0] += int(calls)
-                m[1] += int(sync_calls)
-                m[2] += float(wait_us)
+        try:
+            with open(path) as f:
+                for k, line in enumerate(f, 1):
+                    if line.startswith("#") or not line.strip():
+                        continue
+                    try:
+                        fid, calls, sync_calls, wait_us = line.split()
+                        row = (int(fid), int(calls), int(sync_calls), float(wait_us))
+                    except ValueError:
+                        print(f"proxy-cli profile: {path} line {k} is not a call profile line "
+                              f"(function-id calls sync-calls wait-us)", file=sys.stderr)
+                        return 1
+                    m = merged.setdefault(row[0], [0, 0, 0.0])
+                    m[0] += row[1]
+                    m[1] += row[2]
+                    m[2] += row[3]
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"proxy-cli profile: cannot read {path}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
+            return 1
     rows = [(NAMES.get(fid, f"id {fid}"), c, s, w) for fid, (c, s, w) in merged.items()]
     if len(files) > 1:
         print(f"(merged {len(files)} files: {', '.join(files)})")
@@ -154,10 +165,10 @@ def cmd_profile(a):
 
 
 def build_parser():
-    ap = argparse.ArgumentParser(prog="proxy-cli", description="Drive gpuproxy: run programs under the shim, "
+    ap = A.OneLineParser(prog="proxy-cli", description="Drive gpuproxy: run programs under the shim, "
                                  "inspect sessions, checkpoint and restore their GPU state.")
-    ap.add_argument("--endpoint", help=f"proxyd endpoint (default $GPUPROXY_ENDPOINT or {P.DEFAULT_ENDPOINT})")
-    ap.add_argument("--timeout", type=float, default=None,
+    ap.add_argument("--endpoint", type=A.endpoint, help=f"proxyd endpoint (default $GPUPROXY_ENDPOINT or {P.DEFAULT_ENDPOINT})")
+    ap.add_argument("--timeout", type=A.seconds, default=None,
                     help=f"seconds to wait for proxyd's answer (default {QUICK_TIMEOUT_S:g}; "
                          f"{CHECKPOINT_TIMEOUT_S:g} for pre-dump, dump, restore and migrate)")
     sub = ap.add_subparsers(dest="cmd")
@@ -170,7 +181,7 @@ def build_parser():
     s.set_defaults(fn=cmd_status)
     pr = sub.add_parser("profile", help="name and sort a shim call profile (written where GPUPROXY_PROFILE says)")
     pr.add_argument("file")
-    pr.add_argument("--top", type=int, default=40, help="rows to print (default 40)")
+    pr.add_argument("--top", type=A.count, default=40, help="rows to print (default 40)")
     pr.set_defaults(fn=cmd_profile)
     k = sub.add_parser("keygen", help="make a CURVE client key pair for tcp endpoints")
     k.add_argument("--out", help="where to write it (default: curve-client.key in the key directory)")
@@ -185,7 +196,13 @@ def build_parser():
 
 
 def main(argv=None):
+    return A.guarded(_main, argv)
+
+
+def _main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
+    # `proxy-cli run PROG ARGS`: what follows the program is the program's
+    argv, program = A.split_program(argv, ("run",))
     # pos_cli-style actions: proxy-cli --dump --pid PID --dir DIR ...; the
     # global options (--endpoint, --timeout) may stand anywhere among them
     for flag in ("--pre-dump", "--dump", "--restore"):
@@ -214,7 +231,7 @@ def main(argv=None):
             del argv[i:i + n]
             continue
         i += 1
-    argv = front + argv
+    argv = front + argv + program
     ap = build_parser()
     a = ap.parse_args(argv)
     if not getattr(a, "fn", None):
@@ -225,8 +242,6 @@ def main(argv=None):
     except ControlError as e:
         print(f"proxy-cli: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
 
 
 if __name__ == "__main__":

@@ -546,14 +546,21 @@ static int pump(gp_msg *sync_msg, gp_reply *out, int max_inflight, long silence_
     }
 }
 
+/* The session is lost for good: say so once, then every later call of
+ * this process fails at once (G.state 4) instead of waiting the timeout out
+ * again, which doubled the time to fail and the message. */
 static CUresult lost_daemon(int why)
 {
+    if (G.state == 4)
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
     if (why == -2)
         gp_log("proxyd at %s does not know this process's session (daemon restarted without a restore?)", G.endpoint);
     else if (why == -3)
         ;   /* where_probe said why */
     else
-        gp_log("proxyd at %s stopped answering for %ld ms", G.endpoint, G.timeout_ms);
+        gp_log("proxyd at %s stopped answering for %ld ms; this process's CUDA calls fail from now on",
+               G.endpoint, G.timeout_ms);
+    G.state = 4;
     return CUDA_ERROR_DEVICE_UNAVAILABLE;
 }
 
@@ -697,6 +704,42 @@ static int reconnect_worker(void)
     return 0;
 }
 
+/* /dev/shm/gpuproxy-released-<token>: written by the supervisor when a
+ * --dump without --leave-running releases this session's GPU state
+ * (proxyd/supervisor/markers.py). A client that learns of its release only after that
+ * daemon is gone (killed, replaced by a new one that does not know the
+ * session yet) still knows it waits for a restore, and keeps waiting up to
+ * GPUPROXY_RESTORE_WAIT_S instead of failing (planned_wait, below).
+ * The marker goes when the session runs again (restored). It only delays a
+ * failure, so its owner is not checked. Clients on another host (tcp) share
+ * no /dev/shm with proxyd: they rely on the supervisor's answer alone. */
+static int gp_released_marker(void)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/dev/shm/gpuproxy-released-%s", gp_session_token());
+    return access(path, F_OK) == 0;
+}
+
+static void gp_released_clear(void)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/dev/shm/gpuproxy-released-%s", gp_session_token());
+    unlink(path);
+}
+
+/* Whether this session waits for a restore: the supervisor said so
+ * (released), or, when the daemon that said it is gone or was replaced
+ * before we asked, the marker it left (gp_released_marker). */
+static int planned_wait(void)
+{
+    if (!G.planned && gp_released_marker()) {
+        G.planned = 1;
+        G.planned_since = now_us();
+        gp_log("session dumped: waiting for a restore (at most %ld s, GPUPROXY_RESTORE_WAIT_S)", G.restore_wait_s);
+    }
+    return G.planned && (long)((now_us() - G.planned_since) / 1000000u) < G.restore_wait_s;
+}
+
 static int where_probe(void)
 {
     char pidns[128] = "";
@@ -715,10 +758,10 @@ static int where_probe(void)
     int sent = zmq_send(G.sup, b.p, b.len, ZMQ_DONTWAIT);
     gp_buf_free(&b);
     if (sent < 0)
-        return 0;
+        return planned_wait() ? 1 : 0;   /* no daemon at all for now: a restart may be under way */
     zmq_pollitem_t it = { G.sup, 0, ZMQ_POLLIN, 0 };
     if (zmq_poll(&it, 1, 1000) <= 0) {
-        if (G.planned && (long)((now_us() - G.planned_since) / 1000000u) < G.restore_wait_s)
+        if (planned_wait())
             return 1;   /* a daemon restart is part of a planned wait */
         return 0;
     }
@@ -756,6 +799,7 @@ static int where_probe(void)
     if (rd.err || !st) {
         rc = 0;
     } else if (sl == 7 && !memcmp(st, "running", 7)) {
+        gp_released_clear();     /* restored (or never released): no wait to mark */
         G.planned = 0;
         rc = 1;
         if (has_ep && strcmp(prev, G.wendpoint) != 0)
@@ -773,7 +817,7 @@ static int where_probe(void)
         gp_log("proxyd at %s lost this session: %.*s", G.endpoint, (int)wl, why ? (const char *)why : "its worker ended");
         rc = -1;
     } else {   /* unknown */
-        if (G.planned && (long)((now_us() - G.planned_since) / 1000000u) < G.restore_wait_s) {
+        if (planned_wait()) {
             rc = 1;   /* a restarted daemon: the restore may still come */
         } else {
             gp_log("proxyd at %s does not know this process's session (daemon restarted without a restore?)",
@@ -862,6 +906,8 @@ CUresult gp_session(void)
         return CUDA_SUCCESS;
     if (G.state == 3)
         return CUDA_ERROR_DEINITIALIZED;
+    if (G.state == 4 && G.pid == getpid())
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;     /* lost_daemon said why, once */
     if (G.state == 0 || G.pid != getpid()) {
         const char *ep = getenv("GPUPROXY_ENDPOINT");
         snprintf(G.endpoint, sizeof G.endpoint, "%s", (ep && *ep) ? ep : GP_DEFAULT_ENDPOINT);

@@ -120,6 +120,9 @@ class ControlClient:
         answering, or the command failed. Never waits longer than the
         timeout."""
         t = self.timeout_s if timeout_s is None else timeout_s
+        why = P.endpoint_problem(self.endpoint)      # $GPUPROXY_ENDPOINT is not checked by argparse
+        if why:
+            raise ControlError(why)
         deadline = time.monotonic() + t
         probe(self.endpoint, t)
         s = self.ctx.socket(zmq.DEALER)
@@ -137,7 +140,10 @@ class ControlClient:
         # a proof file means something on ipc only: over tcp the key says who we are
         proof = make_proof() if not curve.is_tcp(self.endpoint) else (None, {})
         try:
-            s.connect(self.endpoint)
+            try:
+                s.connect(self.endpoint)
+            except zmq.ZMQError as e:
+                raise ControlError(f"cannot connect to proxyd at {self.endpoint}: {e}") from None
             self.seq += 1
             s.send(msgpack.packb([P.MSG_CTL, self.seq, cmd, args or {}, proof[1]], use_bin_type=True))
             while True:

@@ -112,6 +112,8 @@ def main(argv=None):
         sys.exit(f"proxyd: {e}")
     from .supervisor.shm_sweep import sweep
     sweep()     # shared memory of clients that died with an earlier daemon (shm_sweep.py)
+    from .supervisor.markers import sweep as sweep_markers
+    sweep_markers()     # and the session markers of clients that are gone (markers.py)
 
     def stop(signum, frame):
         server.stopping = True

@@ -38,20 +38,31 @@ if str(TESTS_DIR) not in sys.path:
 import corpus  # noqa: E402
 from proxy import Daemon  # noqa: E402
 
+# A test run leaves no files behind: every temporary folder made in this
+# process (tempfile: daemons' folders, keys, caches) goes under one root,
+# removed when the run ends (pytest_unconfigure), also the folders of
+# daemons a test killed without cleaning up. The corpus build cache stays
+# where it is (shared between runs, by content hash).
+import tempfile  # noqa: E402
+os.environ.setdefault(corpus.BUILD_DIR_ENV, str(corpus.default_build_dir()))
+RUN_TMP = tempfile.mkdtemp(prefix="gpx-run-")     # short: ipc socket paths hold 107 bytes
+tempfile.tempdir = RUN_TMP
 # proxyd and proxy-cli keep their keys (image seal) in a private directory
 # (proxyd/core/keys.py): the tests use one of their own, not the user's
 if not os.environ.get("GPUPROXY_KEY_DIR"):
-    import tempfile
-    os.environ["GPUPROXY_KEY_DIR"] = os.path.join(tempfile.mkdtemp(prefix="gpuproxy-test-keys-"), "keys")
+    os.environ["GPUPROXY_KEY_DIR"] = os.path.join(tempfile.mkdtemp(prefix="keys-"), "keys")
 # and their module cache (proxyd/families/modstore.py) too
 if not os.environ.get("GPUPROXY_CACHE_DIR"):
-    import tempfile
-    os.environ["GPUPROXY_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpuproxy-test-cache-")
+    os.environ["GPUPROXY_CACHE_DIR"] = tempfile.mkdtemp(prefix="cache-")
 
 GPU_SKIP_REASON = "no NVIDIA GPU on this machine"
 
 
 # --------------------------------------------------------------------------- gpu marker
+
+def pytest_unconfigure(config):
+    shutil.rmtree(RUN_TMP, ignore_errors=True)
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU and driver (skipped where none is present)")

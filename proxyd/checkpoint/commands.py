@@ -34,7 +34,17 @@ def register(server, ctl):
             except CheckpointError as e:
                 RATE.event("checkpoint command refused", "%s: %s", name, e)
                 server.ctl_reply(rid, seq, error=str(e), threaded=True)
+            except OSError as e:
+                # the filesystem's answer (a full disk, a missing folder): one line, no traceback
+                RATE.event("checkpoint command failed", "%s failed: %s", name, e)
+                server.ctl_reply(rid, seq, error=f"{name} failed: {e}", threaded=True)
             except Exception as e:
+                if getattr(server, "closed", False):
+                    # the session's process exited during the command and
+                    # the worker is stopping (server.close): not a bug
+                    log.info("%s stopped: the session ended (its process exited)", name)
+                    server.ctl_reply(rid, seq, error=f"{name} failed: the session ended", threaded=True)
+                    return
                 RATE.internal_error("internal error in a checkpoint command", f"{name} failed", e)
                 server.ctl_reply(rid, seq, error=f"{name} failed: {e}", threaded=True)
         threading.Thread(target=run, name=f"gpuproxy-{name}", daemon=True).start()

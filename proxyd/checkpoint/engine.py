@@ -391,6 +391,7 @@ class Engine:
             if not leave_running and kind != "pre-dump":
                 self.release(sess)
                 stats["released"] = True
+                stats["last_seq"] = int(desc.get("last_seq") or 0)    # the released state's age (proxyd/supervisor/markers.py)
                 stats.setdefault("stop_ms", _ms(t0, time.monotonic()))
             stats["total_ms"] = _ms(t0, time.monotonic())
             stats["path"] = os.path.abspath(path)

@@ -271,6 +271,8 @@ def read_manifest(directory: str) -> tuple[dict, str]:
         m = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise ImageError(f"{path}: body is not valid JSON ({e})") from None
+    except RecursionError:
+        raise ImageError(f"{path}: body is nested too deeply to be a manifest") from None
     if not isinstance(m, dict):
         raise ImageError(f"{path}: body is not a JSON object")
     if m.get("format_version") != version:
@@ -287,6 +289,8 @@ def read_manifest(directory: str) -> tuple[dict, str]:
         validate_manifest(m)
     except SchemaError as e:
         raise ImageError(f"{path}: {e}") from None
+    except RecursionError:
+        raise ImageError(f"{path}: body is nested too deeply to be a manifest") from None
     return m, got
 
 
@@ -393,7 +397,7 @@ class Image:
         except OSError as e:
             return False, f"foreign image: cannot read {path}: {e.strerror}"
         parts = raw.decode("ascii", "replace").split()
-        if len(parts) != 3 or parts[0] != SEAL_ALGO:
+        if len(parts) != 3 or parts[0] != SEAL_ALGO or not raw.isascii():
             return False, f"foreign image: {path} is not a seal"
         if key is None:
             return False, f"foreign image: sealed with key {parts[1]}, and this user has no seal key"
@@ -1053,10 +1057,27 @@ class ImageWriter:
             ws = self.write_stats
             ws["fallocate_ms"] = ws.get("fallocate_ms", 0) + round((_time.monotonic() - t_alloc) * 1000, 3)
             if mode == "mmap" and off > self._off:
+                # a page of a mapping that finds the filesystem full is a
+                # SIGBUS: reserve first, or write without a mapping (space.py)
+                from . import space
+                t_res = _time.monotonic()
+                try:
+                    space.reserve(ex, fd, self._off, off - self._off, workers, os.path.join(self.path, MEMORY), PAGE)
+                except space.CannotReserve:
+                    mode = "pwrite"
+                except OSError:
+                    self.abort()        # nothing partial stays behind that could pass for an image
+                    raise
+                ws["fallocate_ms"] = ws.get("fallocate_ms", 0) + round((_time.monotonic() - t_res) * 1000, 3)
+            if mode == "mmap" and off > self._off:
                 jobs = self._put_mapped(ex, fd, off, segs)
             else:
                 jobs = self._write_jobs(segs)
-                list(ex.map(self._put, jobs))
+                try:
+                    list(ex.map(self._put, jobs))
+                except OSError:
+                    self.abort()        # a full disk: as above
+                    raise
             ws["mode"] = mode
         self._off = off
         os.lseek(fd, off, os.SEEK_SET)

@@ -6,11 +6,9 @@ so that the supervisor need not import the worker's serving loop.
 from __future__ import annotations
 
 import os
-import uuid
 
 import zmq
 
-from . import protocol as P
 from .procinfo import OWN_PIDNS  # noqa: F401  (the supervisor reads it here)
 
 
@@ -34,10 +32,11 @@ def bind_router(zctx, sock, ep: str) -> str:
     removed; one that a live daemon serves is refused (EndpointInUse)."""
     if ep.startswith("ipc://"):
         path = ep[len("ipc://"):]
-        if os.path.exists(path):
-            if _endpoint_alive(zctx, ep):
-                raise EndpointInUse(f"another proxyd already serves {ep}")
-            os.unlink(path)
+        from . import sockfile
+        try:
+            sockfile.take_stale(zctx, ep, path)     # a live daemon's socket is never taken (sockfile.py)
+        except sockfile.EndpointBusy as e:
+            raise EndpointInUse(str(e)) from None
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     try:
         sock.bind(ep)
@@ -45,16 +44,3 @@ def bind_router(zctx, sock, ep: str) -> str:
         raise EndpointInUse(f"cannot bind {ep}: {e}") from e
     return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
 
-
-def _endpoint_alive(zctx, ep: str, timeout_ms: int = 300) -> bool:
-    s = zctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    s.setsockopt(zmq.ROUTING_ID, b"ctl:probe-" + uuid.uuid4().hex[:8].encode())
-    try:
-        s.connect(ep)
-        s.send(P.Packer().pack([P.MSG_CTL, 1, "ping", {}])[0])
-        return bool(s.poll(timeout_ms))
-    except zmq.ZMQError:
-        return False
-    finally:
-        s.close(0)

@@ -247,3 +247,20 @@ def _has_big(x, depth: int) -> bool:
         elif isinstance(v, _SEQ) and _has_big(v, depth - 1):
             return True
     return False
+
+
+def endpoint_problem(ep: str) -> str | None:
+    """Why ep cannot be a proxyd endpoint, or None."""
+    if ep.startswith("ipc://"):
+        path = ep[len("ipc://"):]
+        if not path:
+            return f"bad endpoint {ep!r}: ipc:// needs a socket path"
+        if len(path.encode()) > 107:
+            return f"bad endpoint {ep!r}: a Unix socket path holds at most 107 bytes"
+        return None
+    if ep.startswith("tcp://"):
+        host, _, port = ep[len("tcp://"):].rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            return f"bad endpoint {ep!r}: expected tcp://HOST:PORT"
+        return None
+    return f"bad endpoint {ep!r}: expected ipc://PATH or tcp://HOST:PORT"

@@ -257,6 +257,8 @@ class Supervisor:
                 # a Unix socket path holds at most 107 bytes (sun_path): a
                 # deep endpoint folder leaves no room for the workers' names
                 self.worker_dir = f"/tmp/gpuproxy-workers-{os.getpid()}"
+            from ..core.sockfile import sweep_worker_dirs
+            sweep_worker_dirs(os.path.dirname(self.worker_dir))     # of supervisors that were killed
             os.makedirs(self.worker_dir, exist_ok=True)
             os.chmod(self.worker_dir, 0o711)
             if users == "all":
@@ -277,10 +279,14 @@ class Supervisor:
             "dump": self.ctl_dump, "pre-dump": self.ctl_dump, "migrate": self.ctl_forward,
             "restore": self.ctl_restore, "park": self.ctl_park, "resume": self.ctl_resume,
         }
+        from .discard import ctl_discard
+        self.handlers["discard"] = lambda rid, seq, args: ctl_discard(self, rid, seq, args)
 
     # ------------------------------------------------------------- socket
     def _bind(self):
         bind_router(self.zctx, self.sock, self.endpoint)
+        from ..core import sockfile
+        self._sock_id = sockfile.claim(self.endpoint)
 
     def send(self, rid: bytes, obj):
         self.sock.send_multipart([rid, msgpack.packb(obj, use_bin_type=True)])
@@ -411,7 +417,9 @@ class Supervisor:
             for fid, (cb, _dl, owner) in list(self.pending.items()):
                 if owner is wk:
                     del self.pending[fid]
-                    cb(1, f"the session's worker (pid {wk.pid}) {_describe_exit(rc)}")
+                    cb(1, "the session ended (its process exited) before the command was done"
+                       if wk.exit_reason == "session ended" else
+                       f"the session's worker (pid {wk.pid}) {_describe_exit(rc)}")
             e = self.entries.get(wk.token) if wk.token else None
             if e is not None and e.worker is wk:
                 e.worker = None
@@ -605,6 +613,8 @@ class Supervisor:
             e.worker.exit_reason = "session ended"
             self._stop_worker(e.worker)
         remove_client_segments(e.token)
+        from . import markers
+        markers.remove(e.token)
         self._drop(e)
 
     def _drop(self, e: Entry):
@@ -677,9 +687,9 @@ class Supervisor:
             return None        # status shows each user only their own sessions
         if cmd == "shutdown":
             return "only root or proxyd's own user may stop proxyd"
-        if cmd in ("dump", "pre-dump", "migrate", "park", "resume"):
+        if cmd in ("dump", "pre-dump", "migrate", "park", "resume", "discard"):
             e = None
-            if cmd == "resume" and args.get("token"):
+            if cmd in ("resume", "discard") and args.get("token"):
                 e = self.entries.get(str(args["token"]))
             else:
                 try:
@@ -793,6 +803,10 @@ class Supervisor:
                 # its GPU state is in the image and released: the worker goes
                 # (and with it the CUDA context); the client waits for a restore
                 e.state, e.since = "released", time.monotonic()
+                from . import markers
+                if self.entries.get(e.token) is e:      # (not if its process ended meanwhile)
+                    markers.mark_released(e.token, e.pid, self.endpoint,    # survives this daemon (markers.py)
+                                          result.get("last_seq") if isinstance(result, dict) else None)
                 wk = e.worker
                 e.worker = None
                 if wk is not None:
@@ -818,8 +832,12 @@ class Supervisor:
                 img.check_restorable()
                 validate_session(img.session, strict=True)
                 uid = img.session.get("uid")
+                from .markers import older_than_release
+                stale = older_than_release(img.session)
             finally:
                 img.close()
+            if stale:
+                return stale, None
         except ImageError as e:
             return f"image refused: {e}", None
         except SchemaError as e:
@@ -887,6 +905,8 @@ class Supervisor:
                 e.worker, e.state = wk, "running"
                 if e.pidfd is None:
                     e.restored_at = time.monotonic()   # watched from the client's first WHERE on
+                from . import markers
+                markers.remove(token, ("released",))
                 log.info("session of pid %s restored into worker pid %d", e.pid, wk.pid)
                 result["worker_pid"] = wk.pid
                 self.reply(rid, seq, result)
@@ -1027,6 +1047,8 @@ class Supervisor:
                     poller.register(wk.sock, zmq.POLLIN)
                     socks[wk.sock] = wk
             events = dict(poller.poll(int(TICK_S * 1000)))
+            if self.stopping:
+                break       # told to stop (SIGTERM) while waiting: answer nothing more (sockfile.py)
             if self.sock in events:
                 while True:
                     try:
@@ -1051,6 +1073,11 @@ class Supervisor:
                 self._reap_clients()
 
     def close(self):
+        # the public endpoint goes first: a daemon started to replace this
+        # one may take it while the workers stop (sockfile.py)
+        from ..core import sockfile
+        self.sock.close(0)
+        sockfile.release(self.endpoint, getattr(self, "_sock_id", None))
         for wk in list(self.workers):
             self._stop_worker(wk)
         deadline = time.monotonic() + 10
@@ -1066,14 +1093,9 @@ class Supervisor:
         for e in self.entries.values():
             if e.pidfd is not None:
                 os.close(e.pidfd)
-        self.sock.close(0)
         if self.zap is not None:
             self.zap.stop()
         if self.endpoint.startswith("ipc://"):
-            try:
-                os.unlink(self.endpoint[len("ipc://"):])
-            except OSError:
-                pass
             import shutil
             shutil.rmtree(self.worker_dir, ignore_errors=True)
         self.zctx.term()

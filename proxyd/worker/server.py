@@ -184,6 +184,8 @@ class Server:
         self.orphans: dict[str, float] = {}
         self.started = time.time()
         self.outbox: queue.Queue = queue.Queue()
+        self.closed = False                    # close() began: no call_in_loop is served any more
+        self._closing = threading.Lock()       # orders call_in_loop against close()
         self.stopping = False
         self.packer = P.Packer()
         self.ctl_handlers = {}
@@ -223,23 +225,39 @@ class Server:
         ep = self.endpoint
         # with tcp://host:* the system picks the port: this is the real one
         self.bound_endpoint = bind_router(self.zctx, self.sock, ep)
+        from ..core import sockfile
+        self._sock_id = sockfile.claim(ep)
         mode = os.environ.get("GPUPROXY_WORKER_SOCKET_MODE") if self.worker else None
         if mode and ep.startswith("ipc://"):
             os.chmod(ep[len("ipc://"):], int(mode, 8))   # proxyd --users all: its clients are other users
 
     def close(self):
+        # A checkpoint thread may wait for the loop (call_in_loop) while the
+        # session's process exits and the worker stops: it gets an error
+        # instead of waiting forever, and zctx.destroy below does not wait
+        # for the sockets such threads opened (term() did, and the worker
+        # never exited).
+        with self._closing:
+            self.closed = True
+        self._fail_waiting_calls()
         for s in list(self.sessions.values()):
             self.close_session(s)
         self.sock.close(0)
         self.wake_r.close(0)
         if self.zap is not None:
             self.zap.stop()
-        if self.endpoint.startswith("ipc://"):
+        from ..core import sockfile
+        sockfile.release(self.endpoint, getattr(self, "_sock_id", None))   # only if still ours
+        self.zctx.destroy(linger=0)
+
+    def _fail_waiting_calls(self):
+        while True:
             try:
-                os.unlink(self.endpoint[len("ipc://"):])
-            except OSError:
-                pass
-        self.zctx.term()
+                item = self.outbox.get_nowait()
+            except queue.Empty:
+                return
+            if item[0] == "call" and not item[2].done():
+                item[2].set_exception(RuntimeError("the proxyd worker is stopping (its session ended)"))
 
     def post(self, rid: bytes, frames: list):
         """Thread-safe: queue a message to a peer and wake the loop."""
@@ -249,19 +267,27 @@ class Server:
     def call_in_loop(self, fn) -> concurrent.futures.Future:
         """Thread-safe: run fn on the main loop; the future gets its result."""
         fut = concurrent.futures.Future()
-        self.outbox.put(("call", fn, fut))
+        with self._closing:
+            if self.closed:
+                fut.set_exception(RuntimeError("the proxyd worker is stopping (its session ended)"))
+                return fut
+            self.outbox.put(("call", fn, fut))
         self._wake()
         return fut
 
     def _wake(self):
-        w = getattr(self._wake_w, "s", None)
-        if w is None:
-            w = self.zctx.socket(zmq.PAIR)
-            w.connect(self.wake_addr)
-            self._wake_w.s = w
         try:
+            w = getattr(self._wake_w, "s", None)
+            if w is None:
+                w = self.zctx.socket(zmq.PAIR)
+                w.connect(self.wake_addr)
+                self._wake_w.s = w
             w.send(b"", zmq.NOBLOCK)
         except zmq.Again:
+            pass
+        except zmq.ZMQError:
+            # the loop has ended (the session's process exited during a
+            # checkpoint and the worker is closing): nobody is left to wake
             pass
 
     def send(self, rid: bytes, obj) -> list:

@@ -300,8 +300,15 @@ def restore(client, endpoint: str, path: str, device_map: dict, st: dict, rollba
     try:
         pid, ms = criu.restore(c, path, rec)
     except criu.CriuError as e:
-        raise WholeProcessError(f"{e}. The GPU state was restored into proxyd at {endpoint} (session {token}) "
-                                f"but the process was not") from None
+        # nothing will attach to the restored GPU state: release it now, so
+        # that the restore can be tried again at once (proxyd/supervisor/discard.py)
+        try:
+            client.call("discard", {"token": token}) if token else None
+            after = "the GPU state it had restored into proxyd was released again; the restore can be retried"
+        except ControlError as x:
+            after = (f"the GPU state was restored into proxyd at {endpoint} but could not be released ({x}); "
+                     f"proxyd ends it after GPUPROXY_ATTACH_GRACE_S")
+        raise WholeProcessError(f"{e}. The process was not restored: {after}") from None
     if token:
         _resume(client, token=token)
     else:

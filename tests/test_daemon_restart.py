@@ -1,0 +1,245 @@
+"""No job is lost to a daemon restart (issue 26), on the emulated backend:
+
+ - a client whose session was dumped (GPU-only) keeps waiting for its
+   restore whatever daemon answers meanwhile: proxyd killed, a new one
+   started, the app calls CUDA, and only then the restore comes;
+ - a stopping daemon removes only its own socket, so a daemon started while
+   the old one stops stays reachable; a second daemon on a live endpoint
+   refuses to start, in one line;
+ - a killed proxyd fails the client's call with one message naming the
+   endpoint (not one per later call);
+ - what a killed daemon or a never-restored client leaves behind (workers'
+   socket folders, session markers in /dev/shm) is swept at the next start.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from paced import PacedRun  # noqa: E402
+from proxy import Daemon, ping  # noqa: E402
+from test_checkpoint import BACKEND, ctl, daemon, expected, programs, tmp  # noqa: E402,F401
+
+pytestmark = [pytest.mark.gpu] if BACKEND == "cuda" else []
+
+
+@pytest.mark.parametrize("gap_s", [0, 4])
+def test_waiting_client_survives_a_new_daemon_before_the_restore(programs, tmp, gap_s):
+    """gap_s: how long no daemon runs at all (longer than the client's
+    GPUPROXY_TIMEOUT_MS, 2 s here) while the app calls CUDA."""
+    b = programs["iterative"]
+    d = daemon(tmp)
+    try:
+        with PacedRun(b, d, env={"GPUPROXY_TIMEOUT_MS": "2000"}) as run:
+            run.step_to(5)
+            img = tmp / "img"
+            st = ctl(d, "dump", pid=run.pid, dir=str(img))
+            assert st["released"]
+            d.kill()
+            if gap_s:
+                run.release(3)
+                time.sleep(gap_s)
+                assert run.proc.poll() is None, run.stderr()
+            d = daemon(tmp, "proxyd2")
+            # the app calls CUDA now (if it did not already): its worker is
+            # gone, and the new daemon does not know its session until the restore
+            run.release(0 if gap_s else 3)
+            time.sleep(3)
+            assert run.proc.poll() is None, run.stderr()
+            r = ctl(d, "restore", dir=str(img))
+            assert r["pid"] == run.pid
+            out = run.finish()
+            assert out == expected(b), run.stderr()
+            assert "does not know this process's session" not in run.stderr()
+        assert not [n for n in os.listdir("/dev/shm") if n.startswith("gpuproxy-released-") and
+                    n.endswith(f"-{run.pid}")]
+    finally:
+        d.cleanup()
+
+
+def test_released_marker_goes_when_the_client_ends(programs, tmp):
+    b = programs["iterative"]
+    d = daemon(tmp)
+    try:
+        run = PacedRun(b, d)
+        run.step_to(2)
+        ctl(d, "dump", pid=run.pid, dir=str(tmp / "img"))
+        mine = [n for n in os.listdir("/dev/shm") if n.startswith("gpuproxy-released-") and n.endswith(f"-{run.pid}")]
+        assert len(mine) == 1
+        run.proc.kill()
+        run.proc.wait()
+        end = time.monotonic() + 10
+        while os.path.exists(f"/dev/shm/{mine[0]}") and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not os.path.exists(f"/dev/shm/{mine[0]}")
+    finally:
+        d.cleanup()
+
+
+def test_killed_daemon_fails_the_client_with_one_message(programs, tmp):
+    b = programs["iterative"]
+    d = daemon(tmp)
+    try:
+        run = PacedRun(b, d)
+        run.step_to(3)
+        d.kill()
+        run.release(50)
+        rc = run.proc.wait(120)
+        time.sleep(0.3)
+        err = run.stderr()
+        assert rc != 0
+        mine = [line for line in err.splitlines() if line.startswith("gpuproxy:")]
+        assert len(mine) == 1, err
+        assert d.endpoint in mine[0] and "stopped answering" in mine[0], err
+    finally:
+        d.cleanup()
+
+
+def _start(endpoint: str, log: Path) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    return subprocess.Popen([sys.executable, "-m", "gpuproxy.proxyd", "--backend", "emu", "--endpoint", endpoint],
+                            stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _wait_ping(endpoint: str, s: float = 30) -> bool:
+    end = time.monotonic() + s
+    while time.monotonic() < end:
+        if ping(endpoint):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_second_daemon_on_a_live_endpoint_refuses_in_one_line(tmp):
+    d = daemon(tmp)
+    try:
+        p = _start(d.endpoint, tmp / "second.log")
+        assert p.wait(60) != 0
+        lines = [x for x in (tmp / "second.log").read_text().splitlines() if x.strip()]
+        assert len(lines) == 1 and "already serves" in lines[0], lines
+        assert ping(d.endpoint, 2.0)
+    finally:
+        d.cleanup()
+
+
+def test_daemon_started_while_the_old_one_stops_stays_reachable(tmp):
+    """SIGTERM to the old daemon and a new one started at once (a systemd
+    restart, a DaemonSet update). The old one is held stopped (SIGSTOP)
+    with its SIGTERM pending while the new one starts, so that the old one
+    shuts down after the new one has taken the endpoint."""
+    old = daemon(tmp)
+    new = None
+    try:
+        os.kill(old.proc.pid, signal.SIGSTOP)
+        os.kill(old.proc.pid, signal.SIGTERM)
+        new = _start(old.endpoint, tmp / "new.log")
+        time.sleep(2.0)                     # the new one finds the endpoint held
+        os.kill(old.proc.pid, signal.SIGCONT)
+        old.proc.wait(30)                   # the old one has shut down completely
+        assert _wait_ping(old.endpoint), (tmp / "new.log").read_text()
+        assert new.poll() is None
+        time.sleep(0.5)
+        assert ping(old.endpoint, 2.0), "the stopping daemon removed the new daemon's socket"
+    finally:
+        if new is not None:
+            new.terminate()
+            new.wait(30)
+        old.cleanup()
+
+
+def test_killed_daemons_workers_folder_is_swept_at_the_next_start(tmp):
+    d = daemon(tmp)
+    pid = d.proc.pid
+    wdir = tmp / f"gpuproxy-workers-{pid}"
+    assert wdir.is_dir()
+    d.kill()
+    assert wdir.is_dir()
+    d = daemon(tmp, "proxyd2")
+    try:
+        assert not wdir.exists()
+    finally:
+        d.cleanup()
+    assert not list(tmp.glob("gpuproxy-workers-*"))
+
+
+def test_markers_of_gone_clients_are_swept(tmp):
+    from gpuproxy.proxyd.supervisor import markers
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    names = [f"gpuproxy-{k}-0123456789abcdef-{dead.pid}" for k in ("parked", "resume", "released")]
+    live = f"gpuproxy-released-0123456789abcdef-{os.getpid()}"
+    for n in names + [live]:
+        (tmp / n).write_text("x")
+        os.utime(tmp / n, (time.time() - 60, time.time() - 60))
+    (tmp / "gpuproxy-parked-fedcba9876543210-999999999").write_text("x")   # new: kept (it may be starting)
+    assert markers.sweep(str(tmp)) == 3
+    left = sorted(os.listdir(tmp))
+    assert left == sorted([live, "gpuproxy-parked-fedcba9876543210-999999999"])
+
+
+def test_restoring_an_older_image_than_the_session_is_refused(programs, tmp):
+    """dump A (the app runs on), more calls, dump B (released), restore A:
+    refused in one line; B is then restored and the app ends as it should."""
+    from gpuproxy.proxyd.client import ControlError
+    b = programs["iterative"]
+    d = daemon(tmp)
+    try:
+        with PacedRun(b, d) as run:
+            run.step_to(4)
+            ctl(d, "dump", pid=run.pid, dir=str(tmp / "a"), leave_running=True)
+            run.step_to(9)
+            assert ctl(d, "dump", pid=run.pid, dir=str(tmp / "b"))["released"]
+            for daemon_now in ("same", "restarted"):
+                if daemon_now == "restarted":
+                    d.kill()
+                    d = daemon(tmp, "proxyd2")
+                with pytest.raises(ControlError) as e:
+                    ctl(d, "restore", dir=str(tmp / "a"))
+                msg = str(e.value)
+                assert "older than the session's state" in msg and "\n" not in msg, msg
+            r = ctl(d, "restore", dir=str(tmp / "b"))
+            assert r["pid"] == run.pid
+            assert run.finish() == expected(b), run.stderr()
+    finally:
+        d.cleanup()
+
+
+def test_app_killed_during_a_dump_leaves_one_line_and_no_hang(programs, tmp):
+    """The app is killed at various moments of a dump: the command answers
+    (an image, or one line saying the session ended) instead of waiting
+    for ever, and proxyd's log holds no traceback."""
+    import threading
+    from gpuproxy.proxyd.client import ControlClient, ControlError
+    b = programs["iterative"]
+    d = daemon(tmp)
+    try:
+        for i in range(8):
+            run = PacedRun(b, d)
+            run.step_to(3)
+            res = {}
+
+            def dump():
+                try:
+                    res["ok"] = ControlClient(d.endpoint, timeout_s=60).call(
+                        "dump", {"pid": run.pid, "dir": str(tmp / f"img{i}"), "leave_running": i % 2 == 1})
+                except ControlError as e:
+                    res["error"] = str(e)
+            t = threading.Thread(target=dump)
+            t.start()
+            time.sleep(0.01 * (i // 2))
+            run.kill()
+            t.join(90)
+            assert res, "the dump command never ended"
+            assert "no answer" not in res.get("error", ""), res
+        time.sleep(0.5)
+        assert "Traceback" not in d.log(), d.log()[-3000:]
+    finally:
+        d.cleanup()

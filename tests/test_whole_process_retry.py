@@ -1,0 +1,56 @@
+"""A failed whole-process restore releases its GPU session at once, so the
+restore can be retried right away (issue 26): CRIU's restore fails (a
+stand-in criu that refuses `restore` and passes everything else on to the
+real one), proxy-cli says so in one line, and the retry with the real CRIU
+restores the app, which ends with the output of an uninterrupted run.
+
+Needs a usable CRIU; skips with the reason otherwise."""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_whole_process import (ITER_N, _stop_daemons, cli, daemon, kill, ok, programs,  # noqa: E402,F401
+                                reference, require_park, start, tmp, wait_calls, wait_gone)
+from gpuproxy.proxyd.checkpoint import criu  # noqa: E402
+
+
+def failing_criu(tmp: Path, real: str) -> str:
+    p = tmp / "criu-refuses-restore"
+    p.write_text("#!/bin/sh\n"
+                 "for a in \"$@\"; do [ \"$a\" = restore ] && { echo 'Error (test): restore refused' >&2; exit 1; }; done\n"
+                 f"exec '{real}' \"$@\"\n")
+    p.chmod(p.stat().st_mode | stat.S_IXUSR)
+    return str(p)
+
+
+def test_failed_restore_can_be_retried_at_once(programs, usable_criu, proxy_cli, tmp):
+    b = programs["iterative"]
+    d = daemon(tmp, "ref")
+    require_park(d)
+    want = reference(b, d, tmp, [ITER_N])
+    d.cleanup()
+    d = daemon(tmp, "first")
+    out = tmp / "run.out"
+    app = start(b.argv() + [ITER_N], d, out)
+    pid = app.pid
+    try:
+        wait_calls(d, pid, 2000)
+        ok(cli(proxy_cli, d, "--dump", "--pid", pid, "--dir", tmp / "img"))
+        app.wait(30)
+        assert not criu.pid_alive(pid)
+        r = cli(proxy_cli, d, "--restore", "--dir", tmp / "img",
+                env={"GPUPROXY_CRIU": failing_criu(tmp, usable_criu.path)})
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        lines = [x for x in r.stderr.splitlines() if x.strip()]
+        assert len(lines) == 1 and "criu restore failed" in lines[0] and "released again" in lines[0], r.stderr
+        assert not criu.pid_alive(pid)
+        ok(cli(proxy_cli, d, "--restore", "--dir", tmp / "img"))    # at once: not refused as live
+        wait_gone(pid)
+        assert out.read_text() == want
+    finally:
+        kill(pid)
+        d.cleanup()
