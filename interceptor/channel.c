@@ -51,13 +51,13 @@ static uint64_t last_rep;      /* last reply sequence number consumed from the s
 static uint64_t last_req;      /* last request put into the slot */
 static int chan_ok;
 
-extern const char *gp_session_token(void);
+extern const char *gp_shm_id(void);     /* shm_name.c: no token in public names */
 
 const char *gp_chan_create(size_t *size)
 {
     if (chan)
         goto done;
-    snprintf(chan_name, sizeof chan_name, "/gpuproxy-%s-chan", gp_session_token());
+    snprintf(chan_name, sizeof chan_name, "/gpuproxy-%s-chan", gp_shm_id());
     int fd = shm_open(chan_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return NULL;

@@ -50,6 +50,7 @@ static struct { uint64_t base, size; } ranges[GP_MAX_RANGES];
 static int nranges;
 
 extern const char *gp_session_token(void);
+extern const char *gp_shm_id(void);     /* shm_name.c: no token in public names */
 extern int gp_session_pid(void);
 extern const char *gp_chan_create(size_t *size);
 extern void gp_chan_enable(int ok);
@@ -60,7 +61,7 @@ extern void gp_note_driver_version(int v);
 static void unlink_chan_name(void)
 {
     char name[96];
-    snprintf(name, sizeof name, "/gpuproxy-%s-chan", gp_session_token());
+    snprintf(name, sizeof name, "/gpuproxy-%s-chan", gp_shm_id());
     shm_unlink(name);
 }
 
@@ -103,7 +104,7 @@ static gp_seg *seg_create(size_t size)
     gp_seg *s = &segs[nsegs];
     memset(s, 0, sizeof *s);
     s->id = next_seg_id++;
-    snprintf(s->name, sizeof s->name, "/gpuproxy-%s-%u", gp_session_token(), s->id);
+    snprintf(s->name, sizeof s->name, "/gpuproxy-%s-%u", gp_shm_id(), s->id);
     int fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return NULL;
@@ -440,7 +441,7 @@ static uint64_t window_fit(uint64_t from, size_t size)
 
 static int open_new_seg(gp_seg *s, size_t size)
 {
-    snprintf(s->name, sizeof s->name, "/gpuproxy-%s-%u", gp_session_token(), s->id);
+    snprintf(s->name, sizeof s->name, "/gpuproxy-%s-%u", gp_shm_id(), s->id);
     int fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;

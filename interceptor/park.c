@@ -17,8 +17,8 @@
  *     I/O thread ends), and turns every shared segment (staging, pinned host
  *     memory, the fast channel) into private memory at the same address with
  *     the same bytes, unlinking its name; then it creates
- *     /dev/shm/gpuproxy-parked-<token>, which tells the supervisor;
- *  4. the parked thread waits for /dev/shm/gpuproxy-resume-<token>, which
+ *     /dev/shm/gpuproxy-parked-<public id>, which tells the supervisor;
+ *  4. the parked thread waits for /dev/shm/gpuproxy-resume-<public id>, which
  *     proxyd writes (with its endpoint) when the app may go on: after a
  *     --leave-running dump, or after CRIU restored the process;
  *  5. going on re-creates the shared segments under their names with their
@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 extern const char *gp_session_token(void);
+extern const char *gp_shm_id(void);     /* shm_name.c: no token in public names */
 extern int gp_transport_quiesce(void);                /* transport.c */
 extern int gp_transport_park(void);
 extern int gp_transport_unpark(const char *endpoint);
@@ -125,7 +126,7 @@ int gp_shm_from_private(void *base, size_t size, const char *name)
 
 static void flag_path(char *out, size_t n, const char *what)
 {
-    snprintf(out, n, "/dev/shm/gpuproxy-%s-%s", what, gp_session_token());
+    snprintf(out, n, "/dev/shm/gpuproxy-%s-%s", what, gp_shm_id());
 }
 
 static void sleep_ms(long ms)

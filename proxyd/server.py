@@ -37,6 +37,7 @@ from . import protocol as P
 from ._generated import FUNCTIONS
 
 from .arena import Arena
+from . import shm_names
 from .channel import Channel, ChannelError, fence
 from .dispatch import Dispatcher
 from .ratelog import RATE
@@ -72,7 +73,7 @@ except OSError:
 def remove_client_segments(token: str):
     """The shared memory a dead client can no longer remove itself."""
     import glob
-    for path in glob.glob(f"/dev/shm/gpuproxy-{glob.escape(token)}-*"):
+    for path in glob.glob(f"/dev/shm/gpuproxy-{glob.escape(shm_names.public_id(token))}-*"):
         try:
             os.unlink(path)
         except OSError:
@@ -241,6 +242,8 @@ class Server:
         self.zap = None
         self.meta = None
         self.expected: dict | None = None     # keyed tcp worker: the session the supervisor gave it (control.py)
+        from .worker_gate import WorkerGate
+        self.gate = WorkerGate(curve.is_tcp(endpoint)) if worker else None   # its owner's messages only
         if curve.is_tcp(endpoint):
             sup = os.environ.get("GPUPROXY_SUPERVISOR_CURVE_KEY", "").encode()
             try:
@@ -365,6 +368,8 @@ class Server:
                         frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
+                    if self.gate is not None and not self.gate.admit(frames):
+                        continue             # another user's message: not read, not answered (worker_gate.py)
                     if self.zap is not None and len(frames) > 1:
                         self.meta = frames[1]
                     self.handle(frames[0].bytes, [f.buffer for f in frames[1:]])
@@ -610,6 +615,9 @@ class Server:
                            rid[:40])
                 self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, "this proxyd worker was not given to this session"])
                 return
+        if s is None and self.gate is not None and (self.expected or {}).get("token") != token:
+            self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, "this proxyd worker was not given to this session"])
+            return
         if s is None:
             try:
                 s = self.new_session(token, int(info.get("pid", 0)), str(info.get("exe", "")))
@@ -618,6 +626,8 @@ class Server:
                 self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, f"cannot open a session: {e}"])
                 return
             log.info("session %s: pid %s %s (slot %d)", token, s.pid, s.exe, s.slot)
+            if self.gate is not None:
+                self.gate.opened(self, token)
             s.pidns = str(info.get("pidns") or "")
             if self.zap is not None and curve.peer_address(self.meta) not in curve.LOOPBACK:
                 # a client on another host has a pid of another kernel (and
@@ -664,6 +674,8 @@ class Server:
         ch = info.get("channel")
         if ch and shm_ok and s.chan is None and os.environ.get("GPUPROXY_CHANNEL", "1") != "0":
             try:
+                if str(ch[0]) != shm_names.channel_name(token):
+                    raise ChannelError(f"{str(ch[0])[:80]!r} is not this session's channel")   # another's segment
                 s.chan = Channel(str(ch[0]), int(ch[1]))
             except (ChannelError, ValueError, IndexError) as e:
                 log.info("session %s: no fast channel (%s)", token, e)

@@ -45,7 +45,8 @@ class ShmMap:
         self.fixed: dict[int, tuple[int, int, int, int]] = {}
 
     def path(self, seg: int) -> str:
-        return os.path.join(SHM_DIR, f"gpuproxy-{self.token}-{seg}")
+        from .shm_names import public_id
+        return os.path.join(SHM_DIR, f"gpuproxy-{public_id(self.token)}-{seg}")
 
     def open(self, seg: int, size: int | None = None) -> mmap.mmap:
         m = self.maps.get(seg)

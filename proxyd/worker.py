@@ -46,7 +46,9 @@ def _die_with_parent():
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="proxyd-worker")
-    ap.add_argument("--endpoint", required=True)
+    # the supervisor passes it in the environment (GPUPROXY_WORKER_ENDPOINT):
+    # arguments are shown to every user (ps), the environment to ours only
+    ap.add_argument("--endpoint", default=os.environ.get("GPUPROXY_WORKER_ENDPOINT"))
     ap.add_argument("--ready-fd", type=int, required=True)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--emu-kernels", nargs="*", default=[])
@@ -54,6 +56,8 @@ def main(argv=None):
     ap.add_argument("--spin-us", type=int, default=200)
     ap.add_argument("--log-level", default="INFO")
     a = ap.parse_args(argv)
+    if not a.endpoint:
+        ap.error("--endpoint (or GPUPROXY_WORKER_ENDPOINT) is required")
     _die_with_parent()
     logging.basicConfig(level=a.log_level.upper(), format=f"proxyd[w{os.getpid()}]: %(message)s", stream=sys.stderr)
     from .main import load_emu_kernels, pick_backend

@@ -997,9 +997,12 @@ class Engine:
                 raise CheckpointError(f"image refused: manifest field session.arena.chunks: {total} bytes on device "
                                       f"{nd}, which has {self.backend.device_total_mem(nd)}")
         token = desc["token"]
-        if desc.get("channel") not in (None, f"/gpuproxy-{token}-chan"):
+        from ..shm_names import channel_name
+        # the channel is named by the session's public id (shm_names.py);
+        # images of before it carry the token form
+        if desc.get("channel") not in (None, channel_name(token), f"/gpuproxy-{token}-chan"):
             raise CheckpointError(f"image refused: manifest field session.channel: {desc['channel']!r} is not "
-                                  f"the session's channel /gpuproxy-{token}-chan")
+                                  f"the session's channel {channel_name(token)}")
 
     def _set_stream_attrs(self, stream, attrs: dict, keep: dict):
         """Re-applies recorded cuStreamSetAttribute values to a re-created stream."""

@@ -1,0 +1,267 @@
+"""A second local user against a node daemon (issue 21; docs/security.md,
+"Threat model"): the unprivileged user nobody (`setpriv`) attacks root's
+sessions on `proxyd --users all` (ipc) and on keyed tcp (CURVE).
+
+* a worker answers its session's owner only: raw messages with root's
+  (stolen) session token get no answer at all, over ipc and over tcp with an
+  authorised key, and root's program output stays exact; no /dev/shm name
+  carries the token, no process's arguments name a worker's socket;
+* HELLOs are checked against the sender's credentials: a HELLO that claims
+  another process (pid 1) is refused, a user's pending HELLOs are bounded,
+  and sessions that never open at their worker are reaped within seconds;
+* the fuzzer (tests/fuzzing.py) runs as the second user too.
+
+Runs as root (CI does)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import msgpack
+import pytest
+import zmq
+
+sys.path.insert(0, str(Path(__file__).parent))
+from paced import PacedRun  # noqa: E402
+from proxy import Daemon  # noqa: E402
+from test_checkpoint import ctl, expected, kernels, programs  # noqa: E402,F401
+from test_curve import _listening_ports, keyed  # noqa: E402,F401
+
+NOBODY = 65534
+TESTS = Path(__file__).parent
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                                reason="needs root and setpriv to act as another user")
+
+
+def as_nobody(code: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Runs Python code as the user nobody (no groups), with this test's
+    interpreter and package; what it prints on stdout is the result."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROXY_") and k != "LD_PRELOAD"}
+    e.update({"HOME": "/tmp", "PYTHONPATH": str(TESTS), "PYTHONDONTWRITEBYTECODE": "1"}, **(env or {}))
+    r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+                        "-c", textwrap.dedent(code)], env=e, capture_output=True, text=True, timeout=timeout,
+                       cwd="/tmp")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+# what nobody sends to every worker it can reach with a stolen token: a
+# HELLO (re-attaching the session), a device-to-host copy and a status
+# request; it prints every answer it got
+STEAL = """
+import json, os, sys, msgpack, zmq
+from gpuproxy.proxyd import curve
+from gpuproxy.proxyd._generated import FUNCTIONS
+FID = {f.name: i for i, f in FUNCTIONS.items()}
+token, eps = os.environ["STOLEN"], json.loads(os.environ["ENDPOINTS"])
+kp = None
+if os.environ.get("KEYS"):
+    k = json.loads(os.environ["KEYS"])
+    kp = (k[0].encode(), k[1].encode(), k[2].encode())
+got = []
+for ep in eps:
+    s = zmq.Context.instance().socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.ROUTING_ID, b"c:" + token.encode())
+    if kp:
+        curve.secure_client(s, "tcp://", kp)
+    s.connect(ep)
+    s.send(msgpack.packb([1, 100, [[FID["cuMemcpyDtoH_v2"], 1, None, 0x200000000000, 64]]]))
+    s.send(msgpack.packb([0, 101, [{"pid": os.getpid(), "token": token, "exe": "intruder", "channel": None}]]))
+    s.send(msgpack.packb([10, 102, "status", {}]))
+    while s.poll(2500):
+        got.append([ep, repr(msgpack.unpackb(s.recv(), raw=False))[:300]])
+    s.close(0)
+print(json.dumps(got))
+"""
+
+
+def token_of(d, pid: int, timeout: float = 20) -> str:
+    """Root's session token, as a leak would give it (the worker's log)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        m = re.search(rf"session ([0-9a-f]{{16}}-{pid}): pid {pid}", d.log())
+        if m:
+            return m[1]
+        time.sleep(0.1)
+    raise AssertionError(f"no session of pid {pid} in the log:\n{d.log()[-2000:]}")
+
+
+def no_public_capability(token: str, proxyd_pid: int):
+    """No world-readable name carries the token or a worker's socket path:
+    /dev/shm, and every process's arguments (ps)."""
+    names = os.listdir("/dev/shm")
+    assert not [n for n in names if token in n], [n for n in names if token in n]
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            argv = (p / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        assert token not in argv, f"pid {p.name} shows the token in its arguments: {argv!r}"
+        if int(p.name) in children(proxyd_pid):
+            assert "ipc://" not in argv, f"worker {p.name} shows its socket in its arguments: {argv!r}"
+
+
+@pytest.fixture
+def node(tmp_path_factory):
+    d = Path(f"/tmp/gpx-su-{os.getpid()}-{time.monotonic_ns() % 10**9}")
+    d.mkdir()
+    d.chmod(0o755)
+    dm = Daemon(backend="emu", emu_kernels=kernels(), endpoint=f"ipc://{d}/proxyd.sock",
+                log_path=str(d / "proxyd.log"),
+                extra_args=["--users", "all"],
+                env={**os.environ, "GPUPROXY_MAX_PENDING_PER_USER": "3", "GPUPROXY_HELLO_TIMEOUT_S": "2"})
+    dm.start()
+    yield dm, d
+    dm.cleanup()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_stolen_token_gets_no_answer_ipc(programs, node):
+    d, tmp = node
+    b = programs["iterative"]
+    with PacedRun(b, d) as run:
+        run.step_to(3)
+        token = token_of(d, run.pid)
+        socks = sorted(str(p) for p in tmp.rglob("*.sock") if p.name != "proxyd.sock")
+        socks += sorted(str(p) for p in Path("/tmp").glob(f"gpuproxy-workers-{d.proc.pid}/**/*.sock"))
+        assert socks, "no worker socket found"
+        eps = [d.endpoint] + [f"ipc://{p}" for p in socks]
+        r = as_nobody(STEAL, {"STOLEN": token, "ENDPOINTS": json.dumps(eps)})
+        answers = json.loads(r.stdout)
+        # the supervisor may answer nobody's status request (its own, empty
+        # list); nothing that comes from root's session may come back
+        leaked = [a for a in answers if a[0] != d.endpoint or "sessions': []" not in a[1]]
+        assert leaked == [], leaked
+        no_public_capability(token, d.proc.pid)
+        run.step_to(6)
+        assert run.finish() == expected(b), run.stderr()
+
+
+def test_stolen_token_gets_no_answer_tcp(programs, keyed):
+    from gpuproxy.proxyd import curve
+    d, keys = keyed
+    b = programs["iterative"]
+    mine = keys(os.geteuid())
+    theirs = keys(NOBODY)
+    kp = [theirs["GPUPROXY_CURVE_SERVERKEY"],
+          *[k.decode() for k in curve._parse_pair(Path(theirs["GPUPROXY_CURVE_KEY_FILE"]).read_text(), "key")]]
+    with PacedRun(b, d, env=mine) as run:
+        run.step_to(3)
+        token = token_of(d, run.pid)
+        with open(f"/proc/{d.proc.pid}/task/{d.proc.pid}/children") as f:
+            workers = [int(c) for c in f.read().split()]
+        ports = sorted({p for w in workers for p in _listening_ports(w)})
+        assert ports, "no worker listens on tcp"
+        eps = [f"tcp://127.0.0.1:{p}" for p in ports]
+        r = as_nobody(STEAL, {"STOLEN": token, "ENDPOINTS": json.dumps(eps), "KEYS": json.dumps(kp)})
+        assert json.loads(r.stdout) == []
+        no_public_capability(token, d.proc.pid)
+        run.step_to(6)
+        assert run.finish() == expected(b), run.stderr()
+
+
+FORGE = """
+import json, os, sys, uuid, msgpack, zmq
+ep, claim, n = os.environ["EP"], int(os.environ["CLAIM"] or os.getpid()), int(os.environ["N"])
+pidns = os.readlink("/proc/self/ns/pid")
+out = []
+socks = []
+for i in range(n):
+    token = f"{uuid.uuid4().hex[:16]}-{claim}"
+    s = zmq.Context.instance().socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.ROUTING_ID, b"c:" + token.encode())
+    s.connect(ep)
+    s.send(msgpack.packb([0, 1, [{"pid": claim, "token": token, "exe": "forged", "pidns": pidns}]]))
+    socks.append(s)
+for s in socks:
+    ans = []
+    while s.poll(3000):
+        rep = msgpack.unpackb(s.recv(), raw=False)
+        ans.append(rep[1])
+        if rep[1] != -1:
+            break
+    out.append(ans)
+print(json.dumps(out))
+sys.stdout.flush()
+import time; time.sleep(float(os.environ.get("LINGER", "0")))
+"""
+
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+
+
+def test_forged_hellos_refused_and_bounded(programs, node):
+    d, tmp = node
+    # a HELLO that claims pid 1 (root's init) from nobody's process
+    r = as_nobody(FORGE, {"EP": d.endpoint, "CLAIM": "1", "N": "3"})
+    answers = json.loads(r.stdout)
+    assert all(a and a[-1] == -2 for a in answers), answers          # refused, no KEEPALIVE
+    st = ctl(d, "status")
+    assert [s for s in st["sessions"] if s["pid"] == 1] == [], st["sessions"]
+    # many HELLOs of nobody's own process that never open their session:
+    # at most GPUPROXY_MAX_PENDING_PER_USER=3 are taken, and they are reaped
+    p = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+                          "-c", textwrap.dedent(FORGE)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**{k: v for k, v in os.environ.items() if not k.startswith("GPUPROXY_")},
+                              "HOME": "/tmp", "EP": d.endpoint, "CLAIM": "", "N": "20", "LINGER": "8"}, cwd="/tmp")
+    try:
+        line = p.stdout.readline()
+        answers = json.loads(line)
+        taken = [a for a in answers if a and a[-1] in (-1, 0)]
+        refused = [a for a in answers if a and a[-1] == -2]
+        assert len(taken) <= 3 and len(refused) >= 17, answers
+        assert len(children(d.proc.pid)) <= 3 + 2, children(d.proc.pid)     # their workers and spares
+        # the sender is alive (no pidfd ends them) but never opened its sessions: reaped in seconds
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            mine = [s for s in ctl(d, "status")["sessions"] if s["pid"] == p.pid]
+            if not mine:
+                break
+            time.sleep(0.2)
+        assert mine == [], mine
+        assert p.poll() is None, "the sender exited: its sessions ended with it, not by the reaper"
+    finally:
+        p.kill()
+        p.wait()
+    # root's programs still run, with exact output
+    b = programs["iterative"]
+    with PacedRun(b, d) as run:
+        assert run.finish() == expected(b), run.stderr()
+
+
+@pytest.mark.slow
+def test_fuzzer_as_second_user(programs, node):
+    """tests/fuzzing.py with nobody's credentials against root's node daemon
+    while root's program runs: proxyd survives and root's output is exact."""
+    d, tmp = node
+    b = programs["iterative"]
+    count = int(os.environ.get("GPUPROXY_FUZZ_COUNT_SECOND_USER", "20000"))
+    with PacedRun(b, d) as run:
+        run.step_to(2)
+        r = as_nobody(f"""
+            import json, shutil
+            from fuzzing import Fuzzer
+            f = Fuzzer({d.endpoint!r}, seed=21)
+            try:
+                stats = f.run({count})
+            finally:
+                f.close()
+                shutil.rmtree(f.tmp, ignore_errors=True)
+            print(json.dumps(stats))
+            """, timeout=600)
+        print("fuzz as nobody:", r.stdout)
+        assert d.proc.poll() is None, d.log()[-3000:]
+        assert run.finish() == expected(b), run.stderr()
