@@ -8,7 +8,8 @@
  *  - every cudaMallocHost / cuMemHostAlloc allocation is a segment of its own,
  *    which proxyd maps and page-locks (cuMemHostRegister), so copies from and
  *    to it are DMA without any extra copy, as with real pinned memory.
- * Segments are named /gpuproxy-<session token>-<n> (under /dev/shm); the shim
+ * Segments are named /gpuproxy-<public id>-<n> (under /dev/shm; a hash of the
+ * session token, shm_name.c, so the name gives the token away to nobody); the shim
  * unlinks them when they are freed and at exit.
  *
  * Locking: all under gp_lock. */

@@ -1,6 +1,6 @@
 """Client host memory shared with proxyd (interceptor/hostmem.c).
 
-Segments are POSIX shared memory objects named /gpuproxy-<token>-<n> (files in
+Segments are POSIX shared memory objects named /gpuproxy-<public id>-<n> (files in
 /dev/shm). proxyd maps one when the client first refers to it: the staging
 segment at HELLO (opening it proves that both sides see the same /dev/shm),
 pinned-host segments at cuMemAllocHost/cuMemHostAlloc, when the backend also
