@@ -157,6 +157,8 @@ def main(argv=None):
                             limits=Bounds(a.max_sessions_per_user, a.max_pending_per_user, a.hello_timeout))
     except EndpointInUse as e:
         sys.exit(f"proxyd: {e}")
+    from .logredact import install
+    install(lambda: list(server.entries))      # the log shows sessions' public ids, not their tokens
     from .shm_sweep import sweep
     sweep()     # shared memory of clients that died with an earlier daemon (shm_sweep.py)
 

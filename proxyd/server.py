@@ -521,6 +521,8 @@ class Server:
                                                  on_reserve=getattr(self.backend, "vmm_reserve", None),
                                                  on_release=getattr(self.backend, "vmm_release", None)))
         s.shm = ShmMap(token)
+        if self.gate is not None:
+            s.shm.owner_of = lambda: self.gate.owner      # its segments are files of the session's user
         nat = getattr(self.backend, "native", None)
         if nat is not None:
             nat.clear(slot)

@@ -70,6 +70,8 @@ def main(argv=None):
     except EndpointInUse as e:
         sys.exit(f"proxyd worker: {e}")
     server.stdout_capture = capture
+    from .logredact import install
+    install(lambda: [*server.sessions, (server.expected or {}).get("token")])   # no token in the log
     rt_prof = os.environ.get("GPUPROXY_RT_PROFILE")
     if rt_prof:  # bench/roundtrip_profile.py: stage timers (rtprofile.py); absent, no timing code runs
         from . import rtprofile
