@@ -75,6 +75,9 @@ def register(server):
         server.expected = {"token": str(args.get("token", "")), "uid": args.get("uid")}
         if server.gate is not None:
             server.gate.expect(args.get("uid"))
+            s = server.sessions.get(str(args.get("token", "")))
+            if s is not None:
+                s.owner_uid = server.gate.owner      # a restored session: its user again
         server.ctl_reply(rid, seq, {"expecting": True})
 
     @ctl("shutdown")

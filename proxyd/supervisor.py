@@ -834,7 +834,7 @@ class Supervisor:
     MAX_RESTORES = 2     # restores in flight at once (each holds a fresh worker)
 
     @staticmethod
-    def precheck_image(args) -> tuple[str | None, int | None]:
+    def precheck_image(args) -> tuple[str | None, int | None, int | None]:
         """The structural checks of a restore, done here before a worker is
         taken for it (cheap: manifests, parents, file sizes; no chunk data),
         so that a bad image costs no process. None when it may go on."""
@@ -842,26 +842,27 @@ class Supervisor:
         from .checkpoint.manifest_schema import SchemaError, validate_session
         d = args.get("dir")
         if not isinstance(d, str) or not d:
-            return "restore needs an image directory (dir)", None
+            return "restore needs an image directory (dir)", None, None
         try:
             img = Image.open(d)
             try:
                 img.check_restorable()
                 validate_session(img.session, strict=True)
                 uid = img.session.get("uid")
+                owner = img.session.get("owner_uid")      # whose process talked to the worker
             finally:
                 img.close()
         except ImageError as e:
-            return f"image refused: {e}", None
+            return f"image refused: {e}", None, None
         except SchemaError as e:
-            return f"image refused: {d}/manifest: {e}", None
+            return f"image refused: {d}/manifest: {e}", None, None
         except Exception as e:       # an image is untrusted input: never more than one line
-            return f"image refused: {d}: {type(e).__name__}: {e}", None
-        return None, uid
+            return f"image refused: {d}: {type(e).__name__}: {e}", None, None
+        return None, uid, owner
 
     def ctl_restore(self, rid, seq, args):
         asker = self.asker
-        why, image_uid = self.precheck_image(args)
+        why, image_uid, image_owner = self.precheck_image(args)
         if why is None and not self.is_admin(self.asker) and image_uid is not None and image_uid != self.asker:
             why = "permission denied: the image is of another user's session"
         if why is None and self.restoring >= self.MAX_RESTORES:
@@ -912,6 +913,8 @@ class Supervisor:
                 e = Entry(token, pid, str(result.get("exe", "")))
                 e.uid = image_uid if image_uid is not None else asker
                 e.owner, e.opened = e.uid, True
+                if image_owner is not None and self.is_admin(asker):
+                    e.owner = image_owner      # e.g. a container's session (no uid for control), restored by an admin
                 if old is not None:
                     e.exe, e.pidns, e.pidfd = old.exe or e.exe, old.pidns, old.pidfd
                     e.owner = old.owner if old.owner is not None else e.owner

@@ -72,6 +72,9 @@ class WorkerGate:
         unsolicited answer with id 0; bounds.py stops counting it as a
         pending HELLO)."""
         import msgpack
+        s = server.sessions.get(token)
+        if s is not None:
+            s.owner_uid = self.owner          # recorded in images (checkpoint/engine.py)
         sup = b"ctl:sup-" + os.environ.get("GPUPROXY_WORKER_SECRET", "").encode()
         try:
             server.sock.send_multipart([sup, msgpack.packb([0, 0, {"opened": token}], use_bin_type=True)])

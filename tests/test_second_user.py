@@ -294,3 +294,56 @@ def test_fuzzer_as_second_user(programs, node):
         print("fuzz as nobody:", r.stdout)
         assert d.proc.poll() is None, d.log()[-3000:]
         assert run.finish() == expected(b), run.stderr()
+
+
+class AsNobody:
+    """A built corpus program run as nobody (PacedRun takes its argv)."""
+
+    def __init__(self, built):
+        self.built = built
+
+    def argv(self) -> list[str]:
+        return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *self.built.argv()]
+
+
+def test_second_users_program_runs_dumps_and_restores(programs, node):
+    """nobody's own program on root's node daemon: its worker serves it
+    (shared memory and fast channel of nobody's files), root dumps it (the
+    image is nobody's, and records whom the worker served) and restores it
+    into the live process, which finishes with exact output; nobody sees
+    its own session and root's not."""
+    from gpuproxy.proxyd.checkpoint.image import Image
+    d, tmp = node
+    b = programs["iterative"]
+    img = tmp / "nobody-img"
+    with PacedRun(b, d) as mine, PacedRun(AsNobody(b), d) as theirs:
+        mine.step_to(2)
+        theirs.step_to(3)
+        st = ctl(d, "status")
+        pids = {s["pid"] for s in st["sessions"]}
+        assert {mine.pid, theirs.pid} <= pids, st
+        r = as_nobody(f"""
+            import json, msgpack, zmq
+            from gpuproxy.cli.client import drop_proof, make_proof
+            path, proof = make_proof()
+            s = zmq.Context.instance().socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect({d.endpoint!r})
+            s.send(msgpack.packb([10, 1, "status", {{}}, proof], use_bin_type=True))
+            assert s.poll(60000)
+            rep = msgpack.unpackb(s.recv(), raw=False, strict_map_key=False)
+            drop_proof(path)
+            print(json.dumps([x["pid"] for x in rep[2]["sessions"]]))
+            """)
+        assert json.loads(r.stdout) == [theirs.pid]
+        ctl(d, "dump", pid=theirs.pid, dir=str(img))      # released: its next call waits for the restore
+        with Image.open(img) as im:
+            assert im.session.get("owner_uid") == NOBODY and im.session.get("uid") == NOBODY, im.session
+        assert img.stat().st_uid == NOBODY
+        theirs.release(2)
+        ctl(d, "restore", dir=str(img))
+        theirs.wait_step(5)
+        assert theirs.finish() == expected(b), theirs.stderr()
+        assert mine.finish() == expected(b), mine.stderr()
+    # both used shared memory with their workers (nobody's segments are nobody's files)
+    assert "no shared memory with the client" not in d.log() and "not a file of the session's user" not in d.log()

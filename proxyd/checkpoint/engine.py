@@ -126,6 +126,9 @@ def describe(sess: Session) -> dict:
         out["uid"] = who[0] if who else None
     if getattr(sess, "key_uid", None) is not None:
         out["uid"] = sess.key_uid      # keyed tcp (curve.py): the client key's user is the session's
+    # the user whose messages its worker read (worker_gate.py): a restore by
+    # an admin gives the session back to that user, also where "uid" is unknown
+    out["owner_uid"] = getattr(sess, "owner_uid", None)
     for o in sess.of_kind(P.K_MODULE):
         parsed = o.info["parsed"]
         out["modules"].append({"id": o.id, "ctx": o.ctx, "size": len(o.info["image"]),
