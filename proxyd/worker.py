@@ -1,6 +1,9 @@
 """A proxyd worker: the process that owns one client session's GPU state.
 
-    python -m gpuproxy.proxyd.worker --endpoint E --ready-fd N [--backend B] [--emu-kernels F ...]
+    GPUPROXY_WORKER_ENDPOINT=E python -m gpuproxy.proxyd.worker --ready-fd N [--backend B] [--emu-kernels F ...]
+
+(--endpoint E works too; the supervisor uses the environment, which other
+users cannot read, where ps shows arguments to everyone.)
 
 The supervisor (supervisor.py) starts workers ahead of need and hands each
 to one client session, as a native CUDA process owns one context: the
