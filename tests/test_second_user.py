@@ -40,11 +40,40 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv")
                                 reason="needs root and setpriv to act as another user")
 
 
+_HELPERS: list[str] = []
+
+
+def helpers_dir() -> str:
+    """tests/fuzzing.py where nobody can read it (the checkout may be in a
+    folder only root may enter)."""
+    if not _HELPERS:
+        import tempfile
+        d = tempfile.mkdtemp(prefix="gpx-su-py-")
+        os.chmod(d, 0o755)
+        shutil.copy(TESTS / "fuzzing.py", d)
+        os.chmod(os.path.join(d, "fuzzing.py"), 0o644)
+        _HELPERS.append(d)
+    return _HELPERS[0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nobody_can_run_python():
+    r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-c",
+                        "import gpuproxy.proxyd.protocol, zmq, msgpack"], capture_output=True, text=True, timeout=60,
+                       cwd="/tmp", env={**os.environ, "HOME": "/tmp"})
+    if r.returncode != 0:
+        pytest.skip(f"the user nobody cannot run {sys.executable} with gpuproxy installed: {r.stderr[-300:]}")
+    yield
+    for d in _HELPERS:
+        shutil.rmtree(d, ignore_errors=True)
+    _HELPERS.clear()
+
+
 def as_nobody(code: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Runs Python code as the user nobody (no groups), with this test's
     interpreter and package; what it prints on stdout is the result."""
     e = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROXY_") and k != "LD_PRELOAD"}
-    e.update({"HOME": "/tmp", "PYTHONPATH": str(TESTS), "PYTHONDONTWRITEBYTECODE": "1"}, **(env or {}))
+    e.update({"HOME": "/tmp", "PYTHONPATH": helpers_dir(), "PYTHONDONTWRITEBYTECODE": "1"}, **(env or {}))
     r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
                         "-c", textwrap.dedent(code)], env=e, capture_output=True, text=True, timeout=timeout,
                        cwd="/tmp")
@@ -244,7 +273,8 @@ def test_forged_hellos_refused_and_bounded(programs, node):
     # at most GPUPROXY_MAX_PENDING_PER_USER=3 are taken, and they are reaped
     p = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
                           "-c", textwrap.dedent(FORGE)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**{k: v for k, v in os.environ.items() if not k.startswith("GPUPROXY_")},
+                         env={**{k: v for k, v in os.environ.items() if not k.startswith("GPUPROXY_")
+                                 and k != "LD_PRELOAD"},
                               "HOME": "/tmp", "EP": d.endpoint, "CLAIM": "", "N": "20", "LINGER": "8"}, cwd="/tmp")
     try:
         line = p.stdout.readline()
