@@ -24,9 +24,7 @@ import textwrap
 import time
 from pathlib import Path
 
-import msgpack
 import pytest
-import zmq
 
 sys.path.insert(0, str(Path(__file__).parent))
 from paced import PacedRun  # noqa: E402
