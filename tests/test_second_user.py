@@ -226,6 +226,57 @@ def test_stolen_token_gets_no_answer_tcp(programs, keyed):
         assert run.finish() == expected(b), run.stderr()
 
 
+def worker_endpoints(d, tmp: Path | None) -> list[str]:
+    """Every worker endpoint of proxyd d (root can list them)."""
+    if d.endpoint.startswith("ipc://"):
+        socks = sorted(str(p) for p in tmp.rglob("*.sock") if p.name != "proxyd.sock")
+        socks += sorted(str(p) for p in Path("/tmp").glob(f"gpuproxy-workers-{d.proc.pid}/**/*.sock"))
+        return [f"ipc://{p}" for p in socks]
+    ports = sorted({p for w in children(d.proc.pid) for p in _listening_ports(w)})
+    return [f"tcp://127.0.0.1:{p}" for p in ports]
+
+
+def restored_session_not_taken(d, tmp, b, run_env=None, keys=None, dump_dir=None):
+    """Root's session is dumped and restored while its process is stopped
+    (SIGSTOP): the restored worker has no client connection yet, so a
+    stolen token's routing id is free. nobody goes there first and must get
+    nothing; root's process, continued, finishes with exact output."""
+    import signal
+    with PacedRun(b, d, env=run_env) as run:
+        run.step_to(3)
+        token = token_of(run.pid)
+        ctl(d, "dump", pid=run.pid, dir=str(dump_dir))        # released: its worker is gone
+        os.kill(run.pid, signal.SIGSTOP)
+        try:
+            ctl(d, "restore", dir=str(dump_dir))
+            eps = worker_endpoints(d, tmp)
+            env = {"STOLEN": token, "ENDPOINTS": json.dumps(eps)}
+            if keys:
+                env["KEYS"] = json.dumps(keys)
+            r = as_nobody(STEAL, env)
+        finally:
+            os.kill(run.pid, signal.SIGCONT)
+        got = json.loads(r.stdout)["got"]
+        assert got == [], got
+        run.step_to(6)
+        assert run.finish() == expected(b), run.stderr()
+
+
+def test_restored_session_not_taken_ipc(programs, node):
+    d, tmp = node
+    restored_session_not_taken(d, tmp, programs["iterative"], dump_dir=tmp / "img")
+
+
+def test_restored_session_not_taken_tcp(programs, keyed, tmp_path):
+    from gpuproxy.proxyd import curve
+    d, keys = keyed
+    mine = keys(os.geteuid())
+    theirs = keys(NOBODY)
+    kp = [theirs["GPUPROXY_CURVE_SERVERKEY"],
+          *[k.decode() for k in curve._parse_pair(Path(theirs["GPUPROXY_CURVE_KEY_FILE"]).read_text(), "key")]]
+    restored_session_not_taken(d, None, programs["iterative"], run_env=mine, keys=kp, dump_dir=tmp_path / "img")
+
+
 FORGE = """
 import json, os, sys, uuid, msgpack, zmq
 ep, claim, n = os.environ["EP"], int(os.environ["CLAIM"] or os.getpid()), int(os.environ["N"])
