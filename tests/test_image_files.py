@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpuproxy.proxyd.checkpoint.image import Image, ImageError  # noqa: E402
-from test_image_security import make  # noqa: E402
+from test_image_security import ctl, ctl_error, make, short_tmp  # noqa: E402,F401
 
 SECRET = "/etc/shadow" if os.path.exists("/etc/shadow") else "/etc/hostname"
 
@@ -133,3 +133,21 @@ def test_users_image_may_not_hold_root_files(tmp_path):
     os.link(secret, d / "memory.bin")
     why = check(d)
     assert "memory.bin" in why and str(secret) not in why, why
+
+
+@pytest.mark.parametrize("case", ["fifo manifest", "linked memory", "device module", "oversized index"])
+def test_restore_refuses_before_anything(fresh_daemon, short_tmp, case):
+    """A restore through proxyd (root) refuses the image in one line, at
+    once (a FIFO does not block it), with --allow-foreign too, and proxyd
+    serves on."""
+    if os.geteuid() != 0 and case == "device module":
+        pytest.skip("needs root")
+    d = fresh_daemon(endpoint=f"ipc://{short_tmp}/p.sock")
+    img = short_tmp / "img"
+    make(img, key=os.urandom(32)).close()
+    change, names, what = CASES[case]
+    change(img)
+    for foreign in (False, True):
+        err = ctl_error(d, "restore", dir=str(img), allow_foreign=foreign)
+        assert names in err and what in err and "\n" not in err and SECRET not in err, err
+    assert ctl(d, "status")["sessions"] == []
