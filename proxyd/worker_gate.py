@@ -75,7 +75,10 @@ class WorkerGate:
         s = server.sessions.get(token)
         if s is not None:
             s.owner_uid = self.owner          # recorded in images (checkpoint/engine.py)
-        sup = b"ctl:sup-" + os.environ.get("GPUPROXY_WORKER_SECRET", "").encode()
+        secret = os.environ.get("GPUPROXY_WORKER_SECRET", "")
+        if not secret:
+            return            # no supervisor (a worker run in-process by a test or bench)
+        sup = b"ctl:sup-" + secret.encode()
         try:
             server.sock.send_multipart([sup, msgpack.packb([0, 0, {"opened": token}], use_bin_type=True)])
         except Exception as e:       # no supervisor connected (a worker run by hand): nothing to tell
