@@ -37,6 +37,9 @@ class Client:
         self.seq = 0
         self.sent = []
         self.srv.sock.send_multipart = lambda frames, **kw: self.sent.append(frames)
+        # what the supervisor's "expect" does before the client's HELLO (proxyd/worker_gate.py)
+        self.srv.expected = {"token": self.token, "uid": os.geteuid()}
+        self.srv.gate.expect(os.geteuid())
         self.send(0, [{"token": self.token, "pid": os.getpid(), "exe": "inproc"}])
 
     def frames(self, mtype, body):

@@ -55,7 +55,7 @@ const char *gp_chan_create(const char *token, size_t *size)
 {
     if (chan)
         goto done;
-    snprintf(chan_name, sizeof chan_name, "/gpuproxy-%s-chan", token);
+    snprintf(chan_name, sizeof chan_name, "/gpuproxy-%s-chan", gp_shm_id_of(token));   /* no token in public names */
     int fd = shm_open(chan_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return NULL;

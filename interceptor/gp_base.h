@@ -58,6 +58,11 @@ void gp_set_debug(int on);
 /* ---- sha256.c: the SHA-256 digest of n bytes ---- */
 void gp_sha256(const void *data, size_t n, uint8_t out[32]);
 
+/* shm_name.c: the public id that names a session's shared memory in /dev/shm
+ * (16 hex digits of SHA-256("gpuproxy shm\0" token), '-', pid): no token in
+ * world-readable names (issue 21). Thread-local result. */
+const char *gp_shm_id_of(const char *token);
+
 /* ---- shm_private.c: shared segments around a whole-process checkpoint ---- */
 /* Replaces the shared mapping [base, base+size) by private memory with the
  * same bytes at the same address and unlinks name (when not empty). 0 / -1. */

@@ -71,6 +71,7 @@ extern struct gp_transport_hooks gp_transport_hooks;
 CUresult gp_session(void);
 const char *gp_endpoint(void);
 const char *gp_session_token(void);
+const char *gp_shm_id(void);        /* gp_shm_id_of(the current token) */
 int gp_session_pid(void);
 /* changes whenever the session moves to another worker (a restore, a
  * migration): state derived from the GPU is stale then */

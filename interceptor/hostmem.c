@@ -8,7 +8,8 @@
  *  - every cudaMallocHost / cuMemHostAlloc allocation is a segment of its own,
  *    which proxyd maps and page-locks (cuMemHostRegister), so copies from and
  *    to it are DMA without any extra copy, as with real pinned memory.
- * Segments are named /gpuproxy-<session token>-<n> (under /dev/shm); the shim
+ * Segments are named /gpuproxy-<public id>-<n> (under /dev/shm; a hash of the
+ * session token, shm_name.c, so the name gives the token away to nobody); the shim
  * unlinks them when they are freed and at exit.
  *
  * HELLO's client map and the worker's answer are this file's too: transport.c
@@ -62,7 +63,7 @@ int gp_driver_version(void) { return driver_version; }
 static void unlink_chan_name(void)
 {
     char name[96];
-    snprintf(name, sizeof name, "/gpuproxy-%s-chan", gp_session_token());
+    snprintf(name, sizeof name, "/gpuproxy-%s-chan", gp_shm_id());
     shm_unlink(name);
 }
 
@@ -105,7 +106,7 @@ static gp_seg *seg_create(size_t size)
     gp_seg *s = &segs[nsegs];
     memset(s, 0, sizeof *s);
     s->id = next_seg_id++;
-    snprintf(s->name, sizeof s->name, "/gpuproxy-%s-%u", gp_session_token(), s->id);
+    snprintf(s->name, sizeof s->name, "/gpuproxy-%s-%u", gp_shm_id(), s->id);
     int fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return NULL;
@@ -444,7 +445,7 @@ static uint64_t window_fit(uint64_t from, size_t size)
 
 static int open_new_seg(gp_seg *s, size_t size)
 {
-    snprintf(s->name, sizeof s->name, "/gpuproxy-%s-%u", gp_session_token(), s->id);
+    snprintf(s->name, sizeof s->name, "/gpuproxy-%s-%u", gp_shm_id(), s->id);
     int fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;

@@ -17,8 +17,8 @@
  *     I/O thread ends), and turns every shared segment (staging, pinned host
  *     memory, the fast channel) into private memory at the same address with
  *     the same bytes, unlinking its name; then it creates
- *     /dev/shm/gpuproxy-parked-<token>, which tells the supervisor;
- *  4. the parked thread waits for /dev/shm/gpuproxy-resume-<token>, which
+ *     /dev/shm/gpuproxy-parked-<public id>, which tells the supervisor;
+ *  4. the parked thread waits for /dev/shm/gpuproxy-resume-<public id>, which
  *     proxyd writes (with its endpoint) when the app may go on: after a
  *     --leave-running dump, or after CRIU restored the process;
  *  5. going on re-creates the shared segments under their names with their
@@ -60,7 +60,7 @@ int gp_park_requested(void) { return __atomic_load_n(&park_requested, __ATOMIC_A
 
 static void flag_path(char *out, size_t n, const char *what)
 {
-    snprintf(out, n, "/dev/shm/gpuproxy-%s-%s", what, gp_session_token());
+    snprintf(out, n, "/dev/shm/gpuproxy-%s-%s", what, gp_shm_id());
 }
 
 static void sleep_ms(long ms)

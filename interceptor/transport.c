@@ -716,14 +716,14 @@ static int reconnect_worker(void)
 static int gp_released_marker(void)
 {
     char path[160];
-    snprintf(path, sizeof path, "/dev/shm/gpuproxy-released-%s", gp_session_token());
+    snprintf(path, sizeof path, "/dev/shm/gpuproxy-released-%s", gp_shm_id());
     return access(path, F_OK) == 0;
 }
 
 static void gp_released_clear(void)
 {
     char path[160];
-    snprintf(path, sizeof path, "/dev/shm/gpuproxy-released-%s", gp_session_token());
+    snprintf(path, sizeof path, "/dev/shm/gpuproxy-released-%s", gp_shm_id());
     unlink(path);
 }
 
@@ -1373,6 +1373,7 @@ int64_t gp_out_int(gp_reply *r) { return mp_get_int(&r->rd); }
 void gp_out_skip(gp_reply *r) { mp_skip(&r->rd); }
 
 const char *gp_session_token(void) { return G.token; }
+const char *gp_shm_id(void) { return gp_shm_id_of(G.token); }
 int gp_session_pid(void) { return (int)G.pid; }
 
 /* Sends the pending batch now as an async message and returns its sequence

@@ -82,6 +82,13 @@ def main(argv=None):
                     help="microseconds to poll for the next message before sleeping")
     ap.add_argument("--spare-workers", type=int, default=int(os.environ.get("GPUPROXY_SPARE_WORKERS", "1")),
                     help="workers kept started ahead of need, so a new client does not wait for one")
+    # per-user bounds (proxyd/bounds.py); None: the environment's or the default
+    ap.add_argument("--max-sessions-per-user", type=int, default=None,
+                    help="sessions one user may hold (default 64, $GPUPROXY_MAX_SESSIONS_PER_USER; 0: no bound)")
+    ap.add_argument("--max-pending-per-user", type=int, default=None,
+                    help="HELLOs of one user not yet opened at their worker (default 32; 0: no bound)")
+    ap.add_argument("--hello-timeout", type=float, default=None,
+                    help="seconds a client has to open its session at its worker before it is ended (default 10)")
     ap.add_argument("--users", choices=["self", "all"], default=os.environ.get("GPUPROXY_USERS", "self"),
                     help="who may connect to an ipc endpoint: proxyd's own user (default), or every local user "
                          "(a node daemon; each user then sees and controls only their own sessions)")
@@ -107,9 +114,13 @@ def main(argv=None):
     spec = WorkerSpec(backend=a.backend, emu_kernels=files, emu_devices=a.emu_devices, spin_us=a.spin_us,
                       log_level=a.log_level)
     try:
-        server = Supervisor(a.endpoint, spec, spares=a.spare_workers, users=a.users)
+        from .supervisor.bounds import Bounds
+        server = Supervisor(a.endpoint, spec, spares=a.spare_workers, users=a.users,
+                            limits=Bounds(a.max_sessions_per_user, a.max_pending_per_user, a.hello_timeout))
     except EndpointInUse as e:
         sys.exit(f"proxyd: {e}")
+    from .core.logredact import install
+    install(lambda: list(server.entries))      # the log shows sessions' public ids, not their tokens
     from .supervisor.shm_sweep import sweep
     sweep()     # shared memory of clients that died with an earlier daemon (shm_sweep.py)
     from .supervisor.markers import sweep as sweep_markers

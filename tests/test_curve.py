@@ -246,7 +246,7 @@ def _listening_ports(pid: int) -> set[int]:
 def test_spare_worker_takes_only_its_session(keyed, corpus_built):
     """A worker's tcp port can be found by anyone on the host; a client with
     an admitted key that goes to a spare worker directly, past the
-    supervisor, is refused, and the worker still serves the session the
+    supervisor, gets no answer, and the worker still serves the session the
     supervisor gives it."""
     from gpuproxy.proxyd.core import curve
     d, keys = keyed
@@ -274,9 +274,8 @@ def test_spare_worker_takes_only_its_session(keyed, corpus_built):
         s.connect(f"tcp://127.0.0.1:{port}")
         try:
             s.send(msgpack.packb([0, 1, [{"pid": os.getpid(), "token": token, "exe": "intruder"}]]))
-            assert s.poll(10000), "no answer from the worker"
-            rep = msgpack.unpackb(s.recv(), raw=False)
-            assert rep[1] != 0 and "not given to this session" in rep[2], rep
+            # a spare worker reads nobody's messages (proxyd/worker_gate.py): no answer at all
+            assert not s.poll(2000), msgpack.unpackb(s.recv(), raw=False)
         finally:
             s.close(0)
     b = corpus_built["vector_add"]

@@ -113,6 +113,9 @@ def describe(sess: Session) -> dict:
         out["uid"] = who[0] if who else None
     if getattr(sess, "key_uid", None) is not None:
         out["uid"] = sess.key_uid      # keyed tcp (curve.py): the client key's user is the session's
+    # the user whose messages its worker read (worker_gate.py): a restore by
+    # an admin gives the session back to that user, also where "uid" is unknown
+    out["owner_uid"] = getattr(sess, "owner_uid", None)
     for kind, key in ((P.K_STREAM, "streams"), (P.K_EVENT, "events")):
         for o in sess.of_kind(kind):
             fid, ctxh, args = o.create
@@ -967,9 +970,12 @@ class Engine:
                 raise CheckpointError(f"image refused: manifest field session.arena.chunks: {total} bytes on device "
                                       f"{nd}, which has {self.backend.device_total_mem(nd)}")
         token = desc["token"]
-        if desc.get("channel") not in (None, f"/gpuproxy-{token}-chan"):
+        from ..core.shm_names import channel_name
+        # the channel is named by the session's public id (shm_names.py);
+        # images of before it carry the token form
+        if desc.get("channel") not in (None, channel_name(token), f"/gpuproxy-{token}-chan"):
             raise CheckpointError(f"image refused: manifest field session.channel: {desc['channel']!r} is not "
-                                  f"the session's channel /gpuproxy-{token}-chan")
+                                  f"the session's channel {channel_name(token)}")
 
     def _set_stream_attrs(self, stream, attrs: dict, keep: dict):
         """Re-applies recorded cuStreamSetAttribute values to a re-created stream."""
@@ -1198,7 +1204,8 @@ def _rebuild_replay(r: kinds.Restore) -> None:
 
 # the manifest fields describe() writes itself (the rest come from kinds)
 ENGINE_KEYS = ("token", "pid", "exe", "slot", "last_seq", "last_reply", "next_id", "async_error", "arena", "shm",
-               "channel", "addr_map", "primary_flags", "capture", "capture_events", "pidns", "start_time", "uid")
+               "channel", "addr_map", "primary_flags", "capture", "capture_events", "pidns", "start_time", "uid",
+               "owner_uid")
 for _k in (kinds.Kind("contexts", Stage.CONTEXTS, ("contexts",), rebuild=_rebuild_contexts),
            kinds.Kind("globals", Stage.GLOBALS, rebuild=lambda r: r.engine._check_globals(r.sess, r.desc)),
            kinds.Kind("arena", Stage.ARENA, rebuild=_rebuild_arena),

@@ -46,6 +46,7 @@ import numpy as np
 
 from . import hashing
 from .manifest_schema import SchemaError, validate_manifest
+from .safe_open import MAX_SMALL, ImageDir, ImageFileError
 
 # Version 2 (this writer): chunks may be stored zstd-compressed (FLAG_ZSTD,
 # the record's `stored` length) and the manifest may carry `compression`.
@@ -94,6 +95,14 @@ _RESERVED = ("format_version", "kind", "created", "parent", "ancestors", "chunk_
 class ImageError(Exception):
     """An image cannot be written, read or restored; the message says what
     is wrong and where (file, chunk address, expected and actual values)."""
+
+
+def _open_dir(path: str) -> ImageDir:
+    """An image's folder, opened once (safe_open.py)."""
+    try:
+        return ImageDir(path)
+    except ImageFileError as e:
+        raise ImageError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -229,17 +238,25 @@ def encode_manifest(body: dict) -> bytes:
             hashlib.sha256(text).hexdigest().encode() + b"\n")
 
 
-def read_manifest(directory: str) -> tuple[dict, str]:
+MAX_MANIFEST = 256 << 20      # bytes: a manifest larger than this is refused unread
+
+
+def read_manifest(directory: str, d: "ImageDir | None" = None) -> tuple[dict, str]:
     """(body, sha256 hex of the body bytes) of directory's manifest; checks
-    magic, format version and digest."""
+    magic, format version and digest. d: the directory, opened (safe_open.py)."""
     path = os.path.join(directory, MANIFEST)
-    if not os.path.isdir(directory):
-        raise ImageError(f"{directory}: no such directory")
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        if d is None:
+            d = ImageDir(directory)
+        raw = d.read(MANIFEST, max_size=MAX_MANIFEST)
+    except ImageFileError as e:
+        raise ImageError(str(e)) from None
     except FileNotFoundError:
-        if any(os.path.exists(os.path.join(directory, n)) for n in (MEMORY, INDEX, MANIFEST + ".tmp")):
+        try:
+            present = [n for n in (MEMORY, INDEX, MANIFEST + ".tmp") if _present(d, n)]
+        except ImageFileError as e:
+            raise ImageError(str(e)) from None
+        if present:
             raise ImageError(f"{directory}: incomplete image, no manifest (the dump did not finish)") from None
         raise ImageError(f"{directory}: not a gpuproxy image (no manifest file)") from None
     except OSError as e:
@@ -294,6 +311,28 @@ def read_manifest(directory: str) -> tuple[dict, str]:
     return m, got
 
 
+def _present(d: "ImageDir", name: str) -> bool:
+    try:
+        d.stat(name)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def _recorded_sizes(m: dict) -> dict[str, int]:
+    """name -> bytes the manifest records for the image's files (a larger
+    file is refused by ImageDir.scan before anything is read)."""
+    out = {}
+    for name in (INDEX, MEMORY):
+        size = (m["files"].get(name) or {}).get("size")
+        if isinstance(size, int):
+            out[name] = size
+    for sha, ent in m["modules"].items():
+        if isinstance(ent, dict) and ent.get("image", 0) == 0 and isinstance(ent.get("size"), int):
+            out[f"{MODULES}/{sha}.bin"] = ent["size"]
+    return out
+
+
 # ------------------------------------------------------------------ reading
 
 class Image:
@@ -304,8 +343,10 @@ class Image:
     parent present and the very one recorded); chunk indexes and data are
     read on demand."""
 
-    def __init__(self, path: str, manifest: dict, digest: str, parent: "Image | None"):
+    def __init__(self, path: str, manifest: dict, digest: str, parent: "Image | None",
+                 dir: "ImageDir | None" = None):
         self.path = path
+        self.dir = dir if dir is not None else _open_dir(path)    # every file is opened relative to it
         self.manifest = manifest
         self.digest = digest                    # sha256 of the manifest body
         self.parent = parent
@@ -327,6 +368,7 @@ class Image:
         missing or not the image the child was made from."""
         cur = os.path.abspath(os.fspath(path))
         found: list[tuple[str, dict, str]] = []
+        dirs: list[ImageDir] = []
         seen = set()
         child = None
         while True:
@@ -334,13 +376,27 @@ class Image:
             if real in seen:
                 raise ImageError(f"{child}: parent chain loops back to {cur}")
             seen.add(real)
-            if child is not None and not os.path.isdir(cur):
-                raise ImageError(f"{child}: parent image {found[-1][1]['parent']['path']!r} is missing "
-                                 f"(no directory {cur})")
+            if child is None:
+                d = _open_dir(cur)
+            else:
+                # a parent must be a folder of the same user: otherwise the
+                # same words whether it exists or not (nothing is told about
+                # folders that are not the image's user's)
+                try:
+                    d = ImageDir(cur)
+                except ImageFileError:
+                    d = None
+                if d is None or d.uid != dirs[0].uid:
+                    raise ImageError(f"{child}: parent image {found[-1][1]['parent']['path']!r} is missing "
+                                     f"(no directory of this image's user at {cur})")
             try:
-                m, digest = read_manifest(cur)
+                m, digest = read_manifest(cur, d)
+                d.scan(_recorded_sizes(m))
+            except ImageFileError as e:
+                raise (ImageError(f"{child}: parent image: {e}") if child else ImageError(str(e))) from None
             except ImageError as e:
                 raise (ImageError(f"{child}: parent image: {e}") if child else e) from None
+            dirs.append(d)
             if child is not None:
                 want = found[-1][1]["parent"].get("manifest_sha256")
                 if digest != want:
@@ -355,8 +411,8 @@ class Image:
             child = cur
             cur = os.path.normpath(os.path.join(cur, p["path"]))
         img = None
-        for cur, m, digest in reversed(found):
-            img = cls(cur, m, digest, img)
+        for (cur, m, digest), d in zip(reversed(found), reversed(dirs)):
+            img = cls(cur, m, digest, img, d)
             want = [a.digest for a in img.chain[1:]]
             if m["ancestors"] != want:
                 raise ImageError(f"{cur}/{MANIFEST}: records ancestors {m['ancestors']}, the chain on disk "
@@ -390,10 +446,11 @@ class Image:
         from ..core.keys import key_id
         path = self._file(SEAL)
         try:
-            with open(path, "rb") as f:
-                raw = f.read(512)
+            raw = self.dir.read(SEAL, max_size=MAX_SMALL)[:512]
         except FileNotFoundError:
             return False, "foreign image: it has no seal"
+        except ImageFileError as e:
+            return False, f"foreign image: {e}"
         except OSError as e:
             return False, f"foreign image: cannot read {path}: {e.strerror}"
         parts = raw.decode("ascii", "replace").split()
@@ -434,10 +491,11 @@ class Image:
         path = self._file(INDEX)
         want = self.manifest["files"].get(INDEX) or {}
         try:
-            with open(path, "rb") as f:
-                raw = f.read()
+            raw = self.dir.read(INDEX, size=want.get("size") if isinstance(want.get("size"), int) else 0)
         except FileNotFoundError:
             raise ImageError(f"{path} is missing") from None
+        except ImageFileError as e:
+            raise ImageError(str(e)) from None
         except OSError as e:
             raise ImageError(f"{path}: cannot read: {e.strerror}") from None
         if len(raw) < want.get("size", 0):
@@ -478,9 +536,11 @@ class Image:
             path = self._file(MEMORY)
             want = (self.manifest["files"].get(MEMORY) or {}).get("size")
             try:
-                got = os.stat(path).st_size
+                got = self.dir.stat(MEMORY).st_size
             except FileNotFoundError:
                 raise ImageError(f"{path} is missing") from None
+            except ImageFileError as e:
+                raise ImageError(str(e)) from None
             if want is None:
                 raise ImageError(f"{self.path}/{MANIFEST}: no size recorded for {MEMORY}")
             if got < want:
@@ -518,7 +578,15 @@ class Image:
                 else:
                     self._mm_addr = 0
                     in_memory = populate and _in_memory_fs(self._file(MEMORY))
-                    with open(self._file(MEMORY), "rb") as f:
+                    try:
+                        mfd = self.dir.open(MEMORY, size=size)     # checked again: the one that is mapped
+                    except (ImageFileError, FileNotFoundError) as e:
+                        raise ImageError(str(e) if isinstance(e, ImageFileError) else
+                                         f"{self._file(MEMORY)} is missing") from None
+                    if os.fstat(mfd).st_size != size:
+                        os.close(mfd)
+                        raise ImageError(f"{self._file(MEMORY)} changed size since it was checked")
+                    with os.fdopen(mfd, "rb") as f:
                         if in_memory and by_range:
                             mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
                             self._mm_addr = int(np.frombuffer(mm, np.uint8).ctypes.data)
@@ -650,10 +718,11 @@ class Image:
             raise ImageError(f"{self.path}/{MANIFEST}: module {sha} refers to ancestor {ent['image']}; the chain "
                              f"has {len(self.chain) - 1}")
         try:
-            with open(ent["file"], "rb") as f:
-                data = f.read()
+            data = self.chain[ent["image"]].dir.read(f"{MODULES}/{sha}.bin", size=ent["size"])
         except FileNotFoundError:
             raise ImageError(f"module file {ent['file']} is missing") from None
+        except ImageFileError as e:
+            raise ImageError(str(e)) from None
         if len(data) != ent["size"]:
             raise ImageError(f"module file {ent['file']} has {len(data)} bytes, the manifest says {ent['size']}")
         got = hashlib.sha256(data).hexdigest()
@@ -725,9 +794,12 @@ class Image:
                                 f"chain has {len(self.chain) - 1}")
                 continue
             try:
-                size = os.stat(ent["file"]).st_size
+                size = self.chain[ent["image"]].dir.stat(f"{MODULES}/{sha}.bin").st_size
             except FileNotFoundError:
                 problems.append(f"module file {ent['file']} is missing")
+                continue
+            except ImageFileError as e:
+                problems.append(str(e))
                 continue
             if size != ent["size"]:
                 problems.append(f"module file {ent['file']} has {size} bytes, the manifest says {ent['size']}")
@@ -794,10 +866,13 @@ class Image:
                 if progress is not None:
                     progress(done, total)
         for sha, ent in self.modules().items():
-            if ent["file"] == "?" or not os.path.exists(ent["file"]):
+            if ent["file"] == "?":
                 continue                 # reported by _structure
-            with open(ent["file"], "rb") as f:
-                got = hashlib.sha256(f.read()).hexdigest()
+            try:
+                got = hashlib.sha256(self.chain[ent["image"]].dir.read(f"{MODULES}/{sha}.bin",
+                                                                       size=ent["size"])).hexdigest()
+            except (FileNotFoundError, ImageFileError):
+                continue                 # reported by _structure
             if got != sha:
                 problems.append(f"module file {ent['file']} is corrupt: sha256 {got}")
         return problems

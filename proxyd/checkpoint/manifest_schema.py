@@ -211,6 +211,7 @@ SESSION = Obj({
     "pidns": Opt(Str(64, r"pid:\[[0-9]+\]", "a pid namespace pid:[N]")),
     "start_time": Opt(COUNT),               # the process's start time (clock ticks after boot)
     "uid": Opt(Int(0, (1 << 32) - 1)),
+    "owner_uid": Opt(Int(0, (1 << 32) - 1)),   # the user the worker served (proxyd/worker_gate.py)
     # settings recorded from `restore: replay` calls (docs/spec-format.md):
     # [function id, context handle, arguments], re-checked by the dispatcher
     "replay": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 1 << 16),

@@ -15,7 +15,8 @@ from .procinfo import OWN_PIDNS  # noqa: F401  (the supervisor reads it here)
 def remove_client_segments(token: str):
     """The shared memory a dead client can no longer remove itself."""
     import glob
-    for path in glob.glob(f"/dev/shm/gpuproxy-{glob.escape(token)}-*"):
+    from .shm_names import public_id      # segments carry the public id, not the token (issue 21)
+    for path in glob.glob(f"/dev/shm/gpuproxy-{glob.escape(public_id(token))}-*"):
         try:
             os.unlink(path)
         except OSError:

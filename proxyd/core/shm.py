@@ -1,6 +1,6 @@
 """Client host memory shared with proxyd (interceptor/hostmem.c).
 
-Segments are POSIX shared memory objects named /gpuproxy-<token>-<n> (files in
+Segments are POSIX shared memory objects named /gpuproxy-<public id>-<n> (files in
 /dev/shm). proxyd maps one when the client first refers to it: the staging
 segment at HELLO (opening it proves that both sides see the same /dev/shm),
 pinned-host segments at cuMemAllocHost/cuMemHostAlloc, when the backend also
@@ -43,9 +43,13 @@ class ShmMap:
         # GPU-visible segments: seg -> (address, length, kind, flags); kept
         # while the mapping itself comes and goes (parking, restore)
         self.fixed: dict[int, tuple[int, int, int, int]] = {}
+        # () -> the uid whose files the session's segments must be (the
+        # session's user, worker_gate.py); None: not checked (no gate)
+        self.owner_of = None
 
     def path(self, seg: int) -> str:
-        return os.path.join(SHM_DIR, f"gpuproxy-{self.token}-{seg}")
+        from .shm_names import public_id
+        return os.path.join(SHM_DIR, f"gpuproxy-{public_id(self.token)}-{seg}")
 
     def open(self, seg: int, size: int | None = None) -> mmap.mmap:
         m = self.maps.get(seg)
@@ -54,9 +58,10 @@ class ShmMap:
         if seg in self.fixed:
             return self._open_fixed(seg)
         try:
-            fd = os.open(self.path(seg), os.O_RDWR)
+            fd = os.open(self.path(seg), os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as e:
             raise ShmError(f"cannot open client segment {self.path(seg)}: {e.strerror}") from e
+        self._check_owner(fd, seg)
         try:
             n = os.fstat(fd).st_size
             if size is not None and n < size:
@@ -67,6 +72,17 @@ class ShmMap:
         self.maps[seg] = m
         return m
 
+    def _check_owner(self, fd: int, seg: int) -> None:
+        """A segment is a regular file of the session's user: its public name
+        can be taken by anyone (issue 21), whose file proxyd must not map
+        in the session's place."""
+        import stat
+        st = os.fstat(fd)
+        want = self.owner_of() if self.owner_of is not None else None
+        if not stat.S_ISREG(st.st_mode) or (want is not None and st.st_uid != want):
+            os.close(fd)
+            raise ShmError(f"client segment {seg} is not a file of the session's user")
+
     def _open_fixed(self, seg: int):
         """Maps a GPU-visible segment at the address it has in the client.
         The range must be free in this process (MAP_FIXED_NOREPLACE): a
@@ -74,9 +90,10 @@ class ShmMap:
         window, but the driver or a library might."""
         addr, length, _kind, _flags = self.fixed[seg]
         try:
-            fd = os.open(self.path(seg), os.O_RDWR)
+            fd = os.open(self.path(seg), os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as e:
             raise ShmError(f"cannot open client segment {self.path(seg)}: {e.strerror}") from e
+        self._check_owner(fd, seg)
         try:
             n = os.fstat(fd).st_size
             if n < length:

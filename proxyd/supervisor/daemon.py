@@ -44,7 +44,9 @@ import msgpack
 import zmq
 
 from .. import __version__
+from . import bounds as B
 from ..core import curve
+from ..core import peercred
 from ..core import protocol as P
 from ..core.ratelog import RATE
 from ..core.endpoint import OWN_PIDNS, EndpointInUse, bind_router, remove_client_segments
@@ -138,12 +140,14 @@ def _fixed_layout():
 
 def resume_path(token: str) -> str:
     """The file whose appearance lets a parked shim go on (interceptor/park.c)."""
-    return f"/dev/shm/gpuproxy-resume-{token}"
+    from ..core.shm_names import public_id
+    return f"/dev/shm/gpuproxy-resume-{public_id(token)}"
 
 
 def parked_path(token: str) -> str:
     """The file a shim creates once it has parked (interceptor/park.c)."""
-    return f"/dev/shm/gpuproxy-parked-{token}"
+    from ..core.shm_names import public_id
+    return f"/dev/shm/gpuproxy-parked-{public_id(token)}"
 
 
 # how a worker is started (tests that inject faults start theirs otherwise)
@@ -197,6 +201,10 @@ class Entry:
     uid: int | None = None               # the client's user (None: unknown, only admins control it)
     park_waiters: list = field(default_factory=list)   # (rid, seq, deadline) of park commands
     last_status: dict | None = None
+    owner: int | None = None             # the sender's kernel uid (ipc) or key user (tcp): bounds, worker gate
+    opened: bool = False                 # the client opened it at its worker (bounds.reap_unopened)
+    given_at: float | None = None        # when it got its worker
+    probing: bool = False
 
 
 def _describe_exit(rc: int) -> str:
@@ -209,8 +217,10 @@ def _describe_exit(rc: int) -> str:
 
 
 class Supervisor:
-    def __init__(self, endpoint: str, spec: WorkerSpec, spares: int = 1, users: str = "self"):
+    def __init__(self, endpoint: str, spec: WorkerSpec, spares: int = 1, users: str = "self",
+                 limits: B.Bounds | None = None):
         self.endpoint = endpoint
+        self.bounds = limits or B.Bounds()
         self.spec = spec
         self.spares = max(0, spares)
         self.started = time.time()
@@ -308,7 +318,7 @@ class Supervisor:
         s = self.spec
         ep = self._worker_endpoint()
         r, w = os.pipe()
-        cmd = [*WORKER_COMMAND, "--endpoint", ep, "--ready-fd", str(w),
+        cmd = [*WORKER_COMMAND, "--ready-fd", str(w),
                "--backend", s.backend, "--emu-devices", str(s.emu_devices), "--spin-us", str(s.spin_us),
                "--log-level", s.log_level]
         if s.emu_kernels:
@@ -316,6 +326,7 @@ class Supervisor:
         env = dict(os.environ)
         env.pop("GPUPROXY_EMU_KERNELS", None) if s.emu_kernels else None
         env["GPUPROXY_WORKER_SECRET"] = self.secret
+        env["GPUPROXY_WORKER_ENDPOINT"] = ep      # not in argv: ps shows arguments to every user
         env["GPUPROXY_WORKER_SOCKET_MODE"] = "666" if self.users == "all" else ""
         if self.curve_client is not None:
             env["GPUPROXY_SUPERVISOR_CURVE_KEY"] = self.curve_client[1].decode()   # a public key
@@ -466,6 +477,11 @@ class Supervisor:
             except Exception as e:
                 log.warning("unreadable answer from worker %d: %s", wk.pid, e)
                 continue
+            if fid == 0 and isinstance(result, dict) and wk.token and result.get("opened") == wk.token:
+                e = self.entries.get(wk.token)
+                if e is not None and e.worker is wk:
+                    e.opened = True        # the worker says its client opened the session (worker_gate.py)
+                continue
             item = self.pending.pop(fid, None)
             if item is not None:
                 item[0](code, result)
@@ -489,12 +505,16 @@ class Supervisor:
         except (OSError, AttributeError):
             e.pidfd = None
 
-    def on_hello(self, rid: bytes, seq: int, info: dict, key_user: str | None = None, peer: str | None = None):
+    def on_hello(self, rid: bytes, seq: int, info: dict, key_user: str | None = None, peer: str | None = None,
+                 cred=None):
         token = self._entry_of(rid)
         if not token or str(info.get("token", "")) != token:
             self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, "HELLO token does not match the routing id"])
             return
+        owner = B.sender_uid(self.zap is not None, key_user, cred)
         e = self.entries.get(token)
+        if e is not None and (owner is None or owner != e.owner):
+            return      # another user's session: no answer at all, nothing confirmed (bounds.py)
         if e is not None:
             if e.state == "running" and e.worker is not None and e.worker.ready:
                 self._answer_hello(e, rid, seq)
@@ -509,7 +529,13 @@ class Supervisor:
             pid = int(info.get("pid", 0))
         except (TypeError, ValueError):
             pid = 0
+        why = self.bounds.check_new(self.entries, owner, pid, str(info.get("pidns") or ""), cred, self.zap is not None)
+        if why:
+            RATE.event("refused HELLO", "refused a HELLO from uid %s: %s", owner, why)
+            self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, f"cannot open a session: {why}"])
+            return
         e = Entry(token, pid, str(info.get("exe", "")), str(info.get("pidns") or ""))
+        e.owner = owner
         if self.zap is not None:
             # keyed tcp: the session is the key's user's. A client on
             # another host has a pid of another kernel (and every host's
@@ -523,6 +549,7 @@ class Supervisor:
         e.hello.append((rid, seq))
         self.entries[token] = e
         self._open_pidfd(e)
+        B.watch_peer(e, cred)
         self.send(rid, [seq, P.REPLY_KEEPALIVE])   # a worker may take a moment to start
 
         def got(wk, why=None):
@@ -534,6 +561,7 @@ class Supervisor:
                 return
             wk.token = token
             e.worker = wk
+            e.given_at = time.monotonic()
             log.info("session of pid %s %s: worker pid %d", e.pid, e.exe, wk.pid)
 
             def answer():
@@ -541,12 +569,10 @@ class Supervisor:
                 for r, s in e.hello:
                     self._answer_hello(e, r, s)
                 e.hello = []
-            if self.zap is None:
-                answer()
-                return
 
             def expected(code, result):
-                # keyed tcp: the worker takes this session only (control.py "expect")
+                # the worker takes this session, of this user, only (control.py
+                # "expect"; worker_gate.py)
                 if code == 0:
                     answer()
                     return
@@ -554,7 +580,7 @@ class Supervisor:
                 for r, s in e.hello:
                     self.send(r, [s, P.REPLY_PROTOCOL_ERROR, f"cannot open a session: {e.why}"])
                 e.hello = []
-            self.forward(wk, "expect", {"token": token, "uid": e.uid}, expected, timeout_s=10)
+            self.forward(wk, "expect", {"token": token, "uid": e.owner}, expected, timeout_s=10)
         self.with_worker(got)
 
     def _answer_hello(self, e: Entry, rid: bytes, seq: int):
@@ -562,9 +588,11 @@ class Supervisor:
         self.send(rid, [seq, 0, [{"endpoint": wk.info["endpoint"], "worker_pid": wk.pid,
                                   "version": __version__}], 0, 0, ""])
 
-    def on_where(self, rid: bytes, seq: int, info: dict, peer: str | None = None):
+    def on_where(self, rid: bytes, seq: int, info: dict, peer: str | None = None, asker: int | None = None):
         token = self._entry_of(rid)
         e = self.entries.get(token) if token else None
+        if e is not None and e.owner is not None and asker != e.owner:
+            e = None             # another user's session: as if there were none
         if e is None:
             ans = {"state": "unknown"}
         else:
@@ -590,11 +618,13 @@ class Supervisor:
                 ans["why"] = e.why
         self.send(rid, [seq, 0, [ans], 0, 0, ""])
 
-    def on_quiesce(self, rid: bytes, seq: int):
+    def on_quiesce(self, rid: bytes, seq: int, asker: int | None = None):
         """A parking shim asks that its worker finish all device work (so no
         copy lands in memory it is about to turn private)."""
         token = self._entry_of(rid)
         e = self.entries.get(token) if token else None
+        if e is not None and e.owner is not None and asker != e.owner:
+            e = None
         if e is None or e.worker is None or e.worker.sock is None:
             self.send(rid, [seq, P.REPLY_UNKNOWN_SESSION, "no running session to quiesce"])
             return
@@ -627,6 +657,7 @@ class Supervisor:
         """Ends the sessions whose client process is gone (pidfds: no pid
         reuse confusion; sessions of another pid namespace have none and are
         left to their BYE or their worker)."""
+        B.reap_unopened(self)
         fds = {e.pidfd: e for e in self.entries.values() if e.pidfd is not None}
         now = time.monotonic()
         if fds:
@@ -817,7 +848,7 @@ class Supervisor:
     MAX_RESTORES = 2     # restores in flight at once (each holds a fresh worker)
 
     @staticmethod
-    def precheck_image(args) -> tuple[str | None, int | None]:
+    def precheck_image(args) -> tuple[str | None, int | None, int | None]:
         """The structural checks of a restore, done here before a worker is
         taken for it (cheap: manifests, parents, file sizes; no chunk data),
         so that a bad image costs no process. None when it may go on."""
@@ -825,30 +856,31 @@ class Supervisor:
         from ..checkpoint.manifest_schema import SchemaError, validate_session
         d = args.get("dir")
         if not isinstance(d, str) or not d:
-            return "restore needs an image directory (dir)", None
+            return "restore needs an image directory (dir)", None, None
         try:
             img = Image.open(d)
             try:
                 img.check_restorable()
                 validate_session(img.session, strict=True)
                 uid = img.session.get("uid")
+                owner = img.session.get("owner_uid")      # whose process talked to the worker
                 from .markers import older_than_release
                 stale = older_than_release(img.session)
             finally:
                 img.close()
             if stale:
-                return stale, None
+                return stale, None, None
         except ImageError as e:
-            return f"image refused: {e}", None
+            return f"image refused: {e}", None, None
         except SchemaError as e:
-            return f"image refused: {d}/manifest: {e}", None
+            return f"image refused: {d}/manifest: {e}", None, None
         except Exception as e:       # an image is untrusted input: never more than one line
-            return f"image refused: {d}: {type(e).__name__}: {e}", None
-        return None, uid
+            return f"image refused: {d}: {type(e).__name__}: {e}", None, None
+        return None, uid, owner
 
     def ctl_restore(self, rid, seq, args):
         asker = self.asker
-        why, image_uid = self.precheck_image(args)
+        why, image_uid, image_owner = self.precheck_image(args)
         if why is None and not self.is_admin(self.asker) and image_uid is not None and image_uid != self.asker:
             why = "permission denied: the image is of another user's session"
         if why is None and self.restoring >= self.MAX_RESTORES:
@@ -898,9 +930,16 @@ class Supervisor:
                 wk.token = token
                 e = Entry(token, pid, str(result.get("exe", "")))
                 e.uid = image_uid if image_uid is not None else asker
+                e.owner, e.opened = e.uid, True
+                if image_owner is not None and self.is_admin(asker):
+                    e.owner = image_owner      # e.g. a container's session (no uid for control), restored by an admin
                 if old is not None:
                     e.exe, e.pidns, e.pidfd = old.exe or e.exe, old.pidns, old.pidfd
+                    e.owner = old.owner if old.owner is not None else e.owner
                     old.pidfd = None
+                # the restored session's worker reads its owner's messages only
+                # (worker_gate.py); sent before anyone is told the endpoint
+                self.forward(wk, "expect", {"token": token, "uid": e.owner}, lambda code, res: None, timeout_s=10)
                 self.entries[token] = e
                 e.worker, e.state = wk, "running"
                 if e.pidfd is None:
@@ -978,7 +1017,7 @@ class Supervisor:
         self.reply(rid, seq, {"token": e.token, "pid": e.pid, "resumed": True})
 
     # ---------------------------------------------------------------- loop
-    def handle(self, rid: bytes, raw: bytes, key_user: str | None = None, peer: str | None = None):
+    def handle(self, rid: bytes, raw: bytes, key_user: str | None = None, peer: str | None = None, cred=None):
         """One message from the public endpoint. On a keyed tcp endpoint,
         key_user is what the ZAP handler made of the sender's key (a uid) and
         peer its address."""
@@ -992,11 +1031,12 @@ class Supervisor:
             if mtype == P.MSG_HELLO:
                 p = msg[2] if len(msg) > 2 else None
                 self.on_hello(rid, seq, p[0] if isinstance(p, list) and p and isinstance(p[0], dict) else {},
-                              key_user, peer)
+                              key_user, peer, cred)
             elif mtype == P.MSG_WHERE:
-                self.on_where(rid, seq, msg[2] if len(msg) > 2 and isinstance(msg[2], dict) else {}, peer)
+                self.on_where(rid, seq, msg[2] if len(msg) > 2 and isinstance(msg[2], dict) else {}, peer,
+                              B.sender_uid(self.zap is not None, key_user, cred))
             elif mtype == P.MSG_QUIESCE:
-                self.on_quiesce(rid, seq)
+                self.on_quiesce(rid, seq, B.sender_uid(self.zap is not None, key_user, cred))
             elif mtype == P.MSG_CTL:
                 cmd = msg[2] if len(msg) > 2 else None
                 args = msg[3] if len(msg) > 3 and isinstance(msg[3], dict) else {}
@@ -1056,10 +1096,12 @@ class Supervisor:
                     except zmq.Again:
                         break
                     if len(frames) >= 2:
-                        key_user = peer = None
+                        key_user = peer = cred = None
                         if self.zap is not None:
                             key_user, peer = curve.user_id(frames[1]), curve.peer_address(frames[1])
-                        self.handle(frames[0].bytes, frames[1].bytes, key_user, peer)
+                        else:
+                            cred = peercred.ipc_peer(frames[1])     # the kernel's: who sent it
+                        self.handle(frames[0].bytes, frames[1].bytes, key_user, peer, cred)
             for wk in list(self.workers):
                 if wk.ready_fd >= 0 and wk.ready_fd in events:
                     self._on_ready_data(wk)

@@ -1,8 +1,8 @@
 """The small files in /dev/shm that tell a client's shim about its session
-across daemons: /dev/shm/gpuproxy-<what>-<token>.
+across daemons: /dev/shm/gpuproxy-<what>-<public id of the token>.
 
     released  written here when a dump without --leave-running releases a
-              session's GPU state. The client's shim (interceptor/park.c,
+              session's GPU state. The client's shim (interceptor/transport.c,
               gp_released_marker) then knows it waits for a restore even if
               the daemon that released it is gone and a new one that does
               not know the session answers first; it removes the marker
@@ -29,6 +29,7 @@ import re
 import time
 
 from ..core import procinfo
+from ..core.shm_names import public_id
 from .shm_sweep import _lock_is_free
 
 log = logging.getLogger("proxyd")
@@ -40,7 +41,10 @@ NAME = re.compile(r"gpuproxy-(?P<kind>released|parked|resume)-(?P<token>[0-9a-f]
 
 
 def path(kind: str, token: str) -> str:
-    return os.path.join(SHM_DIR, f"gpuproxy-{kind}-{token}")
+    # named by the session's public id, never its token (issue 21: /dev/shm
+    # can be listed by every local user; core/shm_names.py, the shim's
+    # gp_shm_id). The id has the token's shape, which NAME and sweep parse.
+    return os.path.join(SHM_DIR, f"gpuproxy-{kind}-{public_id(token)}")
 
 
 def mark_released(token: str, pid: int, endpoint: str, last_seq: int | None = None) -> None:

@@ -1,7 +1,7 @@
 """Removes the shared memory of clients that are provably dead.
 
-A client names its segments /gpuproxy-<token>-<n> and /gpuproxy-<token>-chan
-(files in /dev/shm), the token being 16 hex digits, '-', its pid. It removes
+A client names its segments /gpuproxy-<id>-<n> and /gpuproxy-<id>-chan (the session's public id, shm_names.py)
+(files in /dev/shm), the id being 16 hex digits, '-', the client's pid. It removes
 them itself at exit (interceptor/hostmem.c), and proxyd's reaper removes
 those of a session whose process ended; what is left after both died (a
 daemon kill followed by a client kill, a client killed before it reached a

@@ -73,6 +73,11 @@ def register(server):
         tcp port can be found by anyone; without this, a client with any
         admitted key could take a spare worker past the supervisor."""
         server.expected = {"token": str(args.get("token", "")), "uid": args.get("uid")}
+        if server.gate is not None:
+            server.gate.expect(args.get("uid"))
+            s = server.sessions.get(str(args.get("token", "")))
+            if s is not None:
+                s.owner_uid = server.gate.owner      # a restored session: its user again
         server.ctl_reply(rid, seq, {"expecting": True})
 
     @ctl("shutdown")

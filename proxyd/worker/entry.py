@@ -1,6 +1,9 @@
 """A proxyd worker: the process that owns one client session's GPU state.
 
-    python -m gpuproxy.proxyd.worker --endpoint E --ready-fd N [--backend B] [--emu-kernels F ...]
+    GPUPROXY_WORKER_ENDPOINT=E python -m gpuproxy.proxyd.worker --ready-fd N [--backend B] [--emu-kernels F ...]
+
+(--endpoint E works too; the supervisor uses the environment, which other
+users cannot read, where ps shows arguments to everyone.)
 
 The supervisor (supervisor/daemon.py) starts workers ahead of need and hands each
 to one client session, as a native CUDA process owns one context: the
@@ -46,7 +49,9 @@ def _die_with_parent():
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="proxyd-worker")
-    ap.add_argument("--endpoint", required=True)
+    # the supervisor passes it in the environment (GPUPROXY_WORKER_ENDPOINT):
+    # arguments are shown to every user (ps), the environment to ours only
+    ap.add_argument("--endpoint", default=os.environ.get("GPUPROXY_WORKER_ENDPOINT"))
     ap.add_argument("--ready-fd", type=int, required=True)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--emu-kernels", nargs="*", default=[])
@@ -54,6 +59,8 @@ def main(argv=None):
     ap.add_argument("--spin-us", type=int, default=200)
     ap.add_argument("--log-level", default="INFO")
     a = ap.parse_args(argv)
+    if not a.endpoint:
+        ap.error("--endpoint (or GPUPROXY_WORKER_ENDPOINT) is required")
     _die_with_parent()
     logging.basicConfig(level=a.log_level.upper(), format=f"proxyd[w{os.getpid()}]: %(message)s", stream=sys.stderr)
     from ..backends.select import load_emu_kernels, pick_backend
@@ -66,6 +73,8 @@ def main(argv=None):
     except EndpointInUse as e:
         sys.exit(f"proxyd worker: {e}")
     server.stdout_capture = capture
+    from ..core.logredact import install
+    install(lambda: [*server.sessions, (server.expected or {}).get("token")])   # no token in the log
     rt_prof = os.environ.get("GPUPROXY_RT_PROFILE")
     if rt_prof:  # bench/roundtrip_profile.py: stage timers (rtprofile.py); absent, no timing code runs
         from . import rtprofile

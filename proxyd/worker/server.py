@@ -39,6 +39,7 @@ from .._generated import FUNCTIONS
 from ..core.endpoint import OWN_PIDNS, EndpointInUse, bind_router, remove_client_segments  # noqa: F401  (tests, main.py)
 from ..core.arena import ARENA_BASE, MAX_SLOTS, SLOT_SIZE, Arena  # noqa: F401  (tests read the first three here)
 from ..core.channel import Channel, ChannelError, fence
+from ..core import shm_names
 from .dispatch import Dispatcher
 from ..core.ratelog import RATE
 from ..core.session import Session
@@ -200,6 +201,8 @@ class Server:
         self.zap = None
         self.meta = None
         self.expected: dict | None = None     # keyed tcp worker: the session the supervisor gave it (control.py)
+        from .gate import WorkerGate
+        self.gate = WorkerGate(curve.is_tcp(endpoint)) if worker else None   # its owner's messages only
         if curve.is_tcp(endpoint):
             sup = os.environ.get("GPUPROXY_SUPERVISOR_CURVE_KEY", "").encode()
             try:
@@ -348,6 +351,8 @@ class Server:
                         frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
+                    if self.gate is not None and not self.gate.admit(frames):
+                        continue             # another user's message: not read, not answered (worker_gate.py)
                     if self.zap is not None and len(frames) > 1:
                         self.meta = frames[1]
                     self.handle(frames[0].bytes, [f.buffer for f in frames[1:]])
@@ -499,6 +504,8 @@ class Server:
                                                  on_reserve=getattr(self.backend, "vmm_reserve", None),
                                                  on_release=getattr(self.backend, "vmm_release", None)))
         s.shm = ShmMap(token)
+        if self.gate is not None:
+            s.shm.owner_of = lambda: self.gate.owner      # its segments are files of the session's user
         nat = getattr(self.backend, "native", None)
         if nat is not None:
             nat.clear(slot)
@@ -593,6 +600,9 @@ class Server:
                            rid[:40])
                 self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, "this proxyd worker was not given to this session"])
                 return
+        if s is None and self.gate is not None and (self.expected or {}).get("token") != token:
+            self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, "this proxyd worker was not given to this session"])
+            return
         if s is None:
             try:
                 s = self.new_session(token, int(info.get("pid", 0)), str(info.get("exe", "")))
@@ -601,6 +611,8 @@ class Server:
                 self.send(rid, [seq, P.REPLY_PROTOCOL_ERROR, f"cannot open a session: {e}"])
                 return
             log.info("session %s: pid %s %s (slot %d)", token, s.pid, s.exe, s.slot)
+            if self.gate is not None:
+                self.gate.opened(self, token)
             s.pidns = str(info.get("pidns") or "")
             if self.zap is not None and curve.peer_address(self.meta) not in curve.LOOPBACK:
                 # a client on another host has a pid of another kernel (and
@@ -647,6 +659,8 @@ class Server:
         ch = info.get("channel")
         if ch and shm_ok and s.chan is None and os.environ.get("GPUPROXY_CHANNEL", "1") != "0":
             try:
+                if str(ch[0]) != shm_names.channel_name(token):
+                    raise ChannelError(f"{str(ch[0])[:80]!r} is not this session's channel")   # another's segment
                 s.chan = Channel(str(ch[0]), int(ch[1]))
             except (ChannelError, ValueError, IndexError) as e:
                 log.info("session %s: no fast channel (%s)", token, e)
