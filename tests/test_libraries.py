@@ -776,7 +776,8 @@ def test_cudnn_descriptor_kind_agrees_between_shim_and_proxyd():
 
 @pytest.mark.parametrize("header,prefixes", [("cublas_decls.h", ("cublas",)),
                                              ("mathlibs_decls.h", ("cufft", "curand", "cusparse", "cusolver")),
-                                             ("linalg_decls.h", ("cublas", "cusolver"))])
+                                             ("linalg_decls.h", ("cublas", "cusolver")),
+                                             ("api_helpers_decls.h", ("cublas",))])
 def test_decls_headers_match_the_specs(header, prefixes):
     """tests/programs/cublas_decls.h and mathlibs_decls.h (used where the
     toolkit has no headers of these libraries) declare each function as the
