@@ -38,6 +38,7 @@ import os
 import sys
 
 from . import protocol as P
+from . import sparse_generic
 from ._generated import FUNCTIONS, LIBRARY, LIBRARY_CDEF
 from .dispatch import norm_scalar
 from .ratelog import RATE
@@ -60,13 +61,16 @@ LIB_KINDS = {"cublas_handle": P.K_CUBLAS_HANDLE, "cublaslt_handle": P.K_CUBLASLT
              "cusparse_spmat": P.K_CUSPARSE_SPMAT, "cusparse_dnvec": P.K_CUSPARSE_DNVEC,
              "cusparse_dnmat": P.K_CUSPARSE_DNMAT, "cusolver_dn_handle": P.K_CUSOLVER_DN_HANDLE,
              "cusolver_dn_params": P.K_CUSOLVER_DN_PARAMS, "cusolver_syevj_info": P.K_CUSOLVER_SYEVJ_INFO,
-             "cusolver_gesvdj_info": P.K_CUSOLVER_GESVDJ_INFO}
+             "cusolver_gesvdj_info": P.K_CUSOLVER_GESVDJ_INFO,
+             # last: their settings (analysis, work estimation) replay after the
+             # matrices' own (pointers) in rebuild(); proxyd/sparse_generic.py
+             "cusparse_spgemm": P.K_CUSPARSE_SPGEMM, "cusparse_spsv": P.K_CUSPARSE_SPSV}
 # kinds a library call may name: the above and cuDNN's backend descriptors,
 # which are restored through their own log (cudnn.py), not as objects here
 DECODE_KINDS = {**LIB_KINDS, "cudnn_backend_desc": P.K_CUDNN_BACKEND_DESC}
 # parameters that have a slot in an answer's outs (scalar_out: nil in
 # device pointer mode)
-OUT_ROLES = ("out_value", "out_buffer", "scalar_out")
+OUT_ROLES = ("out_value", "out_buffer", "scalar_out", "inout_value")
 # kinds whose C handle type is an int, not a pointer (cufft.h: typedef int
 # cufftHandle): the application holds the object's id alone
 INT_HANDLE_KINDS = {"cufft_plan"}
@@ -285,6 +289,14 @@ class RealLibrary:
                     b = ffi.new("char[]", max(int(a), 1))
                     args.append(ffi.cast("void *", b))
                     outs.append(("buf", b, int(a)))
+            elif role == "inout_value":
+                if a is None:
+                    args.append(ffi.NULL)
+                    outs.append(None)
+                    continue
+                b = ffi.new(f"{'' if cls == 'int' else 'u'}int{8 * (size or 8)}_t[1]", [int(a)])
+                args.append(ffi.cast("void *", b))
+                outs.append(("uint" if cls != "int" else "int", b, None))
             elif role == "out_value":
                 if a is None:
                     args.append(ffi.NULL)
@@ -458,6 +470,11 @@ class LibraryCalls:
                     out.append(None)
             elif role == "in_buffer":
                 out.append(bytes(self.d.data(sess, a)) if a is not None else None)
+            elif role == "inout_value":
+                # the value the call reads (nil: a NULL pointer), answered back
+                if a is not None and type(a) is not int:
+                    raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {name} must be an integer")
+                out.append(a)
             elif role in ("out_buffer", "out_value"):
                 if a is not None and type(a) not in (int, bool):
                     raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {name} must be a size or a flag")
@@ -502,6 +519,9 @@ class LibraryCalls:
             return self.cudnn.execute(sess, fn, fid, ctxh, args, lib)
         cargs = self._decode(sess, fn, args, lib)
         code, outs = lib.call(fn, cargs)
+        if code == st.success and api == "cusparse":
+            # a sparse descriptor's nnz set by the call goes into its create (sparse_generic.py)
+            sparse_generic.after_call(sess, lib, fn, args, lambda h: lib_object(sess, "cusparse_spmat", h))
         if code == st.success and fn.name in CURAND_GENERATE:
             g = lib_object(sess, "curand_generator", args[0])
             g.info["generated"] = g.info.get("generated", 0) + int(args[2])

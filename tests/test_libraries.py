@@ -220,7 +220,7 @@ out["sync_normal"] = rt.cudaDeviceSynchronize()
 out["rand_unsupported"] = rnd.curandCreateGeneratorHost(byref(c_void_p()), 100)
 h = c_void_p()
 out["sp_create"] = sp.cusparseCreate(byref(h))
-out["sp_unsupported"] = sp.cusparseSpGEMM_createDescr(byref(c_void_p()))
+out["sp_unsupported"] = sp.cusparseCreateColorInfo(byref(c_void_p()))
 sp.cusparseGetErrorName.restype = ctypes.c_char_p
 out["sp_name10"] = sp.cusparseGetErrorName(10).decode()
 s = c_void_p()
@@ -318,7 +318,7 @@ def test_math_libraries_handles_async_errors_and_unsupported(emu_daemon):
     assert o["normal_odd"] == 0 and o["sync_normal"] == 719, "an odd count of normals fails (curand.h)"
     assert o["rand_unsupported"] == 204 and len(_lines_naming(r.stderr, "curandCreateGeneratorHost")) == 1
     assert o["sp_create"] == 0 and o["sp_unsupported"] == 10
-    assert len(_lines_naming(r.stderr, "cusparseSpGEMM_createDescr")) == 1
+    assert len(_lines_naming(r.stderr, "cusparseCreateColorInfo")) == 1
     assert o["sp_name10"] == "CUSPARSE_STATUS_NOT_SUPPORTED"
     assert o["so_create"] == 0 and o["so_unsupported"] == 9
     assert len(_lines_naming(r.stderr, "cusolverDnSpotri")) == 1
@@ -711,7 +711,7 @@ def test_library_specs_are_complete_and_consistent():
     from gpuproxy.emu.blas import EmuLibrary
     from gpuproxy.emu.blas_levels import EMU_PENDING
     from gpuproxy.emu.cudnn import EmuCudnn
-    from gpuproxy.emu.mathlibs import CLASSES
+    from gpuproxy.emu.sparse_generic import CLASSES       # mathlibs.py's, with cuSPARSE's generic API
     from gpuproxy.proxyd.cudnn import SPECIAL
     for f in SPECS.libraries:
         if f.api == "cudnn":

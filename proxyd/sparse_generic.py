@@ -1,0 +1,56 @@
+"""cuSPARSE's generic API in the worker (issue 26; docs/libraries.md): what
+a restore needs beyond the generic library path (libraries.py).
+
+A sparse matrix descriptor's nnz is an argument of the call that made it
+(cusparseCreateCsr(..., rows, cols, nnz, ...)), and two calls change it
+afterwards: cusparseDenseToSparse_analysis (the dense matrix's non-zeros)
+and cusparseSpGEMM_compute (the product's). The image recreates each
+descriptor with its recorded create call, so after either call succeeds the
+descriptor's nnz is read back (cusparseSpMatGetSize) and written into that
+call's nnz argument: a restored descriptor has the nnz the live one had,
+without replaying a conversion whose dense input may be gone by then.
+
+The SpGEMM and SpSV descriptors (kinds cusparse_spgemm, cusparse_spsv) are
+session objects like the others; their state after work estimation and
+compute (SpGEMM) or analysis (SpSV) comes back by replaying those calls,
+recorded as the descriptor's settings (spec `restore: {rule: object, key:
+[descr]}`), after the matrices' own settings (libraries.LIB_KINDS order).
+Limit: such a replay names the matrices and buffers of the recorded call; a
+restore fails, naming the call, if the app destroyed one of them before the
+dump while keeping the SpGEMM/SpSV descriptor.
+
+Locking: the worker's main loop only (like libraries.py). This module does
+not import libraries.py (which calls it); the lookups come as arguments.
+"""
+from __future__ import annotations
+
+import logging
+
+from ._generated import FUNCTIONS
+
+log = logging.getLogger("proxyd")
+
+# function -> index of the sparse descriptor whose nnz the call sets
+NNZ_SETTERS = {"cusparseDenseToSparse_analysis": 2, "cusparseSpGEMM_compute": 7}
+# create functions of sparse descriptors: (spMatDescr, rows, cols, nnz, ...)
+NNZ_ARG = 3
+_GET_SIZE = next((fid for fid, f in FUNCTIONS.items() if f.name == "cusparseSpMatGetSize"), None)
+
+
+def after_call(sess, lib, fn, args, spmat_of) -> None:
+    """Called by libraries.Calls.execute after a successful cuSPARSE call;
+    spmat_of(handle) is the session object of a sparse descriptor."""
+    i = NNZ_SETTERS.get(fn.name)
+    if i is None or _GET_SIZE is None or not args[i]:
+        return
+    obj = spmat_of(args[i])
+    code, outs = lib.call(FUNCTIONS[_GET_SIZE], [obj.real, True, True, True])
+    if code != 0 or not outs or outs[2] is None:
+        log.warning("session %s: %s: the descriptor's nnz could not be read back (status %s); a restore "
+                    "recreates it with its nnz at creation", sess.token, fn.name, code)
+        return
+    fid, ctxh, cargs = obj.create
+    cargs = list(cargs)
+    if len(cargs) > NNZ_ARG:
+        cargs[NNZ_ARG] = int(outs[2])
+        obj.create = (fid, ctxh, cargs)
