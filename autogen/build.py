@@ -55,7 +55,7 @@ RUNTIME_SOURCES = ["rt_state.c", "rt_register.c", "rt_api.c", "rt_hostmap.c", "r
 LIBRARY_SOURCES = {"cublas": (["lib_cublas.c", "lib_cublas_copy.c", "gp_msgpack.c"], True), "cublaslt": (["lib_cublaslt.c", "gp_msgpack.c"], True),
                    "nvml": (["lib_nvml.c", "gp_msgpack.c"], False),
                    "cudnn": (["lib_cudnn.c", "gp_msgpack.c"], True),
-                   "cufft": (["lib_cufft.c", "gp_msgpack.c"], True), "curand": (["lib_curand.c", "gp_msgpack.c"], True),
+                   "cufft": (["lib_cufft.c", "gp_msgpack.c"], True), "curand": (["lib_curand.c", "lib_curand_host.c", "gp_msgpack.c"], True),
                    "cusparse": (["lib_cusparse.c", "gp_msgpack.c"], True),
                    "cusolver": (["lib_cusolver.c", "gp_msgpack.c"], True)}
 

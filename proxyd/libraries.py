@@ -38,7 +38,7 @@ import os
 import sys
 
 from . import protocol as P
-from . import sparse_generic
+from . import curand_host, sparse_generic
 from ._generated import FUNCTIONS, LIBRARY, LIBRARY_CDEF
 from .dispatch import norm_scalar
 from .ratelog import RATE
@@ -503,7 +503,13 @@ class LibraryCalls:
             code, outs, msg = st.internal, None, f"{fn.name}: internal error in proxyd: {e}"
         if msg and not msg.startswith(fn.name):
             msg = f"{fn.name}: {msg}"
-        if not fn.sync and code != st.success:
+        # a cuRAND host generator's generate call is answered at once, its
+        # status the library's (curand_host.py; dispatch.answered)
+        answered = api == "curand" and sess is not None and \
+            curand_host.is_host(sess, fn, args, lambda h: _maybe(sess, h))
+        if sess is not None:
+            sess.lib_answered = answered
+        if not fn.sync and code != st.success and not answered:
             # reported like a failed kernel launch: at the next synchronising call
             return CUDA_ERROR_LAUNCH_FAILED, None, msg or f"{fn.name} failed with {_status_name(api, code)}"
         return code, outs, msg
@@ -518,6 +524,13 @@ class LibraryCalls:
         if api == "cudnn" and fn.name in CUDNN_SPECIAL:
             return self.cudnn.execute(sess, fn, fid, ctxh, args, lib)
         cargs = self._decode(sess, fn, args, lib)
+        if api == "curand" and curand_host.is_host(sess, fn, args, lambda h: lib_object(sess, "curand_generator", h)):
+            # a host generator: results answered, not written to device memory (curand_host.py)
+            code, outs = curand_host.generate(lib, fn, cargs, int(args[2]))
+            if code == st.success:
+                g = lib_object(sess, "curand_generator", args[0])
+                g.info["generated"] = g.info.get("generated", 0) + int(args[2])
+            return code, outs
         code, outs = lib.call(fn, cargs)
         if code == st.success and api == "cusparse":
             # a sparse descriptor's nnz set by the call goes into its create (sparse_generic.py)
@@ -605,6 +618,15 @@ def lib_destroy(lib, kind: str, real):
             f(lib.ffi.cast("void *", real) if hasattr(lib, "ffi") else real)
         except Exception:       # best effort: the create is refused anyway
             pass
+
+
+def _maybe(sess: Session, h):
+    """The cuRAND generator a handle names, or None (a bad handle: the call
+    has failed already)."""
+    try:
+        return lib_object(sess, "curand_generator", h)
+    except CudaError:
+        return None
 
 
 def _key(v):

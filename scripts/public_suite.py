@@ -164,6 +164,7 @@ def build_lib_one(sample: Path, utils: Path, soname: str, include: str, out: Pat
             shutil.rmtree(dest, ignore_errors=True)
             skipped.append(f"{name}: does not build here: " + (r.stderr.strip().splitlines() or ["?"])[-1][:200])
             continue
+        subprocess.run(["strip", str(dest / name)], capture_output=True)
         built.append(name)
     rec = {"sample": f"{sample.parent.name}/{sample.name}", "built": built}
     if skipped:

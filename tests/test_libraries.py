@@ -217,7 +217,8 @@ rt.cudaMemcpy(vals, d, ctypes.c_size_t(4 * 8), 2)
 out["u_at_16"] = list(vals)[:8]
 out["normal_odd"] = rnd.curandGenerateNormal(g1, d, c_size_t(3), c_float(0), c_float(1))
 out["sync_normal"] = rt.cudaDeviceSynchronize()
-out["rand_unsupported"] = rnd.curandCreateGeneratorHost(byref(c_void_p()), 100)
+rnd.curandCreatePoissonDistribution.argtypes = [ctypes.c_double, ctypes.c_void_p]
+out["rand_unsupported"] = rnd.curandCreatePoissonDistribution(1.0, byref(c_void_p()))
 h = c_void_p()
 out["sp_create"] = sp.cusparseCreate(byref(h))
 out["sp_unsupported"] = sp.cusparseCreateColorInfo(byref(c_void_p()))
@@ -316,7 +317,7 @@ def test_math_libraries_handles_async_errors_and_unsupported(emu_daemon):
     assert o["u_second_half"] == u[32:], "two calls continue one sequence"
     assert o["u_at_16"] == u[16:24], "curandSetGeneratorOffset positions the sequence absolutely"
     assert o["normal_odd"] == 0 and o["sync_normal"] == 719, "an odd count of normals fails (curand.h)"
-    assert o["rand_unsupported"] == 204 and len(_lines_naming(r.stderr, "curandCreateGeneratorHost")) == 1
+    assert o["rand_unsupported"] == 204 and len(_lines_naming(r.stderr, "curandCreatePoissonDistribution")) == 1
     assert o["sp_create"] == 0 and o["sp_unsupported"] == 10
     assert len(_lines_naming(r.stderr, "cusparseCreateColorInfo")) == 1
     assert o["sp_name10"] == "CUSPARSE_STATUS_NOT_SUPPORTED"
@@ -711,7 +712,7 @@ def test_library_specs_are_complete_and_consistent():
     from gpuproxy.emu.blas import EmuLibrary
     from gpuproxy.emu.blas_levels import EMU_PENDING
     from gpuproxy.emu.cudnn import EmuCudnn
-    from gpuproxy.emu.sparse_generic import CLASSES       # mathlibs.py's, with cuSPARSE's generic API
+    from gpuproxy.emu.library_classes import CLASSES      # mathlibs.py's, extended
     from gpuproxy.proxyd.cudnn import SPECIAL
     for f in SPECS.libraries:
         if f.api == "cudnn":

@@ -30,7 +30,7 @@ import numpy as np
 
 from gpuproxy.proxyd.session import CudaError
 
-from .mathlibs import _INDEX, CLASSES as _CLASSES, SP_INVALID, SP_OK, EmuCusparse, _dtype
+from .mathlibs import _INDEX, SP_INVALID, SP_OK, EmuCusparse, _dtype
 
 # cusparse.h: cusparseFormat_t, cusparseSpMatAttribute_t, fill mode, diagonal type
 FMT_CSR, FMT_CSC, FMT_COO = 1, 2, 3
@@ -384,7 +384,3 @@ class EmuCusparseGeneric(EmuCusparse):
             raise CudaError(1, "SpSV: a zero on the diagonal (singular triangle)")
         yv[:] = np.linalg.solve(t, al * xv.astype(t.dtype)).astype(yv.dtype)
         return SP_OK, []
-
-
-# the emulated libraries with this cuSPARSE (backend.library)
-CLASSES = {**_CLASSES, "cusparse": EmuCusparseGeneric}
