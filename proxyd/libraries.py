@@ -686,6 +686,10 @@ def rebuild(d, sess: Session, desc: list):
                 raise CheckpointError(f"image replays library function id {sfid}, which this proxyd does not have")
             ctxh = od["create"][1]
             args = [_unjson(a) for a in sargs]
+            if fn.name in sparse_generic.AFTER_MEMORY:
+                # reads device memory, restored later (sparse_generic.replay_after_memory)
+                sparse_generic.defer(sess, od["kind"], od["id"], fn, sfid, ctxh, args)
+                continue
             try:
                 code, _ = calls.execute(sess, fn, sfid, ctxh, args)
             except CudaError as e:

@@ -15,9 +15,13 @@ session objects like the others; their state after work estimation and
 compute (SpGEMM) or analysis (SpSV) comes back by replaying those calls,
 recorded as the descriptor's settings (spec `restore: {rule: object, key:
 [descr]}`), after the matrices' own settings (libraries.LIB_KINDS order).
-Limit: such a replay names the matrices and buffers of the recorded call; a
-restore fails, naming the call, if the app destroyed one of them before the
-dump while keeping the SpGEMM/SpSV descriptor.
+These calls read the matrices' arrays in device memory, which a restore
+copies in only after the library objects exist: libraries.rebuild leaves
+them here (defer), and the engine replays them once the memory is back and
+checked (replay_after_memory). Limit: such a replay names the matrices and
+buffers of the recorded call; a restore fails, naming the call, if the app
+destroyed one of them before the dump while keeping the SpGEMM/SpSV
+descriptor.
 
 Locking: the worker's main loop only (like libraries.py). This module does
 not import libraries.py (which calls it); the lookups come as arguments.
@@ -54,3 +58,29 @@ def after_call(sess, lib, fn, args, spmat_of) -> None:
     if len(cargs) > NNZ_ARG:
         cargs[NNZ_ARG] = int(outs[2])
         obj.create = (fid, ctxh, cargs)
+
+
+# settings whose replay reads device memory: after the memory is restored
+AFTER_MEMORY = {"cusparseSpSV_analysis", "cusparseSpGEMM_workEstimation", "cusparseSpGEMM_compute"}
+
+
+def defer(sess, kind: str, ident: int, fn, fid: int, ctxh: int, args: list) -> None:
+    """Keeps a setting for replay_after_memory (libraries.rebuild)."""
+    pending = getattr(sess, "lib_after_memory", None)
+    if pending is None:
+        pending = sess.lib_after_memory = []
+    pending.append((kind, ident, fn, fid, ctxh, args))
+
+
+def replay_after_memory(d, sess) -> None:
+    """Replays the deferred settings in their order, now that device memory
+    holds the image's contents (checkpoint engine, after the upload); a
+    failure fails the restore with the call named."""
+    from .checkpoint.engine import CheckpointError
+    pending = getattr(sess, "lib_after_memory", None) or []
+    sess.lib_after_memory = []
+    for kind, ident, fn, fid, ctxh, args in pending:
+        code, _ = d.libs.execute(sess, fn, fid, ctxh, args)
+        if code != 0:
+            raise CheckpointError(f"replaying {fn.name} on {kind} {ident} failed (status {code})")
+

@@ -352,3 +352,67 @@ def test_dense_to_sparse_descriptor_survives_a_restore(tmp_path):
             p.kill()
         d.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+RESTORE_SPSV = PRELUDE + r"""
+S = np.array([[4.0, 0, 0], [1.0, 3.0, 0], [0, 2.0, 5.0]])
+dS = dev(S.T.copy())
+dnS = c_void_p(); ok(sp.cusparseCreateDnMat(byref(dnS), 3, 3, 3, dS, R64F, 1), "DnMat")
+rp = empty(4, np.int32); csr = c_void_p()
+ok(sp.cusparseCreateCsr(byref(csr), 3, 3, 0, rp, None, None, I32T, I32T, 0, R64F), "CreateCsr")
+buf = empty(256, np.uint8)
+ok(sp.cusparseDenseToSparse_analysis(h, dnS, csr, 0, buf), "analysis")
+r, c, z = c_int64(), c_int64(), c_int64()
+ok(sp.cusparseSpMatGetSize(csr, byref(r), byref(c), byref(z)), "size")
+ok(sp.cusparseCsrSetPointers(csr, rp, empty(z.value, np.int32), empty(z.value, np.float64)), "ptrs")
+ok(sp.cusparseDenseToSparse_convert(h, dnS, csr, 0, buf), "convert")
+rhs = np.array([4.0, 7.0, 12.0])
+vx = c_void_p(); ok(sp.cusparseCreateDnVec(byref(vx), 3, dev(rhs), R64F), "x")
+y = empty(3, np.float64); vy = c_void_p(); ok(sp.cusparseCreateDnVec(byref(vy), 3, y, R64F), "y")
+d = c_void_p(); ok(sp.cusparseSpSV_createDescr(byref(d)), "SpSV_createDescr")
+bs = c_size_t(); ok(sp.cusparseSpSV_bufferSize(h, 0, byref(ONE), csr, vx, vy, R64F, 0, d, byref(bs)), "bs")
+sb = empty(bs.value, np.uint8)
+ok(sp.cusparseSpSV_analysis(h, 0, byref(ONE), csr, vx, vy, R64F, 0, d, sb), "SpSV analysis")
+ok(rt.cudaDeviceSynchronize(), "sync")
+print("ready", flush=True)
+sys.stdin.readline()                        # dump, restore into a fresh proxyd: the analysis comes back
+ok(sp.cusparseSpSV_solve(h, 0, byref(ONE), csr, vx, vy, R64F, 0, d), "SpSV solve after restore")
+ok(rt.cudaDeviceSynchronize(), "sync")
+print(json.dumps({"y": host(y, 3, np.float64).tolist(), "want": np.linalg.solve(S, rhs).tolist()}))
+"""
+
+
+@pytest.mark.slow
+def test_spsv_analysis_survives_a_restore(tmp_path):
+    """An SpSV descriptor analysed before the dump solves after the restore:
+    the analysis is replayed as the descriptor's setting."""
+    from test_checkpoint import ctl, daemon, restart
+    from gpuproxy.proxyd.checkpoint.image import Image
+    from gpuproxy.proxyd._generated import FUNCTIONS
+    tmp = Path(f"/tmp/gpx-spsv-{os.getpid()}")
+    tmp.mkdir(exist_ok=True)
+    d = daemon(tmp)
+    p = None
+    try:
+        p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(RESTORE_SPSV)], env=client_env(d),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = p.stdout.readline().strip()
+        assert line == "ready", line + (p.stderr.read() if p.poll() is not None else "")
+        st = ctl(d, "dump", pid=p.pid, dir=str(tmp_path / "img"))
+        assert st["released"]
+        libs = Image.open(str(tmp_path / "img")).session["libraries"]
+        spsv = [o for o in libs if o["kind"] == "cusparse_spsv"]
+        assert len(spsv) == 1
+        assert [FUNCTIONS[f].name for f, _ in spsv[0]["settings"]] == ["cusparseSpSV_analysis"]
+        d = restart(d, tmp, "fresh")
+        ctl(d, "restore", dir=str(tmp_path / "img"))
+        outs, errs = p.communicate("go\n", timeout=120)
+        assert p.returncode == 0, outs + errs
+        o = json.loads(outs.strip().splitlines()[-1])
+        np.testing.assert_allclose(o["y"], o["want"])
+    finally:
+        if p is not None and p.poll() is None:
+            p.kill()
+        d.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+

@@ -1185,6 +1185,9 @@ class Engine:
                         sess.addr_map.append((orig, osize, addr))
         for c in list(sess.contexts.values()):
             b.ctx_sync(c.real)
+        # library settings that read device memory (cuSPARSE analyses), now that it is back
+        from ..sparse_generic import replay_after_memory
+        replay_after_memory(self.dispatcher, sess)
         # client-facing state
         sess.pidns = desc.get("pidns") or ""      # the reaper and the next dump need it
         sess.last_seq = int(desc["last_seq"])
