@@ -234,6 +234,24 @@ for name, fill, diag, op in (("lower", 0, 0, 0), ("upper_unit_T", 1, 1, 1)):
     ok(sp.cusparseSpSV_solve(h, op, byref(THREE), csrS, vr, vs, R64F, 0, d), "SpSV solve")
     ok(sp.cusparseSpSV_destroyDescr(d), "SpSV destroy")
     out[f"spsv_{name}"] = host(sol, 6, np.float64).tolist()
+# CSR -> CSC (csr2cscEx2, as cupyx's tocsc) and CSR <-> COO row indices
+sig2 = {"cusparseCsr2cscEx2_bufferSize": [P, I32, I32, I32, P, P, P, P, P, P, I32, I32, I32, I32, P],
+        "cusparseCsr2cscEx2": [P, I32, I32, I32, P, P, P, P, P, P, I32, I32, I32, I32, P],
+        "cusparseXcsr2coo": [P, P, I32, I32, P, I32], "cusparseXcoo2csr": [P, P, I32, I32, P, I32]}
+for k, a in sig2.items():
+    getattr(sp, k).argtypes = a
+nz_ = len(out["csr_ci"])
+cscv, cscp, cscr = empty(nz_, np.float64), empty(n + 1, np.int32), empty(nz_, np.int32)
+ok(sp.cusparseCsr2cscEx2_bufferSize(h, m, n, nz_, vals, rp, ci, cscv, cscp, cscr, R64F, 1, 0, 1, byref(bs)), "c2c bs")
+ok(sp.cusparseCsr2cscEx2(h, m, n, nz_, vals, rp, ci, cscv, cscp, cscr, R64F, 1, 0, 1, empty(bs.value, np.uint8)), "csr2csc")
+out["csr2csc"] = [host(cscp, n + 1, np.int32).tolist(), host(cscr, nz_, np.int32).tolist(),
+                  host(cscv, nz_, np.float64).tolist()]
+coo = empty(nz_, np.int32)
+ok(sp.cusparseXcsr2coo(h, rp, nz_, m, coo, 0), "csr2coo")
+out["csr2coo"] = host(coo, nz_, np.int32).tolist()
+rp2 = empty(m + 1, np.int32)
+ok(sp.cusparseXcoo2csr(h, coo, nz_, m, rp2, 0), "coo2csr")
+out["coo2csr"] = host(rp2, m + 1, np.int32).tolist()
 ok(sp.cusparseDestroySpMat(csr), "DestroySpMat")
 ok(sp.cusparseDestroy(h), "Destroy")
 out["seed_matrix"] = A.tolist(); out["x"] = x.tolist(); out["B"] = B.tolist(); out["S"] = S.tolist()
@@ -286,6 +304,10 @@ def test_generic_api_against_numpy(emu_daemon):
     np.fill_diagonal(up, 1)
     np.testing.assert_allclose(o["spsv_upper_unit_T"], np.linalg.solve(up.T, 3 * rhs), rtol=1e-10)
     assert o["fill_lower"] == 0 and o["fill_upper_unit_T"] == 1
+    # csr2csc: column offsets, row indices in column order, values moved
+    assert o["csr2csc"][0] == o["csc_cp"] and o["csr2csc"][1] == cz[1].tolist()
+    np.testing.assert_allclose(o["csr2csc"][2], A.T[cz])
+    assert o["csr2coo"] == nz[0].tolist() and o["coo2csr"] == o["csr_rp"]
     assert "not supported" not in r.stderr.lower(), r.stderr
 
 

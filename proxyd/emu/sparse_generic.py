@@ -384,3 +384,53 @@ class EmuCusparseGeneric(EmuCusparse):
             raise CudaError(1, "SpSV: a zero on the diagonal (singular triangle)")
         yv[:] = np.linalg.solve(t, al * xv.astype(t.dtype)).astype(yv.dtype)
         return SP_OK, []
+
+    # --------------------------------- format conversions (CuPy's tocsc/tocoo)
+    def _csr_arrays(self, m, nnz, rp, ci, base):
+        rpv = self._ints(rp, m + 1, 2).astype(np.int64) - base
+        civ = self._ints(ci, nnz, 2).astype(np.int64) - base
+        if rpv[0] != 0 or rpv[-1] != nnz or np.any(np.diff(rpv) < 0):
+            raise CudaError(1, "CSR row offsets are inconsistent with nnz")
+        return rpv, civ
+
+    def f_cusparseCsr2cscEx2_bufferSize(self, h, m, n, nnz, val, rp, ci, cval, cp, ri, vt, copy, base, alg, out):
+        self._obj(h)
+        if min(m, n, nnz) < 0 or base not in (0, 1):
+            return SP_INVALID, None
+        return SP_OK, [_BUFFER]
+
+    def f_cusparseCsr2cscEx2(self, h, m, n, nnz, val, rp, ci, cval, cp, ri, vt, copy, base, alg, buf):
+        """cusparse.h: the CSC form of an m x n CSR matrix (its transpose's
+        CSR); copyValues CUSPARSE_ACTION_NUMERIC (1) also moves the values.
+        Within a column, entries keep their row order (a stable sort)."""
+        self._obj(h)
+        if min(m, n, nnz) < 0 or base not in (0, 1):
+            return SP_INVALID, []
+        rpv, civ = self._csr_arrays(m, nnz, rp, ci, base)
+        rows = np.repeat(np.arange(m), np.diff(rpv))
+        if nnz and (civ.min() < 0 or civ.max() >= n):
+            return SP_INVALID, []
+        order = np.lexsort((rows, civ))            # by column, then row
+        self._ints(cp, n + 1, 2)[:] = np.concatenate([[0], np.cumsum(np.bincount(civ, minlength=n))]) + base
+        self._ints(ri, nnz, 2)[:] = rows[order] + base
+        if copy == 1 and nnz:
+            self._values(cval, nnz, vt)[:] = self._values(val, nnz, vt)[order]
+        return SP_OK, []
+
+    def f_cusparseXcoo2csr(self, h, cri, nnz, m, rp, base):
+        """Row offsets of sorted COO row indices (cusparse.h)."""
+        self._obj(h)
+        r = self._ints(cri, nnz, 2).astype(np.int64) - base
+        if nnz and (r.min() < 0 or r.max() >= m or np.any(np.diff(r) < 0)):
+            return SP_INVALID, []
+        self._ints(rp, m + 1, 2)[:] = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=m))]) + base
+        return SP_OK, []
+
+    def f_cusparseXcsr2coo(self, h, rp, nnz, m, cri, base):
+        self._obj(h)
+        rpv = self._ints(rp, m + 1, 2).astype(np.int64) - base
+        if rpv[0] != 0 or rpv[-1] != nnz or np.any(np.diff(rpv) < 0):
+            return SP_INVALID, []
+        self._ints(cri, nnz, 2)[:] = np.repeat(np.arange(m), np.diff(rpv)) + base
+        return SP_OK, []
+
