@@ -64,7 +64,8 @@ LIB_KINDS = {"cublas_handle": P.K_CUBLAS_HANDLE, "cublaslt_handle": P.K_CUBLASLT
              "cusolver_gesvdj_info": P.K_CUSOLVER_GESVDJ_INFO,
              # last: their settings (analysis, work estimation) replay after the
              # matrices' own (pointers) in rebuild(); proxyd/sparse_generic.py
-             "cusparse_spgemm": P.K_CUSPARSE_SPGEMM, "cusparse_spsv": P.K_CUSPARSE_SPSV}
+             "cusparse_spgemm": P.K_CUSPARSE_SPGEMM, "cusparse_spsv": P.K_CUSPARSE_SPSV,
+             "cusparse_spsm": P.K_CUSPARSE_SPSM}
 # kinds a library call may name: the above and cuDNN's backend descriptors,
 # which are restored through their own log (cudnn.py), not as objects here
 DECODE_KINDS = {**LIB_KINDS, "cudnn_backend_desc": P.K_CUDNN_BACKEND_DESC}

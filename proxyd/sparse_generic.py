@@ -61,7 +61,8 @@ def after_call(sess, lib, fn, args, spmat_of) -> None:
 
 
 # settings whose replay reads device memory: after the memory is restored
-AFTER_MEMORY = {"cusparseSpSV_analysis", "cusparseSpGEMM_workEstimation", "cusparseSpGEMM_compute"}
+AFTER_MEMORY = {"cusparseSpSV_analysis", "cusparseSpSM_analysis", "cusparseSpGEMM_workEstimation",
+                "cusparseSpGEMM_compute"}
 
 
 def defer(sess, kind: str, ident: int, fn, fid: int, ctxh: int, args: list) -> None:

@@ -252,6 +252,36 @@ out["csr2coo"] = host(coo, nz_, np.int32).tolist()
 rp2 = empty(m + 1, np.int32)
 ok(sp.cusparseXcoo2csr(h, coo, nz_, m, rp2, 0), "coo2csr")
 out["coo2csr"] = host(rp2, m + 1, np.int32).tolist()
+# identity permutation and COO sorts (cupyx's sum_duplicates, tocsr)
+sig3 = {"cusparseCreateIdentityPermutation": [P, I32, P], "cusparseXcoosort_bufferSizeExt": [P, I32, I32, I32, P, P, P],
+        "cusparseXcoosortByRow": [P, I32, I32, I32, P, P, P, P], "cusparseXcoosortByColumn": [P, I32, I32, I32, P, P, P, P],
+        "cusparseSpSM_createDescr": [P], "cusparseSpSM_destroyDescr": [P],
+        "cusparseSpSM_bufferSize": [P, I32, I32, P, P, P, P, I32, I32, P, P],
+        "cusparseSpSM_analysis": [P, I32, I32, P, P, P, P, I32, I32, P, P],
+        "cusparseSpSM_solve": [P, I32, I32, P, P, P, P, I32, I32, P]}
+for k, a in sig3.items():
+    getattr(sp, k).argtypes = a
+ur = np.array([2, 0, 1, 0, 2], np.int32); uc = np.array([1, 3, 0, 1, 0], np.int32)
+dr, dc, dp_ = dev(ur), dev(uc), empty(5, np.int32)
+ok(sp.cusparseCreateIdentityPermutation(h, 5, dp_), "identity")
+ok(sp.cusparseXcoosort_bufferSizeExt(h, 3, 4, 5, dr, dc, byref(bs)), "coosort bs")
+ok(sp.cusparseXcoosortByRow(h, 3, 4, 5, dr, dc, dp_, empty(bs.value, np.uint8)), "coosortByRow")
+out["coosort_row"] = [host(dr, 5, np.int32).tolist(), host(dc, 5, np.int32).tolist(), host(dp_, 5, np.int32).tolist()]
+ok(sp.cusparseXcoosortByColumn(h, 3, 4, 5, dr, dc, dp_, empty(bs.value, np.uint8)), "coosortByColumn")
+out["coosort_col"] = [host(dr, 5, np.int32).tolist(), host(dc, 5, np.int32).tolist(), host(dp_, 5, np.int32).tolist()]
+out["coo_input"] = [ur.tolist(), uc.tolist()]
+# SpSM: lower triangle of S against two right-hand sides at once
+RB = rng.standard_normal((6, 2)); dRB = dev(RB.T.copy())
+dnRB = c_void_p(); ok(sp.cusparseCreateDnMat(byref(dnRB), 6, 2, 6, dRB, R64F, 1), "DnMat RB")
+dX = empty(12, np.float64); dnX = c_void_p(); ok(sp.cusparseCreateDnMat(byref(dnX), 6, 2, 6, dX, R64F, 1), "DnMat X")
+ok(sp.cusparseSpMatSetAttribute(csrS, 0, byref(c_int(0)), 4), "fill lower")
+ok(sp.cusparseSpMatSetAttribute(csrS, 1, byref(c_int(0)), 4), "non-unit")
+sm = c_void_p(); ok(sp.cusparseSpSM_createDescr(byref(sm)), "SpSM_createDescr")
+ok(sp.cusparseSpSM_bufferSize(h, 0, 0, byref(ONE), csrS, dnRB, dnX, R64F, 0, sm, byref(bs)), "SpSM bs")
+ok(sp.cusparseSpSM_analysis(h, 0, 0, byref(ONE), csrS, dnRB, dnX, R64F, 0, sm, empty(bs.value, np.uint8)), "SpSM analysis")
+ok(sp.cusparseSpSM_solve(h, 0, 0, byref(ONE), csrS, dnRB, dnX, R64F, 0, sm), "SpSM solve")
+ok(sp.cusparseSpSM_destroyDescr(sm), "SpSM destroy")
+out["spsm"] = host(dX, 12, np.float64).reshape(2, 6).T.tolist(); out["RB"] = RB.tolist()
 ok(sp.cusparseDestroySpMat(csr), "DestroySpMat")
 ok(sp.cusparseDestroy(h), "Destroy")
 out["seed_matrix"] = A.tolist(); out["x"] = x.tolist(); out["B"] = B.tolist(); out["S"] = S.tolist()
@@ -308,6 +338,12 @@ def test_generic_api_against_numpy(emu_daemon):
     assert o["csr2csc"][0] == o["csc_cp"] and o["csr2csc"][1] == cz[1].tolist()
     np.testing.assert_allclose(o["csr2csc"][2], A.T[cz])
     assert o["csr2coo"] == nz[0].tolist() and o["coo2csr"] == o["csr_rp"]
+    ur, uc = (np.array(x) for x in o["coo_input"])
+    byrow = np.lexsort((uc, ur))
+    assert o["coosort_row"] == [ur[byrow].tolist(), uc[byrow].tolist(), byrow.tolist()]
+    bycol = np.lexsort((ur, uc))
+    assert o["coosort_col"] == [ur[bycol].tolist(), uc[bycol].tolist(), bycol.tolist()]
+    np.testing.assert_allclose(np.array(o["spsm"]), np.linalg.solve(np.tril(S), np.array(o["RB"])), rtol=1e-10)
     assert "not supported" not in r.stderr.lower(), r.stderr
 
 

@@ -434,3 +434,70 @@ class EmuCusparseGeneric(EmuCusparse):
         self._ints(cri, nnz, 2)[:] = np.repeat(np.arange(m), np.diff(rpv)) + base
         return SP_OK, []
 
+    def f_cusparseCreateIdentityPermutation(self, h, n, p):
+        self._obj(h)
+        if n < 0:
+            return SP_INVALID, []
+        if n:
+            self._ints(p, n, 2)[:] = np.arange(n)
+        return SP_OK, []
+
+    def f_cusparseXcoosort_bufferSizeExt(self, h, m, n, nnz, r, c, out):
+        self._obj(h)
+        return (SP_OK, [_BUFFER]) if min(m, n, nnz) >= 0 else (SP_INVALID, None)
+
+    def _coosort(self, h, m, n, nnz, r, c, p, by_row):
+        """cusparse.h, cusparseXcoosortByRow/ByColumn: the index arrays sorted
+        in place (stably), P permuted alongside (P[k] = the old position of
+        entry k when P was the identity)."""
+        self._obj(h)
+        if min(m, n, nnz) < 0:
+            return SP_INVALID, []
+        if not nnz:
+            return SP_OK, []
+        rv, cv, pv = self._ints(r, nnz, 2), self._ints(c, nnz, 2), self._ints(p, nnz, 2)
+        order = np.lexsort((cv, rv)) if by_row else np.lexsort((rv, cv))
+        rv[:], cv[:], pv[:] = rv[order].copy(), cv[order].copy(), pv[order].copy()
+        return SP_OK, []
+
+    def f_cusparseXcoosortByRow(self, h, m, n, nnz, r, c, p, buf):
+        return self._coosort(h, m, n, nnz, r, c, p, True)
+
+    def f_cusparseXcoosortByColumn(self, h, m, n, nnz, r, c, p, buf):
+        return self._coosort(h, m, n, nnz, r, c, p, False)
+
+    # ------------------------------------------------------------ SpSM
+    def f_cusparseSpSM_createDescr(self, out):
+        return SP_OK, [self._new(kind="spsm", analysed=False)]
+
+    def f_cusparseSpSM_destroyDescr(self, d):
+        self._dn(d, "spsm")
+        del self.objs[d]
+        return SP_OK, []
+
+    def f_cusparseSpSM_bufferSize(self, h, opa, opb, alpha, A, B, C, ct, alg, d, out):
+        self._scalars(h, alpha, alpha, ct)
+        self._triangle(A, opa), self._dn(B, "dnmat"), self._dn(C, "dnmat"), self._dn(d, "spsm")
+        return SP_OK, [_BUFFER]
+
+    def f_cusparseSpSM_analysis(self, h, opa, opb, alpha, A, B, C, ct, alg, d, buf):
+        self._scalars(h, alpha, alpha, ct)
+        self._triangle(A, opa)
+        self._dn(d, "spsm")["analysed"] = True
+        return SP_OK, []
+
+    def f_cusparseSpSM_solve(self, h, opa, opb, alpha, A, B, C, ct, alg, d):
+        """op(T) C = alpha op(B) (cusparse.h, cusparseSpSM_solve)."""
+        al, _ = self._scalars(h, alpha, alpha, ct)
+        if not self._dn(d, "spsm")["analysed"]:
+            return SP_INVALID, []
+        t = self._triangle(A, opa)
+        b = self._op(self._dnmat(B), opb)
+        c = self._dnmat(C)
+        if b.shape[0] != t.shape[0] or c.shape != b.shape:
+            return SP_INVALID, []
+        if np.any(np.diagonal(t) == 0):
+            raise CudaError(1, "SpSM: a zero on the diagonal (singular triangle)")
+        c[...] = np.linalg.solve(t, al * b.astype(t.dtype)).astype(c.dtype)
+        return SP_OK, []
+
