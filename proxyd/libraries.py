@@ -275,6 +275,8 @@ class RealLibrary:
                     b = ffi.new("char[]", max(len(a), 1))
                     args.append(ffi.cast("void *", b))
                     outs.append(("buf", b, len(a)))
+            elif role == "in_buffer" and isinstance(a, ffi.CData):
+                args.append(a)      # an object of the library's own (sparse_generic.mat_descr)
             elif role == "in_buffer":
                 if a is None:
                     args.append(ffi.NULL)
@@ -470,7 +472,11 @@ class LibraryCalls:
                 else:
                     out.append(None)
             elif role == "in_buffer":
-                out.append(bytes(self.d.data(sess, a)) if a is not None else None)
+                raw = bytes(self.d.data(sess, a)) if a is not None else None
+                if raw is not None and "cusparseMatDescr_t" in ctype:
+                    # the legacy matrix descriptor's fields (sparse_generic.mat_descr)
+                    raw = sparse_generic.mat_descr(lib, fn.name, raw)
+                out.append(raw)
             elif role == "inout_value":
                 # the value the call reads (nil: a NULL pointer), answered back
                 if a is not None and type(a) is not int:

@@ -29,6 +29,7 @@ not import libraries.py (which calls it); the lookups come as arguments.
 from __future__ import annotations
 
 import logging
+import struct
 
 from ._generated import FUNCTIONS
 
@@ -84,4 +85,39 @@ def replay_after_memory(d, sess) -> None:
         code, _ = d.libs.execute(sess, fn, fid, ctxh, args)
         if code != 0:
             raise CheckpointError(f"replaying {fn.name} on {kind} {ident} failed (status {code})")
+
+
+# The legacy matrix descriptor (cusparseMatDescr_t) lives in the application
+# (interceptor/lib_cusparse.c, gp_mat_descr: int magic, type, fill mode,
+# diagonal type, index base); a call that takes one (the CSR/CSC sorts) sends
+# those 20 bytes, and the library gets a descriptor of its own with the same
+# fields (one per distinct set of fields, kept for the worker's life).
+MAT_DESCR_MAGIC = 0x6d617464
+MAT_DESCR = struct.Struct("<iiiii")
+
+
+def mat_descr(lib, fname: str, raw: bytes):
+    from .session import CudaError
+    if len(raw) < MAT_DESCR.size:
+        raise CudaError(1, f"{fname}: a matrix descriptor of {len(raw)} bytes")
+    magic, typ, fill, diag, base = MAT_DESCR.unpack_from(raw)
+    if magic != MAT_DESCR_MAGIC:
+        raise CudaError(1, f"{fname}: not a matrix descriptor made by cusparseCreateMatDescr")
+    fields = (typ, fill, diag, base)
+    ffi = getattr(lib, "ffi", None)
+    if ffi is None:
+        return fields               # the emulated library reads the fields
+    cache = lib.__dict__.setdefault("_mat_descrs", {})
+    d = cache.get(fields)
+    if d is None:
+        p = ffi.new("void *[1]")
+        if lib.lib.cusparseCreateMatDescr(p):
+            raise CudaError(1, f"{fname}: cusparseCreateMatDescr failed in the worker")
+        d = p[0]
+        for setter, v in (("cusparseSetMatType", typ), ("cusparseSetMatFillMode", fill),
+                          ("cusparseSetMatDiagType", diag), ("cusparseSetMatIndexBase", base)):
+            if getattr(lib.lib, setter)(d, v):
+                raise CudaError(1, f"{fname}: {setter}({v}) failed in the worker")
+        cache[fields] = d
+    return d
 

@@ -270,6 +270,16 @@ out["coosort_row"] = [host(dr, 5, np.int32).tolist(), host(dc, 5, np.int32).toli
 ok(sp.cusparseXcoosortByColumn(h, 3, 4, 5, dr, dc, dp_, empty(bs.value, np.uint8)), "coosortByColumn")
 out["coosort_col"] = [host(dr, 5, np.int32).tolist(), host(dc, 5, np.int32).tolist(), host(dp_, 5, np.int32).tolist()]
 out["coo_input"] = [ur.tolist(), uc.tolist()]
+# CSR sort with a legacy matrix descriptor (one-based), as cupyx's sort_indices
+for k, a in {"cusparseXcsrsort_bufferSizeExt": [P, I32, I32, I32, P, P, P], "cusparseCreateMatDescr": [P],
+             "cusparseSetMatIndexBase": [P, I32], "cusparseXcsrsort": [P, I32, I32, I32, P, P, P, P, P]}.items():
+    getattr(sp, k).argtypes = a
+md = c_void_p(); ok(sp.cusparseCreateMatDescr(byref(md)), "CreateMatDescr"); ok(sp.cusparseSetMatIndexBase(md, 1), "base 1")
+srp = dev(np.array([1, 3, 6], np.int32)); sci = dev(np.array([4, 2, 3, 1, 2], np.int32)); sp_ = empty(5, np.int32)
+ok(sp.cusparseCreateIdentityPermutation(h, 5, sp_), "identity")
+ok(sp.cusparseXcsrsort_bufferSizeExt(h, 2, 4, 5, srp, sci, byref(bs)), "csrsort bs")
+ok(sp.cusparseXcsrsort(h, 2, 4, 5, md, srp, sci, sp_, empty(bs.value, np.uint8)), "csrsort")
+out["csrsort"] = [host(sci, 5, np.int32).tolist(), host(sp_, 5, np.int32).tolist()]
 # SpSM: lower triangle of S against two right-hand sides at once
 RB = rng.standard_normal((6, 2)); dRB = dev(RB.T.copy())
 dnRB = c_void_p(); ok(sp.cusparseCreateDnMat(byref(dnRB), 6, 2, 6, dRB, R64F, 1), "DnMat RB")
@@ -343,6 +353,7 @@ def test_generic_api_against_numpy(emu_daemon):
     assert o["coosort_row"] == [ur[byrow].tolist(), uc[byrow].tolist(), byrow.tolist()]
     bycol = np.lexsort((ur, uc))
     assert o["coosort_col"] == [ur[bycol].tolist(), uc[bycol].tolist(), bycol.tolist()]
+    assert o["csrsort"] == [[2, 4, 1, 2, 3], [1, 0, 3, 4, 2]]
     np.testing.assert_allclose(np.array(o["spsm"]), np.linalg.solve(np.tril(S), np.array(o["RB"])), rtol=1e-10)
     assert "not supported" not in r.stderr.lower(), r.stderr
 

@@ -501,3 +501,31 @@ class EmuCusparseGeneric(EmuCusparse):
         c[...] = np.linalg.solve(t, al * b.astype(t.dtype)).astype(c.dtype)
         return SP_OK, []
 
+    def f_cusparseXcsrsort_bufferSizeExt(self, h, m, n, nnz, rp, ci, out):
+        self._obj(h)
+        return (SP_OK, [_BUFFER]) if min(m, n, nnz) >= 0 else (SP_INVALID, None)
+
+    f_cusparseXcscsort_bufferSizeExt = f_cusparseXcsrsort_bufferSizeExt
+
+    def _segsort(self, h, outer, nnz, descr, ptr, ind, p):
+        """Indices sorted within each row (CSR) or column (CSC), P permuted
+        alongside (cusparse.h, cusparseXcsrsort/Xcscsort)."""
+        self._obj(h)
+        base = int(descr[3])
+        pv = self._ints(ptr, outer + 1, 2).astype(np.int64) - base
+        if pv[0] != 0 or pv[-1] != nnz or np.any(np.diff(pv) < 0):
+            return SP_INVALID, []
+        if not nnz:
+            return SP_OK, []
+        iv, perm = self._ints(ind, nnz, 2), self._ints(p, nnz, 2)
+        seg = np.repeat(np.arange(outer), np.diff(pv))
+        order = np.lexsort((iv, seg))
+        iv[:], perm[:] = iv[order].copy(), perm[order].copy()
+        return SP_OK, []
+
+    def f_cusparseXcsrsort(self, h, m, n, nnz, descr, rp, ci, p, buf):
+        return self._segsort(h, m, nnz, descr, rp, ci, p)
+
+    def f_cusparseXcscsort(self, h, m, n, nnz, descr, cp, ri, p, buf):
+        return self._segsort(h, n, nnz, descr, cp, ri, p)
+
