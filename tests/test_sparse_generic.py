@@ -280,6 +280,24 @@ ok(sp.cusparseCreateIdentityPermutation(h, 5, sp_), "identity")
 ok(sp.cusparseXcsrsort_bufferSizeExt(h, 2, 4, 5, srp, sci, byref(bs)), "csrsort bs")
 ok(sp.cusparseXcsrsort(h, 2, 4, 5, md, srp, sci, sp_, empty(bs.value, np.uint8)), "csrsort")
 out["csrsort"] = [host(sci, 5, np.int32).tolist(), host(sp_, 5, np.int32).tolist()]
+# csrgeam2 (cupyx's A + B): the CSR matrix of A (zero-based) plus 2 x the sorted one above (one-based)
+for k, a in {"cusparseXcsrgeam2Nnz": [P, I32, I32, P, I32, P, P, P, I32, P, P, P, P, P, P],
+             "cusparseDcsrgeam2_bufferSizeExt": [P, I32, I32, P, P, I32, P, P, P, P, P, I32, P, P, P, P, P, P, P, P],
+             "cusparseDcsrgeam2": [P, I32, I32, P, P, I32, P, P, P, P, P, I32, P, P, P, P, P, P, P, P]}.items():
+    getattr(sp, k).argtypes = a
+GA = np.zeros((2, 4)); GA[0, 1], GA[1, 3] = 1.5, -2.0
+ga_rp, ga_ci, ga_v = dev(np.array([0, 1, 2], np.int32)), dev(np.array([1, 3], np.int32)), dev(np.array([1.5, -2.0]))
+mdz = c_void_p(); ok(sp.cusparseCreateMatDescr(byref(mdz)), "descr zero-based")
+gb_v = dev(np.array([10.0, 20.0, 30.0, 40.0, 50.0]))     # on the sorted one-based pattern: (0,1) (0,3) (1,0) (1,1) (1,2)
+gc_rp = empty(3, np.int32); tot = c_int(-1)
+ok(sp.cusparseXcsrgeam2Nnz(h, 2, 4, mdz, 2, ga_rp, ga_ci, md, 5, srp, sci, mdz, gc_rp, byref(tot), buf), "geam2Nnz")
+gc_ci, gc_v = empty(tot.value, np.int32), empty(tot.value, np.float64)
+ok(sp.cusparseDcsrgeam2_bufferSizeExt(h, 2, 4, byref(ONE), mdz, 2, ga_v, ga_rp, ga_ci, byref(TWO), md, 5, gb_v, srp, sci,
+                                      mdz, gc_v, gc_rp, gc_ci, byref(bs)), "geam2 bs")
+ok(sp.cusparseDcsrgeam2(h, 2, 4, byref(ONE), mdz, 2, ga_v, ga_rp, ga_ci, byref(TWO), md, 5, gb_v, srp, sci,
+                        mdz, gc_v, gc_rp, gc_ci, buf), "geam2")
+out["geam2"] = [tot.value, host(gc_rp, 3, np.int32).tolist(), host(gc_ci, tot.value, np.int32).tolist(),
+                host(gc_v, tot.value, np.float64).tolist()]
 # SpSM: lower triangle of S against two right-hand sides at once
 RB = rng.standard_normal((6, 2)); dRB = dev(RB.T.copy())
 dnRB = c_void_p(); ok(sp.cusparseCreateDnMat(byref(dnRB), 6, 2, 6, dRB, R64F, 1), "DnMat RB")
@@ -354,6 +372,8 @@ def test_generic_api_against_numpy(emu_daemon):
     bycol = np.lexsort((ur, uc))
     assert o["coosort_col"] == [ur[bycol].tolist(), uc[bycol].tolist(), bycol.tolist()]
     assert o["csrsort"] == [[2, 4, 1, 2, 3], [1, 0, 3, 4, 2]]
+    # A + 2 B: A = {(0,1): 1.5, (1,3): -2}; B (one-based sorted) = {(0,1): 10, (0,3): 20, (1,0): 30, (1,1): 40, (1,2): 50}
+    assert o["geam2"] == [6, [0, 2, 6], [1, 3, 0, 1, 2, 3], [21.5, 40.0, 60.0, 80.0, 100.0, -2.0]]
     np.testing.assert_allclose(np.array(o["spsm"]), np.linalg.solve(np.tril(S), np.array(o["RB"])), rtol=1e-10)
     assert "not supported" not in r.stderr.lower(), r.stderr
 

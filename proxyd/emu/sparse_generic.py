@@ -529,3 +529,88 @@ class EmuCusparseGeneric(EmuCusparse):
     def f_cusparseXcscsort(self, h, m, n, nnz, descr, cp, ri, p, buf):
         return self._segsort(h, n, nnz, descr, cp, ri, p)
 
+    # ------------------------------------- csrgeam2: C = alpha A + beta B (CSR)
+    def _pattern(self, m, n, nnz, descr, rp, ci):
+        """(rows, cols) of a CSR matrix's stored entries (zero-based)."""
+        base = int(descr[3])
+        rpv, civ = self._csr_arrays(m, nnz, rp, ci, base)
+        if nnz and (civ.min() < 0 or civ.max() >= n):
+            raise CudaError(1, "CSR column indices outside the matrix")
+        return np.repeat(np.arange(m), np.diff(rpv)), civ
+
+    def _union(self, m, n, a, b):
+        """The union of two patterns, sorted by row then column
+        (cusparse.h, csrgeam2: C's pattern is A's and B's together)."""
+        key = np.unique(np.concatenate([a[0] * n + a[1], b[0] * n + b[1]]).astype(np.int64))
+        return key // n, key % n
+
+    def f_cusparseXcsrgeam2Nnz(self, h, m, n, da, nnza, rpa, cia, db, nnzb, rpb, cib, dc, rpc, total, ws):
+        self._obj(h)
+        r, c = self._union(m, n, self._pattern(m, n, nnza, da, rpa, cia), self._pattern(m, n, nnzb, db, rpb, cib))
+        basec = int(dc[3])
+        self._ints(rpc, m + 1, 2)[:] = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=m))]) + basec
+        nnzc = int(r.size)
+        if total is None:
+            return SP_OK, [None]
+        if isinstance(total, int):                 # device pointer mode
+            self._ints(total, 1, 2)[:] = nnzc
+            return SP_OK, [None]
+        return SP_OK, [struct.pack("<i", nnzc)]
+
+    def _geam(self, dt, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc, cic):
+        self._obj(h)
+        self._check_mode(self._obj(h)["pointer_mode"] == 1, alpha, beta)
+        npdt = np.dtype(_dtype(dt))
+
+        def val(v):
+            raw = bytes(v) if not isinstance(v, int) else bytes(self.b.resolve(v, npdt.itemsize))
+            return np.frombuffer(raw[:npdt.itemsize], npdt)[0]
+        al, be = val(alpha), val(beta)
+        pa, pb = self._pattern(m, n, nnza, da, rpa, cia), self._pattern(m, n, nnzb, db, rpb, cib)
+        r, c = self._union(m, n, pa, pb)
+        dense = np.zeros((m, n), np.complex128 if npdt.kind == "c" else np.float64)
+        np.add.at(dense, pa, al * self._values(va, nnza, dt))
+        np.add.at(dense, pb, be * self._values(vb, nnzb, dt))
+        basec = int(dc[3])
+        rpcv = self._ints(rpc, m + 1, 2).astype(np.int64) - basec
+        if rpcv[-1] != r.size:
+            raise CudaError(1, f"csrgeam2: C's row offsets hold {rpcv[-1]} entries, the sum has {r.size}")
+        self._ints(cic, r.size, 2)[:] = c + basec
+        self._values(vc, r.size, dt)[:] = dense[r, c].astype(npdt)
+        return SP_OK, []
+
+    def f_cusparseScsrgeam2_bufferSizeExt(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib,
+                                           dc, vc, rpc, cic, out):
+        self._obj(h)
+        return (SP_OK, [_BUFFER]) if min(m, n, nnza, nnzb) >= 0 else (SP_INVALID, None)
+
+    def f_cusparseScsrgeam2(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc,
+                             cic, buf):
+        return self._geam(0, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc, cic)
+
+    def f_cusparseDcsrgeam2_bufferSizeExt(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib,
+                                           dc, vc, rpc, cic, out):
+        self._obj(h)
+        return (SP_OK, [_BUFFER]) if min(m, n, nnza, nnzb) >= 0 else (SP_INVALID, None)
+
+    def f_cusparseDcsrgeam2(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc,
+                             cic, buf):
+        return self._geam(1, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc, cic)
+
+    def f_cusparseCcsrgeam2_bufferSizeExt(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib,
+                                           dc, vc, rpc, cic, out):
+        self._obj(h)
+        return (SP_OK, [_BUFFER]) if min(m, n, nnza, nnzb) >= 0 else (SP_INVALID, None)
+
+    def f_cusparseCcsrgeam2(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc,
+                             cic, buf):
+        return self._geam(4, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc, cic)
+
+    def f_cusparseZcsrgeam2_bufferSizeExt(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib,
+                                           dc, vc, rpc, cic, out):
+        self._obj(h)
+        return (SP_OK, [_BUFFER]) if min(m, n, nnza, nnzb) >= 0 else (SP_INVALID, None)
+
+    def f_cusparseZcsrgeam2(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc,
+                             cic, buf):
+        return self._geam(5, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc, cic)
