@@ -228,7 +228,10 @@ def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
                                  ("numba-cuda", "numba_check.py", "numba.cuda"),
                                  ("torch-libraries", "torch_check.py", "torch"),
                                  ("torch-compile", "torch_compile_check.py", "torch"),
-                                 ("jax", "jax_check.py", "jax")):
+                                 ("jax", "jax_check.py", "jax"),
+                                 # the same without XLA's command buffers (CUDA graphs): what a
+                                 # proxied run that fails only above needs (docs/compatibility.md, "JAX")
+                                 ("jax-no-command-buffers", "jax_check.py", "jax")):
         # $GPUPROXY_FRAMEWORK_CHECKS (comma list of the names above) runs a part
         if only and name not in only:
             continue
@@ -237,8 +240,9 @@ def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
             results.append((f"{name} checks", "FAIL (not installed)"))
             continue
         rec = {}
+        extra = {"XLA_FLAGS": "--xla_gpu_enable_command_buffer="} if name == "jax-no-command-buffers" else None
         for mode in ("native", "proxied"):
-            env = _env() if mode == "native" else d.env_for_client(_env())
+            env = _env(extra) if mode == "native" else d.env_for_client(_env(extra))
             r = subprocess.run([sys.executable, str(ROOT / "scripts" / "pyframeworks" / script)], capture_output=True,
                                text=True, env=env, timeout=900)
             (out / f"{name}-{mode}.log").write_text(r.stdout + r.stderr)
