@@ -706,6 +706,8 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuMemPrefetchAsync_v2": P("devPtr=device_ptr; count=scalar; location=scalar; flags=scalar; hStream=handle:stream",
                                "stream:use"),
     "cuMemAdvise_v2": P("devPtr=device_ptr; count=scalar; advice=scalar; location=scalar"),
+    # issue 26: accepted in the shim (managed memory is host memory; interceptor/hostmap_api.c)
+    "cuStreamAttachMemAsync": P("hStream=handle:stream; dptr=device_ptr; length=scalar; flags=scalar", "stream:use"),
     # issue 10, group 8: IPC between clients of one proxyd (proxyd/families/ipc.py)
     "cuIpcGetMemHandle": P("pHandle=out_value; dptr=device_ptr"),
     "cuIpcGetEventHandle": P("pHandle=out_value; event=handle:event", "event:use"),
@@ -916,6 +918,7 @@ DRIVER_SHIM_LOCAL = {
     # answered in the shim, or sent as cuMemHostRegister_v2's op (interceptor/hostmap_api.c)
     "cuMemHostRegister", "cuMemHostGetDevicePointer_v2", "cuMemHostGetFlags", "cuMemAllocManaged",
     "cuMemPrefetchAsync_v2", "cuMemPrefetchAsync_v2_ptsz", "cuMemAdvise_v2",
+    "cuStreamAttachMemAsync", "cuStreamAttachMemAsync_ptsz",
     # static CUDA runtime: answered in the shim, on other (remoted) driver calls
     "cuGetExportTable", "cuCtxGetDevice_v2", "cuPointerGetAttributes", "cuPointerGetAttribute", "cuLibraryLoadData",
     "cuCtxSynchronize_v2", "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxReset",
@@ -1205,6 +1208,7 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaMemPrefetchAsync": P(f"devPtr=device_ptr; count=scalar; location=scalar; flags=scalar; {STREAM}",
                               "stream:use"),
     "cudaMemAdvise": P("devPtr=device_ptr; count=scalar; advice=scalar; location=scalar"),
+    "cudaStreamAttachMemAsync": P(f"devPtr=device_ptr; length=scalar; flags=scalar; {STREAM}", "stream:use"),
     # issue 10, group 8 (interceptor/rt_ipc.c)
     "cudaIpcGetMemHandle": P("handle=out_value; devPtr=device_ptr"),
     "cudaIpcGetEventHandle": P("handle=out_value; event=handle:event", "event:use"),

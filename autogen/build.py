@@ -53,10 +53,10 @@ RUNTIME_SOURCES = ["rt_state.c", "rt_register.c", "rt_api.c", "rt_hostmap.c", "r
 # whether it needs the runtime stand-in (cudaFree(NULL) before a handle).
 # gp_msgpack.c: each stand-in has its own (hidden) copy of the encoder; the
 # buffers it writes to belong to libcuda.so.1's transport.
-LIBRARY_SOURCES = {"cublas": (["lib_cublas.c", "gp_msgpack.c"], True), "cublaslt": (["lib_cublaslt.c", "gp_msgpack.c"], True),
+LIBRARY_SOURCES = {"cublas": (["lib_cublas.c", "lib_cublas_copy.c", "gp_msgpack.c"], True), "cublaslt": (["lib_cublaslt.c", "gp_msgpack.c"], True),
                    "nvml": (["lib_nvml.c", "gp_msgpack.c"], False),
                    "cudnn": (["lib_cudnn.c", "gp_msgpack.c"], True),
-                   "cufft": (["lib_cufft.c", "gp_msgpack.c"], True), "curand": (["lib_curand.c", "gp_msgpack.c"], True),
+                   "cufft": (["lib_cufft.c", "gp_msgpack.c"], True), "curand": (["lib_curand.c", "lib_curand_host.c", "gp_msgpack.c"], True),
                    "cusparse": (["lib_cusparse.c", "gp_msgpack.c"], True),
                    "cusolver": (["lib_cusolver.c", "gp_msgpack.c"], True)}
 

@@ -52,7 +52,7 @@ def _c_typedef(name: str, t: dict) -> str:
 
 def can_be_generic(f) -> bool:
     if not g(f, "sync", True) and g(f, "ids") != "shim" and \
-            any(g(p, "role") in ("out_value", "out_buffer", "scalar_out") for p in g(f, "params") or []):
+            any(g(p, "role") in ("out_value", "inout_value", "out_buffer", "scalar_out") for p in g(f, "params") or []):
         # asynchronous with outputs the generic body cannot name: only a
         # hand-written body (cudnnBackendCreateDescriptor)
         return False
@@ -198,6 +198,10 @@ def generic_body(sf, f) -> str:
             lines.append(f"    *{pn} = ({g(p, 'type')[:-1].strip()})(uintptr_t)h_;")
         elif role == "out_value":
             lines.append(f"    mp_bool(b_, {pn} != NULL);")
+            outs.append(p)
+        elif role == "inout_value":
+            # the value (nil for NULL), answered back like an out_value
+            lines.append(f"    if ({pn}) GP_PUT_SCALAR(b_, *{pn}); else mp_nil(b_);")
             outs.append(p)
         else:
             raise GenError(f"{name}: parameter {pn} has role {role}, which the generic path cannot send")

@@ -68,7 +68,7 @@ def _lib_param_tuple(p, sf):
         cls, size = _lib_class(t, sf)
     elif role == "out_value" and g(p, "kind") and g(p, "kind") != "device":
         cls, size = "handle", 8
-    elif role == "out_value":
+    elif role in ("out_value", "inout_value"):
         cls, size = _lib_class(pointee(t), sf)
     return (g(p, "name"), role, g(p, "kind"), t, cls, size, g(p, "size"))
 

@@ -39,7 +39,11 @@ ID_RANGES = {"driver": (1, 9999), "runtime": (10000, 19999), "cublas": (20000, 2
 # device pointer" by the handle's pointer mode): in host mode the value,
 # `size` bytes, comes back in the answer; in device mode the address travels
 ROLES = ("scalar", "device_ptr", "handle", "in_buffer", "out_buffer", "out_value",
-         "host_ptr", "callback", "scalar_ptr", "scalar_out")
+         "host_ptr", "callback", "scalar_ptr", "scalar_out",
+         # a host value the call reads and writes (cusparseSpGEMM_workEstimation's
+         # bufferSize1: in, the buffer's size or 0; out, the size needed); library
+         # functions only: sent as the value, answered like an out_value
+         "inout_value")
 MODE_ROLES = ("scalar_ptr", "scalar_out")
 KINDS = ("context", "module", "function", "library", "kernel", "stream", "event", "memory",
          "graph", "graph_exec", "graph_node", "mem_pool", "array", "mipmapped_array", "texref",
@@ -53,7 +57,7 @@ KINDS = ("context", "module", "function", "library", "kernel", "stream", "event"
          # cuDNN: the handle, backend (graph API) descriptors, the legacy descriptors (one kind)
          "cudnn_handle", "cudnn_backend_desc", "cudnn_desc",
          "cufft_plan", "curand_generator", "cusparse_handle", "cusparse_spmat", "cusparse_dnvec",
-         "cusparse_dnmat", "cusolver_dn_handle", "cusolver_dn_params",
+         "cusparse_dnmat", "cusparse_spgemm", "cusparse_spsv", "cusparse_spsm", "cusolver_dn_handle", "cusolver_dn_params",
          "cusolver_syevj_info", "cusolver_gesvdj_info")
 EFFECTS = ("create", "destroy", "use")
 STATUSES = ("supported", "unsupported")

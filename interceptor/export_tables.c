@@ -36,6 +36,12 @@
  *       runtime verifies (see integrity_check below).
  *   f8cff951-2146-8b4e-b9e2-fb469e7c0dd9  asked for first by the CUDA 13
  *       runtime, which runs without it: declined (not-supported) quietly.
+ *   da9151d3-3ae6-cc41-a5c0-4f26d533e328  asked for by the static runtime
+ *       inside CuPy 14 (issue 26); no public description of it exists
+ *       (ZLUDA's table of known tables does not list it either), and CuPy's
+ *       kernels, cuBLAS, cuFFT, cuSOLVER, cuRAND and NVRTC work without it on
+ *       the H100: refused explicitly with CUDA_ERROR_NOT_SUPPORTED and one
+ *       stderr line saying so (refused[] below).
  *
  * Every other UUID, and every entry of a known table that is not
  * implemented, answers CUDA_ERROR_NOT_SUPPORTED with one stderr line naming
@@ -557,6 +563,17 @@ CUresult gpo_cuGetExportTable(const void **ppExportTable, const CUuuid *pExportT
     if (memcmp(declined, pExportTableId->bytes, 16) == 0) {
         if (gp_debug_enabled())
             gp_log("cuGetExportTable %s declined (the runtime does without it)", text);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    /* Known, unidentified, refused on purpose (see the top of this file). */
+    static const unsigned char refused[16] = {0xda, 0x91, 0x51, 0xd3, 0x3a, 0xe6, 0xcc, 0x41,
+                                              0xa5, 0xc0, 0x4f, 0x26, 0xd5, 0x33, 0xe3, 0x28};
+    if (memcmp(refused, pExportTableId->bytes, 16) == 0) {
+        static int told;
+        if (!told++)
+            fprintf(stderr, "gpuproxy: cuGetExportTable(%s): an undocumented driver table CuPy's static runtime "
+                            "asks for; refused (CUDA_ERROR_NOT_SUPPORTED), the runtime carries on without it\n",
+                    text);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     char name[80];

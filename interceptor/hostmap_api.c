@@ -260,3 +260,47 @@ CUresult gpo_cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advic
         return CUDA_ERROR_INVALID_VALUE;
     return accept_managed(devPtr, count);
 }
+
+/* cuStreamAttachMemAsync (cuda.h): a stream-ordered change of which streams
+ * may touch a managed allocation. Managed memory here is host memory that
+ * every stream and the host reach at all times (above), so the association
+ * changes nothing there is to order: the call is checked as the driver
+ * documents it and accepted, and nothing is enqueued. Checked: flags one of
+ * CUmemAttach_flags; CU_MEM_ATTACH_SINGLE not on the NULL stream; dptr in a
+ * managed allocation and length zero or that allocation's whole size
+ * ("it is not possible to change stream association for a portion of a
+ * managed allocation"); the stream a live one (cuStreamQuery: ready or
+ * busy). Pageable system memory (allowed where the device reports
+ * CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS) is refused: INVALID_VALUE. */
+static CUresult attach_mem(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
+{
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST && flags != CU_MEM_ATTACH_SINGLE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (flags == CU_MEM_ATTACH_SINGLE && (hStream == NULL || hStream == CU_STREAM_LEGACY))
+        return CUDA_ERROR_INVALID_VALUE;
+    {
+        HM_ENTER();
+        int kind;
+        void *user;
+        size_t usize;
+        void *p = (void *)(uintptr_t)dptr;
+        if (gp_hostmap_info(p, &kind, NULL, &user, &usize, NULL, NULL, NULL) != 0 || kind != GP_HM_MANAGED ||
+            (length != 0 && (p != user || length != usize)))
+            HM_LEAVE(CUDA_ERROR_INVALID_VALUE);
+        gp_unlock();
+    }
+    if (hStream == NULL || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD)
+        return CUDA_SUCCESS;
+    CUresult rc = cuStreamQuery(hStream);
+    return rc == CUDA_ERROR_NOT_READY ? CUDA_SUCCESS : rc;
+}
+
+CUresult gpo_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
+{
+    return attach_mem(hStream, dptr, length, flags);
+}
+
+CUresult gpo_cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
+{
+    return attach_mem(hStream ? hStream : CU_STREAM_PER_THREAD, dptr, length, flags);
+}

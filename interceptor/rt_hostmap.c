@@ -83,3 +83,20 @@ cudaError_t gpo_cudaMemAdvise(const void *devPtr, size_t count, enum cudaMemoryA
     RT_INIT();
     RT_RETURN_CU(cuMemAdvise_v2((CUdeviceptr)(uintptr_t)devPtr, count, (CUmem_advise)advice, to_cu(location)));
 }
+
+/* cudaStreamAttachMemAsync: cuStreamAttachMemAsync's checks and effect
+ * (hostmap_api.c); cudaMemAttach* values are CU_MEM_ATTACH_*. */
+CUresult cuStreamAttachMemAsync_ptsz(CUstream, CUdeviceptr, size_t, unsigned int);
+
+cudaError_t gpo_cudaStreamAttachMemAsync(cudaStream_t stream, void *devPtr, size_t length, unsigned int flags)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuStreamAttachMemAsync(gp_rt_stream(stream), (CUdeviceptr)(uintptr_t)devPtr, length, flags));
+}
+
+cudaError_t gpo_cudaStreamAttachMemAsync_ptsz(cudaStream_t stream, void *devPtr, size_t length, unsigned int flags)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuStreamAttachMemAsync_ptsz(stream ? gp_rt_stream(stream) : NULL, (CUdeviceptr)(uintptr_t)devPtr,
+                                             length, flags));
+}

@@ -245,7 +245,9 @@ def main():
                     help="folder with pycuda's sdist and its dependencies' wheels (no network on the GPU machine)")
     ap.add_argument("--python-steps", default="example,suite,frameworks,tests",
                     help="comma list of the --python steps to run (gpu_check_python.STEPS; "
-                         "`torch` too, with $GPUPROXY_TORCH_PYTHON naming a python that has PyTorch)")
+                         "`torch` too, with $GPUPROXY_TORCH_PYTHON naming a python that has PyTorch; "
+                         "`jaxsuite`, `cupysparse`: JAX's tests and CuPy's sparse tests compared natively/proxied, "
+                         "carried in .carry/ by scripts/fetch_test_suites.py)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

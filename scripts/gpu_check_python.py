@@ -15,7 +15,13 @@
    natively and proxied (cupy.json, cuda-python.json, torch-libraries.json);
    the matrix products (cupy.matmul, torch.mm/bmm/Linear: cuBLAS and
    cuBLASLt in the worker, docs/libraries.md) must give bit-identical results;
-6. step `torch` (not in the default --python-steps: PyTorch is not installed
+6. steps `jaxsuite` and `cupysparse` (not in the default --python-steps: the
+   tests are carried, scripts/fetch_test_suites.py): JAX's own tests and CuPy's
+   cupyx_tests/scipy_tests/sparse_tests natively and proxied, compared test
+   by test (scripts/suite_compare.py: jax.json, cupy-sparse.json); the
+   `frameworks` step includes scripts/pyframeworks/jax_check.py (JAX on the
+   GPU, no CPU fallback, a jit/grad training loop bit-identical to native);
+7. step `torch` (not in the default --python-steps: PyTorch is not installed
    by gpuproxy): examples/train_torch.py natively and proxied, a mid-training
    dump/restore, step times, import-to-first-kernel (gpu_check_torch.py,
    torch.json).
@@ -35,6 +41,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from proxy import Daemon  # noqa: E402
+
+import suite_compare  # noqa: E402  (scripts/suite_compare.py: this script's folder is on sys.path)
 
 PYCUDA_VERSION = "2026.1"
 # GPUPROXY_PYCUDA_TESTS=test_driver.py,... runs a subset (a time-limited runner splits the suite)
@@ -219,7 +227,11 @@ def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
                                  ("cuda-python", "cuda_python_check.py", "cuda.bindings.driver"),
                                  ("numba-cuda", "numba_check.py", "numba.cuda"),
                                  ("torch-libraries", "torch_check.py", "torch"),
-                                 ("torch-compile", "torch_compile_check.py", "torch")):
+                                 ("torch-compile", "torch_compile_check.py", "torch"),
+                                 ("jax", "jax_check.py", "jax"),
+                                 # the same without XLA's command buffers (CUDA graphs): what a
+                                 # proxied run that fails only above needs (docs/compatibility.md, "JAX")
+                                 ("jax-no-command-buffers", "jax_check.py", "jax")):
         # $GPUPROXY_FRAMEWORK_CHECKS (comma list of the names above) runs a part
         if only and name not in only:
             continue
@@ -228,8 +240,9 @@ def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
             results.append((f"{name} checks", "FAIL (not installed)"))
             continue
         rec = {}
+        extra = {"XLA_FLAGS": "--xla_gpu_enable_command_buffer="} if name == "jax-no-command-buffers" else None
         for mode in ("native", "proxied"):
-            env = _env() if mode == "native" else d.env_for_client(_env())
+            env = _env(extra) if mode == "native" else d.env_for_client(_env(extra))
             r = subprocess.run([sys.executable, str(ROOT / "scripts" / "pyframeworks" / script)], capture_output=True,
                                text=True, env=env, timeout=900)
             (out / f"{name}-{mode}.log").write_text(r.stdout + r.stderr)
@@ -252,7 +265,7 @@ def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
     return results
 
 
-STEPS = ("example", "suite", "frameworks", "tests", "torch", "cupysuite")
+STEPS = ("example", "suite", "frameworks", "tests", "torch", "cupysuite", "jaxsuite", "cupysparse")
 
 
 def _pycuda_installed() -> bool:
@@ -273,7 +286,7 @@ def run(log, out: Path, carry: Path, steps=STEPS) -> list[tuple[str, str]]:
         return [("install pycuda", "FAIL")]
     else:
         results.append(("install pycuda", "PASS"))
-    if not set(steps) & {"example", "suite", "frameworks", "cupysuite"}:
+    if not set(steps) & {"example", "suite", "frameworks", "cupysuite", "jaxsuite", "cupysparse"}:
         d = None                 # the remaining steps start their own proxyd
     else:
         d = Daemon(backend="cuda", log_path=str(out / "proxyd-python.log"))
@@ -282,7 +295,11 @@ def run(log, out: Path, carry: Path, steps=STEPS) -> list[tuple[str, str]]:
         for name, step in (("example", lambda: example(log, out, d)),
                            ("suite", lambda: pycuda_suite(log, out, carry, d)),
                            ("frameworks", lambda: feature_checks(log, out, d)),
-                           ("cupysuite", lambda: cupy_suite(log, out, d))):
+                           ("cupysuite", lambda: cupy_suite(log, out, d)),
+                           # issue 26: JAX's and CuPy's sparse tests compared test by test (suite_compare.py)
+                           ("jaxsuite", lambda: suite_compare.jax_suite(log, out, ROOT, d.env_for_client, _env())),
+                           ("cupysparse", lambda: suite_compare.cupy_sparse_suite(log, out, ROOT, d.env_for_client,
+                                                                                  _env()))):
             if name not in steps:
                 continue
             try:

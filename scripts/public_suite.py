@@ -8,6 +8,20 @@ multi-GPU-only programs are still built and report themselves).
     python scripts/public_suite.py build SAMPLES_CHECKOUT OUT   # here (nvcc, no GPU needed)
     python scripts/public_suite.py run OUT [--results FILE]     # on the GPU machine
 
+NVIDIA's library samples (github.com/NVIDIA/CUDALibrarySamples: cuBLAS and
+cuRAND, issue 26) are built the same way with `build-libs`, against the
+headers of NVIDIA's wheels (nvidia-cublas, nvidia-curand: nvidia/cu13/include)
+and linked with gpuproxy's stand-in libraries (same sonames and symbol
+versions as NVIDIA's):
+
+    python scripts/public_suite.py build-libs LIBSAMPLES_CHECKOUT OUT --lib-include DIR
+    python scripts/public_suite.py run OUT [--results FILE]
+
+Natively they load NVIDIA's libraries (`run` puts the folder of the wheels'
+libraries, nvidia/cu13/lib of this Python or $GPUPROXY_NVIDIA_LIB_DIR, on
+LD_LIBRARY_PATH); proxied, the stand-ins. Their outputs (the matrices and
+random numbers they print) must be the same, line for line.
+
 `build` writes OUT/<name>/<name> (plus the sample's data files) and
 OUT/built.json (what was built, what was skipped and why). `run` runs every
 program natively, then under the proxy (one proxyd with the cuda backend; a
@@ -124,6 +138,73 @@ def build(src: Path, out: Path, arch: str, jobs: int) -> dict:
     return info
 
 
+# CUDALibrarySamples: group folders whose subfolders are one sample each, and
+# the library each links (the stand-in's soname, also NVIDIA's)
+LIB_GROUPS = {"cuBLAS/Level-1": "libcublas.so.13", "cuBLAS/Level-2": "libcublas.so.13",
+              "cuBLAS/Level-3": "libcublas.so.13", "cuBLAS/Extensions": "libcublas.so.13",
+              "cuRAND/Host": "libcurand.so.10"}
+
+
+def build_lib_one(sample: Path, utils: Path, soname: str, include: str, out: Path, arch: str) -> dict:
+    srcs = sorted(p for p in sample.iterdir() if p.is_file() and re.search(r"_example\.(cu|cpp)$", p.name))
+    if not srcs:
+        return {"sample": f"{sample.parent.name}/{sample.name}", "skipped": "no *_example source"}
+    built, skipped = [], []
+    for src in srcs:
+        name = src.name.rsplit(".", 1)[0]
+        dest = out / name
+        dest.mkdir(parents=True, exist_ok=True)
+        cmd = ["nvcc", "-cudart", "shared", f"-arch={arch}", "-O2", "-std=c++17", "-Wno-deprecated-gpu-targets",
+               "-x", "cu", "-I", str(utils), "-I", include, "-o", str(dest / name), str(src),
+               "-L", shim_lib_dir(), f"-l:{soname}", "-l:libcuda.so.1",
+               # the stand-in's own references to the shim resolve at run time
+               "-Xlinker", "--allow-shlib-undefined"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            shutil.rmtree(dest, ignore_errors=True)
+            skipped.append(f"{name}: does not build here: " + (r.stderr.strip().splitlines() or ["?"])[-1][:200])
+            continue
+        subprocess.run(["strip", str(dest / name)], capture_output=True)
+        built.append(name)
+    rec = {"sample": f"{sample.parent.name}/{sample.name}", "built": built}
+    if skipped:
+        rec["skipped_programs"] = skipped
+    return rec
+
+
+def build_libs(src: Path, out: Path, arch: str, jobs: int, include: str) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    todo = []
+    for group, soname in LIB_GROUPS.items():
+        g = src / group
+        if not g.is_dir():
+            continue
+        utils = g.parent / "utils" if (g.parent / "utils").is_dir() else g.parent.parent / "utils"
+        todo += [(d, utils, soname) for d in sorted(g.iterdir()) if d.is_dir()]
+    with ThreadPoolExecutor(jobs) as ex:
+        res = list(ex.map(lambda t: build_lib_one(t[0], t[1], t[2], include, out, arch), todo))
+    commit = ""
+    if (src / ".git").exists():
+        commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True,
+                                text=True).stdout.strip()
+    info = {"source": "https://github.com/NVIDIA/CUDALibrarySamples", "commit": commit, "arch": arch,
+            "samples": res, "compare_output": True, "native_lib_path": True}
+    (out / "built.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+def nvidia_lib_dirs() -> list[str]:
+    """Where NVIDIA's libraries are for the native runs of the library
+    samples: $GPUPROXY_NVIDIA_LIB_DIR, then nvidia/cu13/lib of this Python
+    (the wheels PyTorch and CuPy install)."""
+    out = [d for d in os.environ.get("GPUPROXY_NVIDIA_LIB_DIR", "").split(os.pathsep) if d]
+    for sp in sys.path:
+        d = os.path.join(sp, "nvidia", "cu13", "lib")
+        if os.path.isdir(d):
+            out.append(d)
+    return out
+
+
 def verdict(text: str) -> str:
     hits = VERDICT.findall(text)
     if not hits:
@@ -143,7 +224,7 @@ def run_one(exe: Path, env: dict, timeout: float) -> dict:
         out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = ""
     return {"rc": rc, "verdict": verdict(out + err), "s": round(time.monotonic() - t0, 2),
-            "tail": (out + err).strip().splitlines()[-3:]}
+            "tail": (out + err).strip().splitlines()[-3:], "stdout": out}
 
 
 def run(bins: Path, results: Path | None, timeout: float, only: set[str] | None, jobs: int = 4) -> dict:
@@ -155,12 +236,17 @@ def run(bins: Path, results: Path | None, timeout: float, only: set[str] | None,
     if only:
         names = [n for n in names if n in only]
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    if info.get("native_lib_path"):
+        # library samples: NVIDIA's libraries for the native runs (proxied,
+        # the preloaded stand-ins of the same sonames are used first)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(nvidia_lib_dirs() + [p for p in env.get("LD_LIBRARY_PATH", "")
+                                                                    .split(os.pathsep) if p])
     # several programs at a time (each proxied one has its own worker); the
     # results are compared per program, so the overlap changes none of them
     with ThreadPoolExecutor(jobs) as ex:
         native = dict(zip(names, ex.map(lambda n: run_one(bins / n / n, env, timeout), names)))
     with Daemon(backend="cuda") as d, ThreadPoolExecutor(jobs) as ex:
-        penv = d.env_for_client()
+        penv = d.env_for_client({"LD_LIBRARY_PATH": env["LD_LIBRARY_PATH"]} if "LD_LIBRARY_PATH" in env else None)
         proxied = dict(zip(names, ex.map(lambda n: run_one(bins / n / n, penv, timeout), names)))
     same, differ, native_bad = [], [], []
     for n in names:
@@ -169,7 +255,8 @@ def run(bins: Path, results: Path | None, timeout: float, only: set[str] | None,
         if not ok_native:
             native_bad.append(n)
             continue
-        if a["rc"] == b["rc"] and a["verdict"] == b["verdict"]:
+        if a["rc"] == b["rc"] and a["verdict"] == b["verdict"] and \
+                (not info.get("compare_output") or a["stdout"] == b["stdout"]):
             same.append(n)
         else:
             differ.append(n)
@@ -178,6 +265,8 @@ def run(bins: Path, results: Path | None, timeout: float, only: set[str] | None,
            "differ_under_proxy": differ, "fail_or_waived_natively": native_bad,
            "skipped_at_build": {s["sample"]: s["skipped"] for s in info["samples"] if "skipped" in s},
            "native": native, "proxied": proxied}
+    for rec in list(native.values()) + list(proxied.values()):
+        rec.pop("stdout", None)     # compared above; the tails stay in the results
     if results:
         results.write_text(json.dumps(res, indent=1))
     print(f"{res['programs']} programs; {res['pass_natively']} pass natively; "
@@ -198,6 +287,12 @@ def main():
     b.add_argument("out")
     b.add_argument("--arch", default="sm_90")
     b.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    bl = sub.add_parser("build-libs", help="NVIDIA's cuBLAS and cuRAND samples (CUDALibrarySamples)")
+    bl.add_argument("src")
+    bl.add_argument("out")
+    bl.add_argument("--lib-include", required=True, help="nvidia/cu13/include of the nvidia-cublas/-curand wheels")
+    bl.add_argument("--arch", default="sm_90")
+    bl.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     r = sub.add_parser("run")
     r.add_argument("bins")
     r.add_argument("--results")
@@ -205,7 +300,14 @@ def main():
     r.add_argument("--only", default="")
     r.add_argument("--jobs", type=int, default=4)
     a = ap.parse_args()
-    if a.cmd == "build":
+    if a.cmd == "build-libs":
+        info = build_libs(Path(a.src), Path(a.out), a.arch, a.jobs, a.lib_include)
+        n = sum(len(s.get("built", [])) for s in info["samples"])
+        bad = [p for s in info["samples"] for p in s.get("skipped_programs", [])]
+        print(f"built {n} programs; {len(bad)} did not build")
+        for b_ in bad:
+            print("  " + b_)
+    elif a.cmd == "build":
         info = build(Path(a.src), Path(a.out), a.arch, a.jobs)
         n = sum(len(s.get("built", [])) for s in info["samples"])
         print(f"built {n} programs; skipped {sum(1 for s in info['samples'] if 'skipped' in s)} samples")

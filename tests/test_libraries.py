@@ -217,10 +217,11 @@ rt.cudaMemcpy(vals, d, ctypes.c_size_t(4 * 8), 2)
 out["u_at_16"] = list(vals)[:8]
 out["normal_odd"] = rnd.curandGenerateNormal(g1, d, c_size_t(3), c_float(0), c_float(1))
 out["sync_normal"] = rt.cudaDeviceSynchronize()
-out["rand_unsupported"] = rnd.curandCreateGeneratorHost(byref(c_void_p()), 100)
+rnd.curandCreatePoissonDistribution.argtypes = [ctypes.c_double, ctypes.c_void_p]
+out["rand_unsupported"] = rnd.curandCreatePoissonDistribution(1.0, byref(c_void_p()))
 h = c_void_p()
 out["sp_create"] = sp.cusparseCreate(byref(h))
-out["sp_unsupported"] = sp.cusparseSpGEMM_createDescr(byref(c_void_p()))
+out["sp_unsupported"] = sp.cusparseCreateColorInfo(byref(c_void_p()))
 sp.cusparseGetErrorName.restype = ctypes.c_char_p
 out["sp_name10"] = sp.cusparseGetErrorName(10).decode()
 s = c_void_p()
@@ -303,7 +304,7 @@ def test_math_libraries_handles_async_errors_and_unsupported(emu_daemon):
     r = _run_py(emu_daemon, MATHLIBS_SCRIPT)
     assert r.returncode == 0, r.stderr
     o = json.loads(r.stdout)
-    assert o["fft_version"] == [0, 12000]
+    assert o["fft_version"] == [0, 12500]       # CUFFT_VERSION of cufft.h 12.5.0 (proxyd/emu/versions.py)
     assert o["plan1d"] == 0 and 0 < o["plan"] < 1 << 31, "a cufftHandle is a small int"
     assert o["exec_bad"] == 0 and o["sync"] == 719, "a failed cufftExec* is reported at the next sync"
     assert _lines_naming(r.stderr, "cufftExecC2C"), r.stderr
@@ -316,9 +317,9 @@ def test_math_libraries_handles_async_errors_and_unsupported(emu_daemon):
     assert o["u_second_half"] == u[32:], "two calls continue one sequence"
     assert o["u_at_16"] == u[16:24], "curandSetGeneratorOffset positions the sequence absolutely"
     assert o["normal_odd"] == 0 and o["sync_normal"] == 719, "an odd count of normals fails (curand.h)"
-    assert o["rand_unsupported"] == 204 and len(_lines_naming(r.stderr, "curandCreateGeneratorHost")) == 1
+    assert o["rand_unsupported"] == 204 and len(_lines_naming(r.stderr, "curandCreatePoissonDistribution")) == 1
     assert o["sp_create"] == 0 and o["sp_unsupported"] == 10
-    assert len(_lines_naming(r.stderr, "cusparseSpGEMM_createDescr")) == 1
+    assert len(_lines_naming(r.stderr, "cusparseCreateColorInfo")) == 1
     assert o["sp_name10"] == "CUSPARSE_STATUS_NOT_SUPPORTED"
     assert o["so_create"] == 0 and o["so_unsupported"] == 9
     assert len(_lines_naming(r.stderr, "cusolverDnSpotri")) == 1
@@ -711,7 +712,7 @@ def test_library_specs_are_complete_and_consistent():
     from gpuproxy.emu.blas import EmuLibrary
     from gpuproxy.emu.blas_levels import EMU_PENDING
     from gpuproxy.emu.cudnn import EmuCudnn
-    from gpuproxy.emu.mathlibs import CLASSES
+    from gpuproxy.emu.library_classes import CLASSES      # mathlibs.py's, extended
     from gpuproxy.proxyd.families.cudnn import SPECIAL
     for f in SPECS.libraries:
         if f.api == "cudnn":
@@ -776,7 +777,8 @@ def test_cudnn_descriptor_kind_agrees_between_shim_and_proxyd():
 
 @pytest.mark.parametrize("header,prefixes", [("cublas_decls.h", ("cublas",)),
                                              ("mathlibs_decls.h", ("cufft", "curand", "cusparse", "cusolver")),
-                                             ("linalg_decls.h", ("cublas", "cusolver"))])
+                                             ("linalg_decls.h", ("cublas", "cusolver")),
+                                             ("api_helpers_decls.h", ("cublas",))])
 def test_decls_headers_match_the_specs(header, prefixes):
     """tests/programs/cublas_decls.h and mathlibs_decls.h (used where the
     toolkit has no headers of these libraries) declare each function as the

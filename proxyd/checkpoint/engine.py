@@ -1013,17 +1013,19 @@ class Engine:
     def _rebuild(self, sess: Session, img: Image, desc: dict, device_map: dict):
         b = self.backend
         # every kind's objects, in the declared restore order (core/kinds.py, Stage)
-        r = kinds.Restore(self, sess, img, desc, device_map, self.rstats,
-                          read_key=lambda key, what: self._read_key(img, key, what))
+        rst = kinds.Restore(self, sess, img, desc, device_map, self.rstats,
+                            read_key=lambda key, what: self._read_key(img, key, what))
         t = time.monotonic()
         marks = list(_REBUILD_TIMERS)
         for k in kinds.ordered():
+            if k.stage >= Stage.AFTER_MEMORY:
+                break           # after the memory, below
             while marks and k.stage > marks[0][0]:
                 now = time.monotonic()
                 self.rstats[marks.pop(0)[1]] = _ms(t, now)
                 t = now
             if k.rebuild is not None:
-                k.rebuild(r)
+                k.rebuild(rst)
         while marks:
             now = time.monotonic()
             self.rstats[marks.pop(0)[1]] = _ms(t, now)
@@ -1079,6 +1081,10 @@ class Engine:
                         sess.addr_map.append((orig, osize, addr))
         for c in list(sess.contexts.values()):
             b.ctx_sync(c.real)
+        # kinds whose rebuild reads device memory (cuSPARSE analyses), now that it is back
+        for k in kinds.ordered():
+            if k.stage >= Stage.AFTER_MEMORY and k.rebuild is not None:
+                k.rebuild(rst)
         # client-facing state
         sess.pidns = desc.get("pidns") or ""      # the reaper and the next dump need it
         sess.last_seq = int(desc["last_seq"])

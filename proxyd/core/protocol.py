@@ -77,6 +77,9 @@ K_CUSOLVER_DN_HANDLE = 47
 K_CUSOLVER_DN_PARAMS = 48
 K_CUSOLVER_SYEVJ_INFO = 49     # syevjInfo_t (cusolverDn.h): the Jacobi eigensolver's settings
 K_CUSOLVER_GESVDJ_INFO = 50    # gesvdjInfo_t: the Jacobi SVD's settings
+K_CUSPARSE_SPGEMM = 51         # cusparseSpGEMMDescr_t (cusparse.h, generic API)
+K_CUSPARSE_SPSV = 52           # cusparseSpSVDescr_t
+K_CUSPARSE_SPSM = 53           # cusparseSpSMDescr_t
 
 KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
               "stream": K_STREAM, "event": K_EVENT, "mem_pool": K_MEM_POOL,
@@ -91,7 +94,8 @@ KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
               "cusparse_spmat": K_CUSPARSE_SPMAT, "cusparse_dnvec": K_CUSPARSE_DNVEC,
               "cusparse_dnmat": K_CUSPARSE_DNMAT, "cusolver_dn_handle": K_CUSOLVER_DN_HANDLE,
               "cusolver_dn_params": K_CUSOLVER_DN_PARAMS, "cusolver_syevj_info": K_CUSOLVER_SYEVJ_INFO,
-              "cusolver_gesvdj_info": K_CUSOLVER_GESVDJ_INFO}
+              "cusolver_gesvdj_info": K_CUSOLVER_GESVDJ_INFO, "cusparse_spgemm": K_CUSPARSE_SPGEMM,
+              "cusparse_spsv": K_CUSPARSE_SPSV, "cusparse_spsm": K_CUSPARSE_SPSM}
 KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
 
 # special stream handle values (cuda.h)

@@ -38,6 +38,7 @@ import os
 import sys
 
 from ..core import protocol as P
+from . import curand_host, sparse_generic
 from .._generated import FUNCTIONS, LIBRARY, LIBRARY_CDEF
 from ..core.kinds import Kind, Stage, register
 from ..core.registry import norm_scalar
@@ -61,13 +62,17 @@ LIB_KINDS = {"cublas_handle": P.K_CUBLAS_HANDLE, "cublaslt_handle": P.K_CUBLASLT
              "cusparse_spmat": P.K_CUSPARSE_SPMAT, "cusparse_dnvec": P.K_CUSPARSE_DNVEC,
              "cusparse_dnmat": P.K_CUSPARSE_DNMAT, "cusolver_dn_handle": P.K_CUSOLVER_DN_HANDLE,
              "cusolver_dn_params": P.K_CUSOLVER_DN_PARAMS, "cusolver_syevj_info": P.K_CUSOLVER_SYEVJ_INFO,
-             "cusolver_gesvdj_info": P.K_CUSOLVER_GESVDJ_INFO}
+             "cusolver_gesvdj_info": P.K_CUSOLVER_GESVDJ_INFO,
+             # last: their settings (analysis, work estimation) replay after the
+             # matrices' own (pointers) in rebuild(); proxyd/sparse_generic.py
+             "cusparse_spgemm": P.K_CUSPARSE_SPGEMM, "cusparse_spsv": P.K_CUSPARSE_SPSV,
+             "cusparse_spsm": P.K_CUSPARSE_SPSM}
 # kinds a library call may name: the above and cuDNN's backend descriptors,
 # which are restored through their own log (cudnn.py), not as objects here
 DECODE_KINDS = {**LIB_KINDS, "cudnn_backend_desc": P.K_CUDNN_BACKEND_DESC}
 # parameters that have a slot in an answer's outs (scalar_out: nil in
 # device pointer mode)
-OUT_ROLES = ("out_value", "out_buffer", "scalar_out")
+OUT_ROLES = ("out_value", "out_buffer", "scalar_out", "inout_value")
 # kinds whose C handle type is an int, not a pointer (cufft.h: typedef int
 # cufftHandle): the application holds the object's id alone
 INT_HANDLE_KINDS = {"cufft_plan"}
@@ -271,6 +276,8 @@ class RealLibrary:
                     b = ffi.new("char[]", max(len(a), 1))
                     args.append(ffi.cast("void *", b))
                     outs.append(("buf", b, len(a)))
+            elif role == "in_buffer" and isinstance(a, ffi.CData):
+                args.append(a)      # an object of the library's own (sparse_generic.mat_descr)
             elif role == "in_buffer":
                 if a is None:
                     args.append(ffi.NULL)
@@ -286,6 +293,14 @@ class RealLibrary:
                     b = ffi.new("char[]", max(int(a), 1))
                     args.append(ffi.cast("void *", b))
                     outs.append(("buf", b, int(a)))
+            elif role == "inout_value":
+                if a is None:
+                    args.append(ffi.NULL)
+                    outs.append(None)
+                    continue
+                b = ffi.new(f"{'' if cls == 'int' else 'u'}int{8 * (size or 8)}_t[1]", [int(a)])
+                args.append(ffi.cast("void *", b))
+                outs.append(("uint" if cls != "int" else "int", b, None))
             elif role == "out_value":
                 if a is None:
                     args.append(ffi.NULL)
@@ -458,7 +473,16 @@ class LibraryCalls:
                 else:
                     out.append(None)
             elif role == "in_buffer":
-                out.append(bytes(self.d.data(sess, a)) if a is not None else None)
+                raw = bytes(self.d.data(sess, a)) if a is not None else None
+                if raw is not None and "cusparseMatDescr_t" in ctype:
+                    # the legacy matrix descriptor's fields (sparse_generic.mat_descr)
+                    raw = sparse_generic.mat_descr(lib, fn.name, raw)
+                out.append(raw)
+            elif role == "inout_value":
+                # the value the call reads (nil: a NULL pointer), answered back
+                if a is not None and type(a) is not int:
+                    raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {name} must be an integer")
+                out.append(a)
             elif role in ("out_buffer", "out_value"):
                 if a is not None and type(a) not in (int, bool):
                     raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {name} must be a size or a flag")
@@ -487,7 +511,13 @@ class LibraryCalls:
             code, outs, msg = st.internal, None, f"{fn.name}: internal error in proxyd: {e}"
         if msg and not msg.startswith(fn.name):
             msg = f"{fn.name}: {msg}"
-        if not fn.sync and code != st.success:
+        # a cuRAND host generator's generate call is answered at once, its
+        # status the library's (curand_host.py; dispatch.answered)
+        answered = api == "curand" and sess is not None and \
+            curand_host.is_host(sess, fn, args, lambda h: _maybe(sess, h))
+        if sess is not None:
+            sess.lib_answered = answered
+        if not fn.sync and code != st.success and not answered:
             # reported like a failed kernel launch: at the next synchronising call
             return CUDA_ERROR_LAUNCH_FAILED, None, msg or f"{fn.name} failed with {_status_name(api, code)}"
         return code, outs, msg
@@ -502,7 +532,17 @@ class LibraryCalls:
         if api == "cudnn" and fn.name in CUDNN_SPECIAL:
             return self.cudnn.execute(sess, fn, fid, ctxh, args, lib)
         cargs = self._decode(sess, fn, args, lib)
+        if api == "curand" and curand_host.is_host(sess, fn, args, lambda h: lib_object(sess, "curand_generator", h)):
+            # a host generator: results answered, not written to device memory (curand_host.py)
+            code, outs = curand_host.generate(lib, fn, cargs, int(args[2]))
+            if code == st.success:
+                g = lib_object(sess, "curand_generator", args[0])
+                g.info["generated"] = g.info.get("generated", 0) + int(args[2])
+            return code, outs
         code, outs = lib.call(fn, cargs)
+        if code == st.success and api == "cusparse":
+            # a sparse descriptor's nnz set by the call goes into its create (sparse_generic.py)
+            sparse_generic.after_call(sess, lib, fn, args, lambda h: lib_object(sess, "cusparse_spmat", h))
         if code == st.success and fn.name in CURAND_GENERATE:
             g = lib_object(sess, "curand_generator", args[0])
             g.info["generated"] = g.info.get("generated", 0) + int(args[2])
@@ -588,6 +628,15 @@ def lib_destroy(lib, kind: str, real):
             pass
 
 
+def _maybe(sess: Session, h):
+    """The cuRAND generator a handle names, or None (a bad handle: the call
+    has failed already)."""
+    try:
+        return lib_object(sess, "curand_generator", h)
+    except CudaError:
+        return None
+
+
 def _key(v):
     return bytes(v) if isinstance(v, (bytes, bytearray, memoryview)) else v
 
@@ -645,6 +694,10 @@ def rebuild(d, sess: Session, desc: list):
                 raise CheckpointError(f"image replays library function id {sfid}, which this proxyd does not have")
             ctxh = od["create"][1]
             args = [_unjson(a) for a in sargs]
+            if fn.name in sparse_generic.AFTER_MEMORY:
+                # reads device memory, restored later (sparse_generic.replay_after_memory)
+                sparse_generic.defer(sess, od["kind"], od["id"], fn, sfid, ctxh, args)
+                continue
             try:
                 code, _ = calls.execute(sess, fn, sfid, ctxh, args)
             except CudaError as e:

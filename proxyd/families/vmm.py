@@ -135,18 +135,30 @@ def h_map(d, sess, fn, ctx, args, **kw):
 
 @handler("vmm_unmap")
 def h_unmap(d, sess, fn, ctx, args, **kw):
-    """Whole mappings only (each is one physical allocation)."""
+    """Whole mappings only, one or several side by side: cuMemUnmap takes
+    any range made of whole mappings (cuda.h: "the range must be the entire
+    contiguous address range that was mapped to"; the driver accepts two
+    adjacent cuMemMap's unmapped by one call). Each mapping is one physical
+    allocation; all are checked before any is freed."""
     addr, size = int(args[0]), int(args[1])
-    a = sess.arena.allocs.get(addr)
-    if a is None or not a.chunk.vmm or a.size != size:
-        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {addr:#x}+{size:#x} is not one mapping")
+    end, cur, parts = addr + size, addr, []
+    while cur < end:
+        a = sess.arena.allocs.get(cur)
+        if a is None or not a.chunk.vmm or cur + a.size > end:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {addr:#x}+{size:#x} is not a range of whole "
+                                                      f"mappings (at {cur:#x})")
+        parts.append(cur)
+        cur += a.size
+    if not parts:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: empty range at {addr:#x}")
     if ctx is not None:
         d.backend.ctx_sync(ctx.real)      # work still using the range finishes first
-    _arena_call(fn, sess.arena.free, addr, True)
-    hid = sess.vmm_mapped.pop(addr, None)
-    o = sess.objects.get((P.K_MEM_HANDLE, hid)) if hid is not None else None
-    if o is not None:
-        o.info["mapped"] = None
+    for start in parts:
+        _arena_call(fn, sess.arena.free, start, True)
+        hid = sess.vmm_mapped.pop(start, None)
+        o = sess.objects.get((P.K_MEM_HANDLE, hid)) if hid is not None else None
+        if o is not None:
+            o.info["mapped"] = None
     return CUDA_SUCCESS, []
 
 

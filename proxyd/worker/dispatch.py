@@ -61,6 +61,15 @@ def args_fit(checks: tuple, args: list) -> bool:
     return True
 
 
+def answered(sess) -> bool:
+    """Whether the library op just run is answered although its spec says
+    asynchronous (a cuRAND host generator's generate call: libraries.run_op
+    sets the flag, proxyd/curand_host.py); reads and clears it."""
+    a = getattr(sess, "lib_answered", False)
+    sess.lib_answered = False
+    return a
+
+
 class Plan:
     """What run_op needs of one function besides its spec entry, worked out
     on its first call (Dispatcher.plan): a round trip then pays no walk
@@ -314,7 +323,7 @@ class Dispatcher:
                 sess.calls += 1
                 fid = op[0]
                 fn = FUNCTIONS.get(fid)
-                if fn is not None and fn.sync:
+                if fn is not None and (fn.sync or answered(sess)):
                     return c, o, m
                 if c != CUDA_SUCCESS:
                     name = fn.name if fn else NAMES.get(fid, str(fid))
@@ -384,7 +393,7 @@ class Dispatcher:
                 sess.calls += 1
                 fid = op[0] if isinstance(op, list) and op and type(op[0]) is int else 0
                 fn = FUNCTIONS.get(fid)
-                if i == nops - 1 and fn is not None and fn.sync:
+                if i == nops - 1 and fn is not None and (fn.sync or answered(sess)):
                     code, outs, msg = c, o, m
                 elif c != CUDA_SUCCESS:
                     name = fn.name if fn else NAMES.get(fid, str(fid))

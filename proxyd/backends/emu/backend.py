@@ -580,7 +580,7 @@ class EmuBackend(Backend):
             from .cudnn import EmuCudnn  # the backend API's plumbing and one conv engine
             return EmuCudnn(self, api)
         from .blas import EmuLibrary
-        from .mathlibs import CLASSES
+        from .library_classes import CLASSES     # mathlibs.py's, extended
         return CLASSES.get(api, EmuLibrary)(self, api)
 
     def drv_cuDeviceGet(self, out, ordinal):

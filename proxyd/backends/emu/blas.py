@@ -18,6 +18,7 @@ import numpy as np
 
 from gpuproxy.proxyd.core.session import CudaError
 
+from . import versions
 from .blas_levels import BlasLevels
 
 OK, NOT_INIT, INVALID, NOT_SUPPORTED = 0, 1, 7, 15        # cublasStatus_t (cublas_api.h)
@@ -137,13 +138,18 @@ class EmuLibrary(BlasLevels):
         return OK, []
 
     def f_cublasGetVersion_v2(self, h, out):
-        return OK, [130000]
+        # the handle may be NULL (JAX's plugin asks so; NVIDIA allows it)
+        return OK, [versions.version("cublas")]
+
+    def f_cublasGetVersion(self, out):
+        return OK, [versions.version("cublas")]
 
     def f_cublasGetProperty(self, typ, out):
-        return (OK, [(13, 0, 0)[typ]]) if 0 <= typ <= 2 else (INVALID, None)
+        v = versions.prop("cublas", typ)
+        return (OK, [v]) if v is not None else (INVALID, None)
 
     def f_cublasGetCudartVersion(self):
-        return 13000, []
+        return versions.CUDART_VERSION, []
 
     def f_cublasSetStream_v2(self, h, stream):
         self._obj(h)["stream"] = stream
@@ -328,13 +334,14 @@ class EmuLibrary(BlasLevels):
         return OK, []
 
     def f_cublasLtGetVersion(self):
-        return 130000, []
+        return versions.version("cublaslt"), []
 
     def f_cublasLtGetCudartVersion(self):
-        return 13000, []
+        return versions.CUDART_VERSION, []
 
     def f_cublasLtGetProperty(self, typ, out):
-        return (OK, [(13, 0, 0)[typ]]) if 0 <= typ <= 2 else (INVALID, None)
+        v = versions.prop("cublaslt", typ)
+        return (OK, [v]) if v is not None else (INVALID, None)
 
     def f_cublasLtMatmulDescCreate(self, out, compute, scale):
         return OK, [self._new(kind="desc", attrs={DESC_COMPUTE: struct.pack("i", compute),

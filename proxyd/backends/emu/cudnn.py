@@ -24,6 +24,7 @@ import struct
 
 import numpy as np
 
+from . import versions
 from .blas import EmuLibrary, Unsupported
 
 log = logging.getLogger("proxyd")
@@ -87,16 +88,17 @@ class EmuCudnn(EmuLibrary):
         return OK, [self._obj(h)["stream"]]
 
     def f_cudnnGetVersion(self):
-        return 91900, []       # CUDNN_VERSION of the headers the spec was made from (9.19.0)
+        return versions.version("cudnn"), []       # CUDNN_VERSION of the headers the spec was made from
 
     def f_cudnnGetMaxDeviceVersion(self):
         return 1200, []
 
     def f_cudnnGetCudartVersion(self):
-        return 13000, []
+        return versions.CUDART_VERSION, []
 
     def f_cudnnGetProperty(self, typ, out):
-        return (OK, [(9, 19, 0)[typ]]) if 0 <= typ <= 2 else (BAD_PARAM, None)
+        v = versions.prop("cudnn", typ)
+        return (OK, [v]) if v is not None else (BAD_PARAM, None)
 
     def f_cudnnGetLastErrorString(self, message, max_size):
         return 0, [b"\0" * max(int(max_size or 0), 0) if message else None]

@@ -17,6 +17,7 @@ import numpy as np
 
 from gpuproxy.proxyd.core.session import CudaError
 
+from . import versions
 from .blas import EmuLibrary
 from .blas_levels import _sym, lu_factor, lu_solve
 
@@ -146,10 +147,11 @@ class EmuCufft(EmuLibrary):
         return CUFFT_OK, []
 
     def f_cufftGetVersion(self, out):
-        return CUFFT_OK, [12000]
+        return CUFFT_OK, [versions.version("cufft")]
 
     def f_cufftGetProperty(self, typ, out):
-        return (CUFFT_OK, [(12, 0, 0)[typ]]) if 0 <= typ <= 2 else (CUFFT_INVALID_VALUE, None)
+        v = versions.prop("cufft", typ)
+        return (CUFFT_OK, [v]) if v is not None else (CUFFT_INVALID_VALUE, None)
 
     def _view(self, addr, layout, shape, batch, dtype):
         """(flat view of device memory, index array [batch, *shape])."""
@@ -254,10 +256,11 @@ class EmuCurand(EmuLibrary):
         return CURAND_OK, []
 
     def f_curandGetVersion(self, out):
-        return CURAND_OK, [10400]
+        return CURAND_OK, [versions.version("curand")]
 
     def f_curandGetProperty(self, typ, out):
-        return (CURAND_OK, [(10, 4, 0)[typ]]) if 0 <= typ <= 2 else (CURAND_OUT_OF_RANGE, None)
+        v = versions.prop("curand", typ)
+        return (CURAND_OK, [v]) if v is not None else (CURAND_OUT_OF_RANGE, None)
 
     def f_curandSetStream(self, h, stream):
         self._gen(h)["stream"] = stream
@@ -391,7 +394,11 @@ class EmuCusparse(EmuLibrary):
 
     def f_cusparseGetVersion(self, h, out):
         self._obj(h)
-        return SP_OK, [12000]
+        return SP_OK, [versions.version("cusparse")]
+
+    def f_cusparseGetProperty(self, typ, out):
+        v = versions.prop("cusparse", typ)
+        return (SP_OK, [v]) if v is not None else (SP_INVALID, None)
 
     def f_cusparseSetStream(self, h, stream):
         self._obj(h)["stream"] = stream
@@ -528,10 +535,11 @@ class EmuCusolver(EmuLibrary):
     Workspace sizes are small positive counts (numpy needs no workspace)."""
 
     def f_cusolverGetVersion(self, out):
-        return SO_OK, [12000]
+        return SO_OK, [versions.version("cusolver")]
 
     def f_cusolverGetProperty(self, typ, out):
-        return (SO_OK, [(12, 0, 0)[typ]]) if 0 <= typ <= 2 else (SO_INVALID, None)
+        v = versions.prop("cusolver", typ)
+        return (SO_OK, [v]) if v is not None else (SO_INVALID, None)
 
     def f_cusolverDnCreate(self, out):
         return SO_OK, [self._new(kind="dn", stream=0)]
