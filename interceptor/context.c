@@ -7,6 +7,7 @@
  * Locking: the stack is thread-local; the context -> device table is under
  * gp_lock. */
 #include "gp_shim.h"
+#include "gp_peer.h"
 
 #define GP_CTX_DEPTH 64
 #define GP_MAX_CTX 1024
@@ -77,6 +78,7 @@ int gp_ctx_device(CUcontext ctx, CUdevice *dev)
 
 void gp_ctx_forget(CUcontext ctx)
 {
+    gp_peer_forget(ctx);
     gp_lock();
     for (int i = 0; i < ndevs; i++)
         if (devs[i].ctx == ctx) {

@@ -350,11 +350,18 @@ class CudaBackend(Backend):
         if r != CUDA_SUCCESS:
             self.lib.cuMemRelease(h[0])
             self.check(r, f"cuMemMap at {addr:#x}")
-        desc = self.ffi.new("CUmemAccessDesc *")
-        desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE
-        desc.location.id = dev
-        desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-        r = self.lib.cuMemSetAccess(addr, size, desc, 1)
+        # read-write for its own device and for every device that can reach
+        # it: all of a session's devices share this worker's address space,
+        # so a peer pointer works in kernels and copies as it does natively
+        # after cuCtxEnablePeerAccess (proxyd/peer.py)
+        from .peer import access_devices
+        devs = access_devices(self, dev)
+        desc = self.ffi.new("CUmemAccessDesc[]", len(devs))
+        for i, d in enumerate(devs):
+            desc[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE
+            desc[i].location.id = d
+            desc[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        r = self.lib.cuMemSetAccess(addr, size, desc, len(devs))
         if r != CUDA_SUCCESS:
             self.lib.cuMemUnmap(addr, size)
             self.lib.cuMemRelease(h[0])

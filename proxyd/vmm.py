@@ -134,18 +134,24 @@ def h_map(d, sess, fn, ctx, args, **kw):
 
 @handler("vmm_unmap")
 def h_unmap(d, sess, fn, ctx, args, **kw):
-    """Whole mappings only (each is one physical allocation)."""
+    """Whole mappings (each is one physical allocation): one, or several
+    side by side in one call (cuda.h, cuMemUnmap: the range may span
+    several mappings, on one device or several), each unmapped whole."""
     addr, size = int(args[0]), int(args[1])
     a = sess.arena.allocs.get(addr)
-    if a is None or not a.chunk.vmm or a.size != size:
+    if a is None or not a.chunk.vmm or size <= 0:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {addr:#x}+{size:#x} is not one mapping")
+    chunks = _mapped_range(sess, fn, addr, size)
+    if chunks[-1].end != addr + size:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {addr:#x}+{size:#x} ends inside a mapping")
     if ctx is not None:
         d.backend.ctx_sync(ctx.real)      # work still using the range finishes first
-    _arena_call(fn, sess.arena.free, addr, True)
-    hid = sess.vmm_mapped.pop(addr, None)
-    o = sess.objects.get((P.K_MEM_HANDLE, hid)) if hid is not None else None
-    if o is not None:
-        o.info["mapped"] = None
+    for c in chunks:
+        _arena_call(fn, sess.arena.free, c.start, True)
+        hid = sess.vmm_mapped.pop(c.start, None)
+        o = sess.objects.get((P.K_MEM_HANDLE, hid)) if hid is not None else None
+        if o is not None:
+            o.info["mapped"] = None
     return CUDA_SUCCESS, []
 
 

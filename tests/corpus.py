@@ -69,6 +69,9 @@ class Program:
     # substrings of the shim's stderr lines that the program provokes on
     # purpose (calls it expects to fail; the shim reports proxyd's reason)
     expected_errors: tuple[str, ...] = ()
+    # GPUs the program needs (emulated: proxyd --emu-devices; on a GPU
+    # machine with fewer, scripts/gpu_check.py skips it and says so)
+    devices: int = 1
     # absolute paths
     source_path: Path = Path()
     cubin_paths: tuple[Path, ...] = ()
@@ -150,6 +153,7 @@ def load_corpus(manifest: Path | str = MANIFEST) -> list[Program]:
                 compile_flags=tuple(str(x) for x in (e.get("compile_flags") or ())),
                 checkpoints=tuple(int(x) for x in (e.get("checkpoints") or ())),
                 expected_errors=tuple(str(x) for x in (e.get("expected_errors") or ())),
+                devices=int(e.get("devices", 1)),
                 source_path=base / e["source"],
                 cubin_paths=tuple(base / c for c in cubins),
                 emu_path=(base / emu) if emu else None,
