@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gp_rt.h"
+#include "gp_gen.h"
 
 static cudaError_t check_device(int dev)
 {
@@ -130,7 +131,7 @@ cudaError_t gpo_cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p)
     if (e == cudaSuccess)
         e = gp_rt_from_cu(sync_ctx(dc));
     if (e == cudaSuccess)
-        e = cudaMemcpy3D(&c);
+        e = gpo_cudaMemcpy3D(&c);
     if (e == cudaSuccess)
         e = gp_rt_from_cu(cuCtxSynchronize());
     return gp_rt_ret(e);
@@ -142,5 +143,5 @@ cudaError_t gpo_cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p, cud
     cudaError_t e = to_3d(p, &c);
     if (e != cudaSuccess)
         return gp_rt_ret(e);
-    return cudaMemcpy3DAsync(&c, stream);
+    return gpo_cudaMemcpy3DAsync(&c, stream);
 }

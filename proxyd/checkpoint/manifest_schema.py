@@ -224,7 +224,9 @@ SESSION = Obj({
     "mem_pool_current": Map(NUM, ID, 1024),
     # the application's physical allocations (cuMemCreate, proxyd/vmm.py)
     "mem_handles": List(Obj({"id": ID, "size": SIZE, "device": DEVICE, "mapped": Opt(U64), "used": Bool(),
-                             "prop": Str(64, r"[0-9a-f]*", "hex bytes")}), 1 << 20),
+                             "prop": Str(64, r"[0-9a-f]*", "hex bytes")},
+                            # access the application set for other devices (proxyd/vmm.py): [device, flags]
+                            optional={"access": List(Tuple(DEVICE, Int(0, 3)), 1024)}), 1 << 20),
     # graphs and executable graphs (proxyd/graphs.py): their ops, re-checked
     # by the dispatcher's argument types when launched
     "graphs": List(Obj({"id": ID, "kind": Enum("graph", "exec"), "ctx": ID,
