@@ -250,6 +250,9 @@ def main():
                     help="bench/run_bench.py suites (micro,roundtrip,rtprofile,checkpoint,small,clients,pin,whole)")
     ap.add_argument("--tcp", action="store_true", help="also the corpus over a keyed (CURVE) tcp endpoint")
     ap.add_argument("--python", action="store_true", help="also the Python-framework checks (gpu_check_python.py)")
+    ap.add_argument("--multigpu", action="store_true",
+                    help="also the multi-GPU checks (gpu_check_multigpu.py: peer copies, x.to('cuda:1'), DDP; "
+                         "$GPUPROXY_TORCH_PYTHON names a python that has PyTorch)")
     ap.add_argument("--pycuda-from", default=str(ROOT / ".carry" / "pycuda"),
                     help="folder with pycuda's sdist and its dependencies' wheels (no network on the GPU machine)")
     ap.add_argument("--python-steps", default="example,suite,frameworks,tests",
@@ -271,8 +274,10 @@ def main():
                      ("pytest", lambda: pytest_gpu(log, out)),
                      ("bench", lambda: bench(log, out, a.bench_suites)),
                      ("tcp", lambda: tcp_check(log, out)),
-                     ("python", lambda: python_frameworks(log, out, Path(a.pycuda_from), a.python_steps.split(",")))):
-        if name in skip or (name == "python" and not a.python) or (name == "tcp" and not a.tcp):
+                     ("python", lambda: python_frameworks(log, out, Path(a.pycuda_from), a.python_steps.split(","))),
+                     ("multigpu", lambda: __import__("gpu_check_multigpu").run(log, out))):
+        if name in skip or (name == "python" and not a.python) or (name == "tcp" and not a.tcp) or \
+                (name == "multigpu" and not a.multigpu):
             continue
         t = time.time()
         try:
