@@ -57,7 +57,8 @@ LIBRARY_SOURCES = {"cublas": (["lib_cublas.c", "gp_msgpack.c"], True), "cublaslt
                    "cudnn": (["lib_cudnn.c", "gp_msgpack.c"], True),
                    "cufft": (["lib_cufft.c", "gp_msgpack.c"], True), "curand": (["lib_curand.c", "gp_msgpack.c"], True),
                    "cusparse": (["lib_cusparse.c", "gp_msgpack.c"], True),
-                   "cusolver": (["lib_cusolver.c", "gp_msgpack.c"], True)}
+                   "cusolver": (["lib_cusolver.c", "gp_msgpack.c"], True),
+                   "nccl": (["lib_nccl.c", "gp_msgpack.c"], True)}
 
 
 class BuildError(RuntimeError):

@@ -94,12 +94,14 @@ STATUS = {"cublas": _CUBLAS, "cublaslt": _CUBLAS,
           # cusparse.h: _INVALID_VALUE 3, _NOT_SUPPORTED 10, _INTERNAL_ERROR 7, _NOT_INITIALIZED 1
           "cusparse": Status(0, 3, 10, 7, 1),
           # cusolver_common.h: _INVALID_VALUE 3, _NOT_SUPPORTED 9, _INTERNAL_ERROR 7, _NOT_INITIALIZED 1
-          "cusolver": Status(0, 3, 9, 7, 1)}
+          "cusolver": Status(0, 3, 9, 7, 1),
+          # nccl.h: ncclInvalidArgument 4, ncclInvalidUsage 5 (no not-supported code), ncclInternalError 3
+          "nccl": Status(0, 4, 5, 3, 4)}
 
 # function id ranges (autogen/specload.py, ID_RANGES)
 _RANGES = (("cublas", 20000, 24999), ("cublaslt", 25000, 26999), ("nvml", 27000, 29999), ("cudnn", 30000, 31999),
            ("cufft", 40000, 40999), ("curand", 41000, 41999), ("cusparse", 42000, 43999),
-           ("cusolver", 44000, 46999))
+           ("cusolver", 44000, 46999), ("nccl", 47000, 47999))
 
 
 def api_of(fid: int) -> str:
@@ -154,9 +156,9 @@ def _status_name(api: str, code: int) -> str:
         return f"nvmlReturn_t {code}"
     if api == "cudnn":
         return f"cudnnStatus_t {code}"
-    if api in ("cufft", "curand", "cusparse", "cusolver"):
+    if api in ("cufft", "curand", "cusparse", "cusolver", "nccl"):
         return {"cufft": "cufftResult", "curand": "curandStatus_t", "cusparse": "cusparseStatus_t",
-                "cusolver": "cusolverStatus_t"}[api] + f" {code}"
+                "cusolver": "cusolverStatus_t", "nccl": "ncclResult_t"}[api] + f" {code}"
     names = {0: "SUCCESS", 1: "NOT_INITIALIZED", 3: "ALLOC_FAILED", 7: "INVALID_VALUE", 8: "ARCH_MISMATCH",
              11: "MAPPING_ERROR", 13: "EXECUTION_FAILED", 14: "INTERNAL_ERROR", 15: "NOT_SUPPORTED"}
     return "CUBLAS_STATUS_" + names.get(code, str(code))
@@ -382,7 +384,11 @@ class LibraryCalls:
             raise LibraryUnavailable(self._missing[api])
         try:
             make = getattr(self.backend, "library", None)
-            lib = make(api) if make is not None else RealCudnn(api) if api == "cudnn" else RealLibrary(api)
+            if api == "nccl" and make is None:
+                from .nccl import RealNccl      # NVIDIA's NCCL, declared by hand (proxyd/nccl.py)
+                lib = RealNccl()
+            else:
+                lib = make(api) if make is not None else RealCudnn(api) if api == "cudnn" else RealLibrary(api)
         except LibraryUnavailable as e:
             self._missing[api] = str(e)
             log.warning("%s: every %s call answers not-supported", e, api)
@@ -480,6 +486,7 @@ class LibraryCalls:
         except CudaError as e:
             code = st.bad_handle if e.code == CUDA_ERROR_INVALID_HANDLE else \
                 st.not_supported if e.code == CUDA_ERROR_NOT_SUPPORTED else st.invalid
+            code = getattr(e, "nccl_code", code)       # NCCL's own status (proxyd/nccl.py)
             outs, msg = None, e.message
         except Exception as e:  # a bug in proxyd must not take the worker down
             RATE.internal_error("internal error in a library call", f"{fn.name} failed inside proxyd", e)
@@ -500,6 +507,9 @@ class LibraryCalls:
             self.backend.make_current(ctx.real)
         if api == "cudnn" and fn.name in CUDNN_SPECIAL:
             return self.cudnn.execute(sess, fn, fid, ctxh, args, lib)
+        if api == "nccl":
+            from .nccl import execute as nccl_execute      # communicators and collectives (proxyd/nccl.py)
+            return nccl_execute(self, sess, fn, ctx, args, lib)
         cargs = self._decode(sess, fn, args, lib)
         code, outs = lib.call(fn, cargs)
         if code == st.success and fn.name in CURAND_GENERATE:

@@ -77,6 +77,7 @@ K_CUSOLVER_DN_HANDLE = 47
 K_CUSOLVER_DN_PARAMS = 48
 K_CUSOLVER_SYEVJ_INFO = 49     # syevjInfo_t (cusolverDn.h): the Jacobi eigensolver's settings
 K_CUSOLVER_GESVDJ_INFO = 50    # gesvdjInfo_t: the Jacobi SVD's settings
+K_NCCL_COMM = 51        # ncclComm_t: a communicator, named by the shim (proxyd/nccl.py)
 
 KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
               "stream": K_STREAM, "event": K_EVENT, "mem_pool": K_MEM_POOL,
@@ -91,7 +92,7 @@ KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
               "cusparse_spmat": K_CUSPARSE_SPMAT, "cusparse_dnvec": K_CUSPARSE_DNVEC,
               "cusparse_dnmat": K_CUSPARSE_DNMAT, "cusolver_dn_handle": K_CUSOLVER_DN_HANDLE,
               "cusolver_dn_params": K_CUSOLVER_DN_PARAMS, "cusolver_syevj_info": K_CUSOLVER_SYEVJ_INFO,
-              "cusolver_gesvdj_info": K_CUSOLVER_GESVDJ_INFO}
+              "cusolver_gesvdj_info": K_CUSOLVER_GESVDJ_INFO, "nccl_comm": K_NCCL_COMM}
 KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
 
 # special stream handle values (cuda.h)

@@ -266,7 +266,7 @@ def _make_libcuda_stub(obj: Path, stub_dir: Path) -> None:
 # cuSOLVER at their CUDA 12 sonames)
 NVIDIA_LIBS = {"-lcublas": "libcublas.so.13", "-lcublasLt": "libcublasLt.so.13", "-lcufft": "libcufft.so.12",
                "-lcurand": "libcurand.so.10", "-lcusparse": "libcusparse.so.12",
-               "-lcusolver": "libcusolver.so.12", "-lcudnn": "libcudnn.so.9"}
+               "-lcusolver": "libcusolver.so.12", "-lcudnn": "libcudnn.so.9", "-lnccl": "libnccl.so.2"}
 
 
 def _nvidia_lib_dir(nvcc: str, soname: str) -> Optional[Path]:
@@ -281,6 +281,7 @@ def _nvidia_lib_dir(nvcc: str, soname: str) -> Optional[Path]:
         dirs.append(Path(os.environ["GPUPROXY_NVIDIA_LIB_DIR"]))
     dirs += [Path(p) / "nvidia" / "cu13" / "lib" for p in sys.path if p]
     dirs += [Path(p) / "nvidia" / "cudnn" / "lib" for p in sys.path if p]     # nvidia-cudnn-cu13
+    dirs += [Path(p) / "nvidia" / "nccl" / "lib" for p in sys.path if p]      # nvidia-nccl-cu13
     for d in dirs:
         if (d / soname).exists():
             return d

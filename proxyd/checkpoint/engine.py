@@ -325,7 +325,9 @@ class Engine:
                                   "the app and release its GPU state")
         from ..ipc import check_checkpointable
         from ..link import check_no_open_link
+        from ..nccl import check_checkpointable as check_no_nccl
         try:
+            check_no_nccl(sess)
             check_checkpointable(sess)
             check_no_open_link(sess)
         except RuntimeError as e:

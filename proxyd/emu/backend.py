@@ -579,6 +579,9 @@ class EmuBackend(Backend):
         if api == "cudnn":
             from .cudnn import EmuCudnn     # the backend API's plumbing and one conv engine
             return EmuCudnn(self, api)
+        if api == "nccl":
+            from .collectives import EmuNccl    # collectives between sessions (issue 22)
+            return EmuNccl(self, api)
         from .blas import EmuLibrary
         from .mathlibs import CLASSES
         return CLASSES.get(api, EmuLibrary)(self, api)

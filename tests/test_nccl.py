@@ -1,0 +1,100 @@
+"""NCCL across processes under the proxy (issue 22, parts 2 and 5).
+
+tests/programs_extra/nccl_ranks.cu forks N ranks, each an application of
+its own (its own session and worker); they meet through the unique id and
+check every collective's values themselves (all-reduce, all-gather,
+broadcast, reduce-scatter, a send/receive ring in a group, a split). On the
+emulated backend the collectives are proxyd/emu/collectives.py's; on a GPU
+machine (marked gpu) NVIDIA's NCCL runs in the workers, and the native run
+is the reference.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import corpus  # noqa: E402
+from proxy import Daemon  # noqa: E402
+
+EXTRA = Path(__file__).parent / "programs_extra"
+
+
+@pytest.fixture(scope="module")
+def ranks_prog(shim_installed, nvcc):
+    src = EXTRA / "nccl_ranks.cu"
+    prog = corpus.Program(name="nccl_ranks", source=src.name, link=("-lnccl",), cubins=(), args=(), emu=None,
+                          expected="", driver=None, pace=False, proxy_only=False, source_path=src)
+    return corpus.build(prog, corpus.default_build_dir() / "programs_extra")
+
+
+def expected(n: int) -> str:
+    return "".join(f"rank {r} ok\n" for r in range(n)) + f"PASS nccl_ranks {n}\n"
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_ranks_meet_and_collectives_are_exact_under_emu(ranks_prog, n):
+    with Daemon(backend="emu", extra_args=["--emu-devices", "2"]) as d:
+        r = subprocess.run(ranks_prog.argv() + [str(n)], env=d.env_for_client(), capture_output=True, text=True,
+                           timeout=180)
+        log = d.log()
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{log[-3000:]}"
+    assert r.stdout == expected(n), r.stdout + r.stderr
+    assert r.stderr == "", r.stderr
+
+
+def test_a_rank_that_dies_fails_the_others_instead_of_hanging(ranks_prog, tmp_path):
+    """Rank 1 of 2 is killed before it joins: rank 0's communicator init
+    must not wait forever (GPUPROXY_NCCL_TIMEOUT_S)."""
+    with Daemon(backend="emu", extra_args=["--emu-devices", "2"],
+                env={**os.environ, "GPUPROXY_NCCL_TIMEOUT_S": "3"}) as d:
+        # a one-rank job whose id says two ranks: the missing rank never comes
+        src = tmp_path / "lonely.cu"
+        src.write_text(r'''
+#include <cstdio>
+#include "nccl_decls.h"
+int main() {
+  cudaSetDevice(0);
+  ncclUniqueId id; ncclComm_t c;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return 2;
+  ncclResult_t r = ncclCommInitRank(&c, 2, id, 0);
+  printf("init: %d\n", (int)r);
+  return r == ncclSuccess ? 1 : 0;
+}
+''')
+        prog = corpus.Program(name="nccl_lonely", source=src.name, link=("-lnccl",), cubins=(), args=(), emu=None,
+                              expected="", driver=None, pace=False, proxy_only=False, source_path=src,
+                              compile_flags=(f"-I{EXTRA}",))
+        b = corpus.build(prog, tmp_path / "build")
+        t = time.monotonic()
+        r = subprocess.run(b.argv(), env=d.env_for_client(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("init: 6"), r.stdout     # ncclRemoteError
+    assert time.monotonic() - t < 60
+
+
+def _gpus() -> int:
+    from gpuproxy.proxyd.cuda_backend import CudaBackend
+    return CudaBackend().device_count()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [2, 4])
+def test_ranks_on_gpus_native_and_proxied(ranks_prog, n):
+    if _gpus() < n:
+        pytest.skip(f"needs {n} GPUs")
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+    env.pop("LD_PRELOAD", None)
+    nat = subprocess.run(ranks_prog.argv() + [str(n)], env=env, capture_output=True, text=True, timeout=300)
+    assert nat.returncode == 0 and nat.stdout == expected(n), nat.stdout + nat.stderr
+    with Daemon(backend="cuda") as d:
+        r = subprocess.run(ranks_prog.argv() + [str(n)], env=d.env_for_client({"NCCL_NVLS_ENABLE": "0"}),
+                           capture_output=True, text=True, timeout=300)
+        log = d.log()
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{log[-3000:]}"
+    assert r.stdout == nat.stdout
