@@ -62,6 +62,11 @@ CONFIG_FIELDS = {"blocking": 16, "cgaClusterSize": 20, "minCTAs": 24, "maxCTAs":
 
 COLLECTIVES = ("ncclAllReduce", "ncclBroadcast", "ncclBcast", "ncclReduce", "ncclAllGather", "ncclReduceScatter",
                "ncclSend", "ncclRecv")
+# every op _execute runs (tests/test_libraries.py checks the spec's supported set against it)
+HANDLED = frozenset(COLLECTIVES + (
+    "ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommSplit",
+    "ncclCommGetAsyncError", "ncclCommFinalize", "ncclCommDestroy", "ncclCommAbort", "ncclCommCount",
+    "ncclCommCuDevice", "ncclCommUserRank", "ncclGroupStart", "ncclGroupEnd"))
 
 
 class Comm:
