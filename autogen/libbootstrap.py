@@ -549,6 +549,10 @@ SUPPORTED: Dict[str, Dict] = {
                           "objects": "nvml_device:use", "restore": "query"},
     "nvmlDeviceGetMemoryInfo": {"params": ["device=handle:nvml_device", "memory=out_value"],
                                 "objects": "nvml_device:use", "restore": "query"},
+    # NCCL and PyTorch's distributed code ask it (issue 22)
+    "nvmlDeviceGetCudaComputeCapability": {"params": ["device=handle:nvml_device", "major=out_value",
+                                                      "minor=out_value"],
+                                           "objects": "nvml_device:use", "restore": "query"},
     "nvmlSystemGetDriverVersion": {"params": ["version=out_buffer@length", "length=scalar"], "restore": "query"},
     "nvmlSystemGetCudaDriverVersion": {"params": ["cudaDriverVersion=out_value"], "restore": "query"},
     "nvmlSystemGetCudaDriverVersion_v2": {"params": ["cudaDriverVersion=out_value"], "restore": "query"},

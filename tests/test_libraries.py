@@ -76,6 +76,9 @@ class Memory(ctypes.Structure):
 mem = Memory()
 out["mem_rc"] = nv.nvmlDeviceGetMemoryInfo(dev, byref(mem))
 out["mem"] = [mem.total, mem.free, mem.used]
+mj, mn = c_int(-1), c_int(-1)
+out["cc_rc"] = nv.nvmlDeviceGetCudaComputeCapability(dev, byref(mj), byref(mn))
+out["cc"] = [mj.value, mn.value]
 idx = c_uint(99)
 out["index_rc"] = nv.nvmlDeviceGetIndex(dev, byref(idx))
 out["index"] = idx.value
@@ -99,6 +102,10 @@ out["cu_total"] = tot.value
 u = create_string_buffer(16)
 cu.cuDeviceGetUuid_v2(u, 0)
 out["cu_uuid"] = u.raw.hex()
+ma, mi = c_int(), c_int()
+cu.cuDeviceGetAttribute(byref(ma), 75, 0)     # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+cu.cuDeviceGetAttribute(byref(mi), 76, 0)     # ..._MINOR
+out["cu_cc"] = [ma.value, mi.value]
 print(json.dumps(out))
 """
 
@@ -118,6 +125,7 @@ def test_nvml_answers_what_the_driver_says(emu_daemon):
     total, free, used = o["mem"]
     assert o["mem_rc"] == 0 and total == o["cu_total"] and free + used == total
     assert o["index_rc"] == 0 and o["index"] == 0
+    assert o["cc_rc"] == 0 and o["cc"] == o["cu_cc"], (o["cc"], o["cu_cc"])
     assert o["temp_rc"] == 3 and o["temp_str"] == "Not Supported"
     assert len(_lines_naming(r.stderr, "nvmlDeviceGetTemperature")) == 1, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
