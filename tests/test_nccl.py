@@ -78,6 +78,51 @@ int main() {
     assert time.monotonic() - t < 60
 
 
+SINGLE_EXPECTED = ("nonblocking init: 0\n"
+                   "one-rank all-reduce: ok\n"
+                   "no-color split gives NULL\n"
+                   "rank 3 of 2: 4\n")
+
+
+@pytest.fixture(scope="module")
+def single_prog(shim_installed, nvcc):
+    src = EXTRA / "nccl_single.cu"
+    prog = corpus.Program(name="nccl_single", source=src.name, link=("-lnccl",), cubins=(), args=(), emu=None,
+                          expected="", driver=None, pace=False, proxy_only=False, source_path=src)
+    return corpus.build(prog, corpus.default_build_dir() / "programs_extra")
+
+
+def test_nonblocking_config_split_nocolor_and_bad_rank(single_prog):
+    with Daemon(backend="emu") as d:
+        r = subprocess.run(single_prog.argv(), env=d.env_for_client(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == SINGLE_EXPECTED + "PASS nccl_single\n", r.stdout + r.stderr
+
+
+def test_a_session_holding_a_communicator_is_not_dumped(single_prog, tmp_path):
+    """Until the consistent cut exists, a dump says why it cannot take a
+    session with a communicator, and the program goes on unharmed."""
+    from gpuproxy.cli.client import ControlClient, ControlError
+    with Daemon(backend="emu") as d:
+        p = subprocess.Popen(single_prog.argv() + ["wait"], env=d.env_for_client(), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            lines = []
+            while not lines or lines[-1] != "ready\n":
+                line = p.stdout.readline()
+                assert line, f"program ended early: {''.join(lines)} {p.stderr.read()}"
+                lines.append(line)
+            with pytest.raises(ControlError) as e:
+                ControlClient(d.endpoint, timeout_s=60).call("dump", {"pid": p.pid, "dir": str(tmp_path / "img")})
+            assert "NCCL communicator" in str(e.value) and "consistent cut" in str(e.value), str(e.value)
+            out, err = p.communicate("go\n", timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+    assert p.returncode == 0, out + err
+    assert "".join(lines) + out == SINGLE_EXPECTED + "ready\nPASS nccl_single\n", out + err
+
+
 def _gpus() -> int:
     from gpuproxy.proxyd.cuda_backend import CudaBackend
     return CudaBackend().device_count()
@@ -98,3 +143,15 @@ def test_ranks_on_gpus_native_and_proxied(ranks_prog, n):
         log = d.log()
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{log[-3000:]}"
     assert r.stdout == nat.stdout
+
+
+@pytest.mark.gpu
+def test_single_rank_on_gpu_native_and_proxied(single_prog):
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+    env.pop("LD_PRELOAD", None)
+    nat = subprocess.run(single_prog.argv(), env=env, capture_output=True, text=True, timeout=300)
+    assert nat.returncode == 0 and nat.stdout == SINGLE_EXPECTED + "PASS nccl_single\n", nat.stdout + nat.stderr
+    with Daemon(backend="cuda") as d:
+        r = subprocess.run(single_prog.argv(), env=d.env_for_client({"NCCL_NVLS_ENABLE": "0"}),
+                           capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout == nat.stdout, r.stdout + r.stderr
