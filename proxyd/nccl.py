@@ -99,6 +99,17 @@ def check_checkpointable(sess):
                               f"have yet")
 
 
+def status(sess) -> dict:
+    """The session's communicators for `status` ({} without any): what the
+    consistent cut compares across a job's ranks (docs/multigpu.md)."""
+    cs = [c for c in comms(sess).values() if not c.nocolor]
+    if not cs:
+        return {}
+    return {"nccl": [{"comm": f"{c.handle:#x}", "nranks": c.nranks, "rank": c.rank, "device": c.device,
+                      "seq": c.seq, "state": "busy" if c.busy else "ready" if c.code == NCCL_SUCCESS else
+                      f"failed ({c.code})"} for c in cs]}
+
+
 def parse_config(raw) -> dict | None:
     if raw is None:
         return None

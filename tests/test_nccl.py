@@ -112,6 +112,12 @@ def test_a_session_holding_a_communicator_is_not_dumped(single_prog, tmp_path):
                 line = p.stdout.readline()
                 assert line, f"program ended early: {''.join(lines)} {p.stderr.read()}"
                 lines.append(line)
+            st = ControlClient(d.endpoint, timeout_s=60).call("status", {})
+            rows = [x for x in st["sessions"] if x["pid"] == p.pid]
+            assert len(rows) == 1 and len(rows[0].get("nccl", [])) == 1, st["sessions"]
+            c = rows[0]["nccl"][0]
+            # one rank of one; the all-reduce and the split were its two collectives
+            assert (c["nranks"], c["rank"], c["seq"], c["state"]) == (1, 0, 2, "ready"), c
             with pytest.raises(ControlError) as e:
                 ControlClient(d.endpoint, timeout_s=60).call("dump", {"pid": p.pid, "dir": str(tmp_path / "img")})
             assert "NCCL communicator" in str(e.value) and "consistent cut" in str(e.value), str(e.value)
