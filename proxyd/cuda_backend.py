@@ -37,6 +37,10 @@ log = logging.getLogger("proxyd")
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1
+# GPUPROXY_SESSION_PRIMARY=1: a session's primary contexts are the devices'
+# real primary contexts (shared with the worker's own work) instead of
+# contexts of their own; needed for NCCL in the worker (docs/multigpu.md)
+SESSION_PRIMARY = os.environ.get("GPUPROXY_SESSION_PRIMARY", "0") == "1"
 CUDA_ERROR_NOT_READY = 600
 CUDA_ERROR_NOT_SUPPORTED = 801
 
@@ -287,7 +291,14 @@ class CudaBackend(Backend):
         return v[0]
 
     # ------------------------------------------------------------ contexts
-    def ctx_create(self, dev: int, flags: int) -> int:
+    def ctx_create(self, dev: int, flags: int, primary: bool = False) -> int:
+        if primary and SESSION_PRIMARY:
+            # the session's primary context is the device's (docs/multigpu.md:
+            # NCCL's cudaSetDevice makes it current in the worker)
+            ctx = self.mgmt[dev]
+            if flags:
+                self.ctx_set_flags(ctx, flags)
+            return ctx
         p = self.ffi.new("void **")
         self.check(self.lib.cuCtxCreate_v4(p, self.ffi.NULL, flags, dev), "cuCtxCreate")
         ctx = self.ptr(p[0])
@@ -297,12 +308,23 @@ class CudaBackend(Backend):
         return ctx
 
     def ctx_destroy(self, ctx: int):
+        if ctx in self.mgmt:
+            # a session on the device's primary context (SESSION_PRIMARY): its
+            # objects are freed already; the context is the worker's own
+            self.ctx_sync(ctx)
+            return
         self.check(self.lib.cuCtxDestroy_v2(self.vp(ctx)), "cuCtxDestroy")
         if getattr(self._tls, "cur", None) == ctx:
             self._tls.cur = None
 
     def make_current(self, ctx: int):
         self._set(ctx)
+
+    def forget_current(self):
+        """A library switched this thread's context behind our back (NCCL's
+        cudaSetDevice makes the device's primary context current,
+        proxyd/nccl.py): the next _set calls cuCtxSetCurrent again."""
+        self._tls.cur = None
 
     def ctx_set_flags(self, ctx: int, flags: int):
         # cuCtxSetFlags (CUDA >= 12.1) acts on the current context

@@ -157,6 +157,8 @@ def _in_thread(backend, ctx, comm: Comm, work, name: str):
     def run():
         try:
             if ctx is not None:
+                if hasattr(backend, "forget_current"):
+                    backend.forget_current()
                 backend.make_current(ctx.real)
             r = work()
             if r is not None:
@@ -181,6 +183,16 @@ def execute(calls, sess, fn, ctx, args, lib):
         if hasattr(e, "code") and e.__class__.__name__ == "NcclFailure":
             raise _as_cuda(e) from None
         raise
+    finally:
+        # NCCL calls cudaSetDevice, which makes the device's primary context
+        # current on this thread (CUDA Runtime API, "Interactions with the
+        # CUDA Driver API"); the session's context comes back before any
+        # other op of the worker runs
+        forget = getattr(calls.backend, "forget_current", None)
+        if forget is not None and isinstance(lib, RealNccl):
+            forget()
+            if ctx is not None:
+                calls.backend.make_current(ctx.real)
 
 
 def _as_cuda(e) -> CudaError:
@@ -374,6 +386,11 @@ class RealNccl:
             raise LibraryUnavailable(f"libnccl.so.2 not found for the worker (tried {', '.join(_nccl_candidates())}; "
                                      f"set GPUPROXY_NCCL_LIBRARY or install nvidia-nccl-cu13)")
         self.api = "nccl"
+        from .cuda_backend import SESSION_PRIMARY
+        if not SESSION_PRIMARY:
+            log.warning("NCCL in this worker: its cudaSetDevice makes the device's primary context current, while "
+                        "the session runs on a context of its own; start proxyd with GPUPROXY_SESSION_PRIMARY=1 "
+                        "(docs/multigpu.md)")
 
     def _check(self, r: int, what: str, comm=None):
         if r != NCCL_SUCCESS:

@@ -11,8 +11,8 @@ Needs two or more GPUs; with fewer every step reports SKIP with the reason.
    output;
 3. examples/multigpu_torch.py --mode ddp under ``torchrun
    --nproc_per_node=2`` (DDP over NCCL) natively and proxied: identical
-   output. NCCL under the proxy (issue 22, part 2) is not implemented yet:
-   the proxied run is expected to fail until it is; the step says so.
+   output; proxyd runs with GPUPROXY_SESSION_PRIMARY=1 (NCCL in the workers,
+   docs/multigpu.md). Never run on GPUs before this script.
 
 NCCL_NVLS_ENABLE=0 is set for everything started here (no NVLink
 multicast on the shared GPU machines). Results go to DIR/multigpu.json and
@@ -63,10 +63,12 @@ def run(log, out: Path, torch_python: str | None = None) -> list[tuple[str, str]
     # 1. the GPU-marked tests
     env = _env({"GPUPROXY_TEST_GPU": "1", "GPUPROXY_TEST_BACKEND": "cuda"})
     r = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_peer.py",
-              "tests/test_multidevice.py", "tests/test_corpus_checkpoint.py", "-k", "peer or device or vmm"],
+              "tests/test_multidevice.py", "tests/test_corpus_checkpoint.py", "tests/test_nccl.py",
+              "-k", "peer or device or vmm or nccl or rank"],
              env, out / "multigpu-pytest.log", timeout=1500)
     tail = (r.stdout.strip().splitlines() or ["(no output)"])[-1]
-    results.append(("multigpu pytest (peer, device map, VMM)", "PASS" if r.returncode == 0 else f"FAIL ({tail})"))
+    results.append(("multigpu pytest (peer, device map, VMM, NCCL ranks)",
+                    "PASS" if r.returncode == 0 else f"FAIL ({tail})"))
     log(f"multigpu pytest: {tail}")
 
     py = torch_python or os.environ.get("GPUPROXY_TORCH_PYTHON") or sys.executable
@@ -88,15 +90,16 @@ def run(log, out: Path, torch_python: str | None = None) -> list[tuple[str, str]
     # 3. DDP over NCCL with torchrun
     tr = [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(EXAMPLE), "--mode", "ddp"]
     nat = _run(tr, _env(), out / "multigpu-ddp-native.log")
-    d = Daemon(backend="cuda", log_path=str(out / "multigpu-proxyd-ddp.log")).start()
+    # NCCL in the workers: sessions on the devices' primary contexts (docs/multigpu.md)
+    d = Daemon(backend="cuda", log_path=str(out / "multigpu-proxyd-ddp.log"),
+               env={**os.environ, "GPUPROXY_SESSION_PRIMARY": "1"}).start()
     try:
         prx = _run(tr, d.env_for_client({"NCCL_NVLS_ENABLE": "0"}), out / "multigpu-ddp-proxied.log", timeout=600)
     finally:
         d.stop()
     ok = nat.returncode == 0 and prx.returncode == 0 and nat.stdout == prx.stdout and "ddp done" in nat.stdout
     results.append(("torchrun DDP 2 GPUs, proxied == native",
-                    "PASS" if ok else f"FAIL (native rc={nat.returncode}, proxied rc={prx.returncode}; "
-                                      f"NCCL under the proxy is not implemented yet)"))
+                    "PASS" if ok else f"FAIL (native rc={nat.returncode}, proxied rc={prx.returncode})"))
     log(f"torch ddp: native rc={nat.returncode} proxied rc={prx.returncode} same={nat.stdout == prx.stdout}")
     return results
 

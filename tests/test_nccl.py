@@ -143,7 +143,7 @@ def test_ranks_on_gpus_native_and_proxied(ranks_prog, n):
     env.pop("LD_PRELOAD", None)
     nat = subprocess.run(ranks_prog.argv() + [str(n)], env=env, capture_output=True, text=True, timeout=300)
     assert nat.returncode == 0 and nat.stdout == expected(n), nat.stdout + nat.stderr
-    with Daemon(backend="cuda") as d:
+    with Daemon(backend="cuda", env={**os.environ, "GPUPROXY_SESSION_PRIMARY": "1"}) as d:
         r = subprocess.run(ranks_prog.argv() + [str(n)], env=d.env_for_client({"NCCL_NVLS_ENABLE": "0"}),
                            capture_output=True, text=True, timeout=300)
         log = d.log()
@@ -157,7 +157,7 @@ def test_single_rank_on_gpu_native_and_proxied(single_prog):
     env.pop("LD_PRELOAD", None)
     nat = subprocess.run(single_prog.argv(), env=env, capture_output=True, text=True, timeout=300)
     assert nat.returncode == 0 and nat.stdout == SINGLE_EXPECTED + "PASS nccl_single\n", nat.stdout + nat.stderr
-    with Daemon(backend="cuda") as d:
+    with Daemon(backend="cuda", env={**os.environ, "GPUPROXY_SESSION_PRIMARY": "1"}) as d:
         r = subprocess.run(single_prog.argv(), env=d.env_for_client({"NCCL_NVLS_ENABLE": "0"}),
                            capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout == nat.stdout, r.stdout + r.stderr

@@ -1042,8 +1042,9 @@ class Engine:
         dmap = lambda d: device_map.get(d, d)
         t0 = time.monotonic()
         for c in desc["contexts"]:
-            ctx = sess.add_context(dmap(c["device"]), b.ctx_create(dmap(c["device"]), c["flags"]), c["primary"],
-                                   c["flags"], ident=c["id"])
+            ctx = sess.add_context(dmap(c["device"]), b.ctx_create(dmap(c["device"]), c["flags"],
+                                                                   primary=c["primary"]),
+                                   c["primary"], c["flags"], ident=c["id"])
             ctx.refcount = c["refcount"]
         ctxs = sess.contexts
         # Modules first, in the order the app loaded them (ids grow with each

@@ -407,7 +407,7 @@ class EmuBackend(Backend):
         return 13000
 
     # ----------------------------------------------------------- contexts
-    def ctx_create(self, dev, flags):
+    def ctx_create(self, dev, flags, primary=False):
         return EmuContext(self._dev(dev), flags)
 
     def ctx_destroy(self, ctx):
