@@ -681,6 +681,10 @@ NCCL_SUPPORTED: Dict[str, Dict] = {
     "ncclCommSplit": {"params": [C, "color=scalar", "key=scalar", "newcomm=out_value:nccl_comm",
                                  "config=in_buffer@sizeof(ncclConfig_t)"],
                       "objects": "nccl_comm:use nccl_comm:create", "restore": _COMM_LIMIT, "shim": "override"},
+    # the single-process form: ncclGetUniqueId and a group of ncclCommInitRank, one per device (lib_nccl.c)
+    "ncclCommInitAll": {"params": ["comm=out_buffer:nccl_comm@ndev * sizeof(ncclComm_t)", "ndev=scalar",
+                                   "devlist=in_buffer@ndev * sizeof(int)"],
+                        "objects": "nccl_comm:create", "restore": _COMM_LIMIT, "shim": "override"},
     "ncclCommFinalize": {"params": [C], "objects": "nccl_comm:use", "restore": _COMM_LIMIT, "shim": "override"},
     "ncclCommDestroy": {"params": [C], "objects": "nccl_comm:destroy", "restore": _COMM_LIMIT, "shim": "override"},
     "ncclCommAbort": {"params": [C], "objects": "nccl_comm:destroy", "restore": _COMM_LIMIT, "shim": "override"},
@@ -710,8 +714,9 @@ NCCL_SUPPORTED: Dict[str, Dict] = {
     "ncclGroupStart": {"params": [], "restore": {"rule": "none-needed", "why": "a group lasts from ncclGroupStart "
                                                  "to ncclGroupEnd, whose calls the dump never splits: both are "
                                                  "asynchronous and travel in one batch with the calls between"},
-                       "sync": False},
-    "ncclGroupEnd": {"params": [], "restore": {"rule": "none-needed", "why": "see ncclGroupStart"}, "sync": False},
+                       "sync": False, "shim": "override"},
+    "ncclGroupEnd": {"params": [], "restore": {"rule": "none-needed", "why": "see ncclGroupStart"}, "sync": False,
+                     "shim": "override"},
 }
 SUPPORTED.update(NCCL_SUPPORTED)
 

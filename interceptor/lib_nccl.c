@@ -30,6 +30,15 @@ enum { CONFIG_SIZE_OFF = 0, CONFIG_BLOCKING_OFF = 16 };     /* nccl.h ncclConfig
 static ncclComm_t nonblocking[MAX_NONBLOCKING];
 static int nnonblocking;
 static __thread char last_error[160];
+/* ncclGroupStart/End nesting of this thread (NCCL's groups are per thread),
+ * and the communicators created inside the open group: they complete at
+ * the outermost ncclGroupEnd (nccl.h: inside a group, ncclCommInitRank
+ * returns at once; the single-process form initialises one communicator
+ * per device that way) */
+#define MAX_GROUP_INITS 64
+static __thread int group_depth;
+static __thread ncclComm_t group_inits[MAX_GROUP_INITS];
+static __thread int ngroup_inits;
 
 static int is_nonblocking(ncclComm_t c)
 {
@@ -122,6 +131,10 @@ static ncclResult_t end_create(const char *fn, uint64_t h, int blocking, ncclCom
     gp_reply_done(&r);
     gp_unlock();
     ncclComm_t c = (ncclComm_t)(uintptr_t)h;
+    if (ret == NCCL_IN_PROGRESS && group_depth > 0 && ngroup_inits < MAX_GROUP_INITS) {
+        group_inits[ngroup_inits++] = c;        /* waited for at ncclGroupEnd */
+        ret = 0;
+    }
     if (ret == NCCL_IN_PROGRESS && blocking)
         ret = wait_ready(c);
     if (ret == 0 || ret == NCCL_IN_PROGRESS) {
@@ -262,4 +275,64 @@ const char *gpo_ncclGetLastError(ncclComm_t comm)
 {
     (void)comm;
     return last_error;
+}
+
+ncclResult_t gpo_ncclGroupStart(void)
+{
+    ncclResult_t r = gpg_ncclGroupStart();
+    if (r == 0)
+        group_depth++;
+    return r;
+}
+
+/* The outermost end waits for the communicators created in the group
+ * (blocking ones; a nonblocking one the application polls itself). */
+ncclResult_t gpo_ncclGroupEnd(void)
+{
+    if (group_depth == 0)
+        return NCCL_INVALID_USAGE;
+    ncclResult_t r = gpg_ncclGroupEnd();
+    if (--group_depth > 0 || r != 0)
+        return r;
+    int n = ngroup_inits;
+    ngroup_inits = 0;
+    for (int i = 0; i < n; i++) {
+        if (is_nonblocking(group_inits[i]))
+            continue;
+        ncclResult_t st = wait_ready(group_inits[i]);
+        if (st != 0 && r == 0) {
+            r = st;
+            note_failure("ncclGroupEnd (communicator initialisation)", st);
+        }
+    }
+    return r;
+}
+
+extern int cudaGetDevice(int *device);      /* cuda_runtime_api.h (the runtime stand-in) */
+extern int cudaSetDevice(int device);
+
+/* nccl.h, ncclCommInitAll: one communicator per device of this process,
+ * "not compatible with a multi-process setup": a unique id, then a group
+ * with one ncclCommInitRank per device (devlist NULL: devices 0..ndev-1). */
+ncclResult_t gpo_ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist)
+{
+    if (!comm || ndev < 1)
+        return NCCL_INVALID_ARGUMENT;
+    int saved = 0;
+    if (cudaGetDevice(&saved) != 0)
+        return (ncclResult_t)1;                 /* ncclUnhandledCudaError */
+    ncclUniqueId id;
+    ncclResult_t r = gpg_ncclGetUniqueId(&id);
+    if (r != 0)
+        return r;
+    r = gpo_ncclGroupStart();
+    for (int i = 0; r == 0 && i < ndev; i++) {
+        if (cudaSetDevice(devlist ? devlist[i] : i) != 0)
+            r = NCCL_INVALID_ARGUMENT;
+        else
+            r = gpo_ncclCommInitRank(&comm[i], ndev, id, i);
+    }
+    ncclResult_t e = gpo_ncclGroupEnd();
+    cudaSetDevice(saved);
+    return r != 0 ? r : e;
 }

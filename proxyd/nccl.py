@@ -67,6 +67,8 @@ HANDLED = frozenset(COLLECTIVES + (
     "ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommSplit",
     "ncclCommGetAsyncError", "ncclCommFinalize", "ncclCommDestroy", "ncclCommAbort", "ncclCommCount",
     "ncclCommCuDevice", "ncclCommUserRank", "ncclGroupStart", "ncclGroupEnd"))
+# supported, made in the stand-in of the calls above (interceptor/lib_nccl.c)
+SHIM_ONLY = frozenset({"ncclCommInitAll"})
 
 
 class Comm:

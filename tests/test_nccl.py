@@ -129,6 +129,23 @@ def test_a_session_holding_a_communicator_is_not_dumped(single_prog, tmp_path):
     assert "".join(lines) + out == SINGLE_EXPECTED + "ready\nPASS nccl_single\n", out + err
 
 
+@pytest.fixture(scope="module")
+def initall_prog(shim_installed, nvcc):
+    src = EXTRA / "nccl_initall.cu"
+    prog = corpus.Program(name="nccl_initall", source=src.name, link=("-lnccl",), cubins=(), args=(), emu=None,
+                          expected="", driver=None, pace=False, proxy_only=False, source_path=src)
+    return corpus.build(prog, corpus.default_build_dir() / "programs_extra")
+
+
+def test_single_process_init_all_and_a_group_over_two_devices(initall_prog):
+    """ncclCommInitAll (a group of ncclCommInitRank, one per device, in one
+    process and so one worker) and a group of collectives over both."""
+    with Daemon(backend="emu", extra_args=["--emu-devices", "2"]) as d:
+        r = subprocess.run(initall_prog.argv(), env=d.env_for_client(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == "PASS nccl_initall\n" and r.stderr == "", r.stdout + r.stderr
+
+
 def _gpus() -> int:
     from gpuproxy.proxyd.cuda_backend import CudaBackend
     return CudaBackend().device_count()
@@ -149,6 +166,20 @@ def test_ranks_on_gpus_native_and_proxied(ranks_prog, n):
         log = d.log()
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{log[-3000:]}"
     assert r.stdout == nat.stdout
+
+
+@pytest.mark.gpu
+def test_init_all_on_gpus_native_and_proxied(initall_prog):
+    if _gpus() < 2:
+        pytest.skip("needs 2 GPUs")
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+    env.pop("LD_PRELOAD", None)
+    nat = subprocess.run(initall_prog.argv(), env=env, capture_output=True, text=True, timeout=300)
+    assert nat.returncode == 0 and nat.stdout == "PASS nccl_initall\n", nat.stdout + nat.stderr
+    with Daemon(backend="cuda", env={**os.environ, "GPUPROXY_SESSION_PRIMARY": "1"}) as d:
+        r = subprocess.run(initall_prog.argv(), env=d.env_for_client({"NCCL_NVLS_ENABLE": "0"}),
+                           capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout == nat.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.gpu

@@ -365,13 +365,18 @@ class EmuComm:
                                                  f"its unique id's maker has ended") from None
         self.ask({"op": "join", "nranks": nranks, "rank": rank})
 
-    def ask(self, msg: dict, wait: bool = True) -> dict:
+    def post(self, msg: dict):
+        """Sends one request; its answer is read by result(), in order."""
         if self.error:
             raise NcclFailure(self.error, "the communicator is broken")
         try:
             send_msg(self.sock, {"key": self.key, **msg})
-            if not wait:
-                return {}
+        except OSError as e:
+            self.error = NCCL_REMOTE_ERROR
+            raise NcclFailure(NCCL_REMOTE_ERROR, f"the communicator's rendezvous is gone: {e}") from None
+
+    def result(self) -> dict:
+        try:
             r = recv_msg(self.sock)
         except socket.timeout:
             self.error = NCCL_REMOTE_ERROR
@@ -386,9 +391,17 @@ class EmuComm:
             raise NcclFailure(int(r["code"]), r.get("error", "collective failed"))
         return r
 
-    def collective(self, op: str, **fields) -> dict:
+    def ask(self, msg: dict) -> dict:
+        self.post(msg)
+        return self.result()
+
+    def post_collective(self, op: str, **fields):
         self.seq += 1
-        return self.ask({"op": op, "seq": self.seq, **fields})
+        self.post({"op": op, "seq": self.seq, **fields})
+
+    def collective(self, op: str, **fields) -> dict:
+        self.post_collective(op, **fields)
+        return self.result()
 
     def close(self):
         try:
@@ -444,12 +457,16 @@ class EmuNccl:
     def async_error(self, comm: EmuComm) -> int:
         return comm.error
 
-    # collectives: run now, or at ncclGroupEnd inside a group
+    # collectives: run now, or at ncclGroupEnd inside a group. Each _op posts
+    # its request and returns the function that takes its answer, so that a
+    # group's operations -- also on several communicators of this process,
+    # which the single-process form (ncclCommInitAll) has -- are all posted
+    # before any waits.
     def run(self, name: str, args: tuple):
         if self.group:
             self.queued.append((name, args))
             return
-        getattr(self, "_" + name)(*args)
+        getattr(self, "_" + name)(*args)()
 
     def group_start(self):
         self.group += 1
@@ -461,51 +478,62 @@ class EmuNccl:
         if self.group:
             return
         ops, self.queued = self.queued, []
-        # sends first (they never wait), then everything else in call order,
-        # so that a group of matching sends and receives cannot deadlock
-        for name, args in [o for o in ops if o[0] == "ncclSend"] + [o for o in ops if o[0] != "ncclSend"]:
-            getattr(self, "_" + name)(*args)
+        finish = [getattr(self, "_" + name)(*args) for name, args in ops]
+        for f in finish:
+            f()
+
+    def _write(self, addr, n):
+        def done(r):
+            self._mem(addr, n)[:] = np.frombuffer(r["data"], np.uint8)
+        return done
+
+    def _then(self, comm: EmuComm, use):
+        return lambda: use(comm.result())
 
     def _ncclAllReduce(self, send, recv, count, dtype, op, comm, stream):
         n = int(count) * itemsize(dtype)
-        r = comm.collective("allreduce", dtype=int(dtype), redop=int(op), data=self._mem(send, n).tobytes())
-        self._mem(recv, n)[:] = np.frombuffer(r["data"], np.uint8)
+        comm.post_collective("allreduce", dtype=int(dtype), redop=int(op), data=self._mem(send, n).tobytes())
+        return self._then(comm, self._write(recv, n))
 
     def _ncclReduce(self, send, recv, count, dtype, op, root, comm, stream):
         n = int(count) * itemsize(dtype)
-        r = comm.collective("reduce", dtype=int(dtype), redop=int(op), root=int(root),
-                            data=self._mem(send, n).tobytes())
-        if comm.rank == int(root):
-            self._mem(recv, n)[:] = np.frombuffer(r["data"], np.uint8)
+        comm.post_collective("reduce", dtype=int(dtype), redop=int(op), root=int(root),
+                             data=self._mem(send, n).tobytes())
+        mine = comm.rank == int(root)
+        return self._then(comm, self._write(recv, n) if mine else (lambda r: None))
 
     def _ncclBroadcast(self, send, recv, count, dtype, root, comm, stream):
         n = int(count) * itemsize(dtype)
         data = self._mem(send, n).tobytes() if comm.rank == int(root) else b""
-        r = comm.collective("broadcast", root=int(root), data=data)
-        self._mem(recv, n)[:] = np.frombuffer(r["data"], np.uint8)
+        comm.post_collective("broadcast", root=int(root), data=data)
+        return self._then(comm, self._write(recv, n))
 
     def _ncclBcast(self, buff, count, dtype, root, comm, stream):
-        self._ncclBroadcast(buff, buff, count, dtype, root, comm, stream)
+        return self._ncclBroadcast(buff, buff, count, dtype, root, comm, stream)
 
     def _ncclAllGather(self, send, recv, count, dtype, comm, stream):
         n = int(count) * itemsize(dtype)
-        r = comm.collective("allgather", data=self._mem(send, n).tobytes())
-        self._mem(recv, n * comm.nranks)[:] = np.frombuffer(r["data"], np.uint8)
+        comm.post_collective("allgather", data=self._mem(send, n).tobytes())
+        return self._then(comm, self._write(recv, n * comm.nranks))
 
     def _ncclReduceScatter(self, send, recv, count, dtype, op, comm, stream):
         n = int(count) * itemsize(dtype)
-        r = comm.collective("reducescatter", dtype=int(dtype), redop=int(op),
-                            data=self._mem(send, n * comm.nranks).tobytes())
-        self._mem(recv, n)[:] = np.frombuffer(r["data"], np.uint8)
+        comm.post_collective("reducescatter", dtype=int(dtype), redop=int(op),
+                             data=self._mem(send, n * comm.nranks).tobytes())
+        return self._then(comm, self._write(recv, n))
 
     def _ncclSend(self, send, count, dtype, peer, comm, stream):
         n = int(count) * itemsize(dtype)
-        comm.ask({"op": "send", "peer": int(peer), "data": self._mem(send, n).tobytes()}, wait=False)
+        comm.post({"op": "send", "peer": int(peer), "data": self._mem(send, n).tobytes()})
+        return lambda: None
 
     def _ncclRecv(self, recv, count, dtype, peer, comm, stream):
         n = int(count) * itemsize(dtype)
-        r = comm.ask({"op": "recv", "peer": int(peer)})
-        if len(r["data"]) != n:
-            raise NcclFailure(NCCL_INVALID_USAGE, f"ncclRecv of {n} bytes from rank {peer}, which sent "
-                                                  f"{len(r['data'])}")
-        self._mem(recv, n)[:] = np.frombuffer(r["data"], np.uint8)
+        comm.post({"op": "recv", "peer": int(peer)})
+
+        def done(r):
+            if len(r["data"]) != n:
+                raise NcclFailure(NCCL_INVALID_USAGE, f"ncclRecv of {n} bytes from rank {peer}, which sent "
+                                                      f"{len(r['data'])}")
+            self._mem(recv, n)[:] = np.frombuffer(r["data"], np.uint8)
+        return self._then(comm, done)
