@@ -4,7 +4,8 @@
 // communicator and checks, against values it computes itself: ncclAllReduce
 // (int32 sum, float32 max), ncclAllGather, ncclBroadcast, ncclReduceScatter,
 // a ring of ncclSend/ncclRecv in a group, and ncclCommSplit by parity
-// (reversed keys) with an all-reduce on the new communicator. The launcher
+// (reversed keys) with an all-reduce on the new communicator, and an
+// all-reduce captured into a CUDA graph launched twice. The launcher
 // prints one line per rank in rank order, then "PASS nccl_ranks N".
 //
 // argv[1]: ranks (default 2).
@@ -161,6 +162,26 @@ static void run_rank(int n, int in_fd, const std::vector<int> &out_fds)
     int wsum = 0;
     for (int r = rank % 2; r < n; r += 2) wsum += r;
     if (get(os, 4)[3] != wsum) FAIL("split allreduce = %d, expected %d", get(os, 4)[3], wsum);
+    // an all-reduce captured into a CUDA graph (PyTorch's CUDA graphs),
+    // launched twice: in place, so the second launch reduces the first's sums
+    std::vector<int> gx(32, rank + 1);
+    int *gd = put(gx);
+    cudaStream_t cs;
+    CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+    NK(ncclAllReduce(gd, gd, 32, ncclInt32, ncclSum, comm, cs));
+    CK(cudaStreamEndCapture(cs, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int l = 0; l < 2; l++)
+        CK(cudaGraphLaunch(exec, cs));
+    CK(cudaStreamSynchronize(cs));
+    int once = n * (n + 1) / 2;
+    if (get(gd, 32)[31] != n * once) FAIL("graph all-reduce = %d, expected %d", get(gd, 32)[31], n * once);
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaStreamDestroy(cs));
     ncclResult_t ae = ncclInProgress;
     NK(ncclCommGetAsyncError(comm, &ae));
     if (ae != ncclSuccess) FAIL("async error %d", (int)ae);
