@@ -223,6 +223,9 @@ class Hub:
             self._reply(m, {"code": NCCL_REMOTE_ERROR, "error": c.broken, "broken": True})
         c.pending.clear()
         c.recvs.clear()
+        if not c.members:
+            with self.lock:
+                self.keys.pop(key, None)     # every rank has left: the id is spent
 
     def _handle(self, s: socket.socket, msg: dict):
         op = msg["op"]
