@@ -424,8 +424,11 @@ class RealNccl:
         for k, v in (cfg or {}).items():
             if k != "blocking":
                 setattr(c, k, v)
-        c.blocking = 1      # the worker's helper thread waits; the stand-in keeps the app's (non)blocking view
-        c.nvlsCTAs = 0
+        # the worker's helper thread waits; the stand-in keeps the
+        # application's (non)blocking view. `version` is the loaded library's,
+        # so NCCL reads only the fields it knows (nccl.h: fields are appended
+        # version by version, the prefix keeps its layout)
+        c.blocking = 1
         return c
 
     def init_rank(self, nranks, uid, rank, cfg, device):
