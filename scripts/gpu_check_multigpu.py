@@ -10,7 +10,8 @@ Needs two or more GPUs; with fewer every step reports SKIP with the reason.
    stream, a model split over two GPUs) natively and proxied: identical
    output;
 3. examples/multigpu_torch.py --mode ddp under ``torchrun
-   --nproc_per_node=2`` (DDP over NCCL) natively and proxied: identical
+   --nproc_per_node=2`` and, with 4 GPUs, 4 (DDP over NCCL) natively and
+   proxied: identical
    output; proxyd runs with GPUPROXY_SESSION_PRIMARY=1 (NCCL in the workers,
    docs/multigpu.md). Never run on GPUs before this script.
 
@@ -47,9 +48,14 @@ def _env(extra: dict | None = None) -> dict:
     return env
 
 
-def _run(cmd, env, log_path: Path, timeout=900):
+def _run(cmd, env, log_path: Path, timeout=600):
     t = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired as e:
+        # a hang is a failure with what it printed, never a stuck check
+        r = subprocess.CompletedProcess(cmd, 124, (e.stdout or b"").decode(errors="replace") if isinstance(
+            e.stdout, bytes) else (e.stdout or ""), f"timed out after {timeout} s")
     log_path.write_text(f"$ {' '.join(map(str, cmd))}\nrc={r.returncode} ({time.time() - t:.1f} s)\n"
                         f"--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}")
     return r
@@ -87,20 +93,27 @@ def run(log, out: Path, torch_python: str | None = None) -> list[tuple[str, str]
     ok = nat.returncode == 0 and prx.returncode == 0 and nat.stdout == prx.stdout and "peer done" in nat.stdout
     results.append(("torch x.to('cuda:1') + 2-GPU model, proxied == native", "PASS" if ok else "FAIL"))
     log(f"torch peer: native rc={nat.returncode} proxied rc={prx.returncode} same={nat.stdout == prx.stdout}")
-    # 3. DDP over NCCL with torchrun
-    tr = [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(EXAMPLE), "--mode", "ddp"]
-    nat = _run(tr, _env(), out / "multigpu-ddp-native.log")
-    # NCCL in the workers: sessions on the devices' primary contexts (docs/multigpu.md)
-    d = Daemon(backend="cuda", log_path=str(out / "multigpu-proxyd-ddp.log"),
-               env={**os.environ, "GPUPROXY_SESSION_PRIMARY": "1"}).start()
-    try:
-        prx = _run(tr, d.env_for_client({"NCCL_NVLS_ENABLE": "0"}), out / "multigpu-ddp-proxied.log", timeout=600)
-    finally:
-        d.stop()
-    ok = nat.returncode == 0 and prx.returncode == 0 and nat.stdout == prx.stdout and "ddp done" in nat.stdout
-    results.append(("torchrun DDP 2 GPUs, proxied == native",
-                    "PASS" if ok else f"FAIL (native rc={nat.returncode}, proxied rc={prx.returncode})"))
-    log(f"torch ddp: native rc={nat.returncode} proxied rc={prx.returncode} same={nat.stdout == prx.stdout}")
+    # 3. DDP over NCCL with torchrun, on 2 GPUs and (where there are) 4
+    for nproc in (2, 4):
+        if nproc > n:
+            results.append((f"torchrun DDP {nproc} GPUs", f"SKIP (needs {nproc} GPUs, {n} here)"))
+            continue
+        tr = [py, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(EXAMPLE),
+              "--mode", "ddp"]
+        nat = _run(tr, _env(), out / f"multigpu-ddp{nproc}-native.log")
+        # NCCL in the workers: sessions on the devices' primary contexts (docs/multigpu.md)
+        d = Daemon(backend="cuda", log_path=str(out / f"multigpu-proxyd-ddp{nproc}.log"),
+                   env={**os.environ, "GPUPROXY_SESSION_PRIMARY": "1"}).start()
+        try:
+            prx = _run(tr, d.env_for_client({"NCCL_NVLS_ENABLE": "0"}), out / f"multigpu-ddp{nproc}-proxied.log",
+                       timeout=600)
+        finally:
+            d.stop()
+        ok = nat.returncode == 0 and prx.returncode == 0 and nat.stdout == prx.stdout and "ddp done" in nat.stdout
+        results.append((f"torchrun DDP {nproc} GPUs, proxied == native",
+                        "PASS" if ok else f"FAIL (native rc={nat.returncode}, proxied rc={prx.returncode})"))
+        log(f"torch ddp {nproc}: native rc={nat.returncode} proxied rc={prx.returncode} "
+            f"same={nat.stdout == prx.stdout}")
     return results
 
 
