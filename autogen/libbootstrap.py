@@ -685,6 +685,11 @@ NCCL_SUPPORTED: Dict[str, Dict] = {
     "ncclCommInitAll": {"params": ["comm=out_buffer:nccl_comm@ndev * sizeof(ncclComm_t)", "ndev=scalar",
                                    "devlist=in_buffer@ndev * sizeof(int)"],
                         "objects": "nccl_comm:create", "restore": _COMM_LIMIT, "shim": "override"},
+    # FSDP's pre-multiplied sums: the scalar by value (host) or its address (device)
+    "ncclRedOpCreatePreMulSum": {"params": ["op=out_value", "scalar=scalar_ptr@gp_nccl_type_size(datatype)",
+                                            "datatype=scalar", "residence=scalar", C],
+                                 "objects": "nccl_comm:use", "restore": _COMM_LIMIT},
+    "ncclRedOpDestroy": {"params": ["op=scalar", C], "objects": "nccl_comm:use", "restore": _COMM_LIMIT},
     "ncclCommFinalize": {"params": [C], "objects": "nccl_comm:use", "restore": _COMM_LIMIT, "shim": "override"},
     "ncclCommDestroy": {"params": [C], "objects": "nccl_comm:destroy", "restore": _COMM_LIMIT, "shim": "override"},
     "ncclCommAbort": {"params": [C], "objects": "nccl_comm:destroy", "restore": _COMM_LIMIT, "shim": "override"},
@@ -983,7 +988,8 @@ def new_entry(api: str, fn: hdr.Prototype, fid: int, types: Dict[str, Dict]) -> 
 # the C expression that is true when a scalar_ptr is a device pointer: the
 # handle's pointer mode as the shim tracks it (interceptor/lib_state.c)
 _MODE = {"cublas": "gp_cublas_device_mode(handle)", "cublaslt": "gp_lt_device_mode(computeDesc, WHICH)",
-         "cusparse": "gp_cusparse_device_mode(handle)"}
+         "cusparse": "gp_cusparse_device_mode(handle)",
+         "nccl": "residence == 0"}      # nccl.h: ncclScalarDevice 0, ncclScalarHostImmediate 1
 
 
 # --------------------------------------------------------------------- build

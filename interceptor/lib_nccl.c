@@ -336,3 +336,11 @@ ncclResult_t gpo_ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist)
     cudaSetDevice(saved);
     return r != 0 ? r : e;
 }
+
+/* nccl.h ncclDataType_t: int8, uint8, int32, uint32, int64, uint64, float16,
+ * float32, float64, bfloat16, float8e4m3, float8e5m2 */
+size_t gp_nccl_type_size(int datatype)
+{
+    static const unsigned char size[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+    return datatype >= 0 && datatype < (int)sizeof size ? size[datatype] : 0;
+}

@@ -66,7 +66,8 @@ COLLECTIVES = ("ncclAllReduce", "ncclBroadcast", "ncclBcast", "ncclReduce", "ncc
 HANDLED = frozenset(COLLECTIVES + (
     "ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommSplit",
     "ncclCommGetAsyncError", "ncclCommFinalize", "ncclCommDestroy", "ncclCommAbort", "ncclCommCount",
-    "ncclCommCuDevice", "ncclCommUserRank", "ncclGroupStart", "ncclGroupEnd"))
+    "ncclCommCuDevice", "ncclCommUserRank", "ncclGroupStart", "ncclGroupEnd", "ncclRedOpCreatePreMulSum",
+    "ncclRedOpDestroy"))
 # supported, made in the stand-in of the calls above (interceptor/lib_nccl.c)
 SHIM_ONLY = frozenset({"ncclCommInitAll"})
 
@@ -277,6 +278,18 @@ def _execute(calls, sess, fn, ctx, args, lib):
         return NCCL_SUCCESS, [_comm(sess, args[0]).device]
     if name == "ncclCommUserRank":
         return NCCL_SUCCESS, [_comm(sess, args[0]).rank]
+    if name == "ncclRedOpCreatePreMulSum":
+        # args: the out flag, the scalar (bytes: its value from host memory;
+        # an int: a device address), datatype, residence, comm
+        scalar, dtype, comm = args[1], int(args[2]), _comm(sess, args[4])
+        if isinstance(scalar, int):
+            scalar = sess.translate(scalar) if sess.addr_map else scalar
+        elif not isinstance(scalar, (bytes, bytearray)):
+            raise _Fail(NCCL_INVALID_ARGUMENT, "the scalar must be a value or an address")
+        return NCCL_SUCCESS, [lib.premul_create(comm.real, scalar, dtype)]
+    if name == "ncclRedOpDestroy":
+        lib.premul_destroy(_comm(sess, args[1]).real, int(args[0]))
+        return NCCL_SUCCESS, []
     if name == "ncclGroupStart":
         lib.group_start()
         return NCCL_SUCCESS, []
@@ -342,6 +355,8 @@ int ncclSend(const void *s, size_t count, int datatype, int peer, void *comm, vo
 int ncclRecv(void *r, size_t count, int datatype, int peer, void *comm, void *stream);
 int ncclGroupStart(void);
 int ncclGroupEnd(void);
+int ncclRedOpCreatePreMulSum(int *op, void *scalar, int datatype, int residence, void *comm);
+int ncclRedOpDestroy(int op, void *comm);
 """
 # nccl.h: NCCL_API_MAGIC, NCCL_CONFIG_UNDEF_INT
 NCCL_API_MAGIC = 0xCAFEBEEF
@@ -466,6 +481,19 @@ class RealNccl:
         v = self.ffi.new("int *")
         self._check(self.lib.ncclCommGetAsyncError(comm, v), "ncclCommGetAsyncError", comm)
         return v[0]
+
+    def premul_create(self, comm, scalar, dtype) -> int:
+        op = self.ffi.new("int *")
+        if isinstance(scalar, int):         # nccl.h ncclScalarDevice (0): read on the device at each use
+            r = self.lib.ncclRedOpCreatePreMulSum(op, self.ffi.cast("void *", scalar), dtype, 0, comm)
+        else:                               # ncclScalarHostImmediate (1): the value, read now
+            buf = self.ffi.new("char[]", bytes(scalar))
+            r = self.lib.ncclRedOpCreatePreMulSum(op, buf, dtype, 1, comm)
+        self._check(r, "ncclRedOpCreatePreMulSum", comm)
+        return op[0]
+
+    def premul_destroy(self, comm, op: int):
+        self._check(self.lib.ncclRedOpDestroy(op, comm), "ncclRedOpDestroy", comm)
 
     def group_start(self):
         self._check(self.lib.ncclGroupStart(), "ncclGroupStart")

@@ -357,6 +357,7 @@ class EmuComm:
     def __init__(self, name: str, key: bytes, nranks: int, rank: int, device: int):
         self.name, self.key, self.nranks, self.rank, self.device = name, key, nranks, rank, device
         self.seq = 0
+        self.premul: dict[int, tuple] = {}      # ncclRedOpCreatePreMulSum ops: value -> (scalar, dtype)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(TIMEOUT_S)
         self.error = NCCL_SUCCESS
@@ -448,6 +449,40 @@ class EmuNccl:
     def user_rank(self, comm: EmuComm) -> int:
         return comm.rank
 
+    def premul_create(self, comm: EmuComm, scalar, dtype: int) -> int:
+        """nccl.h: a custom op's value is past the built-in ones (ncclNumOps,
+        5) and belongs to its communicator."""
+        itemsize(dtype)
+        op = 5 + len(comm.premul)
+        while op in comm.premul:
+            op += 1
+        comm.premul[op] = (scalar, int(dtype))
+        return op
+
+    def premul_destroy(self, comm: EmuComm, op: int):
+        if comm.premul.pop(int(op), None) is None:
+            raise NcclFailure(NCCL_INVALID_ARGUMENT, f"reduction {op} is not a pre-multiplied sum of this "
+                                                     f"communicator")
+
+    def _contribution(self, comm: EmuComm, data: bytes, dtype: int, op: int) -> tuple[bytes, int]:
+        """A pre-multiplied sum: this rank's values times the scalar (read
+        now: a device scalar at the collective, as NCCL reads it), then a sum."""
+        if op < 5:
+            return data, op
+        if op not in comm.premul:
+            raise NcclFailure(NCCL_INVALID_ARGUMENT, f"reduction {op} is not an operation of this communicator")
+        scalar, sdtype = comm.premul[op]
+        if sdtype != int(dtype):
+            raise NcclFailure(NCCL_INVALID_ARGUMENT, "the pre-multiplied sum was made for another data type")
+        raw = bytes(self._mem(scalar, itemsize(dtype))) if isinstance(scalar, int) else bytes(scalar)
+        t = DTYPES[int(dtype)]
+        if t == "bf16":
+            prod = _bf16_to_f32(np.frombuffer(data, np.uint16)) * _bf16_to_f32(np.frombuffer(raw, np.uint16))[0]
+            return _f32_to_bf16(prod).tobytes(), SUM
+        with np.errstate(over="ignore"):
+            prod = (np.frombuffer(data, t) * np.frombuffer(raw, t)[0]).astype(t)
+        return prod.tobytes(), SUM
+
     def finalize(self, comm: EmuComm):
         pass            # nothing is in flight: emulated collectives complete when called
 
@@ -495,13 +530,14 @@ class EmuNccl:
 
     def _ncclAllReduce(self, send, recv, count, dtype, op, comm, stream):
         n = int(count) * itemsize(dtype)
-        comm.post_collective("allreduce", dtype=int(dtype), redop=int(op), data=self._mem(send, n).tobytes())
+        data, op = self._contribution(comm, self._mem(send, n).tobytes(), dtype, int(op))
+        comm.post_collective("allreduce", dtype=int(dtype), redop=op, data=data)
         return self._then(comm, self._write(recv, n))
 
     def _ncclReduce(self, send, recv, count, dtype, op, root, comm, stream):
         n = int(count) * itemsize(dtype)
-        comm.post_collective("reduce", dtype=int(dtype), redop=int(op), root=int(root),
-                             data=self._mem(send, n).tobytes())
+        data, op = self._contribution(comm, self._mem(send, n).tobytes(), dtype, int(op))
+        comm.post_collective("reduce", dtype=int(dtype), redop=op, root=int(root), data=data)
         mine = comm.rank == int(root)
         return self._then(comm, self._write(recv, n) if mine else (lambda r: None))
 
@@ -521,8 +557,8 @@ class EmuNccl:
 
     def _ncclReduceScatter(self, send, recv, count, dtype, op, comm, stream):
         n = int(count) * itemsize(dtype)
-        comm.post_collective("reducescatter", dtype=int(dtype), redop=int(op),
-                             data=self._mem(send, n * comm.nranks).tobytes())
+        data, op = self._contribution(comm, self._mem(send, n * comm.nranks).tobytes(), dtype, int(op))
+        comm.post_collective("reducescatter", dtype=int(dtype), redop=op, data=data)
         return self._then(comm, self._write(recv, n))
 
     def _ncclSend(self, send, count, dtype, peer, comm, stream):

@@ -162,6 +162,26 @@ static void run_rank(int n, int in_fd, const std::vector<int> &out_fds)
     int wsum = 0;
     for (int r = rank % 2; r < n; r += 2) wsum += r;
     if (get(os, 4)[3] != wsum) FAIL("split allreduce = %d, expected %d", get(os, 4)[3], wsum);
+    // pre-multiplied sums (FSDP's averaging): a host scalar 0.5 on float32,
+    // a device scalar 3 on int32
+    ncclRedOp_t half_sum, triple_sum;
+    float half = 0.5f;
+    NK(ncclRedOpCreatePreMulSum(&half_sum, &half, ncclFloat32, ncclScalarHostImmediate, comm));
+    std::vector<int> three(1, 3);
+    int *three_d = put(three);
+    NK(ncclRedOpCreatePreMulSum(&triple_sum, three_d, ncclInt32, ncclScalarDevice, comm));
+    std::vector<float> pf(16, (float)(rank + 1));
+    float *pfd = put(pf);
+    std::vector<int> pi(16, rank + 1);
+    int *pid = put(pi);
+    NK(ncclAllReduce(pfd, pfd, 16, ncclFloat32, half_sum, comm, s));
+    NK(ncclAllReduce(pid, pid, 16, ncclInt32, triple_sum, comm, s));
+    CK(cudaStreamSynchronize(s));
+    if (get(pfd, 16)[15] != 0.5f * n * (n + 1) / 2) FAIL("premul float = %g", get(pfd, 16)[15]);
+    if (get(pid, 16)[15] != 3 * n * (n + 1) / 2) FAIL("premul int = %d", get(pid, 16)[15]);
+    NK(ncclRedOpDestroy(half_sum, comm));
+    NK(ncclRedOpDestroy(triple_sum, comm));
+
     // an all-reduce captured into a CUDA graph (PyTorch's CUDA graphs),
     // launched twice: in place, so the second launch reduces the first's sums
     std::vector<int> gx(32, rank + 1);
