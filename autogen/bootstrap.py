@@ -560,6 +560,16 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuDeviceGetProperties": P(f"prop=out_value; {DEV}", "device:use"),
     "cuDeviceCanAccessPeer": P(f"canAccessPeer=out_value; {DEV}; peerDev=handle:device",
                                "device:use"),
+    # several GPUs in one process (interceptor/peer.c)
+    "cuCtxEnablePeerAccess": P("peerContext=handle:context; Flags=scalar", "context:use"),
+    "cuCtxDisablePeerAccess": P("peerContext=handle:context", "context:use"),
+    "cuMemcpyPeer": P("dstDevice=device_ptr; dstContext=handle:context; srcDevice=device_ptr; "
+                      "srcContext=handle:context; ByteCount=scalar", "context:use"),
+    "cuMemcpyPeerAsync": P("dstDevice=device_ptr; dstContext=handle:context; srcDevice=device_ptr; "
+                           "srcContext=handle:context; ByteCount=scalar; hStream=handle:stream",
+                           "context:use; stream:use"),
+    "cuMemcpy3DPeer": P("pCopy=in_buffer@sizeof(CUDA_MEMCPY3D_PEER)"),
+    "cuMemcpy3DPeerAsync": P("pCopy=in_buffer@sizeof(CUDA_MEMCPY3D_PEER); hStream=handle:stream", "stream:use"),
     "cuDevicePrimaryCtxRetain": P(f"pctx=out_value:context; {DEV}",
                                   "context:create; device:use"),
     "cuDevicePrimaryCtxRelease_v2": P(DEV, "context:destroy; device:use"),
@@ -903,6 +913,9 @@ DRIVER_ASYNC = {
 }
 
 DRIVER_SHIM_LOCAL = {
+    # peer access bookkeeping and peer copies on the unified-address copies (interceptor/peer.c)
+    "cuCtxEnablePeerAccess", "cuCtxDisablePeerAccess", "cuMemcpyPeer", "cuMemcpyPeerAsync",
+    "cuMemcpy3DPeer", "cuMemcpy3DPeerAsync",
     "cuFuncSetBlockShape", "cuFuncSetSharedSize", "cuParamSetSize", "cuParamSeti", "cuParamSetf",
     "cuParamSetv", "cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuCtxAttach", "cuCtxDetach",
     # built in the shim on the linear allocations, copies and memsets (interceptor/copy2d.c)
@@ -1077,6 +1090,15 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaChooseDevice": P("device=out_value; prop=in_buffer@sizeof(struct cudaDeviceProp)"),
     "cudaDeviceGetPCIBusId": P("pciBusId=out_buffer@len; len=scalar; device=scalar"),
     "cudaDeviceCanAccessPeer": P("canAccessPeer=out_value; device=scalar; peerDevice=scalar"),
+    # interceptor/rt_peer.c
+    "cudaDeviceEnablePeerAccess": P("peerDevice=scalar; flags=scalar"),
+    "cudaDeviceDisablePeerAccess": P("peerDevice=scalar"),
+    "cudaMemcpyPeer": P("dst=device_ptr; dstDevice=scalar; src=device_ptr; srcDevice=scalar; count=scalar"),
+    "cudaMemcpyPeerAsync": P("dst=device_ptr; dstDevice=scalar; src=device_ptr; srcDevice=scalar; count=scalar; "
+                             "stream=handle:stream", "stream:use"),
+    "cudaMemcpy3DPeer": P("p=in_buffer@sizeof(struct cudaMemcpy3DPeerParms)"),
+    "cudaMemcpy3DPeerAsync": P("p=in_buffer@sizeof(struct cudaMemcpy3DPeerParms); stream=handle:stream",
+                               "stream:use"),
     "cudaDeviceGetLimit": P("pValue=out_value; limit=scalar"),
     "cudaDeviceSetLimit": P("limit=scalar; value=scalar"),
     "cudaDeviceGetStreamPriorityRange": P("leastPriority=out_value; greatestPriority=out_value"),

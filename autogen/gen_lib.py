@@ -95,7 +95,7 @@ def gen_header(sf, fns, sources) -> str:
 # each library's status type (its header): what an unsupported or failed call answers
 STATUS_TYPES = {"cublas": "cublasStatus_t", "cublaslt": "cublasStatus_t", "nvml": "nvmlReturn_t",
                 "cufft": "cufftResult", "curand": "curandStatus_t", "cusparse": "cusparseStatus_t",
-                "cusolver": "cusolverStatus_t", "cudnn": "cudnnStatus_t"}
+                "cusolver": "cusolverStatus_t", "cudnn": "cudnnStatus_t", "nccl": "ncclResult_t"}
 
 
 def _status_type(sf):

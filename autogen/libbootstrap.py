@@ -98,8 +98,17 @@ LIBS = {
         # cusolver_common.h: CUSOLVER_STATUS_NOT_SUPPORTED 9, _EXECUTION_FAILED 6
         "errors": {"success": 0, "not_supported": 9, "unavailable": 6},
     },
+    # issue 22: NCCL (nvidia-nccl-cu13 wheel: nvidia/nccl/include/nccl.h,
+    # nvidia/nccl/lib/libnccl.so.2; exports unversioned, like NVML's)
+    "nccl": {
+        "library": "libnccl.so.2", "header": "nccl.h", "own": ("nccl.h",),
+        "defines": [], "prefix": "nccl", "status_type": "ncclResult_t",
+        # nccl.h has no not-supported code: ncclInvalidUsage (5) is the
+        # nearest; ncclSystemError (2) when proxyd is gone; ncclInvalidArgument (4)
+        "errors": {"success": 0, "not_supported": 5, "unavailable": 2, "invalid": 4},
+    },
 }
-ID_RANGES = {"cublas": (20000, 24999), "cublaslt": (25000, 26999), "nvml": (27000, 29999),
+ID_RANGES = {"nccl": (47000, 47999), "cublas": (20000, 24999), "cublaslt": (25000, 26999), "nvml": (27000, 29999),
              "cudnn": (30000, 31999), "cufft": (40000, 40999), "curand": (41000, 41999),
              "cusparse": (42000, 43999), "cusolver": (44000, 46999)}
 
@@ -133,6 +142,8 @@ HANDLE_KINDS = {
     "cusolverDnParams_t": "cusolver_dn_params",
     "syevjInfo_t": "cusolver_syevj_info",
     "gesvdjInfo_t": "cusolver_gesvdj_info",
+    "ncclComm_t": "nccl_comm",
+    "ncclWindow_t": "nccl_window",
 }
 
 
@@ -538,6 +549,10 @@ SUPPORTED: Dict[str, Dict] = {
                           "objects": "nvml_device:use", "restore": "query"},
     "nvmlDeviceGetMemoryInfo": {"params": ["device=handle:nvml_device", "memory=out_value"],
                                 "objects": "nvml_device:use", "restore": "query"},
+    # NCCL and PyTorch's distributed code ask it (issue 22)
+    "nvmlDeviceGetCudaComputeCapability": {"params": ["device=handle:nvml_device", "major=out_value",
+                                                      "minor=out_value"],
+                                           "objects": "nvml_device:use", "restore": "query"},
     "nvmlSystemGetDriverVersion": {"params": ["version=out_buffer@length", "length=scalar"], "restore": "query"},
     "nvmlSystemGetCudaDriverVersion": {"params": ["cudaDriverVersion=out_value"], "restore": "query"},
     "nvmlSystemGetCudaDriverVersion_v2": {"params": ["cudaDriverVersion=out_value"], "restore": "query"},
@@ -643,6 +658,72 @@ SUPPORTED: Dict[str, Dict] = {
                             "sync": False},
     **MATH_SUPPORTED,
 }
+
+# ---- NCCL (issue 22; docs/multigpu.md). Communicators are handles the shim
+# chooses (interceptor/lib_nccl.c); NCCL runs in the workers. Creating,
+# splitting and finalising a communicator waits for the other ranks: the
+# worker does it on a thread of its own and the stand-in polls
+# (ncclCommGetAsyncError) until it is done. Collectives are asynchronous
+# calls on the application's stream. A session holding a communicator is
+# not checkpointed yet (the consistent cut, docs/multigpu.md): the dump says so.
+C = "comm=handle:nccl_comm"
+_COMM_LIMIT = {"rule": "none-needed", "why": "a dump refuses a session that holds a communicator until the "
+                                             "consistent cut of docs/multigpu.md lands, so no image holds one"}
+_COLL = {"objects": "nccl_comm:use stream:use", "restore": "memory", "sync": False}
+NCCL_SUPPORTED: Dict[str, Dict] = {
+    "ncclGetVersion": {"params": ["version=out_value"], "restore": "query"},
+    "ncclGetUniqueId": {"params": ["uniqueId=out_value"], "restore": _COMM_LIMIT},
+    "ncclCommInitRank": {"params": ["comm=out_value:nccl_comm", "nranks=scalar", "commId=scalar", "rank=scalar"],
+                         "objects": "nccl_comm:create", "restore": _COMM_LIMIT, "shim": "override"},
+    "ncclCommInitRankConfig": {"params": ["comm=out_value:nccl_comm", "nranks=scalar", "commId=scalar",
+                                          "rank=scalar", "config=in_buffer@sizeof(ncclConfig_t)"],
+                               "objects": "nccl_comm:create", "restore": _COMM_LIMIT, "shim": "override"},
+    "ncclCommSplit": {"params": [C, "color=scalar", "key=scalar", "newcomm=out_value:nccl_comm",
+                                 "config=in_buffer@sizeof(ncclConfig_t)"],
+                      "objects": "nccl_comm:use nccl_comm:create", "restore": _COMM_LIMIT, "shim": "override"},
+    # the single-process form: ncclGetUniqueId and a group of ncclCommInitRank, one per device (lib_nccl.c)
+    "ncclCommInitAll": {"params": ["comm=out_buffer:nccl_comm@ndev * sizeof(ncclComm_t)", "ndev=scalar",
+                                   "devlist=in_buffer@ndev * sizeof(int)"],
+                        "objects": "nccl_comm:create", "restore": _COMM_LIMIT, "shim": "override"},
+    # FSDP's pre-multiplied sums: the scalar by value (host) or its address (device)
+    "ncclRedOpCreatePreMulSum": {"params": ["op=out_value", "scalar=scalar_ptr@gp_nccl_type_size(datatype)",
+                                            "datatype=scalar", "residence=scalar", C],
+                                 "objects": "nccl_comm:use", "restore": _COMM_LIMIT},
+    "ncclRedOpDestroy": {"params": ["op=scalar", C], "objects": "nccl_comm:use", "restore": _COMM_LIMIT},
+    "ncclCommFinalize": {"params": [C], "objects": "nccl_comm:use", "restore": _COMM_LIMIT, "shim": "override"},
+    "ncclCommDestroy": {"params": [C], "objects": "nccl_comm:destroy", "restore": _COMM_LIMIT, "shim": "override"},
+    "ncclCommAbort": {"params": [C], "objects": "nccl_comm:destroy", "restore": _COMM_LIMIT, "shim": "override"},
+    "ncclGetErrorString": {"params": ["result=scalar"], "restore": "client", "shim": "override"},
+    "ncclGetLastError": {"params": [C], "objects": "nccl_comm:use", "restore": "client", "shim": "override"},
+    "ncclCommGetAsyncError": {"params": [C, "asyncError=out_value"], "objects": "nccl_comm:use",
+                              "restore": "query"},
+    "ncclCommCount": {"params": [C, "count=out_value"], "objects": "nccl_comm:use", "restore": "query"},
+    "ncclCommCuDevice": {"params": [C, "device=out_value"], "objects": "nccl_comm:use", "restore": "query"},
+    "ncclCommUserRank": {"params": [C, "rank=out_value"], "objects": "nccl_comm:use", "restore": "query"},
+    "ncclReduce": {"params": ["sendbuff=device_ptr", "recvbuff=device_ptr", "count=scalar", "datatype=scalar",
+                              "op=scalar", "root=scalar", C, "stream=handle:stream"], **_COLL},
+    "ncclBcast": {"params": ["buff=device_ptr", "count=scalar", "datatype=scalar", "root=scalar", C,
+                             "stream=handle:stream"], **_COLL},
+    "ncclBroadcast": {"params": ["sendbuff=device_ptr", "recvbuff=device_ptr", "count=scalar", "datatype=scalar",
+                                 "root=scalar", C, "stream=handle:stream"], **_COLL},
+    "ncclAllReduce": {"params": ["sendbuff=device_ptr", "recvbuff=device_ptr", "count=scalar", "datatype=scalar",
+                                 "op=scalar", C, "stream=handle:stream"], **_COLL},
+    "ncclReduceScatter": {"params": ["sendbuff=device_ptr", "recvbuff=device_ptr", "recvcount=scalar",
+                                     "datatype=scalar", "op=scalar", C, "stream=handle:stream"], **_COLL},
+    "ncclAllGather": {"params": ["sendbuff=device_ptr", "recvbuff=device_ptr", "sendcount=scalar",
+                                 "datatype=scalar", C, "stream=handle:stream"], **_COLL},
+    "ncclSend": {"params": ["sendbuff=device_ptr", "count=scalar", "datatype=scalar", "peer=scalar", C,
+                            "stream=handle:stream"], **_COLL},
+    "ncclRecv": {"params": ["recvbuff=device_ptr", "count=scalar", "datatype=scalar", "peer=scalar", C,
+                            "stream=handle:stream"], **_COLL},
+    "ncclGroupStart": {"params": [], "restore": {"rule": "none-needed", "why": "a group lasts from ncclGroupStart "
+                                                 "to ncclGroupEnd, whose calls the dump never splits: both are "
+                                                 "asynchronous and travel in one batch with the calls between"},
+                       "sync": False, "shim": "override"},
+    "ncclGroupEnd": {"params": [], "restore": {"rule": "none-needed", "why": "see ncclGroupStart"}, "sync": False,
+                     "shim": "override"},
+}
+SUPPORTED.update(NCCL_SUPPORTED)
 
 
 # ------------------------------------------------------------------ headers
@@ -907,7 +988,8 @@ def new_entry(api: str, fn: hdr.Prototype, fid: int, types: Dict[str, Dict]) -> 
 # the C expression that is true when a scalar_ptr is a device pointer: the
 # handle's pointer mode as the shim tracks it (interceptor/lib_state.c)
 _MODE = {"cublas": "gp_cublas_device_mode(handle)", "cublaslt": "gp_lt_device_mode(computeDesc, WHICH)",
-         "cusparse": "gp_cusparse_device_mode(handle)"}
+         "cusparse": "gp_cusparse_device_mode(handle)",
+         "nccl": "residence == 0"}      # nccl.h: ncclScalarDevice 0, ncclScalarHostImmediate 1
 
 
 # --------------------------------------------------------------------- build
@@ -997,7 +1079,7 @@ def build(spec_dir: Path, includes: List[str], lib_dirs: List[str], cuda_inc: st
         if next_id - 1 > hi:
             raise SystemExit(f"{api}: ids run past {hi}")
         meta = {"api": api, "family": api, "library": cfg["library"], "soname": cfg["library"],
-                "version_node": cfg["library"] if api != "nvml" else None, "header": cfg["header"],
+                "version_node": cfg["library"] if api not in ("nvml", "nccl") else None, "header": cfg["header"],
                 "doc_group": [], "cuda_version": {"min": 13000, "max": 13999}, "errors": cfg["errors"],
                 "types": types}
         outputs[path] = emit(meta, sorted(entries.values(), key=lambda e: e["id"]))

@@ -22,16 +22,16 @@ import yaml
 
 # Library families (docs/libraries.md): NVIDIA's math libraries and NVML,
 # whose shim stand-ins forward each call to the session's worker.
-LIBRARY_APIS = ("cublas", "cublaslt", "nvml", "cudnn", "cufft", "curand", "cusparse", "cusolver")
+LIBRARY_APIS = ("cublas", "cublaslt", "nvml", "cudnn", "cufft", "curand", "cusparse", "cusolver", "nccl")
 APIS = ("driver", "runtime") + LIBRARY_APIS
 LIBRARIES = {"driver": "libcuda.so.1", "runtime": "libcudart.so.13", "cublas": "libcublas.so.13",
              "cublaslt": "libcublasLt.so.13", "nvml": "libnvidia-ml.so.1", "cudnn": "libcudnn.so.9",
              "cufft": "libcufft.so.12", "curand": "libcurand.so.10", "cusparse": "libcusparse.so.12",
-             "cusolver": "libcusolver.so.12"}
+             "cusolver": "libcusolver.so.12", "nccl": "libnccl.so.2"}
 ID_RANGES = {"driver": (1, 9999), "runtime": (10000, 19999), "cublas": (20000, 24999),
              "cublaslt": (25000, 26999), "nvml": (27000, 29999), "cudnn": (30000, 31999),
              "cufft": (40000, 40999), "curand": (41000, 41999), "cusparse": (42000, 43999),
-             "cusolver": (44000, 46999)}
+             "cusolver": (44000, 46999), "nccl": (47000, 47999)}
 # scalar_ptr: a library's alpha/beta: a host pointer to one value (sent as
 # the value, `size` bytes) or a device pointer, as the C expression `mode`
 # says (the handle's pointer mode, tracked in the shim). scalar_out: its
@@ -58,7 +58,9 @@ KINDS = ("context", "module", "function", "library", "kernel", "stream", "event"
          "cudnn_handle", "cudnn_backend_desc", "cudnn_desc",
          "cufft_plan", "curand_generator", "cusparse_handle", "cusparse_spmat", "cusparse_dnvec",
          "cusparse_dnmat", "cusparse_spgemm", "cusparse_spsv", "cusparse_spsm", "cusolver_dn_handle", "cusolver_dn_params",
-         "cusolver_syevj_info", "cusolver_gesvdj_info")
+         "cusolver_syevj_info", "cusolver_gesvdj_info",
+         # NCCL communicators (shim-chosen handles) and registration windows
+         "nccl_comm", "nccl_window")
 EFFECTS = ("create", "destroy", "use")
 STATUSES = ("supported", "unsupported")
 SHIMS = {"driver": ("override", "local"), "runtime": ("override",),

@@ -13,7 +13,8 @@ def lib_dir() -> str:
 # libraries and NVML to the worker. Preloaded under their sonames, they are
 # what a program's DT_NEEDED (libtorch's libcublas.so.13) resolves to.
 LIBRARIES = ("libcudart.so.13", "libcuda.so.1", "libcublas.so.13", "libcublasLt.so.13", "libnvidia-ml.so.1",
-             "libcudnn.so.9", "libcufft.so.12", "libcurand.so.10", "libcusparse.so.12", "libcusolver.so.12")
+             "libcudnn.so.9", "libcufft.so.12", "libcurand.so.10", "libcusparse.so.12", "libcusolver.so.12",
+             "libnccl.so.2")
 
 
 def shim_dir() -> str:

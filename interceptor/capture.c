@@ -57,7 +57,7 @@ CUresult gpo_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *c
 }
 
 /* cuStreamGetCaptureInfo: status, capture id and graph come from the worker
- * (proxyd/graphs.py) once a capture has begun in this process; before, the
+ * (proxyd/families/graphs.py) once a capture has begun in this process; before, the
  * answer is "none" here, as for cuStreamIsCapturing. The worker records a
  * capture as the ordered list of its operations, with no graph nodes the
  * application could name: the dependency set is answered empty (a NULL

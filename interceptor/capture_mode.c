@@ -2,7 +2,7 @@
  * interaction mode (cuda.h: global, thread-local or relaxed; it decides
  * which potentially unsafe calls a thread may make while some stream
  * captures). The mode is per thread of the application, so the shim keeps
- * it; proxyd's capture (proxyd/graphs.py) records ops by stream and does
+ * it; proxyd's capture (proxyd/families/graphs.py) records ops by stream and does
  * not refuse calls by mode.
  *
  * Locking: thread-local state only. */

@@ -51,7 +51,7 @@ static char shim_dir[PATH_MAX];
  *
  * The library a name stands for: an index into shim_files (1 libcuda, 2
  * libcudart, 3 libcublas, 4 libcublasLt, 5 libnvidia-ml, 6 libcudnn, 7
- * libcufft, 8 libcurand, 9 libcusparse, 10 libcusolver), 0 none.
+ * libcufft, 8 libcurand, 9 libcusparse, 10 libcusolver, 11 libnccl), 0 none.
  * cuDNN 9's sub-libraries (libcudnn_graph.so.9, libcudnn_ops.so.9, ...)
  * are dlopened by NVIDIA's libcudnn.so.9 only, which the app never loads;
  * their names do not match "libcudnn.so" and pass through. Matches
@@ -75,6 +75,7 @@ static int cuda_lib_kind(const char *file)
         {"libcurand.so", 8},
         {"libcusparse.so", 9},
         {"libcusolver.so", 10},
+        {"libnccl.so", 11},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         size_t n = strlen(names[i].stem);
@@ -113,7 +114,7 @@ static const char *shim_path(int kind, char *buf, size_t cap)
     static const char *const shim_files[] = {NULL, "libcuda.so.1", "libcudart.so.13", "libcublas.so.13",
                                              "libcublasLt.so.13", "libnvidia-ml.so.1", "libcudnn.so.9",
                                              "libcufft.so.12", "libcurand.so.10", "libcusparse.so.12",
-                                             "libcusolver.so.12"};
+                                             "libcusolver.so.12", "libnccl.so.2"};
     if (kind < 1 || kind > (int)(sizeof shim_files / sizeof shim_files[0]) - 1)
         return NULL;
     snprintf(buf, cap, "%s/%s", shim_dir, shim_files[kind]);

@@ -17,6 +17,7 @@
 #include "gp_launch.h"
 #include "gp_memcpy.h"
 #include "gp_shim.h"
+#include "gp_owner.h"
 
 /* ----------------------------------------------------------------- init */
 
@@ -217,6 +218,7 @@ CUresult gpo_cuCtxDestroy_v2(CUcontext ctx)
     GP_ENTER();
     CUresult rc = gpg_cuCtxDestroy_v2(ctx);
     if (rc == CUDA_SUCCESS)
+        gp_peer_forget(ctx);     /* its peer-access pairs go with it (owner.c) */
         gp_ctx_forget(ctx);
     gp_unlock();
     if (rc == CUDA_SUCCESS)

@@ -46,6 +46,8 @@ void gp_cusparse_note_pointer_mode(const void *h, int mode);
 /* Bytes of one value of a cudaDataType_t (library_types.h): alpha/beta of
  * cusparseSpMV/SpMM are of the compute type. lib_state.c. */
 size_t gp_data_type_size(int data_type);
+/* Bytes of one value of an ncclDataType_t (nccl.h), 0 if unknown. lib_nccl.c. */
+size_t gp_nccl_type_size(int datatype);
 
 /* cuBLASLt matmul descriptors: scale type (the type of alpha/beta) and
  * pointer mode (cublasLt.h, CUBLASLT_MATMUL_DESC_SCALE_TYPE and

@@ -19,6 +19,8 @@ CUresult gp_slab_free(CUdeviceptr p, int *handled);
 int gp_slab_range(CUdeviceptr p, CUdeviceptr *base, size_t *size, CUresult *rc);
 /* The device's allocations are gone in the worker (primary context reset). */
 void gp_slab_device_gone(CUdevice dev);
+/* The device of the slab holding p: 0 with *dev set when p is in a slab (peer.c, gp_owner_of). */
+int gp_slab_device(CUdeviceptr p, CUdevice *dev);
 
 /* ---- device address ranges known to the client ---- */
 /* The session's arena (all allocations) and module globals count as device

@@ -25,6 +25,8 @@ cudaError_t gp_rt_from_cu(CUresult r);
  * its current device) and returns cudaSuccess or the error. */
 cudaError_t gp_rt_init_thread(void);
 int gp_rt_device(void);
+/* The device's primary context, retained on first use (rt_state.c). */
+cudaError_t gp_rt_primary_ctx(int dev, CUcontext *out);
 /* The stream as the driver should see it: NULL means the per-thread default
  * stream inside a _ptds/_ptsz entry point. */
 CUstream gp_rt_stream(cudaStream_t s);

@@ -143,7 +143,7 @@ static void *hostfn_thread(void *arg)
         }
         uint64_t id = __atomic_load_n(&gate->id, __ATOMIC_ACQUIRE);
         /* bit 63: a node of an executable graph, which runs again at every
-         * launch (proxyd/graphs.py): the entry stays in the table */
+         * launch (proxyd/families/graphs.py): the entry stays in the table */
         int keep = (int)(id >> 63);
         id &= ~(1ULL << 63);
         hf_entry *e = keep ? find(id) : take(id);

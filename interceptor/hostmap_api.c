@@ -20,6 +20,7 @@
 
 #include "gp_gen.h"
 #include "gp_shim.h"
+#include "gp_peer.h"
 
 #define HM_ENTER()                                   \
     gp_lock();                                       \
@@ -212,6 +213,7 @@ CUresult gpo_cuMemFree_v2(CUdeviceptr dptr)
     CUresult rc = gp_slab_free(dptr, &slab);
     if (slab)
         HM_LEAVE(rc);
+    gp_owner_forget(dptr);          /* peer.c */
     HM_LEAVE(gpg_cuMemFree_v2(dptr));
 }
 

@@ -1,5 +1,5 @@
 /* IPC event handles (cuda.h, cuIpcGetEventHandle / cuIpcOpenEventHandle;
- * proxyd/ipc.py does the work). What the shim adds is ordering: natively,
+ * proxyd/families/ipc.py does the work). What the shim adds is ordering: natively,
  * cuEventRecord on a shared event is submitted to the GPU when it returns,
  * so the other process may wait on it at once (the usual pattern signals
  * through a pipe or barrier right after the record). Here an event record is

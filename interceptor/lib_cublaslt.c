@@ -27,7 +27,7 @@
  * under the same handles; the app's descriptors are app memory.
  *
  * Locking: everything under gp_lock (the generated bodies take it too; it
- * is recursive). Protocol kind codes: proxyd/protocol.py. */
+ * is recursive). Protocol kind codes: proxyd/core/protocol.py. */
 #include <stdlib.h>
 #include <string.h>
 

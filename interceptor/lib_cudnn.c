@@ -42,7 +42,7 @@
 
 extern int cudaFree(void *devPtr);     /* cuda_runtime_api.h; see lib_cublas.c */
 
-/* proxyd/protocol.py: K_CUDNN_BACKEND_DESC (tests/test_libraries.py checks both agree) */
+/* proxyd/core/protocol.py: K_CUDNN_BACKEND_DESC (tests/test_libraries.py checks both agree) */
 #define GP_K_CUDNN_BACKEND_DESC 39ull
 
 /* cudnn_graph.h cudnnStatus_t */

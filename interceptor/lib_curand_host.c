@@ -7,7 +7,7 @@
  * the answer, copied to the application's buffer before the call returns,
  * as natively. A device generator's calls take the generated path
  * (asynchronous, results in device memory). The worker side is
- * proxyd/curand_host.py.
+ * proxyd/families/curand_host.py.
  *
  * Which generators are host ones: a table filled at creation. Handles are
  * session ids that are never reused, so a destroyed generator's entry is

@@ -6,7 +6,7 @@
  * create with it asynchronously, and proxyd registers the real object under
  * that handle.
  *
- * A handle is (kind << 32) | id as proxyd's own (proxyd/protocol.py), with
+ * A handle is (kind << 32) | id as proxyd's own (proxyd/core/protocol.py), with
  * bit 31 of the id set so that it never meets an id proxyd hands out (those
  * count up from 1). Ids of destroyed objects are reused (LIFO), so a program
  * that creates millions of descriptors keeps a handful of ids and never runs

@@ -3,7 +3,7 @@
  * the reuse policies are int, the threshold and the memory figures
  * cuuint64_t), which the generic stubs cannot know. Everything else of the
  * stream-ordered allocator is generic on the shim's side; proxyd keeps the
- * pools (proxyd/mempool.py).
+ * pools (proxyd/families/mempool.py).
  *
  * Locking: GP_ENTER/GP_LEAVE take gp_lock around each call. */
 #include <string.h>

@@ -31,6 +31,7 @@
 
 #include "gp_gen.h"
 #include "gp_shim.h"
+#include "gp_peer.h"
 
 CUresult gpo_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data,
                                     CUdeviceptr ptr)
@@ -51,6 +52,13 @@ CUresult gpo_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attrib
     CUdevice dev = -2;
     if (ctx && gp_ctx_device(ctx, &dev))
         dev = -2;
+    CUdevice owner;     /* several GPUs: the allocation's own device and its primary context (peer.c) */
+    if (device && gp_owner_of(ptr, &owner) == 0 && owner != dev) {
+        CUcontext oc = gp_ctx_primary_of(owner);
+        dev = owner;
+        if (oc)
+            ctx = oc;
+    }
     for (unsigned int i = 0; i < numAttributes; i++) {
         void *out = data[i];
         if (!out)

@@ -12,6 +12,7 @@
 #include "gp_gen.h"
 #include "gp_memcpy.h"
 #include "gp_rt.h"
+#include "gp_peer.h"
 
 #define GP_MAX_DEV 64
 
@@ -778,8 +779,9 @@ cudaError_t gpo_cudaPointerGetAttributes(struct cudaPointerAttributes *attribute
     int kind;
     gp_lock();
     if (gp_is_device_ptr(ptr)) {
+        CUdevice owner;     /* several GPUs: the allocation's own device (peer.c) */
         attributes->type = cudaMemoryTypeDevice;
-        attributes->device = gp_rt_ctx_device();
+        attributes->device = gp_owner_of((CUdeviceptr)(uintptr_t)ptr, &owner) == 0 ? owner : gp_rt_ctx_device();
         attributes->devicePointer = (void *)ptr;
     } else if (gp_hostmap_info(ptr, &kind, NULL, NULL, NULL, NULL, NULL, NULL) == 0) {
         /* GPU-visible host memory: the same address on both sides */

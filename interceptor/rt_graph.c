@@ -1,5 +1,5 @@
 /* The runtime's stream capture and graph launch, on the driver API
- * (cuda_runtime_api.h, "Graph Management"; proxyd/graphs.py keeps the
+ * (cuda_runtime_api.h, "Graph Management"; proxyd/families/graphs.py keeps the
  * graphs). cudaGraph_t, cudaGraphExec_t, cudaStreamCaptureMode and
  * cudaStreamCaptureStatus are the driver's types and values under other
  * names.

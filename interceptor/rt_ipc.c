@@ -1,6 +1,6 @@
 /* Runtime API for IPC between processes (CUDA Runtime API, "Device
  * Management": cudaIpc*), on the driver entry points that proxyd serves
- * (proxyd/ipc.py, docs/ipc.md). cudaIpcMemHandle_t and CUipcMemHandle are
+ * (proxyd/families/ipc.py, docs/ipc.md). cudaIpcMemHandle_t and CUipcMemHandle are
  * both 64 opaque bytes.
  *
  * Locking: each driver call takes gp_lock itself. */

@@ -62,6 +62,9 @@ static cudaError_t primary_ctx(int dev, CUcontext *out)
     return gp_rt_from_cu(r);
 }
 
+/* The device's primary context, retained on first use (rt_peer.c). */
+cudaError_t gp_rt_primary_ctx(int dev, CUcontext *out) { return primary_ctx(dev, out); }
+
 cudaError_t gp_rt_init_thread(void)
 {
     if (gp_ctx_current())

@@ -1,6 +1,6 @@
 /*
  * The public id that names a session's shared memory in /dev/shm (issue 21;
- * proxyd/shm_names.py computes the same).
+ * proxyd/core/shm_names.py computes the same).
  *
  * The session token is a capability and /dev/shm can be listed by every
  * local user, so segment, channel and park/resume names carry

@@ -44,7 +44,7 @@
  * - cuMemGetInfo counts whole slabs as used (the driver too maps small
  *   allocations in 2 MiB pages).
  * - IPC: cuIpcGetMemHandle of a block goes to the worker, whose handle
- *   names the slab's memory from the block's address on (proxyd/ipc.py
+ *   names the slab's memory from the block's address on (proxyd/families/ipc.py
  *   records the offset in the chunk), so the opener's pointer is the block.
  * - A slab whose blocks are all freed goes back to the worker (cuMemFree)
  *   unless it is the device's only empty slab, which is kept for the next
@@ -65,6 +65,7 @@
 
 #include "gp_gen.h"
 #include "gp_memory.h"
+#include "gp_owner.h"
 
 #define UNIT 256u                       /* block granularity and alignment */
 #define GRANULE (2u << 20)              /* slab sizes are multiples of the VMM granularity */
@@ -256,6 +257,17 @@ static CUdeviceptr take(slab *s, size_t bytes)
 
 /* cuMemAlloc_v2: a block of a slab of the current context's device for a
  * small request, else the worker's allocation (handler mem_alloc). */
+/* The worker's allocation, noted with its device (peer.c, pointer attributes). */
+static CUresult worker_alloc(CUdeviceptr *dptr, size_t bytesize)
+{
+    CUresult rc = gpg_cuMemAlloc_v2(dptr, bytesize);
+    CUdevice dev;
+    CUcontext ctx = gp_ctx_current();
+    if (rc == CUDA_SUCCESS && dptr && ctx && gp_ctx_device(ctx, &dev) == 0)
+        gp_owner_note(*dptr, bytesize, dev);
+    return rc;
+}
+
 CUresult gpo_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     gp_lock();
@@ -264,7 +276,7 @@ CUresult gpo_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     CUcontext ctx = gp_ctx_current();
     if (!S.on || !dptr || bytesize == 0 || bytesize > S.max || !ctx || gp_ctx_device(ctx, &dev)) {
         gp_unlock();
-        return gpg_cuMemAlloc_v2(dptr, bytesize);   /* the worker answers (and checks) everything else */
+        return worker_alloc(dptr, bytesize);   /* the worker answers (and checks) everything else */
     }
     CUresult rc = gp_session();      /* no session: the caller gets the same error as for any call */
     if (rc != CUDA_SUCCESS)
@@ -287,7 +299,7 @@ CUresult gpo_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
      * small-allocation chunks); its answer, out of memory included, is the
      * caller's, synchronously. */
     gp_unlock();
-    return gpg_cuMemAlloc_v2(dptr, bytesize);
+    return worker_alloc(dptr, bytesize);
 }
 
 /* Waits for queued work before a block is reused (see the rules above).
@@ -382,6 +394,18 @@ int gp_slab_range(CUdeviceptr p, CUdeviceptr *base, size_t *size, CUresult *rc)
     return 1;
 }
 
+/* The device of the slab holding p (peer.c's gp_owner_of): 0 when p is in a slab.
+ * Takes gp_lock (recursive). */
+int gp_slab_device(CUdeviceptr p, CUdevice *dev)
+{
+    gp_lock();
+    int i = S.configured ? slab_index(p) : -1;
+    if (i >= 0)
+        *dev = S.v[i].dev;
+    gp_unlock();
+    return i >= 0 ? 0 : -1;
+}
+
 void gp_slab_device_gone(CUdevice dev)
 {
     gp_lock();
@@ -430,6 +454,7 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hStream, int per_thread)
     CUresult rc = gp_slab_free(dptr, &handled);
     if (handled)
         return rc;
+    gp_owner_forget(dptr);
     return per_thread ? gpg_cuMemFreeAsync_ptsz(dptr, hStream) : gpg_cuMemFreeAsync(dptr, hStream);
 }
 

@@ -1,6 +1,6 @@
 /* Transport of the shim: session set-up, batching of async ops, sync round
  * trips, resends across daemon restarts. The wire format is in
- * docs/protocol.md; the daemon side is proxyd/server.py.
+ * docs/protocol.md; the daemon side is proxyd/worker/server.py.
  *
  * Reliability model: every message carries a sequence number. Until proxyd
  * answers a message, the shim keeps it and sends it again after each second

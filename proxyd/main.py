@@ -82,7 +82,7 @@ def main(argv=None):
                     help="microseconds to poll for the next message before sleeping")
     ap.add_argument("--spare-workers", type=int, default=int(os.environ.get("GPUPROXY_SPARE_WORKERS", "1")),
                     help="workers kept started ahead of need, so a new client does not wait for one")
-    # per-user bounds (proxyd/bounds.py); None: the environment's or the default
+    # per-user bounds (proxyd/supervisor/bounds.py); None: the environment's or the default
     ap.add_argument("--max-sessions-per-user", type=int, default=None,
                     help="sessions one user may hold (default 64, $GPUPROXY_MAX_SESSIONS_PER_USER; 0: no bound)")
     ap.add_argument("--max-pending-per-user", type=int, default=None,

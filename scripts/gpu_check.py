@@ -108,6 +108,11 @@ def _isolation_first(log, d) -> list[tuple[str, str]]:
     return results
 
 
+def _gpu_count() -> int:
+    r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
+
+
 def corpus_check(log, out: Path, daemon_args=(), cudart: str = "shared") -> list[tuple[str, str]]:
     """cudart "static": the same programs with NVIDIA's runtime linked in
     (-cudart static), which reaches the shim through cuGetExportTable."""
@@ -115,6 +120,10 @@ def corpus_check(log, out: Path, daemon_args=(), cudart: str = "shared") -> list
     t = time.time()
     tag = "" if cudart == "shared" else f" [cudart {cudart}]"
     programs = [p for p in corpus.load_corpus() if cudart == "shared" or p.driver is None]
+    ngpu = _gpu_count()
+    for p in [p for p in programs if p.devices > ngpu]:
+        results.append((f"corpus {p.name}{tag}", f"SKIP (needs {p.devices} GPUs, {ngpu} here)"))
+    programs = [p for p in programs if p.devices <= ngpu]
     built = {b.program.name: b for b in corpus.build_all(programs=programs, cudart=cudart)}
     log(f"corpus{tag} built in {time.time() - t:.1f} s ({len(built)} programs)")
     native = {}
@@ -241,6 +250,9 @@ def main():
                     help="bench/run_bench.py suites (micro,roundtrip,rtprofile,checkpoint,small,clients,pin,whole)")
     ap.add_argument("--tcp", action="store_true", help="also the corpus over a keyed (CURVE) tcp endpoint")
     ap.add_argument("--python", action="store_true", help="also the Python-framework checks (gpu_check_python.py)")
+    ap.add_argument("--multigpu", action="store_true",
+                    help="also the multi-GPU checks (gpu_check_multigpu.py: peer copies, x.to('cuda:1'), DDP; "
+                         "$GPUPROXY_TORCH_PYTHON names a python that has PyTorch)")
     ap.add_argument("--pycuda-from", default=str(ROOT / ".carry" / "pycuda"),
                     help="folder with pycuda's sdist and its dependencies' wheels (no network on the GPU machine)")
     ap.add_argument("--python-steps", default="example,suite,frameworks,tests",
@@ -264,8 +276,10 @@ def main():
                      ("pytest", lambda: pytest_gpu(log, out)),
                      ("bench", lambda: bench(log, out, a.bench_suites)),
                      ("tcp", lambda: tcp_check(log, out)),
-                     ("python", lambda: python_frameworks(log, out, Path(a.pycuda_from), a.python_steps.split(",")))):
-        if name in skip or (name == "python" and not a.python) or (name == "tcp" and not a.tcp):
+                     ("python", lambda: python_frameworks(log, out, Path(a.pycuda_from), a.python_steps.split(","))),
+                     ("multigpu", lambda: __import__("gpu_check_multigpu").run(log, out))):
+        if name in skip or (name == "python" and not a.python) or (name == "tcp" and not a.tcp) or \
+                (name == "multigpu" and not a.multigpu):
             continue
         t = time.time()
         try:
@@ -277,8 +291,9 @@ def main():
     log("\n==== summary ====")
     for what, res in results:
         log(f"{res:6s} {what}")
-    bad = [r for r in results if not r[1].startswith(("PASS", "done"))]
-    log(f"{len(results) - len(bad)} passed, {len(bad)} failed")
+    bad = [r for r in results if not r[1].startswith(("PASS", "done", "SKIP"))]
+    skipped = sum(1 for r in results if r[1].startswith("SKIP"))
+    log(f"{len(results) - len(bad) - skipped} passed, {skipped} skipped (reason given), {len(bad)} failed")
     (out / "summary.json").write_text(json.dumps(results, indent=1))
     sys.exit(1 if bad else 0)
 

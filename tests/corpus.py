@@ -69,6 +69,9 @@ class Program:
     # substrings of the shim's stderr lines that the program provokes on
     # purpose (calls it expects to fail; the shim reports proxyd's reason)
     expected_errors: tuple[str, ...] = ()
+    # GPUs the program needs (emulated: proxyd --emu-devices; on a GPU
+    # machine with fewer, scripts/gpu_check.py skips it and says so)
+    devices: int = 1
     # absolute paths
     source_path: Path = Path()
     cubin_paths: tuple[Path, ...] = ()
@@ -150,6 +153,7 @@ def load_corpus(manifest: Path | str = MANIFEST) -> list[Program]:
                 compile_flags=tuple(str(x) for x in (e.get("compile_flags") or ())),
                 checkpoints=tuple(int(x) for x in (e.get("checkpoints") or ())),
                 expected_errors=tuple(str(x) for x in (e.get("expected_errors") or ())),
+                devices=int(e.get("devices", 1)),
                 source_path=base / e["source"],
                 cubin_paths=tuple(base / c for c in cubins),
                 emu_path=(base / emu) if emu else None,
@@ -262,7 +266,7 @@ def _make_libcuda_stub(obj: Path, stub_dir: Path) -> None:
 # cuSOLVER at their CUDA 12 sonames)
 NVIDIA_LIBS = {"-lcublas": "libcublas.so.13", "-lcublasLt": "libcublasLt.so.13", "-lcufft": "libcufft.so.12",
                "-lcurand": "libcurand.so.10", "-lcusparse": "libcusparse.so.12",
-               "-lcusolver": "libcusolver.so.12", "-lcudnn": "libcudnn.so.9"}
+               "-lcusolver": "libcusolver.so.12", "-lcudnn": "libcudnn.so.9", "-lnccl": "libnccl.so.2"}
 
 
 def _nvidia_lib_dir(nvcc: str, soname: str) -> Optional[Path]:
@@ -277,6 +281,7 @@ def _nvidia_lib_dir(nvcc: str, soname: str) -> Optional[Path]:
         dirs.append(Path(os.environ["GPUPROXY_NVIDIA_LIB_DIR"]))
     dirs += [Path(p) / "nvidia" / "cu13" / "lib" for p in sys.path if p]
     dirs += [Path(p) / "nvidia" / "cudnn" / "lib" for p in sys.path if p]     # nvidia-cudnn-cu13
+    dirs += [Path(p) / "nvidia" / "nccl" / "lib" for p in sys.path if p]      # nvidia-nccl-cu13
     for d in dirs:
         if (d / soname).exists():
             return d

@@ -41,7 +41,7 @@ class Fuzzer:
         # how the fuzzer learns that the worker worked through a batch: "ctl"
         # (a ping the worker answers "permission denied": proxyd's own user
         # only) or "hello" (the session's HELLO again, answered in order on
-        # the data socket: any user, proxyd/worker_gate.py reads no one
+        # the data socket: any user, proxyd/worker/gate.py reads no one
         # else's control messages)
         self.worker_probe = worker_probe
         self.r = random.Random(seed)

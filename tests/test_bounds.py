@@ -1,5 +1,5 @@
-"""The supervisor's admission rules (proxyd/bounds.py, proxyd/peercred.py)
-and the log's token redaction (proxyd/logredact.py), without a daemon:
+"""The supervisor's admission rules (proxyd/supervisor/bounds.py, proxyd/core/peercred.py)
+and the log's token redaction (proxyd/core/logredact.py), without a daemon:
 per-user session and pending-HELLO bounds, the HELLO's claim checked against
 the kernel's credentials, libzmq's peer address parsed, tokens replaced by
 their public ids. The same rules end to end: tests/test_second_user.py."""

@@ -28,10 +28,11 @@ pytestmark = [pytest.mark.gpu] if BACKEND == "cuda" else []
 PROGRAMS = [p for p in corpus.load_corpus() if p.checkpoints]
 
 
-def _daemon(tmp: Path, name: str) -> Daemon:
+def _daemon(tmp: Path, name: str, devices: int = 1) -> Daemon:
     kernels = [str(corpus.PROGRAMS_DIR / p.emu) for p in corpus.load_corpus() if p.emu] if BACKEND == "emu" else ()
+    extra = ["--emu-devices", str(devices)] if BACKEND == "emu" and devices > 1 else []
     return Daemon(backend=BACKEND, emu_kernels=kernels, endpoint=f"ipc://{tmp}/proxyd.sock",
-                  log_path=str(tmp / f"{name}.log")).start()
+                  extra_args=extra, log_path=str(tmp / f"{name}.log")).start()
 
 
 def _ctl(d, cmd, **args):
@@ -54,7 +55,11 @@ def test_program_survives_dump_and_restore(name, tmp, shim_installed):
     prog = corpus.get_program(name)
     assert prog.pace, f"{name}: checkpoints need a paced program"
     b = corpus.build(prog, corpus.default_build_dir())
-    d = _daemon(tmp, "proxyd")
+    if BACKEND == "cuda" and prog.devices > 1:
+        from gpuproxy.proxyd.backends.cuda import CudaBackend
+        if CudaBackend().device_count() < prog.devices:
+            pytest.skip(f"{name} needs {prog.devices} GPUs")
+    d = _daemon(tmp, "proxyd", prog.devices)
     try:
         with PacedRun(b, d) as run:
             for i, k in enumerate(prog.checkpoints):
@@ -63,7 +68,7 @@ def test_program_survives_dump_and_restore(name, tmp, shim_installed):
                 st = _ctl(d, "dump", pid=run.pid, dir=str(img))
                 assert st["released"], st
                 d.kill()
-                d = _daemon(tmp, f"proxyd{i}")
+                d = _daemon(tmp, f"proxyd{i}", prog.devices)
                 assert _ctl(d, "restore", dir=str(img))["pid"] == run.pid
             out = run.finish()
             assert out == prog.expected_output, f"{out}\n--- stderr\n{run.stderr()}\n--- proxyd\n{d.log()[-3000:]}"

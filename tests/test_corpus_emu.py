@@ -28,8 +28,13 @@ def _describe(r: subprocess.CompletedProcess, daemon) -> str:
 
 
 @pytest.mark.parametrize("name", [p.name for p in PROGRAMS])
-def test_program_output_under_emu(name, corpus_built, emu_daemon):
+def test_program_output_under_emu(name, corpus_built, request):
     built = corpus_built[name]
+    if built.program.devices > 1:       # a daemon with that many emulated GPUs
+        emu_daemon = request.getfixturevalue("fresh_daemon")(
+            extra_args=["--emu-devices", str(built.program.devices)])
+    else:
+        emu_daemon = request.getfixturevalue("emu_daemon")
     expected = built.program.expected_output
     if built.program.driver == "udp_counter":
         replies = corpus.run_udp_counter(built.argv(), env=client_env(emu_daemon), timeout=30)

@@ -2,7 +2,7 @@
 cuRAND samples use one after each device generator): the generator runs in
 the worker, its results come back in the answer and land in the
 application's host buffer before the call returns (interceptor/
-lib_curand_host.c, proxyd/curand_host.py). On the emulated backend a host
+lib_curand_host.c, proxyd/families/curand_host.py). On the emulated backend a host
 and a device generator of the same type and seed give the same sequence,
 so the host results are checked against the device ones copied back; a
 second call continues the sequence; a failing call (an odd count of

@@ -274,7 +274,7 @@ def test_spare_worker_takes_only_its_session(keyed, corpus_built):
         s.connect(f"tcp://127.0.0.1:{port}")
         try:
             s.send(msgpack.packb([0, 1, [{"pid": os.getpid(), "token": token, "exe": "intruder"}]]))
-            # a spare worker reads nobody's messages (proxyd/worker_gate.py): no answer at all
+            # a spare worker reads nobody's messages (proxyd/worker/gate.py): no answer at all
             assert not s.poll(2000), msgpack.unpackb(s.recv(), raw=False)
         finally:
             s.close(0)

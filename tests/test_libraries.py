@@ -76,6 +76,9 @@ class Memory(ctypes.Structure):
 mem = Memory()
 out["mem_rc"] = nv.nvmlDeviceGetMemoryInfo(dev, byref(mem))
 out["mem"] = [mem.total, mem.free, mem.used]
+mj, mn = c_int(-1), c_int(-1)
+out["cc_rc"] = nv.nvmlDeviceGetCudaComputeCapability(dev, byref(mj), byref(mn))
+out["cc"] = [mj.value, mn.value]
 idx = c_uint(99)
 out["index_rc"] = nv.nvmlDeviceGetIndex(dev, byref(idx))
 out["index"] = idx.value
@@ -99,6 +102,10 @@ out["cu_total"] = tot.value
 u = create_string_buffer(16)
 cu.cuDeviceGetUuid_v2(u, 0)
 out["cu_uuid"] = u.raw.hex()
+ma, mi = c_int(), c_int()
+cu.cuDeviceGetAttribute(byref(ma), 75, 0)     # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+cu.cuDeviceGetAttribute(byref(mi), 76, 0)     # ..._MINOR
+out["cu_cc"] = [ma.value, mi.value]
 print(json.dumps(out))
 """
 
@@ -118,6 +125,7 @@ def test_nvml_answers_what_the_driver_says(emu_daemon):
     total, free, used = o["mem"]
     assert o["mem_rc"] == 0 and total == o["cu_total"] and free + used == total
     assert o["index_rc"] == 0 and o["index"] == 0
+    assert o["cc_rc"] == 0 and o["cc"] == o["cu_cc"], (o["cc"], o["cu_cc"])
     assert o["temp_rc"] == 3 and o["temp_str"] == "Not Supported"
     assert len(_lines_naming(r.stderr, "nvmlDeviceGetTemperature")) == 1, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -304,7 +312,7 @@ def test_math_libraries_handles_async_errors_and_unsupported(emu_daemon):
     r = _run_py(emu_daemon, MATHLIBS_SCRIPT)
     assert r.returncode == 0, r.stderr
     o = json.loads(r.stdout)
-    assert o["fft_version"] == [0, 12500]       # CUFFT_VERSION of cufft.h 12.5.0 (proxyd/emu/versions.py)
+    assert o["fft_version"] == [0, 12500]       # CUFFT_VERSION of cufft.h 12.5.0 (proxyd/backends/emu/versions.py)
     assert o["plan1d"] == 0 and 0 < o["plan"] < 1 << 31, "a cufftHandle is a small int"
     assert o["exec_bad"] == 0 and o["sync"] == 719, "a failed cufftExec* is reported at the next sync"
     assert _lines_naming(r.stderr, "cufftExecC2C"), r.stderr
@@ -714,7 +722,17 @@ def test_library_specs_are_complete_and_consistent():
     from gpuproxy.emu.cudnn import EmuCudnn
     from gpuproxy.emu.library_classes import CLASSES      # mathlibs.py's, extended
     from gpuproxy.proxyd.families.cudnn import SPECIAL
+    from gpuproxy.emu.collectives import EmuNccl
+    from gpuproxy.proxyd.families.nccl import COLLECTIVES, HANDLED, SHIM_ONLY
     for f in SPECS.libraries:
+        if f.api == "nccl":
+            # proxyd/families/nccl.py runs every NCCL op on either backend's engine;
+            # the emulated engine runs each collective (proxyd/backends/emu/collectives.py)
+            if f.supported and f.restore.rule != "client" and f.name not in SHIM_ONLY:
+                assert f.name in HANDLED, f"{f.name} is supported but proxyd/families/nccl.py does not run it"
+                if f.name in COLLECTIVES:
+                    assert hasattr(EmuNccl, "_" + f.name), f"{f.name} is supported but not emulated"
+            continue
         if f.api == "cudnn":
             emu = EmuCudnn
             wanted = f.supported and f.shim != "override" and f.name not in SPECIAL

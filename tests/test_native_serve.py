@@ -35,7 +35,7 @@ class PyWorker:
         self.seq = 0
         self.sent = []
         self.srv.sock.send_multipart = lambda frames, **kw: self.sent.append(frames)
-        # what the supervisor's "expect" does before the client's HELLO (proxyd/worker_gate.py)
+        # what the supervisor's "expect" does before the client's HELLO (proxyd/worker/gate.py)
         self.srv.expected = {"token": self.token, "uid": os.geteuid()}
         self.srv.gate.expect(os.geteuid())
         self.request(0, [{"token": self.token, "pid": os.getpid(), "exe": "nserve"}])

@@ -1,6 +1,6 @@
 """cuSPARSE's generic API as CuPy (cupyx.scipy.sparse) and PyTorch's sparse
 tensors call it (issue 26), through the stand-in libcusparse.so.12 and the
-emulated backend (proxyd/emu/sparse_generic.py): dense->CSR/CSC/COO
+emulated backend (proxyd/backends/emu/sparse_generic.py): dense->CSR/CSC/COO
 (DenseToSparse bufferSize/analysis/convert, as cupyx.scipy.sparse.csr_matrix
 (dense) does), sparse->dense, the descriptors' getters and setters, SpMV on
 CSC and COO, SpMM with preprocess, SpGEMM (workEstimation/compute/copy with

@@ -10,7 +10,7 @@ emulated one's method, or the generic path's declaration for NVIDIA's
 library); (2) a C program calling each of them under the emulated backend
 gets the values of the headers' version macros (NVIDIA's headers where
 installed, GPUPROXY_LIB_INCLUDE or nvidia/cu13/include of this Python; else
-the versions the emulated backend reports, proxyd/emu/versions.py, which
+the versions the emulated backend reports, proxyd/backends/emu/versions.py, which
 test_emulated_versions_are_the_headers checks against those headers).
 """
 from __future__ import annotations

@@ -119,7 +119,7 @@ class Backend:
     def call(self, fn, args: list) -> tuple[int, list]: raise NotImplementedError
 
     # ---- contexts
-    def ctx_create(self, dev: int, flags: int) -> Any: raise NotImplementedError
+    def ctx_create(self, dev: int, flags: int, primary: bool = False) -> Any: raise NotImplementedError
     def ctx_destroy(self, ctx: Any) -> None: raise NotImplementedError
     def make_current(self, ctx: Any) -> None: ...
     def ctx_set_flags(self, ctx: Any, flags: int) -> None: raise NotImplementedError

@@ -37,6 +37,10 @@ log = logging.getLogger("proxyd")
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1
+# GPUPROXY_SESSION_PRIMARY=1: a session's primary contexts are the devices'
+# real primary contexts (shared with the worker's own work) instead of
+# contexts of their own; needed for NCCL in the worker (docs/multigpu.md)
+SESSION_PRIMARY = os.environ.get("GPUPROXY_SESSION_PRIMARY", "0") == "1"
 CUDA_ERROR_NOT_READY = 600
 CUDA_ERROR_NOT_SUPPORTED = 801
 
@@ -287,7 +291,14 @@ class CudaBackend(Backend):
         return v[0]
 
     # ------------------------------------------------------------ contexts
-    def ctx_create(self, dev: int, flags: int) -> int:
+    def ctx_create(self, dev: int, flags: int, primary: bool = False) -> int:
+        if primary and SESSION_PRIMARY:
+            # the session's primary context is the device's (docs/multigpu.md:
+            # NCCL's cudaSetDevice makes it current in the worker)
+            ctx = self.mgmt[dev]
+            if flags:
+                self.ctx_set_flags(ctx, flags)
+            return ctx
         p = self.ffi.new("void **")
         self.check(self.lib.cuCtxCreate_v4(p, self.ffi.NULL, flags, dev), "cuCtxCreate")
         ctx = self.ptr(p[0])
@@ -297,12 +308,23 @@ class CudaBackend(Backend):
         return ctx
 
     def ctx_destroy(self, ctx: int):
+        if ctx in self.mgmt:
+            # a session on the device's primary context (SESSION_PRIMARY): its
+            # objects are freed already; the context is the worker's own
+            self.ctx_sync(ctx)
+            return
         self.check(self.lib.cuCtxDestroy_v2(self.vp(ctx)), "cuCtxDestroy")
         if getattr(self._tls, "cur", None) == ctx:
             self._tls.cur = None
 
     def make_current(self, ctx: int):
         self._set(ctx)
+
+    def forget_current(self):
+        """A library switched this thread's context behind our back (NCCL's
+        cudaSetDevice makes the device's primary context current,
+        proxyd/families/nccl.py): the next _set calls cuCtxSetCurrent again."""
+        self._tls.cur = None
 
     def ctx_set_flags(self, ctx: int, flags: int):
         # cuCtxSetFlags (CUDA >= 12.1) acts on the current context
@@ -350,11 +372,18 @@ class CudaBackend(Backend):
         if r != CUDA_SUCCESS:
             self.lib.cuMemRelease(h[0])
             self.check(r, f"cuMemMap at {addr:#x}")
-        desc = self.ffi.new("CUmemAccessDesc *")
-        desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE
-        desc.location.id = dev
-        desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-        r = self.lib.cuMemSetAccess(addr, size, desc, 1)
+        # read-write for its own device and for every device that can reach
+        # it: all of a session's devices share this worker's address space,
+        # so a peer pointer works in kernels and copies as it does natively
+        # after cuCtxEnablePeerAccess (proxyd/backends/peer.py)
+        from .peer import access_devices
+        devs = access_devices(self, dev)
+        desc = self.ffi.new("CUmemAccessDesc[]", len(devs))
+        for i, d in enumerate(devs):
+            desc[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE
+            desc[i].location.id = d
+            desc[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        r = self.lib.cuMemSetAccess(addr, size, desc, len(devs))
         if r != CUDA_SUCCESS:
             self.lib.cuMemUnmap(addr, size)
             self.lib.cuMemRelease(h[0])

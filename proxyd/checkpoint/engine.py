@@ -1141,8 +1141,9 @@ def _kinds_complete() -> None:
 def _rebuild_contexts(r: kinds.Restore) -> None:
     b = r.backend
     for c in r.desc["contexts"]:
-        ctx = r.sess.add_context(r.dmap(c["device"]), b.ctx_create(r.dmap(c["device"]), c["flags"]), c["primary"],
-                                 c["flags"], ident=c["id"])
+        ctx = r.sess.add_context(r.dmap(c["device"]), b.ctx_create(r.dmap(c["device"]), c["flags"],
+                                                                    primary=c["primary"]),
+                                 c["primary"], c["flags"], ident=c["id"])
         ctx.refcount = c["refcount"]
 
 

@@ -211,7 +211,7 @@ SESSION = Obj({
     "pidns": Opt(Str(64, r"pid:\[[0-9]+\]", "a pid namespace pid:[N]")),
     "start_time": Opt(COUNT),               # the process's start time (clock ticks after boot)
     "uid": Opt(Int(0, (1 << 32) - 1)),
-    "owner_uid": Opt(Int(0, (1 << 32) - 1)),   # the user the worker served (proxyd/worker_gate.py)
+    "owner_uid": Opt(Int(0, (1 << 32) - 1)),   # the user the worker served (proxyd/worker/gate.py)
     # settings recorded from `restore: replay` calls (docs/spec-format.md):
     # [function id, context handle, arguments], re-checked by the dispatcher
     "replay": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 1 << 16),
@@ -225,7 +225,9 @@ SESSION = Obj({
     "mem_pool_current": Map(NUM, ID, 1024),
     # the application's physical allocations (cuMemCreate, proxyd/families/vmm.py)
     "mem_handles": List(Obj({"id": ID, "size": SIZE, "device": DEVICE, "mapped": Opt(U64), "used": Bool(),
-                             "prop": Str(64, r"[0-9a-f]*", "hex bytes")}), 1 << 20),
+                             "prop": Str(64, r"[0-9a-f]*", "hex bytes")},
+                            # access the application set for other devices (proxyd/families/vmm.py): [device, flags]
+                            optional={"access": List(Tuple(DEVICE, Int(0, 3)), 1024)}), 1 << 20),
     # graphs and executable graphs (proxyd/families/graphs.py): their ops, re-checked
     # by the dispatcher's argument types when launched
     "graphs": List(Obj({"id": ID, "kind": Enum("graph", "exec"), "ctx": ID,

@@ -48,6 +48,11 @@ _ROLE_TYPES = {
 }
 
 
+class LibraryUnavailable(Exception):
+    """A remoted library (cuBLAS, NCCL, ...) cannot be loaded in the worker:
+    its calls answer not-supported (families/libraries.py, families/nccl.py)."""
+
+
 def bad_argument(fn, args) -> str | None:
     """Why args cannot be fn's arguments (None when their types fit)."""
     for (name, role, _kind, _ctype, cls, _size, _sz), a in zip(fn.params, args):

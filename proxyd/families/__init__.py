@@ -8,7 +8,8 @@ import importlib
 # Every family module; load_all imports them, and importing one registers its
 # handlers (core/registry.py) and checkpoint object kinds (core/kinds.py).
 MODULES = ("driver", "arrays", "vmm", "mempool", "mempool_ipc", "ipc", "hostmap", "hostfn", "modstore",
-           "link", "graphs", "graph_nodes", "graph_mem", "graph_libcapture", "libraries", "cudnn")
+           "link", "graphs", "graph_nodes", "graph_mem", "graph_libcapture", "libraries", "cudnn",
+           "sparse_generic", "curand_host", "nccl")
 
 
 def load_all() -> None:

@@ -45,7 +45,7 @@ def generate(lib, fn, cargs, n: int):
         raise CudaError(1, f"{fn.name}: {n} results from a host generator in one call "
                            f"(at most {MAX_RESULT // ELEM[fn.name]} through gpuproxy)")
     host = getattr(lib, "generate_host", None)
-    if host is not None:            # the emulated library (proxyd/emu/curand_host.py)
+    if host is not None:            # the emulated library (proxyd/backends/emu/curand_host.py)
         return host(fn, list(cargs), nbytes)
     ffi = lib.ffi
     buf = ffi.new("char[]", max(nbytes, 1))

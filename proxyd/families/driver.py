@@ -79,7 +79,7 @@ def h_primary_retain(d, sess, fn, ctx, args, **kw):
     cid = sess.primary.get(dev)
     if cid is None:
         flags = sess.primary_flags.get(dev, 0)
-        c = sess.add_context(dev, d.backend.ctx_create(dev, flags), primary=True, flags=flags)
+        c = sess.add_context(dev, d.backend.ctx_create(dev, flags, primary=True), primary=True, flags=flags)
     else:
         c = sess.contexts[cid]
         c.refcount += 1

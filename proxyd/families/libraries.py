@@ -41,7 +41,7 @@ from ..core import protocol as P
 from . import curand_host, sparse_generic
 from .._generated import FUNCTIONS, LIBRARY, LIBRARY_CDEF
 from ..core.kinds import Kind, Stage, register
-from ..core.registry import norm_scalar
+from ..core.registry import LibraryUnavailable, norm_scalar  # noqa: F401  (tests import it here)
 from ..core.ratelog import RATE
 from .cudnn import SPECIAL as CUDNN_SPECIAL
 from ..core.session import CudaError, Session
@@ -64,7 +64,7 @@ LIB_KINDS = {"cublas_handle": P.K_CUBLAS_HANDLE, "cublaslt_handle": P.K_CUBLASLT
              "cusolver_dn_params": P.K_CUSOLVER_DN_PARAMS, "cusolver_syevj_info": P.K_CUSOLVER_SYEVJ_INFO,
              "cusolver_gesvdj_info": P.K_CUSOLVER_GESVDJ_INFO,
              # last: their settings (analysis, work estimation) replay after the
-             # matrices' own (pointers) in rebuild(); proxyd/sparse_generic.py
+             # matrices' own (pointers) in rebuild(); proxyd/families/sparse_generic.py
              "cusparse_spgemm": P.K_CUSPARSE_SPGEMM, "cusparse_spsv": P.K_CUSPARSE_SPSV,
              "cusparse_spsm": P.K_CUSPARSE_SPSM}
 # kinds a library call may name: the above and cuDNN's backend descriptors,
@@ -100,12 +100,14 @@ STATUS = {"cublas": _CUBLAS, "cublaslt": _CUBLAS,
           # cusparse.h: _INVALID_VALUE 3, _NOT_SUPPORTED 10, _INTERNAL_ERROR 7, _NOT_INITIALIZED 1
           "cusparse": Status(0, 3, 10, 7, 1),
           # cusolver_common.h: _INVALID_VALUE 3, _NOT_SUPPORTED 9, _INTERNAL_ERROR 7, _NOT_INITIALIZED 1
-          "cusolver": Status(0, 3, 9, 7, 1)}
+          "cusolver": Status(0, 3, 9, 7, 1),
+          # nccl.h: ncclInvalidArgument 4, ncclInvalidUsage 5 (no not-supported code), ncclInternalError 3
+          "nccl": Status(0, 4, 5, 3, 4)}
 
 # function id ranges (autogen/specload.py, ID_RANGES)
 _RANGES = (("cublas", 20000, 24999), ("cublaslt", 25000, 26999), ("nvml", 27000, 29999), ("cudnn", 30000, 31999),
            ("cufft", 40000, 40999), ("curand", 41000, 41999), ("cusparse", 42000, 43999),
-           ("cusolver", 44000, 46999))
+           ("cusolver", 44000, 46999), ("nccl", 47000, 47999))
 
 
 def api_of(fid: int) -> str:
@@ -151,18 +153,14 @@ def curand_position(obj) -> tuple[int, int]:
     return base, int(obj.info.get("generated", 0))
 
 
-class LibraryUnavailable(Exception):
-    pass
-
-
 def _status_name(api: str, code: int) -> str:
     if api == "nvml":
         return f"nvmlReturn_t {code}"
     if api == "cudnn":
         return f"cudnnStatus_t {code}"
-    if api in ("cufft", "curand", "cusparse", "cusolver"):
+    if api in ("cufft", "curand", "cusparse", "cusolver", "nccl"):
         return {"cufft": "cufftResult", "curand": "curandStatus_t", "cusparse": "cusparseStatus_t",
-                "cusolver": "cusolverStatus_t"}[api] + f" {code}"
+                "cusolver": "cusolverStatus_t", "nccl": "ncclResult_t"}[api] + f" {code}"
     names = {0: "SUCCESS", 1: "NOT_INITIALIZED", 3: "ALLOC_FAILED", 7: "INVALID_VALUE", 8: "ARCH_MISMATCH",
              11: "MAPPING_ERROR", 13: "EXECUTION_FAILED", 14: "INTERNAL_ERROR", 15: "NOT_SUPPORTED"}
     return "CUBLAS_STATUS_" + names.get(code, str(code))
@@ -398,7 +396,11 @@ class LibraryCalls:
             raise LibraryUnavailable(self._missing[api])
         try:
             make = getattr(self.backend, "library", None)
-            lib = make(api) if make is not None else RealCudnn(api) if api == "cudnn" else RealLibrary(api)
+            if api == "nccl" and make is None:
+                from .nccl import RealNccl      # NVIDIA's NCCL, declared by hand (proxyd/families/nccl.py)
+                lib = RealNccl()
+            else:
+                lib = make(api) if make is not None else RealCudnn(api) if api == "cudnn" else RealLibrary(api)
         except LibraryUnavailable as e:
             self._missing[api] = str(e)
             log.warning("%s: every %s call answers not-supported", e, api)
@@ -505,6 +507,7 @@ class LibraryCalls:
         except CudaError as e:
             code = st.bad_handle if e.code == CUDA_ERROR_INVALID_HANDLE else \
                 st.not_supported if e.code == CUDA_ERROR_NOT_SUPPORTED else st.invalid
+            code = getattr(e, "nccl_code", code)       # NCCL's own status (proxyd/families/nccl.py)
             outs, msg = None, e.message
         except Exception as e:  # a bug in proxyd must not take the worker down
             RATE.internal_error("internal error in a library call", f"{fn.name} failed inside proxyd", e)
@@ -531,6 +534,9 @@ class LibraryCalls:
             self.backend.make_current(ctx.real)
         if api == "cudnn" and fn.name in CUDNN_SPECIAL:
             return self.cudnn.execute(sess, fn, fid, ctxh, args, lib)
+        if api == "nccl":
+            from .nccl import execute as nccl_execute      # communicators and collectives (proxyd/families/nccl.py)
+            return nccl_execute(self, sess, fn, ctx, args, lib)
         cargs = self._decode(sess, fn, args, lib)
         if api == "curand" and curand_host.is_host(sess, fn, args, lambda h: lib_object(sess, "curand_generator", h)):
             # a host generator: results answered, not written to device memory (curand_host.py)

@@ -193,7 +193,17 @@ def h_set_access(d, sess, fn, ctx, args, **kw):
                                                           f"its own device")
             if lid != c.device:
                 d.backend.set_access(c.start, c.size, lid, flags)
+                _note_access(sess, c.start, lid, flags)
     return CUDA_SUCCESS, []
+
+
+def _note_access(sess, start: int, dev: int, flags: int):
+    """What cuMemGetAccess answers for another device (several GPUs): the
+    flags the application set on the mapping's handle."""
+    hid = sess.vmm_mapped.get(start)
+    o = sess.objects.get((P.K_MEM_HANDLE, hid)) if hid is not None else None
+    if o is not None:
+        o.info.setdefault("access", {})[dev] = flags
 
 
 @handler("vmm_get_access")
@@ -205,7 +215,11 @@ def h_get_access(d, sess, fn, ctx, args, **kw):
     c = sess.arena.chunk_at(int(args[2]))
     if c is None or not c.vmm or lt != CU_MEM_LOCATION_TYPE_DEVICE:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {int(args[2]):#x} is not mapped")
-    return CUDA_SUCCESS, [CU_MEM_ACCESS_FLAGS_PROT_READWRITE if lid == c.device else 0]
+    if lid == c.device:
+        return CUDA_SUCCESS, [CU_MEM_ACCESS_FLAGS_PROT_READWRITE]
+    hid = sess.vmm_mapped.get(c.start)
+    o = sess.objects.get((P.K_MEM_HANDLE, hid)) if hid is not None else None
+    return CUDA_SUCCESS, [(o.info.get("access") or {}).get(lid, 0) if o is not None else 0]
 
 
 @handler("vmm_get_prop")
@@ -217,8 +231,14 @@ def h_get_prop(d, sess, fn, ctx, args, **kw):
 # ------------------------------------------------------------ checkpoints
 
 def describe(sess) -> list:
-    return [{"id": o.id, "size": o.info["size"], "device": o.info["device"], "mapped": o.info["mapped"],
-             "used": bool(o.info["used"]), "prop": o.info["prop"].hex()} for o in sess.of_kind(P.K_MEM_HANDLE)]
+    out = []
+    for o in sess.of_kind(P.K_MEM_HANDLE):
+        e = {"id": o.id, "size": o.info["size"], "device": o.info["device"], "mapped": o.info["mapped"],
+             "used": bool(o.info["used"]), "prop": o.info["prop"].hex()}
+        if o.info.get("access"):
+            e["access"] = [[dev, flags] for dev, flags in sorted(o.info["access"].items())]
+        out.append(e)
+    return out
 
 
 def rebuild(sess, handles: list, dmap):
@@ -231,6 +251,10 @@ def rebuild(sess, handles: list, dmap):
         o = sess.add(P.K_MEM_HANDLE, None, 0, {"size": int(h["size"]), "device": dev, "prop": bytes(prop),
                                                 "mapped": h.get("mapped"), "used": bool(h.get("used"))},
                      ident=int(h["id"]))
+        if h.get("access"):
+            # the worker maps memory for every device that reaches it
+            # (proxyd/backends/peer.py): what is restored is the answer cuMemGetAccess gives
+            o.info["access"] = {dmap(int(dev)): int(flags) for dev, flags in h["access"]}
         if o.info["mapped"] is not None:
             sess.vmm_mapped[int(o.info["mapped"])] = o.id
     # mappings whose handle was released keep no handle: nothing to record

@@ -22,6 +22,8 @@ def register(server):
     def ping(rid, seq, args):
         server.ctl_reply(rid, seq, {"version": __version__, "pid": os.getpid()})
 
+    from ..families.nccl import status as nccl_status
+
     @ctl("status")
     def status(rid, seq, args):
         sessions = []
@@ -40,6 +42,7 @@ def register(server):
                 "checkpoint": s.ckpt_phase,
                 "age_s": round(time.time() - s.created, 1),
                 "shared_memory": bool(getattr(s, "shm_ok", False)),
+                **nccl_status(s),
             })
         b = server.backend
         devices = []

@@ -64,7 +64,7 @@ def args_fit(checks: tuple, args: list) -> bool:
 def answered(sess) -> bool:
     """Whether the library op just run is answered although its spec says
     asynchronous (a cuRAND host generator's generate call: libraries.run_op
-    sets the flag, proxyd/curand_host.py); reads and clears it."""
+    sets the flag, proxyd/families/curand_host.py); reads and clears it."""
     a = getattr(sess, "lib_answered", False)
     sess.lib_answered = False
     return a

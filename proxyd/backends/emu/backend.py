@@ -407,7 +407,7 @@ class EmuBackend(Backend):
         return 13000
 
     # ----------------------------------------------------------- contexts
-    def ctx_create(self, dev, flags):
+    def ctx_create(self, dev, flags, primary=False):
         return EmuContext(self._dev(dev), flags)
 
     def ctx_destroy(self, ctx):
@@ -579,6 +579,9 @@ class EmuBackend(Backend):
         if api == "cudnn":
             from .cudnn import EmuCudnn  # the backend API's plumbing and one conv engine
             return EmuCudnn(self, api)
+        if api == "nccl":
+            from .collectives import EmuNccl    # collectives between sessions (issue 22)
+            return EmuNccl(self, api)
         from .blas import EmuLibrary
         from .library_classes import CLASSES     # mathlibs.py's, extended
         return CLASSES.get(api, EmuLibrary)(self, api)

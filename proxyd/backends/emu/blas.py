@@ -486,6 +486,10 @@ class EmuLibrary(BlasLevels):
         # nvmlMemory_t: unsigned long long total, free, used (nvml.h)
         return NVML_OK, [struct.pack("<QQQ", total, total - used, used)]
 
+    def f_nvmlDeviceGetCudaComputeCapability(self, dev, major, minor):
+        cc = self.b.drv_cuDeviceComputeCapability(None, None, dev)[1]     # the emulated devices' (9, 0)
+        return NVML_OK, [cc[0], cc[1]]
+
     def f_nvmlSystemGetDriverVersion(self, size, length):
         v = self.b.driver_version()
         return self._string(f"{v // 1000}.{(v % 1000) // 10}.emu", size)

@@ -1,5 +1,5 @@
 """The emulated backend's cuRAND host generators (curandCreateGeneratorHost;
-proxyd/curand_host.py): the emulated generator (mathlibs.EmuCurand, the
+proxyd/families/curand_host.py): the emulated generator (mathlibs.EmuCurand, the
 same sequence and positioning as a device one), its results written to a
 host buffer that becomes the call's answer instead of device memory.
 

@@ -1,0 +1,80 @@
+// nccl_single: one rank, for the parts of the stand-in the multi-rank test
+// does not reach: a nonblocking communicator (ncclCommInitRankConfig with
+// blocking = 0: ncclInProgress, then the application polls
+// ncclCommGetAsyncError), a collective on it, ncclCommSplit with
+// NCCL_SPLIT_NOCOLOR (a NULL communicator), errors of bad arguments, and --
+// with argv[1] "wait" -- a pause while the communicator is alive ("ready",
+// then one stdin line) so that a test can try to checkpoint the session.
+#include <cstdio>
+#include <cstring>
+#include <cstddef>
+#include <cuda_runtime.h>
+#include "nccl_decls.h"
+
+// nccl.h (2.32) ncclConfig_t up to the fields used here; `size` says how much
+// NCCL may read, as with an application built against an older nccl.h
+struct ncclConfig_v23100 {
+    size_t size;
+    unsigned int magic;
+    unsigned int version;
+    int blocking;
+    int cgaClusterSize;
+    int minCTAs;
+    int maxCTAs;
+};
+
+#define NK(x) do { ncclResult_t r_ = (x); if (r_ != ncclSuccess) { printf("FAIL %s -> %d\n", #x, (int)r_); \
+    return 1; } } while (0)
+
+int main(int argc, char **argv)
+{
+    cudaSetDevice(0);
+    ncclUniqueId id;
+    NK(ncclGetUniqueId(&id));
+    ncclConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.size = sizeof cfg;
+    cfg.magic = 0xcafebeef;
+    cfg.version = 23203;
+    cfg.blocking = 0;
+    cfg.cgaClusterSize = cfg.minCTAs = cfg.maxCTAs = (int)0x80000000;    // NCCL_CONFIG_UNDEF_INT
+    ncclComm_t comm;
+    ncclResult_t r = ncclCommInitRankConfig(&comm, 1, id, 0, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) { printf("FAIL init %d\n", (int)r); return 1; }
+    int polls = 0;
+    ncclResult_t st = ncclInProgress;
+    while (st == ncclInProgress) {
+        NK(ncclCommGetAsyncError(comm, &st));
+        polls++;
+    }
+    printf("nonblocking init: %d\n", (int)st);
+    int *d;
+    cudaMalloc(&d, 16 * sizeof(int));
+    int h[16];
+    for (int i = 0; i < 16; i++) h[i] = i * i;
+    cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+    r = ncclAllReduce(d, d, 16, ncclInt32, ncclSum, comm, 0);    // may be in progress (nonblocking)
+    for (st = r; st == ncclInProgress;)
+        NK(ncclCommGetAsyncError(comm, &st));
+    if (st != ncclSuccess) { printf("FAIL all-reduce %d\n", (int)st); return 1; }
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    int ok = 1;
+    for (int i = 0; i < 16; i++) ok &= h[i] == i * i;
+    printf("one-rank all-reduce: %s\n", ok ? "ok" : "WRONG");
+    ncclComm_t none = (ncclComm_t)1;
+    ncclConfig_t blocking = cfg;
+    blocking.blocking = 1;
+    NK(ncclCommSplit(comm, -1, 0, &none, &blocking));  // NCCL_SPLIT_NOCOLOR
+    printf("no-color split gives %s\n", none ? "a communicator" : "NULL");
+    ncclComm_t bad;
+    printf("rank 3 of 2: %d\n", (int)ncclCommInitRank(&bad, 2, id, 3));
+    if (argc > 1 && strcmp(argv[1], "wait") == 0) {
+        printf("ready\n");
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) { /* EOF: go on */ }
+    }
+    NK(ncclCommDestroy(comm));
+    printf("PASS nccl_single\n");
+    return 0;
+}
