@@ -457,6 +457,18 @@ static CUresult integrity_check(uint32_t version, uint64_t unix_seconds, uint64_
                                           0xaa, 0x08, 0x41, 0x36, 0x0b, 0xf5, 0x5a, 0x9f};
     if (!result)
         return CUDA_ERROR_INVALID_VALUE;
+    /* The CUDA 12.x runtime (12.4 tried: versions 12040-12042) verifies the
+     * same record as 13.0. The 11.x runtime (11.8 tried: 11080-11082) rejects
+     * this answer, so an 11.x runtime is refused here with one line instead
+     * of failing later with a puzzling cudaErrorSoftwareValidityNotEstablished
+     * (docs/compatibility.md, "Programs built for CUDA 11 and 12"). */
+    if (version < 12000) {
+        char what[96];
+        snprintf(what, sizeof what, "NVIDIA's CUDA %u.%u runtime (libcudart.so.11.x)", version / 1000,
+                 version % 1000 / 10);
+        gp_warn_unsupported(what);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
     int drv = 0, count = 0;
     CUresult rc = cuDriverGetVersion(&drv);
     if (rc == CUDA_SUCCESS)

@@ -241,6 +241,8 @@ def main():
                     help="bench/run_bench.py suites (micro,roundtrip,rtprofile,checkpoint,small,clients,pin,whole)")
     ap.add_argument("--tcp", action="store_true", help="also the corpus over a keyed (CURVE) tcp endpoint")
     ap.add_argument("--python", action="store_true", help="also the Python-framework checks (gpu_check_python.py)")
+    ap.add_argument("--oldcuda", action="store_true",
+                    help="also programs built for CUDA 12.4 and 11.8 and the oldest-driver mode (gpu_check_oldcuda.py)")
     ap.add_argument("--pycuda-from", default=str(ROOT / ".carry" / "pycuda"),
                     help="folder with pycuda's sdist and its dependencies' wheels (no network on the GPU machine)")
     ap.add_argument("--python-steps", default="example,suite,frameworks,tests",
@@ -262,8 +264,10 @@ def main():
                      ("pytest", lambda: pytest_gpu(log, out)),
                      ("bench", lambda: bench(log, out, a.bench_suites)),
                      ("tcp", lambda: tcp_check(log, out)),
-                     ("python", lambda: python_frameworks(log, out, Path(a.pycuda_from), a.python_steps.split(",")))):
-        if name in skip or (name == "python" and not a.python) or (name == "tcp" and not a.tcp):
+                     ("python", lambda: python_frameworks(log, out, Path(a.pycuda_from), a.python_steps.split(","))),
+                     ("oldcuda", lambda: __import__("gpu_check_oldcuda").oldcuda_check(log, out))):
+        if name in skip or (name == "python" and not a.python) or (name == "tcp" and not a.tcp) \
+                or (name == "oldcuda" and not a.oldcuda):
             continue
         t = time.time()
         try:

@@ -81,6 +81,7 @@ int cuDeviceTotalMem_v2(size_t *bytes, int dev);
 int cuGetErrorName(int error, const char **str);
 int cuDevicePrimaryCtxRetain(void **pctx, int dev);
 int cuCtxCreate_v4(void **pctx, void *params, unsigned int flags, int dev);
+int cuCtxCreate_v2(void **pctx, unsigned int flags, int dev);
 int cuCtxSetFlags(unsigned int flags);
 int cuCtxDestroy_v2(void *ctx);
 int cuCtxSetCurrent(void *ctx);
@@ -205,6 +206,11 @@ class CudaBackend(Backend):
         r = self.lib.cuInit(0)
         if r != CUDA_SUCCESS:
             raise CudaUnavailable(f"cuInit failed: {self.err_name(r)}")
+        # functions newer than the driver answer not-supported (driver_floor.py)
+        from . import driver_floor
+        v = self.ffi.new("int *")
+        self.lib.cuDriverGetVersion(v)
+        self.lib = driver_floor.GatedLib(self.lib, driver_floor.effective_version(v[0]))
         n = self.ffi.new("int *")
         self.check(self.lib.cuDeviceGetCount(n), "cuDeviceGetCount")
         self.ndev = n[0]
@@ -289,7 +295,10 @@ class CudaBackend(Backend):
     # ------------------------------------------------------------ contexts
     def ctx_create(self, dev: int, flags: int) -> int:
         p = self.ffi.new("void **")
-        self.check(self.lib.cuCtxCreate_v4(p, self.ffi.NULL, flags, dev), "cuCtxCreate")
+        if self.lib.has("cuCtxCreate_v4"):
+            self.check(self.lib.cuCtxCreate_v4(p, self.ffi.NULL, flags, dev), "cuCtxCreate")
+        else:   # drivers before CUDA 12.5: the same context without creation parameters
+            self.check(self.lib.cuCtxCreate_v2(p, flags, dev), "cuCtxCreate")
         ctx = self.ptr(p[0])
         # cuCtxCreate pushes the new context; proxyd sets contexts per call
         self.lib.cuCtxPopCurrent_v2(self.ffi.new("void **"))

@@ -1,0 +1,81 @@
+"""The oldest NVIDIA driver the worker runs on, and its calls newer than that.
+
+The sites gpuproxy exists for run drivers too old for cuda-checkpoint
+(below R550), down to R470 (CUDA 11.4). The worker (backends/cuda.py) calls
+the driver API through cffi in ABI mode, which looks a function up only when
+it is first used, so a driver that lacks one still loads. What this module
+adds: the driver functions the worker calls that CUDA 11.4's cuda.h does not
+declare are listed with the CUDA version that introduced each (the suffix of
+their PFN_ typedef in cudaTypedefs.h, CUDA 13); the worker uses them only
+when the driver's cuDriverGetVersion reports that version, and otherwise
+answers the call with CUDA_ERROR_NOT_SUPPORTED and one log line naming it
+(or, for context creation, uses the older entry point).
+tests/test_oldcuda.py checks this table against an older cuda.h.
+
+GPUPROXY_DRIVER_VERSION_CAP=11040 forces the oldest-driver mode on a newer
+driver (the only way to test it on the H100 machine's driver 580): the
+worker then behaves as on a CUDA 11.4 driver.
+
+Not locked: the table is read-only; GatedLib fills its cache from the
+worker's threads, which store the same value for a name.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger("proxyd")
+
+MIN_DRIVER = 11040          # R470, CUDA 11.4
+CAP_ENV = "GPUPROXY_DRIVER_VERSION_CAP"
+CUDA_ERROR_NOT_SUPPORTED = 801
+
+# The worker's driver calls that a CUDA 11.4 driver lacks -> the CUDA
+# version that introduced them (cudaTypedefs.h, PFN_<name>_v<version>).
+NEWER = {
+    "cuCtxCreate_v4": 12050,
+    "cuCtxSetFlags": 12010,
+    "cuFuncGetParamInfo": 12040,
+    "cuLaunchKernelEx": 11060,
+    "cuOccupancyMaxActiveClusters": 11070,
+}
+
+
+def effective_version(reported: int) -> int:
+    """The driver version the worker acts on: what the driver reports, or
+    less under GPUPROXY_DRIVER_VERSION_CAP."""
+    cap = os.environ.get(CAP_ENV)
+    if cap:
+        try:
+            return min(reported, int(cap))
+        except ValueError:
+            log.warning("%s=%r is not a CUDA version number (like 11040); ignored", CAP_ENV, cap)
+    return reported
+
+
+class GatedLib:
+    """The cffi library with the functions newer than the driver answered by
+    a stand-in that logs one line and returns CUDA_ERROR_NOT_SUPPORTED.
+    Every name is looked up once, then kept as an attribute of this object,
+    so the hot path pays a plain attribute read as on the cffi library."""
+
+    def __init__(self, lib, version: int):
+        object.__setattr__(self, "_lib", lib)
+        object.__setattr__(self, "version", version)
+
+    def has(self, name: str) -> bool:
+        return NEWER.get(name, 0) <= self.version
+
+    def __getattr__(self, name: str):
+        if self.has(name):
+            fn = getattr(self._lib, name)
+        else:
+            need = NEWER[name]
+
+            def fn(*_args, _name=name, _need=need):
+                log.warning("%s needs a CUDA %d.%d driver; this one is %d.%d: not supported",
+                            _name, _need // 1000, _need % 1000 // 10, self.version // 1000,
+                            self.version % 1000 // 10)
+                return CUDA_ERROR_NOT_SUPPORTED
+        object.__setattr__(self, name, fn)
+        return fn

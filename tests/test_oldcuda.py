@@ -1,0 +1,275 @@
+"""Programs built for CUDA 12.4 and 11.8 under the proxy (issue 24), on the
+emulated backend; and the worker's driver calls against an older cuda.h.
+
+The design (docs/compatibility.md, "Programs built for CUDA 11 and 12"):
+NVIDIA's runtime of the program's own major runs in the application, on the
+shim's driver API (libcuda.so.1), so every runtime structure keeps that
+version's layout; the shim's libcudart.so.13 stands only for CUDA 13.
+
+NVIDIA's runtimes and headers come from its wheels (tests/oldcuda_kit.py:
+.carry/oldcuda, the cache folder, or pip); without them the tests skip with
+the reason.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import corpus
+import oldcuda_kit
+from conftest import client_env
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+
+def _kit(version):
+    try:
+        return oldcuda_kit.kit(version)
+    except oldcuda_kit.KitUnavailable as e:
+        pytest.skip(f"NVIDIA's CUDA {version} runtime wheel unavailable: {e}")
+
+
+def _build(version, source, tmp_path_factory, nvcc=None):
+    _kit(version)
+    out = Path(os.environ.get("GPUPROXY_OLDCUDA_BUILD_DIR") or corpus.default_build_dir()) / "oldcuda"
+    return oldcuda_kit.build(version, source, out, nvcc=nvcc)
+
+
+def _fields(stdout: str) -> dict[str, str]:
+    return dict(line.split(" ", 1) for line in stdout.splitlines() if " " in line)
+
+
+def _expected_props(version: str) -> dict[str, str]:
+    """The emulated device as NVIDIA's runtime of `version` must describe it:
+    the emu backend's attribute table (by the numbers of that version's
+    cuda.h) and its name and memory size, not anything the shim computes."""
+    from gpuproxy.emu import backend as emu
+    num = oldcuda_kit.driver_attribute_numbers(version)
+
+    def a(name):
+        return emu.ATTRS[num[name]]
+    return {
+        "devices": "1",
+        "name": emu.EmuBackend.device_name(None, 0),
+        "totalGlobalMem": str(emu.EMU_TOTAL_MEM),
+        "sharedMemPerBlock": str(a("MAX_SHARED_MEMORY_PER_BLOCK")),
+        "regsPerBlock": str(a("MAX_REGISTERS_PER_BLOCK")),
+        "warpSize": str(a("WARP_SIZE")),
+        "maxThreadsPerBlock": str(a("MAX_THREADS_PER_BLOCK")),
+        "maxThreadsDim": " ".join(str(a(f"MAX_BLOCK_DIM_{x}")) for x in "XYZ"),
+        "maxGridSize": " ".join(str(a(f"MAX_GRID_DIM_{x}")) for x in "XYZ"),
+        "clockRate": str(a("CLOCK_RATE")),
+        "totalConstMem": str(a("TOTAL_CONSTANT_MEMORY")),
+        "major": str(a("COMPUTE_CAPABILITY_MAJOR")),
+        "minor": str(a("COMPUTE_CAPABILITY_MINOR")),
+        "multiProcessorCount": str(a("MULTIPROCESSOR_COUNT")),
+        "asyncEngineCount": str(a("ASYNC_ENGINE_COUNT")),
+        "memoryClockRate": str(a("MEMORY_CLOCK_RATE")),
+        "memoryBusWidth": str(a("GLOBAL_MEMORY_BUS_WIDTH")),
+        "l2CacheSize": str(a("L2_CACHE_SIZE")),
+        "maxThreadsPerMultiProcessor": str(a("MAX_THREADS_PER_MULTIPROCESSOR")),
+        "sharedMemPerMultiprocessor": str(a("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR")),
+        "regsPerMultiprocessor": str(a("MAX_REGISTERS_PER_MULTIPROCESSOR")),
+        "managedMemory": str(a("MANAGED_MEMORY")),
+        "concurrentKernels": str(a("CONCURRENT_KERNELS")),
+        "sharedMemPerBlockOptin": str(a("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")),
+        "maxBlocksPerMultiProcessor": str(a("MAX_BLOCKS_PER_MULTIPROCESSOR")),
+        "persistingL2CacheMaxSize": str(a("MAX_PERSISTING_L2_CACHE_SIZE")),
+    }
+
+
+def test_cuda12_device_properties_in_its_own_layout(tmp_path_factory, emu_daemon):
+    """The issue's case: a CUDA 12.4 program's cudaDeviceProp (12.x layout,
+    with the fields 13 dropped) holds the emulated device's values."""
+    exe = _build("12.4", HERE / "oldcuda" / "devprops.c", tmp_path_factory)
+    r = subprocess.run([str(exe)], env=client_env(emu_daemon), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr + emu_daemon.log()[-2000:]
+    got = _fields(r.stdout)
+    assert got.pop("runtime") == "12040"
+    assert got == _expected_props("12.4")
+    assert r.stderr == ""
+
+
+def test_cuda12_runtime_by_path_is_nvidias(tmp_path_factory, emu_daemon):
+    """dlopen of NVIDIA's libcudart.so.12 by absolute path (what CuPy
+    cuda12x and cuda-pathfinder do) loads that runtime, not the shim's 13:
+    the structure it fills has the 12.x layout."""
+    lib = _kit("12.4") / "lib" / "libcudart.so.12"
+    code = ("import ctypes\n"
+            f"rt = ctypes.CDLL({str(lib)!r})\n"
+            "buf = ctypes.create_string_buffer(4096)\n"
+            "e = rt.cudaGetDeviceProperties_v2(buf, 0)\n"
+            "v = ctypes.c_int(); rt.cudaRuntimeGetVersion(ctypes.byref(v))\n"
+            # cudaDeviceProp (12.4 driver_types.h): name[256], uuid (16), luid[8],
+            # luidDeviceNodeMask, totalGlobalMem ... multiProcessorCount at 388
+            "import struct\n"
+            "print(e, v.value, buf.raw[:256].split(b'\\0')[0].decode(), struct.unpack_from('<i', buf.raw, 388)[0])\n")
+    r = subprocess.run([sys.executable, "-c", code], env=client_env(emu_daemon), capture_output=True, text=True,
+                       timeout=60)
+    exp = _expected_props("12.4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.split(None, 2)[:2] == ["0", "12040"], r.stdout
+    assert r.stdout.strip().endswith(f"{exp['name']} {exp['multiProcessorCount']}"), r.stdout
+
+
+def test_cuda12_offset_of_multiprocessor_count(tmp_path_factory):
+    """The offset the previous test reads, from the 12.4 header by the C compiler."""
+    inc = _kit("12.4") / "include"
+    src = tmp_path_factory.mktemp("off") / "off.c"
+    src.write_text("#include <stdio.h>\n#include <stddef.h>\n#include <cuda_runtime_api.h>\n"
+                   "int main(void){printf(\"%zu\\n\", offsetof(struct cudaDeviceProp, multiProcessorCount));}\n")
+    exe = src.with_suffix("")
+    crt = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda") / "include"
+    subprocess.run(["cc", f"-I{inc}", f"-idirafter{crt}", str(src), "-o", str(exe)], check=True)
+    assert subprocess.run([str(exe)], capture_output=True, text=True).stdout == "388\n"
+
+
+OLD_CORPUS = ["iterative", "vector_add"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", OLD_CORPUS)
+def test_cuda12_corpus_program_identical(name, nvcc, tmp_path_factory, emu_daemon):
+    """A corpus program built for CUDA 12.4 (nvcc 13 front end, 12.4 headers,
+    NVIDIA's 12.4 runtime) prints exactly what its CUDA 13 build must."""
+    prog = next(p for p in corpus.load_corpus() if p.name == name)
+    exe = _build("12.4", prog.source_path, tmp_path_factory, nvcc=nvcc)
+    r = subprocess.run([str(exe), *prog.args], env=client_env(emu_daemon), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr + emu_daemon.log()[-2000:]
+    assert r.stdout == prog.expected_output
+    assert r.stderr == ""
+
+
+class _Built:
+    def __init__(self, exe, args=()):
+        self.exe, self.args = exe, list(args)
+
+    def argv(self):
+        return [str(self.exe), *self.args]
+
+
+def _ctl(d, cmd, **args):
+    from gpuproxy.proxyd.client import ControlClient
+    return ControlClient(d.endpoint, timeout_s=120).call(cmd, args)
+
+
+@pytest.mark.slow
+def test_cuda12_program_across_dump_and_restore(nvcc, tmp_path_factory, shim_installed, emu_kernel_files):
+    """The CUDA 12.4 build of `iterative`, paced, dumped after iterations 20
+    and 40, proxyd killed and a fresh one restoring each time: the same
+    output as its CUDA 13 build without a checkpoint. The 12.4 runtime's own
+    state (module registrations in the context-local storage) lives in the
+    application and keeps its handles."""
+    import shutil
+    import time
+    from paced import PacedRun
+    from proxy import Daemon
+    prog = next(p for p in corpus.load_corpus() if p.name == "iterative")
+    exe = _build("12.4", prog.source_path, tmp_path_factory, nvcc=nvcc)
+    tmp = Path(f"/tmp/gpo-{os.getpid()}-{time.monotonic_ns() % 10**9}")   # ipc paths stay short
+    tmp.mkdir()
+
+    def daemon(name):
+        return Daemon(backend="emu", emu_kernels=emu_kernel_files, endpoint=f"ipc://{tmp}/proxyd.sock",
+                      log_path=str(tmp / f"{name}.log")).start()
+    d = daemon("first")
+    try:
+        with PacedRun(_Built(exe), d) as run:
+            for k in (20, 40):
+                run.step_to(k)
+                st = _ctl(d, "dump", pid=run.pid, dir=str(tmp / f"img{k}"))
+                assert st["released"], st
+                d.kill()
+                d = daemon(f"after{k}")
+                assert _ctl(d, "restore", dir=str(tmp / f"img{k}"))["pid"] == run.pid
+            out = run.finish()
+            assert out == prog.expected_output, f"{out}\n--- stderr\n{run.stderr()}\n{d.log()[-3000:]}"
+            assert run.stderr() == ""
+    finally:
+        d.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_cuda11_runtime_refused_with_one_line(nvcc, tmp_path_factory, emu_daemon):
+    """NVIDIA's 11.8 runtime is not served yet (its integrity check is not
+    answered): the program fails at its first call with one stderr line
+    naming the runtime, never with wrong values."""
+    exe = _build("11.8", HERE / "oldcuda" / "devprops.c", tmp_path_factory)
+    r = subprocess.run([str(exe)], env=client_env(emu_daemon), capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    lines = [l for l in r.stderr.splitlines() if l.startswith("gpuproxy:")]
+    assert lines == ["gpuproxy: NVIDIA's CUDA 11.8 runtime (libcudart.so.11.x) is not supported by gpuproxy; "
+                     "returning not-supported"], r.stderr
+
+
+# ---------------------------------------------------------------- the worker on older drivers
+
+def _declared_driver_functions(cuda_h: str) -> set[str]:
+    """Symbols a driver of that cuda.h exports: each declared function under
+    the name its #define maps it to (cuMemAlloc -> cuMemAlloc_v2), and the
+    declared name itself (the older entry point)."""
+    text = re.sub(r"/\*.*?\*/", "", cuda_h, flags=re.S)
+    decl = set(re.findall(r"\bCUresult\s+CUDAAPI\s+(cu\w+)\s*\(", text))
+    alias = dict(re.findall(r"#\s*define\s+(cu\w+)\s+(cu\w+_v\d+)\b", text))
+    return decl | {alias[d] for d in decl if d in alias}
+
+
+def _worker_driver_calls() -> set[str]:
+    names = set()
+    for f in (REPO / "proxyd").rglob("*.py"):
+        names |= set(re.findall(r"\blib\.(cu[A-Z]\w+)\(", f.read_text()))
+    return names
+
+
+def test_worker_driver_calls_exist_in_an_older_cuda_h():
+    """Every driver function the worker calls is in CUDA 11.7's cuda.h (the
+    oldest NVIDIA wheel that ships one; 11.4's is not on PyPI) or listed in
+    backends/driver_floor.py with the version it needs, and used only then."""
+    from gpuproxy.proxyd.backends import driver_floor
+    req = "nvidia-cuda-runtime-cu11==11.7.99"
+    oldcuda_kit.KITS.setdefault("11.7", (req, "libcudart.so.11.0", 11070))
+    cuda_h = (_kit("11.7") / "include" / "cuda.h").read_text()
+    assert "#define CUDA_VERSION 11070" in cuda_h
+    have = _declared_driver_functions(cuda_h)
+    calls = _worker_driver_calls()
+    assert len(calls) > 40   # the scan found the worker's calls
+    missing = {c for c in calls if c not in have}
+    assert missing <= set(driver_floor.NEWER), missing - set(driver_floor.NEWER)
+    # a listed function that 11.7 has must have come with 11.5-11.7 (11.4 lacks it)
+    assert all(11040 < driver_floor.NEWER[n] <= 11070 for n in set(driver_floor.NEWER) & have)
+    assert set(driver_floor.NEWER) <= calls     # nothing listed that the worker does not call
+    assert all(v > driver_floor.MIN_DRIVER for v in driver_floor.NEWER.values())
+
+
+def test_gated_lib_answers_newer_functions_not_supported(caplog):
+    from gpuproxy.proxyd.backends import driver_floor
+
+    class Fake:
+        def cuCtxSetFlags(self, flags):
+            return 0
+
+        def cuInit(self, flags):
+            return 0
+    lib = driver_floor.GatedLib(Fake(), 11040)
+    assert lib.cuInit(0) == 0
+    assert not lib.has("cuCtxSetFlags")
+    with caplog.at_level("WARNING", logger="proxyd"):
+        assert lib.cuCtxSetFlags(0) == driver_floor.CUDA_ERROR_NOT_SUPPORTED
+    assert [r.getMessage() for r in caplog.records] == [
+        "cuCtxSetFlags needs a CUDA 12.1 driver; this one is 11.4: not supported"]
+    assert driver_floor.GatedLib(Fake(), 13000).cuCtxSetFlags(0) == 0
+
+
+def test_driver_version_cap(monkeypatch):
+    from gpuproxy.proxyd.backends import driver_floor
+    monkeypatch.delenv(driver_floor.CAP_ENV, raising=False)
+    assert driver_floor.effective_version(13000) == 13000
+    monkeypatch.setenv(driver_floor.CAP_ENV, "11040")
+    assert driver_floor.effective_version(13000) == 11040
