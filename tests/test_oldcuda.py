@@ -209,6 +209,41 @@ def test_cuda11_runtime_refused_with_one_line(nvcc, tmp_path_factory, emu_daemon
                      "returning not-supported"], r.stderr
 
 
+# ---------------------------------------------------------------- driver entry points per CUDA version
+
+@pytest.mark.parametrize("version", ["12.4", "11.8"])
+def test_proc_address_per_version(version, shim_installed):
+    """An older runtime resolves every driver function through
+    cuGetProcAddress with its own CUDA version. For every PFN_<name>_v<N> of
+    that version's cudaTypedefs.h (NVIDIA's list of the driver's entry points
+    and the version each variant came with), the shim must answer, and with
+    the variant that version knew: the one asked for at the newest <N> of
+    that name in the older header, never a variant a later CUDA added (whose
+    parameters may differ, e.g. cuStreamGetCaptureInfo_v3 of 12.3 to an 11.8
+    runtime). The shim's table comes from the specs' `proc:` entries."""
+    import ctypes
+    cuda_version = oldcuda_kit.KITS[version][2]
+    text = (_kit(version) / "include" / "cudaTypedefs.h").read_text()
+    variants: dict[str, set[int]] = {}
+    for name, v in re.findall(r"\bPFN_(cu\w+?)_v(\d+)\b", text):
+        if not name.endswith(("_ptds", "_ptsz")):
+            variants.setdefault(name, set()).add(int(v))
+    assert len(variants) > 300
+    lib = ctypes.CDLL(os.path.join(shim_installed.lib_dir(), "libcuda.so.1"))
+    proc = lib.cuGetProcAddress_v2
+    proc.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint64,
+                     ctypes.POINTER(ctypes.c_int)]
+
+    def lookup(name, v):
+        p, st = ctypes.c_void_p(), ctypes.c_int()
+        rc = proc(name.encode(), ctypes.byref(p), v, 0, ctypes.byref(st))
+        return p.value if rc == 0 else None
+    missing = sorted(n for n in variants if not lookup(n, cuda_version))
+    assert missing == [], missing
+    newer = sorted(n for n, vs in variants.items() if lookup(n, cuda_version) != lookup(n, max(vs)))
+    assert newer == [], newer
+
+
 # ---------------------------------------------------------------- the worker on older drivers
 
 def _declared_driver_functions(cuda_h: str) -> set[str]:
