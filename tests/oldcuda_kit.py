@@ -111,7 +111,7 @@ def build(version: str, source: Path, out_dir: Path, nvcc: str | None = None, fl
         cmd = [nvcc, "-cudart", "none", *flags, f"-I{inc}", str(source), "-o", str(exe) + ".tmp",
                *[f"-Xlinker={a[4:]}" if a.startswith("-Wl,") else a for a in link]]
         if version.startswith("11."):
-            cmd[2:2] = ["-D__NV_LEGACY_LAUNCH", "-Xcompiler", "-D__NV_LEGACY_LAUNCH"]
+            cmd[1:1] = ["-D__NV_LEGACY_LAUNCH", "-Xcompiler", "-D__NV_LEGACY_LAUNCH"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise RuntimeError(f"build failed: {' '.join(cmd)}\n{r.stderr[-3000:]}")

@@ -84,62 +84,83 @@ def _expected_props(version: str) -> dict[str, str]:
     }
 
 
-def test_cuda12_device_properties_in_its_own_layout(tmp_path_factory, emu_daemon):
-    """The issue's case: a CUDA 12.4 program's cudaDeviceProp (12.x layout,
-    with the fields 13 dropped) holds the emulated device's values."""
-    exe = _build("12.4", HERE / "oldcuda" / "devprops.c", tmp_path_factory)
+VERSIONS = ["12.4", "11.8"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_device_properties_in_the_programs_layout(version, tmp_path_factory, emu_daemon):
+    """The issue's case: a CUDA 12.4 (11.8) program's cudaDeviceProp, in its
+    own layout (with the fields 13 dropped), holds the emulated device's
+    values."""
+    exe = _build(version, HERE / "oldcuda" / "devprops.c", tmp_path_factory)
     r = subprocess.run([str(exe)], env=client_env(emu_daemon), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr + emu_daemon.log()[-2000:]
     got = _fields(r.stdout)
-    assert got.pop("runtime") == "12040"
-    assert got == _expected_props("12.4")
+    assert got.pop("runtime") == str(oldcuda_kit.KITS[version][2])
+    assert got == _expected_props(version)
     assert r.stderr == ""
 
 
-def test_cuda12_runtime_by_path_is_nvidias(tmp_path_factory, emu_daemon):
-    """dlopen of NVIDIA's libcudart.so.12 by absolute path (what CuPy
-    cuda12x and cuda-pathfinder do) loads that runtime, not the shim's 13:
-    the structure it fills has the 12.x layout."""
-    lib = _kit("12.4") / "lib" / "libcudart.so.12"
-    code = ("import ctypes\n"
-            f"rt = ctypes.CDLL({str(lib)!r})\n"
-            "buf = ctypes.create_string_buffer(4096)\n"
-            "e = rt.cudaGetDeviceProperties_v2(buf, 0)\n"
-            "v = ctypes.c_int(); rt.cudaRuntimeGetVersion(ctypes.byref(v))\n"
-            # cudaDeviceProp (12.4 driver_types.h): name[256], uuid (16), luid[8],
-            # luidDeviceNodeMask, totalGlobalMem ... multiProcessorCount at 388
-            "import struct\n"
-            "print(e, v.value, buf.raw[:256].split(b'\\0')[0].decode(), struct.unpack_from('<i', buf.raw, 388)[0])\n")
-    r = subprocess.run([sys.executable, "-c", code], env=client_env(emu_daemon), capture_output=True, text=True,
-                       timeout=60)
-    exp = _expected_props("12.4")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.split(None, 2)[:2] == ["0", "12040"], r.stdout
-    assert r.stdout.strip().endswith(f"{exp['name']} {exp['multiProcessorCount']}"), r.stdout
-
-
-def test_cuda12_offset_of_multiprocessor_count(tmp_path_factory):
-    """The offset the previous test reads, from the 12.4 header by the C compiler."""
-    inc = _kit("12.4") / "include"
+def _offset_of(version, field, tmp_path_factory) -> int:
+    """offsetof(struct cudaDeviceProp, field) in `version`'s header, by the C compiler."""
+    inc = _kit(version) / "include"
     src = tmp_path_factory.mktemp("off") / "off.c"
     src.write_text("#include <stdio.h>\n#include <stddef.h>\n#include <cuda_runtime_api.h>\n"
-                   "int main(void){printf(\"%zu\\n\", offsetof(struct cudaDeviceProp, multiProcessorCount));}\n")
+                   f"int main(void){{printf(\"%zu\\n\", offsetof(struct cudaDeviceProp, {field}));}}\n")
     exe = src.with_suffix("")
     crt = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda") / "include"
     subprocess.run(["cc", f"-I{inc}", f"-idirafter{crt}", str(src), "-o", str(exe)], check=True)
-    assert subprocess.run([str(exe)], capture_output=True, text=True).stdout == "388\n"
+    return int(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_runtime_by_path_is_nvidias(version, tmp_path_factory, emu_daemon):
+    """dlopen of NVIDIA's libcudart.so.12 (.11.0) by absolute path (what CuPy
+    and cuda-pathfinder do) loads that runtime, not the shim's 13: the
+    structure it fills has that version's layout (multiProcessorCount at
+    388 in 12.4, where 13 has another field)."""
+    soname, cuda_version = oldcuda_kit.KITS[version][1:]
+    lib = _kit(version) / "lib" / soname
+    off = _offset_of(version, "multiProcessorCount", tmp_path_factory)
+    fn = "cudaGetDeviceProperties_v2" if cuda_version >= 12000 else "cudaGetDeviceProperties"
+    code = ("import ctypes, struct\n"
+            f"rt = ctypes.CDLL({str(lib)!r})\n"
+            "buf = ctypes.create_string_buffer(4096)\n"
+            f"e = rt.{fn}(buf, 0)\n"
+            "v = ctypes.c_int(); rt.cudaRuntimeGetVersion(ctypes.byref(v))\n"
+            f"print(e, v.value, buf.raw[:256].split(b'\\0')[0].decode(), struct.unpack_from('<i', buf.raw, {off})[0])\n")
+    r = subprocess.run([sys.executable, "-c", code], env=client_env(emu_daemon), capture_output=True, text=True,
+                       timeout=60)
+    exp = _expected_props(version)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.split(None, 2)[:2] == ["0", str(cuda_version)], r.stdout
+    assert r.stdout.strip().endswith(f"{exp['name']} {exp['multiProcessorCount']}"), r.stdout
+    assert r.stderr == ""
+
+
+def test_offsets_differ_from_cuda13(tmp_path_factory):
+    """Why the redirect to the shim's 13 runtime was wrong: 13 moved the field."""
+    assert _offset_of("12.4", "multiProcessorCount", tmp_path_factory) == 388
+    inc13 = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda") / "include"
+    src = tmp_path_factory.mktemp("off13") / "off.c"
+    src.write_text("#include <stdio.h>\n#include <stddef.h>\n#include <cuda_runtime_api.h>\n"
+                   "int main(void){printf(\"%zu\\n\", offsetof(struct cudaDeviceProp, multiProcessorCount));}\n")
+    subprocess.run(["cc", f"-I{inc13}", str(src), "-o", str(src.with_suffix(""))], check=True)
+    assert int(subprocess.run([str(src.with_suffix(""))], capture_output=True, text=True).stdout) != 388
 
 
 OLD_CORPUS = ["iterative", "vector_add"]
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("name", OLD_CORPUS)
-def test_cuda12_corpus_program_identical(name, nvcc, tmp_path_factory, emu_daemon):
-    """A corpus program built for CUDA 12.4 (nvcc 13 front end, 12.4 headers,
-    NVIDIA's 12.4 runtime) prints exactly what its CUDA 13 build must."""
+def test_corpus_program_identical(name, version, nvcc, tmp_path_factory, emu_daemon):
+    """A corpus program built for CUDA 12.4 (11.8) (nvcc 13 front end, that
+    version's headers, NVIDIA's runtime of that version) prints exactly what
+    its CUDA 13 build must."""
     prog = next(p for p in corpus.load_corpus() if p.name == name)
-    exe = _build("12.4", prog.source_path, tmp_path_factory, nvcc=nvcc)
+    exe = _build(version, prog.source_path, tmp_path_factory, nvcc=nvcc)
     r = subprocess.run([str(exe), *prog.args], env=client_env(emu_daemon), capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr + emu_daemon.log()[-2000:]
@@ -161,18 +182,19 @@ def _ctl(d, cmd, **args):
 
 
 @pytest.mark.slow
-def test_cuda12_program_across_dump_and_restore(nvcc, tmp_path_factory, shim_installed, emu_kernel_files):
-    """The CUDA 12.4 build of `iterative`, paced, dumped after iterations 20
-    and 40, proxyd killed and a fresh one restoring each time: the same
-    output as its CUDA 13 build without a checkpoint. The 12.4 runtime's own
-    state (module registrations in the context-local storage) lives in the
-    application and keeps its handles."""
+@pytest.mark.parametrize("version", VERSIONS)
+def test_program_across_dump_and_restore(version, nvcc, tmp_path_factory, shim_installed, emu_kernel_files):
+    """The CUDA 12.4 (11.8) build of `iterative`, paced, dumped after
+    iterations 20 and 40, proxyd killed and a fresh one restoring each time:
+    the same output as its CUDA 13 build without a checkpoint. The older
+    runtime's own state (module registrations in the context-local storage)
+    lives in the application and keeps its handles."""
     import shutil
     import time
     from paced import PacedRun
     from proxy import Daemon
     prog = next(p for p in corpus.load_corpus() if p.name == "iterative")
-    exe = _build("12.4", prog.source_path, tmp_path_factory, nvcc=nvcc)
+    exe = _build(version, prog.source_path, tmp_path_factory, nvcc=nvcc)
     tmp = Path(f"/tmp/gpo-{os.getpid()}-{time.monotonic_ns() % 10**9}")   # ipc paths stay short
     tmp.mkdir()
 
@@ -197,16 +219,23 @@ def test_cuda12_program_across_dump_and_restore(nvcc, tmp_path_factory, shim_ins
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def test_cuda11_runtime_refused_with_one_line(nvcc, tmp_path_factory, emu_daemon):
-    """NVIDIA's 11.8 runtime is not served yet (its integrity check is not
-    answered): the program fails at its first call with one stderr line
-    naming the runtime, never with wrong values."""
-    exe = _build("11.8", HERE / "oldcuda" / "devprops.c", tmp_path_factory)
-    r = subprocess.run([str(exe)], env=client_env(emu_daemon), capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0
-    lines = [l for l in r.stderr.splitlines() if l.startswith("gpuproxy:")]
-    assert lines == ["gpuproxy: NVIDIA's CUDA 11.8 runtime (libcudart.so.11.x) is not supported by gpuproxy; "
-                     "returning not-supported"], r.stderr
+def test_oldest_driver_mode_as_natively(tmp_path_factory, fresh_daemon):
+    """With the worker forced into its CUDA 11.4 driver mode
+    (GPUPROXY_DRIVER_VERSION_CAP=11040), the application is told 11040:
+    the 11.8 runtime runs on it (CUDA's minor-version compatibility, as on an
+    R470 driver natively), the 12.4 runtime refuses it as it would natively
+    (cudaErrorInsufficientDriver), never a wrong answer."""
+    import os as _os
+    d = fresh_daemon(env=dict(_os.environ, GPUPROXY_DRIVER_VERSION_CAP="11040"))
+    exe11 = _build("11.8", HERE / "oldcuda" / "devprops.c", tmp_path_factory)
+    r = subprocess.run([str(exe11)], env=client_env(d), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr + d.log()[-2000:]
+    got = _fields(r.stdout)
+    assert got.pop("runtime") == "11080"
+    assert got == _expected_props("11.8")
+    exe12 = _build("12.4", HERE / "oldcuda" / "devprops.c", tmp_path_factory)
+    r = subprocess.run([str(exe12)], env=client_env(d), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.startswith("devprops: cudaErrorInsufficientDriver"), r.stdout + r.stderr
 
 
 # ---------------------------------------------------------------- driver entry points per CUDA version

@@ -288,9 +288,10 @@ class CudaBackend(Backend):
         return n[0]
 
     def driver_version(self) -> int:
-        v = self.ffi.new("int *")
-        self.lib.cuDriverGetVersion(v)
-        return v[0]
+        # what the application is told (HELLO): the driver's, or less under
+        # GPUPROXY_DRIVER_VERSION_CAP, so that a runtime newer than the
+        # driver refuses as it would natively (driver_floor.py)
+        return self.lib.version
 
     # ------------------------------------------------------------ contexts
     def ctx_create(self, dev: int, flags: int) -> int:
