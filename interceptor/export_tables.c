@@ -351,8 +351,10 @@ static const void *const context_queries[CQ_SLOTS] = {
  * checks that it talks to the driver it expects: the answer is HMAC-MD2
  * (RFC 2104 over RFC 1319's MD2; block and key 16 bytes) under a fixed key,
  * of a record that binds the answer to this process, thread, call, time and
- * the visible devices. The CUDA 13.0 runtime calls it with versions 13000,
- * 13001 and 13002 and compares the last answer with its own computation:
+ * the visible devices (for the third of the runtime's three calls; the
+ * first two get fixed answers, see the function). The CUDA 13.0 runtime
+ * calls it with versions 13000, 13001 and 13002 and compares the last
+ * answer with its own computation:
  * a changed bit there fails the runtime's first call with
  * cudaErrorSoftwareValidityNotEstablished (tried under the emulated
  * backend), so the real runtime checks this implementation on every run. The inputs come from the shim's own driver API

@@ -81,7 +81,11 @@ def kit(version: str) -> Path:
         tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
         with zipfile.ZipFile(w) as z:
             z.extractall(tmp)
-        os.rename(tmp, dest) if not dest.exists() else None
+        try:
+            os.rename(tmp, dest)
+        except OSError:         # another process unpacked it first
+            import shutil
+            shutil.rmtree(tmp, ignore_errors=True)
     if not (root / "include" / "cuda_runtime_api.h").exists():
         raise KitUnavailable(f"{w} has no include/cuda_runtime_api.h")
     return root

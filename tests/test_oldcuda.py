@@ -149,7 +149,7 @@ def test_offsets_differ_from_cuda13(tmp_path_factory):
     assert int(subprocess.run([str(src.with_suffix(""))], capture_output=True, text=True).stdout) != 388
 
 
-OLD_CORPUS = ["iterative", "vector_add"]
+OLD_CORPUS = ["iterative", "vector_add", "mempool_async"]
 
 
 @pytest.mark.slow
@@ -324,10 +324,13 @@ def test_gated_lib_answers_newer_functions_not_supported(caplog):
     lib = driver_floor.GatedLib(Fake(), 11040)
     assert lib.cuInit(0) == 0
     assert not lib.has("cuCtxSetFlags")
+    from gpuproxy.proxyd.core.session import CudaError
+    msg = "cuCtxSetFlags needs a CUDA 12.1 driver; this one is 11.4: not supported"
     with caplog.at_level("WARNING", logger="proxyd"):
-        assert lib.cuCtxSetFlags(0) == driver_floor.CUDA_ERROR_NOT_SUPPORTED
-    assert [r.getMessage() for r in caplog.records] == [
-        "cuCtxSetFlags needs a CUDA 12.1 driver; this one is 11.4: not supported"]
+        with pytest.raises(CudaError) as e:
+            lib.cuCtxSetFlags(0)
+    assert (e.value.code, e.value.message) == (driver_floor.CUDA_ERROR_NOT_SUPPORTED, msg)
+    assert [r.getMessage() for r in caplog.records] == [msg]
     assert driver_floor.GatedLib(Fake(), 13000).cuCtxSetFlags(0) == 0
 
 

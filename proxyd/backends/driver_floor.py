@@ -8,8 +8,9 @@ adds: the driver functions the worker calls that CUDA 11.4's cuda.h does not
 declare are listed with the CUDA version that introduced each (the suffix of
 their PFN_ typedef in cudaTypedefs.h, CUDA 13); the worker uses them only
 when the driver's cuDriverGetVersion reports that version, and otherwise
-answers the call with CUDA_ERROR_NOT_SUPPORTED and one log line naming it
-(or, for context creation, uses the older entry point).
+answers the call with CUDA_ERROR_NOT_SUPPORTED and one line naming it, in
+proxyd's log and to the application (or, for context creation, uses the
+older entry point).
 tests/test_oldcuda.py checks this table against an older cuda.h.
 
 GPUPROXY_DRIVER_VERSION_CAP=11040 forces the oldest-driver mode on a newer
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import logging
 import os
+
+from ..core.session import CudaError
 
 log = logging.getLogger("proxyd")
 
@@ -55,7 +58,7 @@ def effective_version(reported: int) -> int:
 
 class GatedLib:
     """The cffi library with the functions newer than the driver answered by
-    a stand-in that logs one line and returns CUDA_ERROR_NOT_SUPPORTED.
+    a stand-in that logs one line and raises CudaError(CUDA_ERROR_NOT_SUPPORTED).
     Every name is looked up once, then kept as an attribute of this object,
     so the hot path pays a plain attribute read as on the cffi library."""
 
@@ -73,9 +76,11 @@ class GatedLib:
             need = NEWER[name]
 
             def fn(*_args, _name=name, _need=need):
-                log.warning("%s needs a CUDA %d.%d driver; this one is %d.%d: not supported",
-                            _name, _need // 1000, _need % 1000 // 10, self.version // 1000,
-                            self.version % 1000 // 10)
-                return CUDA_ERROR_NOT_SUPPORTED
+                # raised, not returned: the message goes back with the
+                # answer and the shim prints it (core/session.CudaError)
+                msg = (f"{_name} needs a CUDA {_need // 1000}.{_need % 1000 // 10} driver; "
+                       f"this one is {self.version // 1000}.{self.version % 1000 // 10}: not supported")
+                log.warning("%s", msg)
+                raise CudaError(CUDA_ERROR_NOT_SUPPORTED, msg)
         object.__setattr__(self, name, fn)
         return fn
