@@ -286,9 +286,13 @@ def _declared_driver_functions(cuda_h: str) -> set[str]:
 
 
 def _worker_driver_calls() -> set[str]:
+    """lib.cuX( in the worker's Python (backends, families), and the
+    functions its C helpers (proxyd/native/*.c) look up with dlsym."""
     names = set()
     for f in (REPO / "proxyd").rglob("*.py"):
         names |= set(re.findall(r"\blib\.(cu[A-Z]\w+)\(", f.read_text()))
+    for f in (REPO / "proxyd" / "native").glob("*.c"):
+        names |= set(re.findall(r"dlsym\(\w+,\s*\"(cu[A-Z]\w+)\"\)", f.read_text()))
     return names
 
 
@@ -332,6 +336,27 @@ def test_gated_lib_answers_newer_functions_not_supported(caplog):
     assert (e.value.code, e.value.message) == (driver_floor.CUDA_ERROR_NOT_SUPPORTED, msg)
     assert [r.getMessage() for r in caplog.records] == [msg]
     assert driver_floor.GatedLib(Fake(), 13000).cuCtxSetFlags(0) == 0
+
+
+def test_function_the_driver_lacks_is_not_supported(caplog):
+    """A function declared for the generic path that the host driver does
+    not export (an application's call of a newer function on an older
+    driver): not-supported with one line naming it, not a crash."""
+    from cffi import FFI
+    from gpuproxy.proxyd.backends import driver_floor
+    from gpuproxy.proxyd.core.session import CudaError
+    ffi = FFI()
+    ffi.cdef("int gp_no_such_driver_function(int); int abs(int);")
+    lib = driver_floor.GatedLib(ffi.dlopen(None), 11040)
+    assert lib.abs(-3) == 3
+    with caplog.at_level("WARNING", logger="proxyd"):
+        with pytest.raises(CudaError) as e:
+            lib.gp_no_such_driver_function(1)
+    msg = "gp_no_such_driver_function is not in this driver (CUDA 11.4): not supported"
+    assert (e.value.code, e.value.message) == (801, msg)
+    assert [r.getMessage() for r in caplog.records] == [msg]
+    with pytest.raises(AttributeError):      # never declared: as the cffi library
+        lib.gp_never_declared
 
 
 def test_driver_version_cap(monkeypatch):

@@ -71,7 +71,19 @@ class GatedLib:
 
     def __getattr__(self, name: str):
         if self.has(name):
-            fn = getattr(self._lib, name)
+            try:
+                fn = getattr(self._lib, name)
+            except AttributeError as e:
+                # declared (cffi knows it) but not exported by this driver:
+                # an application calling a function the host driver lacks
+                if "not found in library" not in str(e):
+                    raise
+
+                def fn(*_args, _name=name):
+                    msg = (f"{_name} is not in this driver (CUDA {self.version // 1000}."
+                           f"{self.version % 1000 // 10}): not supported")
+                    log.warning("%s", msg)
+                    raise CudaError(CUDA_ERROR_NOT_SUPPORTED, msg)
         else:
             need = NEWER[name]
 
