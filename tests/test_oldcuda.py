@@ -273,6 +273,101 @@ def test_proc_address_per_version(version, shim_installed):
     assert newer == [], newer
 
 
+def _cuda13_include() -> Path:
+    return Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda") / "include"
+
+
+def _struct_sizes(include: Path, names, tmp: Path) -> dict[str, int]:
+    src = tmp / "sizes.c"
+    src.write_text("#include <stdio.h>\n#include <cuda.h>\nint main(void){\n"
+                   + "".join(f'printf("{n} %zu\\n", sizeof({n}));\n' for n in names) + "return 0;}\n")
+    exe = tmp / "sizes"
+    # the _v1 structures are declared for __CUDA_API_VERSION_INTERNAL only
+    subprocess.run(["cc", "-D__CUDA_API_VERSION_INTERNAL", f"-I{include}", str(src), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    return {n: int(v) for n, v in (line.split() for line in out.splitlines())}
+
+
+def _struct_names(cuda_h: str) -> set[str]:
+    return set(re.findall(r"\}\s*(CU\w+|CUDA_\w+)\s*;", re.sub(r"/\*.*?\*/", "", cuda_h, flags=re.S)))
+
+
+@pytest.mark.parametrize("version", ["12.4", "11.8"])
+def test_driver_structures_per_version(version, tmp_path):
+    """Every structure that version's cuda.h and CUDA 13's both define has
+    the same size, but those specs/abi/driver_structs.yaml lists with the
+    reason the shim may still pass them as it does."""
+    import yaml
+    listed = yaml.safe_load((REPO / "specs" / "abi" / "driver_structs.yaml").read_text())[version] or {}
+    old_inc = _kit(version) / "include"
+    names = sorted(_struct_names((old_inc / "cuda.h").read_text())
+                   & _struct_names((_cuda13_include() / "cuda.h").read_text()))
+    assert len(names) > 100
+    old = _struct_sizes(old_inc, names, tmp_path)
+    new = _struct_sizes(_cuda13_include(), names, tmp_path)
+    differ = {n: [old[n], new[n]] for n in names if old[n] != new[n]}
+    assert differ == {n: e["size"] for n, e in listed.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["12.4", "11.8"])
+def test_driver_prototypes_per_version(version, tmp_path):
+    """Every driver function that version's cuda.h declares is declared by
+    CUDA 13's under the same name with the same parameter types (typedef
+    aliases of the older header resolved: 11.8's CUDA_KERNEL_NODE_PARAMS is
+    13's CUDA_KERNEL_NODE_PARAMS_v1): the shim's function of that name
+    (built from 13's headers) is the one the older program calls."""
+    sys.path.insert(0, str(REPO / "autogen"))
+    import header
+    home = tmp_path / "home"
+    inc = home / "include"
+    inc.mkdir(parents=True)
+    old_inc = _kit(version) / "include"
+    # headers the runtime wheel does not ship (cudaProfiler.h, ...) from 13
+    for f in _cuda13_include().iterdir():
+        (inc / f.name).symlink_to(old_inc / f.name if (old_inc / f.name).exists() else f)
+    old = header.parse_driver(str(home))
+    new = header.parse_driver(str(_cuda13_include().parent))
+    def resolver(cuda_h: Path):
+        """A type spelled through each header's own typedef chains."""
+        text = re.sub(r"/\*.*?\*/", "", cuda_h.read_text(), flags=re.S)
+        alias = dict((b, a) for a, b in re.findall(r"typedef\s+(\w+)\s+(\w+)\s*;", text))
+
+        def word(w):
+            seen = set()
+            while w in alias and w not in seen:
+                seen.add(w)
+                w = alias[w]
+            return w
+        return lambda t: re.sub(r"\w+", lambda m: word(m.group(0)), t)
+    norm_old, norm_new = resolver(old_inc / "cuda.h"), resolver(_cuda13_include() / "cuda.h")
+    assert len(old) > 500
+    assert sorted(set(old) - set(new)) == []
+    pairs, differ = set(), []
+    for n in old:
+        a = [norm_old(old[n].returns)] + [norm_old(p.type) for p in old[n].params]
+        b = [norm_new(new[n].returns)] + [norm_new(p.type) for p in new[n].params]
+        if len(a) != len(b):
+            differ.append(n)
+            continue
+        for x, y in zip(a, b):
+            if x != y:
+                # a structure defined directly in one header and as an alias of
+                # its _v1 in the other (11.8's CUDA_BATCH_MEM_OP_NODE_PARAMS):
+                # the same if the pointed-to types have the same size
+                bx, by = (re.sub(r"\b(const|struct)\b|\*", "", t).strip() for t in (x, y))
+                if x.replace(bx, "") != y.replace(by, "") or not re.fullmatch(r"CU\w+", bx + by):
+                    differ.append(n)
+                pairs.add((bx, by))
+    assert differ == []
+    if pairs:
+        (tmp_path / "o").mkdir()
+        (tmp_path / "n").mkdir()
+        so = _struct_sizes(old_inc, sorted({x for x, _ in pairs}), tmp_path / "o")
+        sn = _struct_sizes(_cuda13_include(), sorted({y for _, y in pairs}), tmp_path / "n")
+        assert [(x, y) for x, y in sorted(pairs) if so[x] != sn[y]] == []
+
+
 # ---------------------------------------------------------------- the worker on older drivers
 
 def _declared_driver_functions(cuda_h: str) -> set[str]:
