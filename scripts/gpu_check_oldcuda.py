@@ -11,8 +11,12 @@ and under the proxy on the GPU, and the worker in its oldest-driver mode
   mode (GPUPROXY_DRIVER_VERSION_CAP=11040): programs that need a newer driver
   function must fail with not-supported, the others pass.
 
+- NVIDIA's cuda.bindings 12.9 (Python; its CUDA 12.9 runtime linked in),
+  natively and proxied: identical output.
+
 The runtimes come from NVIDIA's wheels in .carry/oldcuda/ (no network on the
-GPU machine): nvidia_cuda_runtime_cu12-12.4.127 and _cu11-11.8.89.
+GPU machine): nvidia_cuda_runtime_cu12-12.4.127 and _cu11-11.8.89, and
+cuda_bindings-12.9.* (cp312) with cuda_pathfinder for the Python check.
 """
 from __future__ import annotations
 
@@ -80,10 +84,33 @@ def oldcuda_check(log, out: Path) -> list[tuple[str, str]]:
                 log(f"proxied {name} [CUDA {v}]: {'PASS' if ok else 'FAIL'} ({time.time() - t:.2f} s)")
                 if not ok:
                     log(f"  rc={prc}\n--- stdout\n{po[-1500:]}\n--- stderr\n{pe[-3000:]}")
+        results += _python_bindings(log, d)
     finally:
         d.stop()
     results += _oldest_driver_mode(log, out)
     return results
+
+
+def _python_bindings(log, d) -> list[tuple[str, str]]:
+    """NVIDIA's cuda.bindings 12.9 (CUDA 12.9 runtime inside), natively and
+    proxied: identical output (tests/oldcuda/bindings12.py)."""
+    import os
+    import sys
+    try:
+        site = oldcuda_kit.python_site()
+    except oldcuda_kit.KitUnavailable as e:
+        return [("cuda.bindings 12 wheels", f"FAIL ({e})")]
+    env = dict(os.environ, PYTHONPATH=f"{site}:{os.environ.get('PYTHONPATH', '')}")
+    argv = [sys.executable, str(HERE / "oldcuda" / "bindings12.py")]
+    no, ne, nrc = _run(argv, env=env)
+    penv = d.env_for_client()
+    penv["PYTHONPATH"] = env["PYTHONPATH"]
+    po, pe, prc = _run(argv, env=penv)
+    log(f"cuda.bindings 12 native rc={nrc}:\n{no}{ne[-1500:]}")
+    ok = nrc == 0 and prc == 0 and po == no and pe == ""
+    if not ok:
+        log(f"cuda.bindings 12 proxied rc={prc}:\n{po}{pe[-3000:]}")
+    return [("cuda.bindings 12.9: proxied == native", "PASS" if ok else "FAIL")]
 
 
 def _oldest_driver_mode(log, out: Path) -> list[tuple[str, str]]:

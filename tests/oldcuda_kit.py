@@ -134,3 +134,47 @@ if __name__ == "__main__":
     # scripts/gpu-check --oldcuda: fetch (or find) the kits, print their folders
     for v in sys.argv[1:] or list(KITS):
         print(v, kit(v))
+
+
+# NVIDIA's Python bindings for CUDA 12 (cuda.bindings 12.9, which carries
+# the CUDA 12.9 runtime linked in, and cuda.pathfinder, which it imports):
+# the Python stack on CUDA 12 that tests/test_oldcuda.py runs under the proxy.
+PY_CUDA12 = ("cuda-bindings==12.9.*", "cuda-pathfinder")
+
+
+def python_site(reqs=PY_CUDA12) -> Path:
+    """A folder (for PYTHONPATH) with `reqs` installed for this Python,
+    from .carry/oldcuda or the cache folder, else downloaded there."""
+    tag = hashlib.sha256(repr((reqs, sys.version_info[:2])).encode()).hexdigest()[:12]
+    site = cache_dir() / f"site-{tag}"
+    if (site / ".ok").exists():
+        return site
+    wheels = []
+    for req in reqs:
+        name = req.split("==")[0].replace("-", "_")
+        found = sorted(glob.glob(str(REPO / ".carry" / "oldcuda" / f"{name}-*.whl"))
+                       + glob.glob(str(cache_dir() / f"{name}-*.whl")))
+        pyver = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+        found = [w for w in found if "-py3-none-" in w or f"-{pyver}-" in w]
+        if not found:
+            cache_dir().mkdir(parents=True, exist_ok=True)
+            print(f"oldcuda: downloading {req} into {cache_dir()}", file=sys.stderr)
+            r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                                "-d", str(cache_dir()), req], capture_output=True, text=True, timeout=300)
+            found = [w for w in sorted(glob.glob(str(cache_dir() / f"{name}-*.whl")))
+                     if "-py3-none-" in w or f"-{pyver}-" in w]
+            if r.returncode != 0 or not found:
+                raise KitUnavailable(f"cannot download {req}: {(r.stderr or r.stdout).strip()[-300:]}")
+        wheels.append(found[-1])
+    tmp = site.with_name(site.name + f".tmp{os.getpid()}")
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
+                        str(tmp), *wheels], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise KitUnavailable(f"cannot install {wheels}: {r.stderr.strip()[-300:]}")
+    (tmp / ".ok").write_text("\n".join(wheels) + "\n")
+    try:
+        os.rename(tmp, site)
+    except OSError:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    return site

@@ -238,6 +238,32 @@ def test_oldest_driver_mode_as_natively(tmp_path_factory, fresh_daemon):
     assert r.returncode == 1 and r.stderr.startswith("devprops: cudaErrorInsufficientDriver"), r.stdout + r.stderr
 
 
+@pytest.mark.slow
+def test_python_cuda12_bindings(emu_daemon):
+    """A Python stack on CUDA 12: NVIDIA's cuda.bindings 12.9 (the CUDA 12.9
+    runtime linked into it) under the proxy. Its cudaDeviceProp (12.x
+    layout) holds the emulated device's values; a copy to the device, a
+    memset and a copy back give the expected bytes."""
+    try:
+        site = oldcuda_kit.python_site()
+    except oldcuda_kit.KitUnavailable as e:
+        pytest.skip(f"cuda-bindings 12 unavailable: {e}")
+    env = client_env(emu_daemon, {"PYTHONPATH": str(site)})
+    r = subprocess.run([sys.executable, str(HERE / "oldcuda" / "bindings12.py")], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = _fields(r.stdout)
+    assert got.pop("runtime").startswith("12")
+    exp = _expected_props("12.4")     # attribute numbers are the same in every 12.x cuda.h
+    assert got == {"name": exp["name"], "multiProcessorCount": exp["multiProcessorCount"],
+                   "clockRate": exp["clockRate"], "memoryClockRate": exp["memoryClockRate"],
+                   "l2CacheSize": exp["l2CacheSize"],
+                   "maxThreadsPerMultiProcessor": exp["maxThreadsPerMultiProcessor"],
+                   "warpSize": exp["warpSize"], "major": exp["major"], "minor": exp["minor"],
+                   "totalGlobalMem": exp["totalGlobalMem"], "roundtrip": "same", "free": "0"}
+    assert r.stderr == ""
+
+
 # ---------------------------------------------------------------- driver entry points per CUDA version
 
 @pytest.mark.parametrize("version", ["12.4", "11.8"])
