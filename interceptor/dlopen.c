@@ -48,21 +48,6 @@ static dlopen_fn next_dlopen;
 static dlmopen_fn next_dlmopen;
 static char shim_dir[PATH_MAX];
 
-/* The library stand-ins (docs/libraries.md) are redirected the same way:
- * PyTorch loads libcublas.so.13 through its RUNPATH (nvidia/cu13/lib), CuPy
- * by absolute path, PyTorch's c10 and nvidia-smi-like tools dlopen
- * libnvidia-ml.so.1: all of them get the stand-in, never NVIDIA's library in
- * the app (only the worker loads that).
- *
- * The library a name stands for: an index into shim_files (1 libcuda, 2
- * libcudart, 3 libcublas, 4 libcublasLt, 5 libnvidia-ml, 6 libcudnn, 7
- * libcufft, 8 libcurand, 9 libcusparse, 10 libcusolver), 0 none.
- * cuDNN 9's sub-libraries (libcudnn_graph.so.9, libcudnn_ops.so.9, ...)
- * are dlopened by NVIDIA's libcudnn.so.9 only, which the app never loads;
- * their names do not match "libcudnn.so" and pass through. Matches
- * the file name part only: "libcuda.so", "libcuda.so.1", "libcuda.so.580.95",
- * "/opt/x/libcudart.so.13" -- and not "libcudadebugger.so.1" or
- * "libcudart_static.a". */
 /* An older runtime major (libcudart.so.12, libcudart.so.11.0, their full
  * versions) is not the shim's: its functions keep that version's structure
  * layouts (cudaDeviceProp of 12.x has fields 13 dropped, so 12.x code reading
@@ -79,6 +64,21 @@ static int older_runtime_major(const char *rest)
     return atoi(rest + 1) < GP_CUDART_MAJOR;
 }
 
+/* The library stand-ins (docs/libraries.md) are redirected the same way:
+ * PyTorch loads libcublas.so.13 through its RUNPATH (nvidia/cu13/lib), CuPy
+ * by absolute path, PyTorch's c10 and nvidia-smi-like tools dlopen
+ * libnvidia-ml.so.1: all of them get the stand-in, never NVIDIA's library in
+ * the app (only the worker loads that).
+ *
+ * The library a name stands for: an index into shim_files (1 libcuda, 2
+ * libcudart, 3 libcublas, 4 libcublasLt, 5 libnvidia-ml, 6 libcudnn, 7
+ * libcufft, 8 libcurand, 9 libcusparse, 10 libcusolver), 0 none.
+ * cuDNN 9's sub-libraries (libcudnn_graph.so.9, libcudnn_ops.so.9, ...)
+ * are dlopened by NVIDIA's libcudnn.so.9 only, which the app never loads;
+ * their names do not match "libcudnn.so" and pass through. Matches
+ * the file name part only: "libcuda.so", "libcuda.so.1", "libcuda.so.580.95",
+ * "/opt/x/libcudart.so.13" -- and not "libcudadebugger.so.1" or
+ * "libcudart_static.a". */
 static int cuda_lib_kind(const char *file)
 {
     if (!file)
