@@ -11,7 +11,9 @@
  * gpuproxy's back, and the real libcudart.so would keep its own registrations
  * beside the shim's runtime. So dlopen of any libcuda.so[.*] /
  * libcudart.so[.*] name or path answers a handle of the shim's own library
- * instead, and the real ones are never loaded. (NVIDIA's runtime linked
+ * instead, and the real ones are never loaded, except NVIDIA's runtimes of
+ * older majors (libcudart.so.12, .11.0), which run on the shim's driver API
+ * (older_runtime_major below). (NVIDIA's runtime linked
  * statically into a program or library cannot be replaced this way; it
  * runs on the shim's driver API and private tables: export_tables.c.)
  *
@@ -36,12 +38,31 @@
 
 #include "gp_shim.h"
 
+/* The runtime major the shim stands in for (libcudart.so.13). */
+#define GP_CUDART_MAJOR 13
+
 typedef void *(*dlopen_fn)(const char *, int);
 typedef void *(*dlmopen_fn)(Lmid_t, const char *, int);
 
 static dlopen_fn next_dlopen;
 static dlmopen_fn next_dlmopen;
 static char shim_dir[PATH_MAX];
+
+/* An older runtime major (libcudart.so.12, libcudart.so.11.0, their full
+ * versions) is not the shim's: its functions keep that version's structure
+ * layouts (cudaDeviceProp of 12.x has fields 13 dropped, so 12.x code reading
+ * 13's layout gets wrong values without an error) and its symbols carry that
+ * version's node (cudaMalloc@libcudart.so.12). So NVIDIA's runtime of that
+ * major is loaded as asked, and runs on the shim's driver API: libcuda.so.1,
+ * which it dlopens, is the shim (docs/compatibility.md, "Programs built for
+ * CUDA 11 and 12" says why this and not a converting stand-in). `rest` is
+ * what follows "libcudart.so": "", ".13", ".13.0.96", ".12", ... */
+static int older_runtime_major(const char *rest)
+{
+    if (rest[0] != '.' || rest[1] < '0' || rest[1] > '9')
+        return 0;
+    return atoi(rest + 1) < GP_CUDART_MAJOR;
+}
 
 /* The library stand-ins (docs/libraries.md) are redirected the same way:
  * PyTorch loads libcublas.so.13 through its RUNPATH (nvidia/cu13/lib), CuPy
@@ -79,8 +100,11 @@ static int cuda_lib_kind(const char *file)
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         size_t n = strlen(names[i].stem);
-        if (strncmp(base, names[i].stem, n) == 0 && (base[n] == '\0' || base[n] == '.'))
+        if (strncmp(base, names[i].stem, n) == 0 && (base[n] == '\0' || base[n] == '.')) {
+            if (names[i].kind == 2 && older_runtime_major(base + n))
+                return 0;
             return names[i].kind;
+        }
     }
     return 0;
 }

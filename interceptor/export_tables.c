@@ -19,7 +19,9 @@
  * only below that size.
  *
  *   6bd5fb6c-5bf4-e74a-8987-d93912fd9df9  runtime interface: entry 2 retains
- *       a device's primary context (the runtime's cudaSetDevice/first call).
+ *       a device's primary context (the runtime's cudaSetDevice/first call);
+ *       the CUDA 11.x runtime also loads modules through entry 6 and calls
+ *       entry 7 once (NVIDIA's 11.8 runtime, shared: see the entries).
  *   a094798c-2e74-2e74-93f2-0800200c0a66  tools callback hooks: entries 2 and
  *       6 hand the runtime a buffer (pointer and length) in which tools
  *       would install callbacks; zero-filled buffers mean "no tool attached".
@@ -32,8 +34,12 @@
  *       for; no entry is called.
  *   263e8860-7cd2-6143-92f6-bbd5006dfa7e  context queries: a flag word per
  *       context (0: an ordinary context) and one per process.
- *   d4082055-bde6-704b-8d34-ba123c66e1f2  integrity check: a keyed hash the
- *       runtime verifies (see integrity_check below).
+ *   d4082055-bde6-704b-8d34-ba123c66e1f2  integrity check: two fixed answers
+ *       and a keyed hash the runtime verifies (see integrity_check below).
+ *
+ * NVIDIA's shared runtimes of older majors (libcudart.so.12, .11.0, which
+ * dlopen.c leaves to the program) reach the driver the same way and use the
+ * same tables: 12.4 as 13.0; 11.8 also entries 6 and 7.
  *   f8cff951-2146-8b4e-b9e2-fb469e7c0dd9  asked for first by the CUDA 13
  *       runtime, which runs without it: declined (not-supported) quietly.
  *   da9151d3-3ae6-cc41-a5c0-4f26d533e328  asked for by the static runtime
@@ -106,8 +112,35 @@ MISSING(runtime_interface, 1)
 MISSING(runtime_interface, 3)
 MISSING(runtime_interface, 4)
 MISSING(runtime_interface, 5)
-MISSING(runtime_interface, 6)
-MISSING(runtime_interface, 7)
+/* Entry 6: (CUmodule *module, const void *fatbin_wrapper, void *, void *,
+ * unsigned): how the CUDA 11.x runtime (11.8 tried) loads the module of a
+ * __cudaRegisterFatBinary wrapper (magic 0x466243b1, the fatbinary behind
+ * it) into the current context; 12.x and 13 use the documented driver API.
+ * With the two pointers NULL (all the 11.8 runtime passes) it is
+ * cuModuleLoadData of that wrapper, which the shim's loader accepts as is;
+ * anything else is not known and answers not-supported with one line. */
+static CUresult rt_module_from_fatbin(CUmodule *module, const void *wrapper, void *arg3, void *arg4,
+                                      unsigned arg5)
+{
+    (void)arg5;
+    if (arg3 || arg4)
+        return missing_entry("runtime_interface", 6);
+    if (!module || !wrapper)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuModuleLoadData(module, wrapper);
+}
+
+/* Entry 7: called once by the CUDA 11.x runtime (11.8: with two pointers
+ * and 1) after the integrity check; the 12.x and 13 runtimes do not call it.
+ * Public reimplementations of this table answer success and do nothing;
+ * so does the shim (the 11.8 runtime then runs: tests/test_oldcuda.py). */
+static CUresult rt_iface_7(void *a, void *b, unsigned c)
+{
+    (void)a;
+    (void)b;
+    (void)c;
+    return CUDA_SUCCESS;
+}
 MISSING(runtime_interface, 8)
 MISSING(runtime_interface, 9)
 
@@ -119,8 +152,8 @@ static const void *const rt_iface[RT_IFACE_SLOTS] = {
     (const void *)missing_runtime_interface_3,
     (const void *)missing_runtime_interface_4,
     (const void *)missing_runtime_interface_5,
-    (const void *)missing_runtime_interface_6,
-    (const void *)missing_runtime_interface_7,
+    (const void *)rt_module_from_fatbin,
+    (const void *)rt_iface_7,
     (const void *)missing_runtime_interface_8,
     (const void *)missing_runtime_interface_9,
 };
@@ -331,8 +364,10 @@ static const void *const context_queries[CQ_SLOTS] = {
  * checks that it talks to the driver it expects: the answer is HMAC-MD2
  * (RFC 2104 over RFC 1319's MD2; block and key 16 bytes) under a fixed key,
  * of a record that binds the answer to this process, thread, call, time and
- * the visible devices. The CUDA 13.0 runtime calls it with versions 13000,
- * 13001 and 13002 and compares the last answer with its own computation:
+ * the visible devices (for the third of the runtime's three calls; the
+ * first two get fixed answers, see the function). The CUDA 13.0 runtime
+ * calls it with versions 13000, 13001 and 13002 and compares the last
+ * answer with its own computation:
  * a changed bit there fails the runtime's first call with
  * cudaErrorSoftwareValidityNotEstablished (tried under the emulated
  * backend), so the real runtime checks this implementation on every run. The inputs come from the shim's own driver API
@@ -470,6 +505,21 @@ static CUresult integrity_check(uint32_t version, uint64_t unix_seconds, uint64_
                                           0xaa, 0x08, 0x41, 0x36, 0x0b, 0xf5, 0x5a, 0x9f};
     if (!result)
         return CUDA_ERROR_INVALID_VALUE;
+    /* The runtime calls this with versions V0, V1 and V2 (the last digit;
+     * 13000-13002 from CUDA 13.0, 12040-12042 from 12.4, 11080-11082 from
+     * 11.8). The answers to the first two are fixed values, the same for
+     * every process (as public reimplementations of this table document;
+     * the 12.x and 13 runtimes verify only the third, the 11.x runtime
+     * verifies all three: with the keyed answer to all of them it fails
+     * with cudaErrorSoftwareValidityNotEstablished, tried under the
+     * emulated backend). */
+    if (version % 10 == 0 || version % 10 == 1) {
+        result[0] = version % 10 == 0 ? 0x3341181c03cb675cULL : 0x1841181c03cb675cULL;
+        result[1] = 0x8ed383aa1f4cd1e8ULL;
+        if (gp_debug_enabled())
+            gp_log("integrity check: version %u (fixed answer)", version);
+        return CUDA_SUCCESS;
+    }
     int drv = 0, count = 0;
     CUresult rc = cuDriverGetVersion(&drv);
     if (rc == CUDA_SUCCESS)

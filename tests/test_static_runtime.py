@@ -61,8 +61,10 @@ def static_built(nvcc, shim_installed) -> dict:
 
 
 @pytest.mark.parametrize("name", [p.name for p in PROGRAMS])
-def test_static_runtime_program_under_emu(name, static_built, daemon):
+def test_static_runtime_program_under_emu(name, static_built, daemon, request):
     built = static_built[name]
+    if built.program.devices > 1 and BACKEND == "emu":     # a daemon with that many emulated GPUs
+        daemon = request.getfixturevalue("fresh_daemon")(extra_args=["--emu-devices", str(built.program.devices)])
     r = corpus.run_program(built, env=client_env(daemon), timeout=120)
     what = f"exit {r.returncode}\n--- stdout\n{r.stdout[-2000:]}\n--- stderr\n{r.stderr[-3000:]}"
     assert r.returncode == 0, what
@@ -88,10 +90,11 @@ def tmp():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def _daemon(tmp: Path, name: str) -> Daemon:
+def _daemon(tmp: Path, name: str, devices: int = 1) -> Daemon:
     kernels = [str(p.emu_path) for p in corpus.load_corpus() if p.emu_path is not None] if BACKEND == "emu" else ()
+    extra = ["--emu-devices", str(devices)] if BACKEND == "emu" and devices > 1 else []
     return Daemon(backend=BACKEND, emu_kernels=kernels, endpoint=f"ipc://{tmp}/proxyd.sock",
-                  log_path=str(tmp / f"{name}.log")).start()
+                  log_path=str(tmp / f"{name}.log"), extra_args=extra).start()
 
 
 @pytest.mark.parametrize("name", [p.name for p in PROGRAMS if p.checkpoints])
@@ -101,7 +104,7 @@ def test_static_runtime_program_survives_dump_and_restore(name, static_built, tm
     session: the handles stay the same, so the program goes on unchanged."""
     built = static_built[name]
     prog = built.program
-    d = _daemon(tmp, "proxyd")
+    d = _daemon(tmp, "proxyd", prog.devices)
     try:
         with PacedRun(built, d) as run:
             for i, k in enumerate(prog.checkpoints):
@@ -109,7 +112,7 @@ def test_static_runtime_program_survives_dump_and_restore(name, static_built, tm
                 img = tmp / f"img{k}"
                 assert _ctl(d, "dump", pid=run.pid, dir=str(img))["released"]
                 d.kill()
-                d = _daemon(tmp, f"proxyd{i}")
+                d = _daemon(tmp, f"proxyd{i}", prog.devices)
                 assert _ctl(d, "restore", dir=str(img))["pid"] == run.pid
             out = run.finish()
             assert out == prog.expected_output, f"{out}\n--- stderr\n{run.stderr()}\n--- proxyd\n{d.log()[-3000:]}"

@@ -85,6 +85,7 @@ int cuDeviceTotalMem_v2(size_t *bytes, int dev);
 int cuGetErrorName(int error, const char **str);
 int cuDevicePrimaryCtxRetain(void **pctx, int dev);
 int cuCtxCreate_v4(void **pctx, void *params, unsigned int flags, int dev);
+int cuCtxCreate_v2(void **pctx, unsigned int flags, int dev);
 int cuCtxSetFlags(unsigned int flags);
 int cuCtxDestroy_v2(void *ctx);
 int cuCtxSetCurrent(void *ctx);
@@ -209,6 +210,11 @@ class CudaBackend(Backend):
         r = self.lib.cuInit(0)
         if r != CUDA_SUCCESS:
             raise CudaUnavailable(f"cuInit failed: {self.err_name(r)}")
+        # functions newer than the driver answer not-supported (driver_floor.py)
+        from . import driver_floor
+        v = self.ffi.new("int *")
+        self.lib.cuDriverGetVersion(v)
+        self.lib = driver_floor.GatedLib(self.lib, driver_floor.effective_version(v[0]))
         n = self.ffi.new("int *")
         self.check(self.lib.cuDeviceGetCount(n), "cuDeviceGetCount")
         self.ndev = n[0]
@@ -286,9 +292,10 @@ class CudaBackend(Backend):
         return n[0]
 
     def driver_version(self) -> int:
-        v = self.ffi.new("int *")
-        self.lib.cuDriverGetVersion(v)
-        return v[0]
+        # what the application is told (HELLO): the driver's, or less under
+        # GPUPROXY_DRIVER_VERSION_CAP, so that a runtime newer than the
+        # driver refuses as it would natively (driver_floor.py)
+        return self.lib.version
 
     # ------------------------------------------------------------ contexts
     def ctx_create(self, dev: int, flags: int, primary: bool = False) -> int:
@@ -300,7 +307,10 @@ class CudaBackend(Backend):
                 self.ctx_set_flags(ctx, flags)
             return ctx
         p = self.ffi.new("void **")
-        self.check(self.lib.cuCtxCreate_v4(p, self.ffi.NULL, flags, dev), "cuCtxCreate")
+        if self.lib.has("cuCtxCreate_v4"):
+            self.check(self.lib.cuCtxCreate_v4(p, self.ffi.NULL, flags, dev), "cuCtxCreate")
+        else:   # drivers before CUDA 12.5: the same context without creation parameters
+            self.check(self.lib.cuCtxCreate_v2(p, flags, dev), "cuCtxCreate")
         ctx = self.ptr(p[0])
         # cuCtxCreate pushes the new context; proxyd sets contexts per call
         self.lib.cuCtxPopCurrent_v2(self.ffi.new("void **"))

@@ -404,7 +404,10 @@ class EmuBackend(Backend):
         return EMU_TOTAL_MEM
 
     def driver_version(self) -> int:
-        return 13000
+        # 13.0, or less under GPUPROXY_DRIVER_VERSION_CAP (the worker's
+        # oldest-driver mode, backends/driver_floor.py), as the cuda backend
+        from gpuproxy.proxyd.backends.driver_floor import effective_version
+        return effective_version(13000)
 
     # ----------------------------------------------------------- contexts
     def ctx_create(self, dev, flags, primary=False):
