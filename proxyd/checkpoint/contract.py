@@ -509,8 +509,6 @@ class Runner:
             pass
 
     def _on_term(self) -> int:
-        W = _whole_process()
-        _, ControlError = _client_cls()
         if not self.is_client():
             self.say(f"SIGTERM before {self.argv[0]} made its first CUDA call (pid {self.pid} is no client of "
                      f"proxyd at {self.endpoint} yet): nothing to checkpoint; {self._kept()}; ending it")
@@ -518,7 +516,7 @@ class Runner:
             return EXIT_TERM
         try:
             path = self.checkpoint(final=True)
-        except (W.WholeProcessError, ContractError, ControlError, OSError) as e:
+        except Exception as e:       # whatever failed, one line and no half image (never a traceback)
             self.say(f"SIGTERM: the checkpoint failed: {e}; {self._kept()}; ending the app")
             self._kill()
             return EXIT_TERM
@@ -541,14 +539,12 @@ class Runner:
         self._reap()
 
     def _periodic(self) -> None:
-        W = _whole_process()
-        _, ControlError = _client_cls()
         if not self.is_client():
             return                          # no CUDA call yet: nothing to checkpoint
         try:
             path = self.checkpoint(final=False)
             self.say(f"checkpoint {os.path.basename(path)} of pid {self.pid} written (the app runs on)")
-        except (W.WholeProcessError, ContractError, ControlError, OSError) as e:
+        except Exception as e:
             self.say(f"periodic checkpoint failed: {e}; {self._kept()}; the app runs on")
 
     def wait(self) -> int:
@@ -596,6 +592,9 @@ class Runner:
                 self.spawn()
         except (ContractError, W.WholeProcessError, ControlError, OSError) as e:
             self.say(str(e) if not isinstance(e, OSError) else f"{self.dir}: {e.strerror or e}")
+            return 1
+        except Exception as e:       # an unreadable image and the like: one line, never a traceback
+            self.say(f"cannot start from {self.dir}: {e}")
             return 1
         return self.finish(self.wait())
 
