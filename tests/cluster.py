@@ -27,11 +27,27 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from proxy import ping  # noqa: E402
 
 NODE_PRIVATE = "/run/gpuproxy-node"          # per-node tmpfs (mounted in each node's mount namespace)
 ENDPOINT = f"ipc://{NODE_PRIVATE}/proxyd.sock"
 SUBNET = "10.231"                            # node i: host side SUBNET.i.1, node side SUBNET.i.2
+
+
+_refs: dict = {}
+
+
+def reference_output(argv: list[str], kernels: list[str]) -> str:
+    """stdout of an uninterrupted run of argv under a plain proxyd (emulated
+    backend), computed once per test session."""
+    key = tuple(argv)
+    if key not in _refs:
+        from proxy import Daemon
+        with Daemon(backend="emu", emu_kernels=kernels) as ref:
+            r = subprocess.run(argv, env=ref.env_for_client(), capture_output=True, text=True, timeout=600,
+                               stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, r.stdout + r.stderr
+        _refs[key] = r.stdout
+    return _refs[key]
 
 
 def skip_reason() -> str | None:

@@ -29,8 +29,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus  # noqa: E402
-from cluster import Cluster, ENDPOINT, NODE_PRIVATE, skip_reason  # noqa: E402
-from proxy import Daemon  # noqa: E402
+from cluster import Cluster, ENDPOINT, NODE_PRIVATE, reference_output, skip_reason  # noqa: E402
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -78,11 +77,7 @@ def podman(shim_installed, nvcc, usable_criu):
         pytest.skip(f"podman cannot build images here: {r.stderr.strip()[-300:]}")
     d = Path(f"/tmp/gpp-{os.getpid()}")
     d.mkdir()
-    with Daemon(backend="emu", emu_kernels=kernels) as ref:
-        r = subprocess.run(built.argv() + [ITER], env=ref.env_for_client(), capture_output=True, text=True,
-                           timeout=600, stdin=subprocess.DEVNULL)
-        assert r.returncode == 0, r.stdout + r.stderr
-        want = r.stdout
+    want = reference_output(built.argv() + [ITER], kernels)
     c = Cluster(d, ["n1", "n2"])
     names: list[tuple] = []
     try:

@@ -29,8 +29,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus  # noqa: E402
-from cluster import Cluster, ENDPOINT, NODE_PRIVATE, skip_reason  # noqa: E402
-from proxy import Daemon  # noqa: E402
+from cluster import Cluster, ENDPOINT, NODE_PRIVATE, reference_output, skip_reason  # noqa: E402
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -185,12 +184,7 @@ def slurm(tmp_path_factory, shim_installed, nvcc, usable_criu):
     kernels = [str(corpus.PROGRAMS_DIR / p.emu) for p in corpus.load_corpus() if p.emu]
     d = Path(f"/tmp/gps-{os.getpid()}")          # short: ipc paths and slurm's own limits
     d.mkdir()
-    # the reference: an uninterrupted run on a plain proxyd
-    with Daemon(backend="emu", emu_kernels=kernels) as ref:
-        r = subprocess.run(built.argv() + [ITER], env=ref.env_for_client(), capture_output=True, text=True,
-                           timeout=600, stdin=subprocess.DEVNULL)
-        assert r.returncode == 0, r.stdout + r.stderr
-        want = r.stdout
+    want = reference_output(built.argv() + [ITER], kernels)
     c = Cluster(d, ["n1", "n2"])
     s = Slurm(d, c)
     try:

@@ -78,8 +78,6 @@ import threading
 import time
 from types import SimpleNamespace
 
-from . import criu
-
 JOB_FILE = "job.json"
 LATEST = "latest"
 CKPT = "ckpt-"
@@ -483,7 +481,7 @@ class Runner:
                             compress=None)
         t0 = time.monotonic()
         try:
-            res = W.dump(self.client(), self.endpoint, a)
+            W.dump(self.client(), self.endpoint, a)
             job = dict(self.job, version=JOB_VERSION, pipes=self.pipes, host=socket.gethostname(),
                        time=time.time(), kind="final" if final else "periodic",
                        stall_ms=round((time.monotonic() - t0) * 1000.0, 1))
