@@ -3,7 +3,7 @@
 # exits 143; the next container started on a folder holding an image restores the app
 # instead of starting it afresh, on this node or another.
 #
-# Built from a staged root file system, so it needs no registry (docs/containers.md):
+# Built from a staged root file system, so it needs no registry (docs/cluster.md, "Containers"):
 #   scripts/stage-rootfs CTX --extra /path/to/app      (this machine's gpuproxy, Python, CRIU)
 #   podman build -f docker/Containerfile.app -t gpuproxy-app CTX
 # The node's proxyd writes and reads the GPU part of the image itself, so the checkpoint
