@@ -20,12 +20,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_whole_process import (programs, tmp, daemon, require_park, reference, session, kill,  # noqa: E402,F401
-                                _stop_daemons, ITER_N)
+                                _stop_daemons, ITER_N, BACKEND)
 
 from gpuproxy.proxyd.checkpoint import contract as C  # noqa: E402
 from gpuproxy.proxyd.checkpoint import criu  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# GPUPROXY_TEST_BACKEND=cuda runs them on the GPU (as tests/test_whole_process.py),
+# with runs long enough to be interrupted there
+pytestmark = [pytest.mark.slow] + ([pytest.mark.gpu] if BACKEND == "cuda" else [])
+SHORT = "60000" if BACKEND == "cuda" else ITER_N
+LONG = "60000" if BACKEND == "cuda" else "2400"
 _refs: dict = {}
 
 
@@ -71,11 +75,11 @@ def test_sigterm_checkpoints_then_a_new_daemon_restores(programs, usable_criu, p
     b = programs["iterative"]
     d = daemon(tmp, "ref")
     require_park(d)
-    want = ref_output(b, d, tmp, ITER_N)
+    want = ref_output(b, d, tmp, SHORT)
     d.cleanup()
     d = daemon(tmp, "first")
     ckpt, out = tmp / "ckpt", tmp / "job.out"
-    argv = b.argv() + [ITER_N]
+    argv = b.argv() + [SHORT]
     w = wrapper(proxy_cli, d, ckpt, argv, out)
     pid = app_pid(d, calls=2000)
     try:
@@ -110,7 +114,7 @@ def test_sigterm_of_a_restored_app_checkpoints_it_again(programs, usable_criu, p
     b = programs["iterative"]
     d = daemon(tmp, "ref")
     require_park(d)
-    n = "2400"
+    n = LONG
     want = ref_output(b, d, tmp, n)
     ckpt, out = tmp / "ckpt", tmp / "job.out"
     argv = b.argv() + [n]
@@ -135,7 +139,7 @@ def test_periodic_checkpoints_keep_and_a_node_loss(programs, usable_criu, proxy_
     b = programs["iterative"]
     d = daemon(tmp, "ref")
     require_park(d)
-    n = "2400"
+    n = LONG
     want = ref_output(b, d, tmp, n)
     ckpt, out = tmp / "ckpt", tmp / "job.out"
     argv = b.argv() + [n]
@@ -180,7 +184,7 @@ def test_another_command_is_refused(programs, usable_criu, proxy_cli, tmp):
     d = daemon(tmp)
     require_park(d)
     ckpt, out = tmp / "ckpt", tmp / "job.out"
-    w = wrapper(proxy_cli, d, ckpt, b.argv() + [ITER_N], out)
+    w = wrapper(proxy_cli, d, ckpt, b.argv() + [SHORT], out)
     pid = app_pid(d, calls=500)
     w.send_signal(signal.SIGTERM)
     assert w.wait(120) == 143, errlines(out)
@@ -220,7 +224,7 @@ def test_failed_dump_leaves_the_previous_image(programs, usable_criu, proxy_cli,
     d = daemon(tmp)
     require_park(d)
     ckpt, out = tmp / "ckpt", tmp / "job.out"
-    argv = b.argv() + ["3000"]
+    argv = b.argv() + [LONG]
     w = wrapper(proxy_cli, d, ckpt, argv, out, "--checkpoint-every", "1")
     pid = app_pid(d)
     end = time.monotonic() + 120

@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_whole_process import (programs, tmp, daemon, require_park, reference, start, wait_calls,  # noqa: E402,F401
-                                wait_gone, kill, _stop_daemons)
+from test_whole_process import (programs, tmp, daemon, require_park, reference, wait_calls,  # noqa: E402,F401
+                                wait_gone, kill, _stop_daemons, BACKEND)
 
-pytestmark = pytest.mark.slow
-N = "1500"
+# GPUPROXY_TEST_BACKEND=cuda runs them on the GPU, with runs long enough to interrupt
+pytestmark = [pytest.mark.slow] + ([pytest.mark.gpu] if BACKEND == "cuda" else [])
+N = "60000" if BACKEND == "cuda" else "1500"
+LONG = "60000" if BACKEND == "cuda" else "3000"
 
 
 def plugin_dir() -> str:
@@ -80,7 +82,7 @@ def test_failed_gpu_dump_fails_criu_never_the_app(programs, usable_criu, tmp):
     d = daemon(tmp)
     require_park(d)
     out = tmp / "run.out"
-    p = subprocess.Popen(b.argv() + ["3000"], env=d.env_for_client(), stdin=subprocess.DEVNULL,
+    p = subprocess.Popen(b.argv() + [LONG], env=d.env_for_client(), stdin=subprocess.DEVNULL,
                          stdout=open(out, "w"), stderr=subprocess.DEVNULL, start_new_session=True)
     imgs = tmp / "imgs"
     (imgs / "gpuproxy").mkdir(parents=True)
