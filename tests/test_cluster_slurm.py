@@ -79,8 +79,6 @@ MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SchedulerType=sched/backfill
-# a requeued job starts again within seconds (default: the backfill pass every 30 s)
-SchedulerParameters=bf_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
@@ -232,7 +230,10 @@ def test_preempted_job_requeued_and_restored_on_the_other_node(slurm):
     # a high-priority job that needs that node: the low one is preempted
     # (SIGTERM, GraceTime), requeued, and can only go to the other node
     hout = s.d / "high.out"
-    high = s.cmd("sbatch", "--parsable", "-p", "high", "-w", first, "-J", "high", "--output", str(hout),
+    # --priority=TOP: once the low job is requeued the high one comes first in
+    # the queue, so the low one cannot take that node back before it
+    high = s.cmd("sbatch", "--parsable", "-p", "high", "-w", first, "-J", "high", "--priority=TOP", "--output",
+                 str(hout),
                  "--wrap", "sleep 40; echo high done").stdout.strip()
     s.wait_state(int(high), ("RUNNING",), node=first)
     j = s.wait_state(low, ("COMPLETED", "FAILED"), timeout=300)
