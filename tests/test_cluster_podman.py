@@ -75,6 +75,8 @@ def podman(shim_installed, nvcc, usable_criu):
                         str(ctx)], capture_output=True, text=True, env=env, timeout=600)
     if r.returncode != 0:
         pytest.skip(f"podman cannot build images here: {r.stderr.strip()[-300:]}")
+    # the image this build replaced (same tag) would pile up in the cache
+    subprocess.run(["podman", "image", "prune", "-f"], capture_output=True, env=env, timeout=120)
     d = Path(f"/tmp/gpp-{os.getpid()}")
     d.mkdir()
     want = reference_output(built.argv() + [ITER], kernels)
