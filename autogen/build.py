@@ -237,6 +237,16 @@ def build_all(pkg_root: Path, temp: Path, version: str) -> None:
     compile_libs(gen_dir, pkg_root / "gpuproxy" / "interceptor" / "lib", include, version)
     compile_daemon_helper(pkg_root / "gpuproxy" / "proxyd" / "libgpxd.so", include)
     compile_hash_kernel(pkg_root / "gpuproxy" / "proxyd" / "gp64.ptx")
+    compile_criu_plugin(pkg_root / "gpuproxy" / "proxyd" / "checkpoint" / "gpuproxy_criu_plugin.so")
+
+
+def compile_criu_plugin(out: Path, cc: str = "cc") -> None:
+    """gpuproxy's CRIU plugin (proxyd/checkpoint/criu_plugin.c); it runs its
+    hooks with the Python that installs gpuproxy. Its symbol criu_get_image_dir
+    comes from the criu executable that loads it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _cc([cc, "-O2", "-g", "-fPIC", "-shared", "-std=gnu11", "-Wall", f'-DGP_PYTHON="{sys.executable}"',
+         str(REPO / "proxyd" / "checkpoint" / "criu_plugin.c"), "-o", str(out), "-ldl"])
 
 
 def compile_hash_kernel(out: Path) -> None:

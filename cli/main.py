@@ -2,6 +2,9 @@
 
     proxy-cli preload                       print the LD_PRELOAD value of the shim
     proxy-cli run [--endpoint E] -- CMD...  run a command under the shim
+    proxy-cli run --checkpoint-dir DIR [--checkpoint-every S] [--keep N] -- CMD...
+                                            the same, restored from DIR if it holds an image; SIGTERM
+                                            checkpoints it into DIR (exit 143)
     proxy-cli status [--json]               sessions served by proxyd
     proxy-cli --pre-dump --pid PID --dir DIR [--gpu-only]
     proxy-cli --dump --pid PID --dir DIR [--leave-running] [--parent P] [--concurrent] [--gpu-only]
@@ -51,10 +54,17 @@ def cmd_run(a):
         print("proxy-cli run: no command given (proxy-cli run -- CMD ...)", file=sys.stderr)
         return 2
     env = dict(os.environ)
+    if a.checkpoint_dir is None and (a.checkpoint_every is not None or a.keep is not None):
+        print("proxy-cli run: --checkpoint-every and --keep need --checkpoint-dir", file=sys.stderr)
+        return 2
     pre = preload_value()
     env["LD_PRELOAD"] = pre + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
     if a.endpoint:
         env["GPUPROXY_ENDPOINT"] = a.endpoint
+    if a.checkpoint_dir is not None:        # the preemption contract (proxyd/checkpoint/orchestrate/contract.py)
+        from gpuproxy.proxyd.checkpoint.orchestrate import contract
+        return contract.run(cmd, a.checkpoint_dir, _endpoint(a), env, every=a.checkpoint_every,
+                            keep=2 if a.keep is None else a.keep, timeout_s=timeout_of(a, CHECKPOINT_TIMEOUT_S))
     try:
         os.execvpe(cmd[0], cmd, env)
     except OSError as e:
@@ -164,6 +174,26 @@ def cmd_profile(a):
     return 0
 
 
+def _positive(v: str) -> float:
+    try:
+        f = float(v)
+    except ValueError:
+        f = -1.0
+    if not f > 0:
+        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {v!r}")
+    return f
+
+
+def _count(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"not a count of at least 1: {v!r}")
+    return n
+
+
 def build_parser():
     ap = A.OneLineParser(prog="proxy-cli", description="Drive gpuproxy: run programs under the shim, "
                                  "inspect sessions, checkpoint and restore their GPU state.")
@@ -174,6 +204,13 @@ def build_parser():
     sub = ap.add_subparsers(dest="cmd")
     sub.add_parser("preload", help="print the LD_PRELOAD value of the shim").set_defaults(fn=cmd_preload)
     r = sub.add_parser("run", help="run a command under the shim")
+    r.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="the preemption contract: restore the job from DIR's latest image if it has one, else "
+                        "start it; on SIGTERM checkpoint it into DIR and exit 143 (docs/cluster.md)")
+    r.add_argument("--checkpoint-every", type=_positive, metavar="SECONDS",
+                   help="also checkpoint every SECONDS while it runs (--leave-running)")
+    r.add_argument("--keep", type=_count, metavar="N",
+                   help="complete images kept in DIR (default 2)")
     r.add_argument("command", nargs=argparse.REMAINDER)
     r.set_defaults(fn=cmd_run)
     s = sub.add_parser("status", help="sessions served by proxyd")

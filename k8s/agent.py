@@ -45,7 +45,7 @@ from .checkpoints import now_utc, rfc3339
 
 # "checkpoint now, leave the app running": a real-time signal, free for an
 # application's own meaning (signal(7)); the contract must catch it.
-CHECKPOINT_NOW = signal.SIGRTMIN + 2
+from gpuproxy.proxyd.checkpoint.orchestrate.contract import CHECKPOINT_NOW  # noqa: E402  (the contract's own)
 TRIGGER = CHECKPOINT_NOW
 _UID_RE = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
 MAX_BODY = 64 * 1024

@@ -1,7 +1,7 @@
 """Checkpoint images in a pod's checkpoint folder, and which of them may go.
 
 The folder is the one `proxy-cli run --checkpoint-dir DIR` writes, in the
-contract's layout (gpuproxy.proxyd.checkpoint.contract):
+contract's layout (gpuproxy.proxyd.checkpoint.orchestrate.contract):
 
     DIR/ckpt-<n>/          a complete image; its job.json is written last
     DIR/latest -> ckpt-<n> the image a restore uses

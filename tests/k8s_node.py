@@ -27,7 +27,7 @@ SIGCGT_TERM = (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGINT - 1))
 def write_image(path: Path, criu_complete: bool = True, created_bump: bytes = b"x", stall_ms: float | None = 1234.5,
                 publish: bool = True) -> None:
     """A real image (manifest, index, memory; a CRIU part as test_criu makes it)
-    at path, laid out as the contract publishes one (proxyd/checkpoint/contract.py):
+    at path, laid out as the contract publishes one (proxyd/checkpoint/orchestrate/contract.py):
     DIR/ckpt-<n>/ with its job.json written last, then DIR/latest -> ckpt-<n>.
     publish=False: no job.json and no latest (a dump still in progress)."""
     w = ImageWriter(path, "dump", {"backend": "emu"})

@@ -99,9 +99,10 @@ class Criu:
             a.append("--unprivileged")
         return a + list(args)
 
-    def run(self, action: str, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+    def run(self, action: str, *args: str, timeout: float | None = None,
+            pass_fds: tuple = ()) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(action, *args), capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, pass_fds=pass_fds)
 
     def feature(self, name: str) -> bool:
         """`criu check --feature NAME` passes (cached)."""
@@ -442,9 +443,11 @@ def dump(c: Criu, pid: int, image_dir: str, *, leave_running: bool, pre: bool = 
     }
 
 
-def restore(c: Criu, image_dir: str, record: dict) -> tuple[int, float]:
+def restore(c: Criu, image_dir: str, record: dict, inherit: dict | None = None) -> tuple[int, float]:
     """criu restore of IMAGE/criu, detached: returns (root pid, ms) once the
-    tree runs again (under its old pids)."""
+    tree runs again (under its old pids). inherit: {fd of ours: CRIU's name
+    of a file outside the dumped tree, e.g. "pipe:[1234]"}: the restored app
+    gets our fd in its place (criu(8) --inherit-fd)."""
     src = os.path.join(image_dir, record.get("dir") or SUBDIR)
     pidfile = os.path.join(src, "restore.pid")
     try:
@@ -458,8 +461,10 @@ def restore(c: Criu, image_dir: str, record: dict) -> tuple[int, float]:
         args.append("--shell-job")
     if opts.get("tcp_established"):
         args.append("--tcp-established")
+    for fd, name in (inherit or {}).items():
+        args += ["--inherit-fd", f"fd[{fd}]:{name}"]
     t0 = time.monotonic()
-    r = c.run("restore", *args)
+    r = c.run("restore", *args, pass_fds=tuple(inherit or ()))
     ms = round((time.monotonic() - t0) * 1000.0, 3)
     if r.returncode != 0:
         raise _failure("restore", r, os.path.join(src, "restore.log"))

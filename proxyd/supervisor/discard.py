@@ -5,7 +5,7 @@ A whole-process restore puts the GPU state into a fresh worker first, then
 has CRIU restore the processes. When CRIU fails, nothing will ever attach to
 that session; without this command it stayed "live" until ATTACH_GRACE_S
 (120 s) passed, and every retry of the restore was refused meanwhile
-("session ... is live in this proxyd"). proxy-cli (cli/whole_process.py)
+("session ... is live in this proxyd"). proxy-cli (proxyd/checkpoint/orchestrate/whole_process.py)
 sends `discard` with the session's token right after the failure, so a
 retry can follow at once.
 

@@ -284,8 +284,9 @@ def restore_state(path: str) -> dict:
 
 
 def restore(client, endpoint: str, path: str, device_map: dict, st: dict, rollback_files: bool = False,
-            allow_foreign: bool = False) -> dict:
-    """Whole-process restore of the image at path (st: restore_state())."""
+            allow_foreign: bool = False, inherit: dict | None = None) -> dict:
+    """Whole-process restore of the image at path (st: restore_state());
+    inherit: files of ours the restored app gets (criu.restore)."""
     if not st["complete"]:
         raise WholeProcessError(f"the process part of {path} is not restorable: {st['problem']}. Nothing was "
                                 f"restored (--gpu-only restores the GPU state alone)")
@@ -298,7 +299,7 @@ def restore(client, endpoint: str, path: str, device_map: dict, st: dict, rollba
     gpu = client.call("restore", {"dir": path, "device_map": device_map, "allow_foreign": allow_foreign})
     token = gpu.get("token")
     try:
-        pid, ms = criu.restore(c, path, rec)
+        pid, ms = criu.restore(c, path, rec, inherit=inherit)
     except criu.CriuError as e:
         # nothing will attach to the restored GPU state: release it now, so
         # that the restore can be tried again at once (proxyd/supervisor/discard.py)

@@ -1,0 +1,244 @@
+"""The work of gpuproxy's CRIU plugin (proxyd/checkpoint/criu_plugin.c),
+run by it as `python -m gpuproxy.proxyd.checkpoint.orchestrate.criu_hooks ACTION ARG
+IMAGES`, one process per hook call:
+
+    pause PID IMAGES       park every gpuproxy client in PID's process tree
+                           (PAUSE_DEVICES; CRIU has not stopped them yet)
+    checkpoint PID IMAGES  a parked client's GPU state -> IMAGES/gpuproxy/<P>
+                           (CHECKPOINT_DEVICES; the task is frozen)
+    finish RET IMAGES      RET != 0 (the dump failed): resume the parked
+                           clients and remove the gpuproxy part; else, once
+                           criu has exited, resume those still running
+                           (--leave-running)
+    prepare 0 IMAGES       every IMAGES/gpuproxy/<P> into this node's
+                           proxyd (init of a restore: before CRIU forks the
+                           tree, as proxyd wants the pid free)
+    restore PID IMAGES     resume the restored shim with its session's
+                           token (RESUME_DEVICES_LATE)
+    abandon RET IMAGES     a failed restore: one line
+
+P is the pid the client has in its own pid namespace (the last NSpid of
+/proc/PID/status): what its shim told proxyd, and what it is again after a
+restore in a new container. The GPU dump keeps the session in proxyd
+(leave_running): CRIU, not the plugin, decides whether the app goes on; a
+client CRIU ended is noticed by proxyd, which ends its session.
+
+proxyd is found at $GPUPROXY_ENDPOINT (the environment criu runs in), else
+the default endpoint. Exit status 0 on success; otherwise one line on
+stderr (CRIU's log) and status 1, which fails the dump or restore.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+SUBDIR = "gpuproxy"
+STATE = "parked.json"
+PARK_TIMEOUT_S = 60.0
+
+
+class HookError(Exception):
+    pass
+
+
+def _client():
+    from gpuproxy.proxyd.client import ControlClient
+    from gpuproxy.proxyd.core import protocol as P
+    return ControlClient(P.endpoint_from_env(), timeout_s=600.0)
+
+
+def ns_pid(pid: int) -> int:
+    """pid as its own (innermost) pid namespace sees it."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for ln in f:
+                if ln.startswith("NSpid:"):
+                    return int(ln.split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return pid
+
+
+def _state_path(images: str) -> str:
+    return os.path.join(images, SUBDIR, STATE)
+
+
+def _load(images: str) -> dict:
+    try:
+        with open(_state_path(images)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {"parked": [], "dumped": []}
+
+
+def _save(images: str, state: dict) -> None:
+    p = _state_path(images)
+    tmp = p + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(state, f)
+    os.replace(tmp, p)
+
+
+def pause(pid: int, images: str) -> None:
+    from gpuproxy.proxyd.checkpoint import criu
+    c = _client()
+    clients = {int(s.get("pid") or 0) for s in c.call("status").get("sessions", [])}
+    state = _load(images)
+    for p in criu.process_tree(pid):
+        v = ns_pid(p)
+        if v not in clients or v in state["parked"]:
+            continue
+        os.makedirs(os.path.join(images, SUBDIR), mode=0o700, exist_ok=True)
+        c.call("park", {"pid": v, "timeout_s": PARK_TIMEOUT_S})
+        state["parked"].append(v)
+        _save(images, state)
+
+
+def checkpoint(pid: int, images: str) -> None:
+    state = _load(images)
+    v = ns_pid(pid)
+    if v not in state["parked"] or v in state["dumped"]:
+        return
+    out = os.path.join(images, SUBDIR, str(v))
+    _client().call("dump", {"pid": v, "dir": out, "leave_running": True, "concurrent": False})
+    state["dumped"].append(v)
+    _save(images, state)
+
+
+def _resume_all(parked: list[int]) -> None:
+    from gpuproxy.proxyd.client import ControlError
+    c = _client()
+    for v in parked:
+        try:
+            c.call("resume", {"pid": v})
+        except ControlError:
+            pass                  # gone: proxyd ends its session
+
+
+def _resume_when_criu_is_done(parked: list[int], criu_pid: int) -> None:
+    """CRIU calls fini before it ends the dumped tree or lets it go on
+    (cr-dump.c: cr_plugin_fini, then pstree_switch_state). A resume now
+    would leave a resume flag behind for a process CRIU is about to end,
+    which its restored copy would then take as its own; so a detached
+    process waits for criu to exit and resumes those that still run."""
+    import time
+    if os.fork():
+        return
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    try:
+        # criu's caller may wait for the end of criu's output: not ours
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        from gpuproxy.proxyd.checkpoint import criu
+        end = time.monotonic() + 3600
+        while criu.pid_alive(criu_pid) and time.monotonic() < end:     # a zombie counts as done
+            time.sleep(0.05)
+        alive = [v for v in parked if criu.pid_alive(v)]
+        if alive:
+            _resume_all(alive)
+    finally:
+        os._exit(0)
+
+
+def finish(ret: int, images: str) -> None:
+    state = _load(images)
+    parked = list(state["parked"])
+    if ret != 0:
+        # the dump failed: CRIU lets the tree go on; nothing of ours stays
+        if parked:
+            _resume_all(parked)
+        shutil.rmtree(os.path.join(images, SUBDIR), ignore_errors=True)
+        return
+    for v in state["dumped"]:
+        _record_criu(images, v)
+    if parked:
+        state["parked"] = []
+        _save(images, state)
+        _resume_when_criu_is_done(parked, os.getppid())
+
+
+def _record_criu(images: str, v: int) -> None:
+    """The GPU image says that CRIU holds its process (its images are two
+    folders up): proxyd then restores it before the process exists, as for
+    proxy-cli's whole-process images (engine: a whole-process image's
+    process does not exist yet)."""
+    from gpuproxy.proxyd.checkpoint import criu
+    criu.record_in_manifest(os.path.join(images, SUBDIR, str(v)), {
+        "dir": os.path.join("..", ".."), "kind": "dump", "complete": True, "root_pid": v, "pids": [v],
+        "size": 0, "files": 0, "by": "gpuproxy criu plugin", "options": {}, "written_files": []})
+
+
+TOKENS = "restored.json"
+
+
+def prepare(_arg: int, images: str) -> None:
+    """Every GPU image of IMAGES/gpuproxy into this node's proxyd, before
+    CRIU forks the tree; the sessions' tokens are kept for restore()."""
+    sub = os.path.join(images, SUBDIR)
+    try:
+        names = sorted(n for n in os.listdir(sub) if n.isdigit())
+    except FileNotFoundError:
+        return
+    c = _client()
+    tokens = {}
+    for n in names:
+        img = os.path.join(sub, n)
+        if os.path.exists(os.path.join(img, "manifest")):
+            tokens[n] = c.call("restore", {"dir": img, "device_map": {}}).get("token")
+    with open(os.path.join(sub, TOKENS), "w") as f:
+        json.dump(tokens, f)
+
+
+def restore(pid: int, images: str) -> None:
+    """The restored task's shim goes on: resumed with its session's token."""
+    v = ns_pid(pid)
+    try:
+        with open(os.path.join(images, SUBDIR, TOKENS)) as f:
+            tokens = json.load(f)
+    except (OSError, ValueError):
+        return
+    if str(v) not in tokens:
+        return
+    token = tokens[str(v)]
+    _client().call("resume", {"token": token} if token else {"pid": v})
+
+
+def abandon(ret: int, images: str) -> None:
+    """A restore that failed after prepare(): its sessions wait in proxyd
+    for a process that will not come; say so (a later restore of the same
+    image replaces them)."""
+    try:
+        with open(os.path.join(images, SUBDIR, TOKENS)) as f:
+            tokens = json.load(f)
+    except (OSError, ValueError):
+        return
+    if tokens:
+        print(f"gpuproxy criu plugin: the restore failed ({ret}); the GPU state of pids "
+              f"{', '.join(tokens)} was restored into proxyd and waits there", file=sys.stderr)
+
+
+ACTIONS = {"pause": pause, "checkpoint": checkpoint, "finish": finish, "prepare": prepare, "restore": restore,
+           "abandon": abandon}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 3 or argv[0] not in ACTIONS:
+        print("usage: python -m gpuproxy.proxyd.checkpoint.orchestrate.criu_hooks ACTION ARG IMAGES",
+              file=sys.stderr)
+        return 2
+    try:
+        ACTIONS[argv[0]](int(argv[1]), argv[2])
+    except Exception as e:            # one line into CRIU's log, never a traceback
+        print(f"gpuproxy criu plugin: {argv[0]} {argv[1]}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The preemption contract in containers (issue 25): Debian's podman with runc
+and the project's CRIU, on namespace nodes (tests/cluster.py), each with its
+own proxyd (emulated backend) at the same endpoint path; the test folder is
+the shared storage. The image is docker/Containerfile.app, built here with
+`podman build` from a root file system staged from this machine's gpuproxy
+(scripts/stage-rootfs; no registry is needed).
+
+A job in a container on node 1 is stopped with `podman stop -t 60` (SIGTERM):
+`proxy-cli run --checkpoint-dir` checkpoints it and the container exits 143.
+A new container of the same image on node 2 restores it from the shared
+folder; it finishes with status 0, and the two containers' logs together are
+exactly an uninterrupted run's output.
+
+Podman's configuration is private to the test (CONTAINERS_CONF,
+CONTAINERS_STORAGE_CONF): runc, cgroupfs, storage under /var/tmp (kept
+between runs). Skips, with the reason, without root, podman, runc or CRIU.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import corpus  # noqa: E402
+from cluster import Cluster, ENDPOINT, NODE_PRIVATE, reference_output, skip_reason  # noqa: E402
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parent.parent
+CACHE = Path("/var/tmp/gpuproxy-podman")
+IMAGE = "localhost/gpuproxy-app:test"
+ITER = "3000"
+# these machines refuse runc's default rlimits unless they are given explicitly
+ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
+
+
+def _podman_env() -> dict:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    conf, storage = CACHE / "containers.conf", CACHE / "storage.conf"
+    conf.write_text('[engine]\ncgroup_manager = "cgroupfs"\nruntime = "runc"\nevents_logger = "file"\n')
+    storage.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{CACHE}/storage"\n'
+                       f'runroot = "/run/gpuproxy-podman"\n')
+    return dict(os.environ, CONTAINERS_CONF=str(conf), CONTAINERS_STORAGE_CONF=str(storage))
+
+
+def _missing() -> str | None:
+    why = skip_reason()
+    if why:
+        return why
+    for tool in ("podman", "runc"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (scripts/install-cluster-test-deps installs podman and runc)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def podman(shim_installed, nvcc, usable_criu):
+    why = _missing()
+    if why:
+        pytest.skip(why)
+    env = _podman_env()
+    built = corpus.build(corpus.get_program("iterative"), corpus.default_build_dir())
+    kernels = [str(corpus.PROGRAMS_DIR / p.emu) for p in corpus.load_corpus() if p.emu]
+    ctx = CACHE / "ctx"
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "stage-rootfs"), str(ctx), "--criu",
+                        os.path.dirname(os.path.dirname(usable_criu.path)), "--extra", built.argv()[0]], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["podman", "build", "-q", "-f", str(REPO / "docker" / "Containerfile.app"), "-t", IMAGE,
+                        str(ctx)], capture_output=True, text=True, env=env, timeout=600)
+    if r.returncode != 0:
+        pytest.skip(f"podman cannot build images here: {r.stderr.strip()[-300:]}")
+    # the image this build replaced (same tag) would pile up in the cache
+    subprocess.run(["podman", "image", "prune", "-f"], capture_output=True, env=env, timeout=120)
+    d = Path(f"/tmp/gpp-{os.getpid()}")
+    d.mkdir()
+    want = reference_output(built.argv() + [ITER], kernels)
+    c = Cluster(d, ["n1", "n2"])
+    names: list[tuple] = []
+    try:
+        c.up()
+        for n in c.nodes:
+            c.proxyd(n, kernels, d / f"proxyd-{n.name}.log")
+        yield c, env, built, want, d, names
+    finally:
+        for node, name in names:
+            c.run(node, ["podman", "rm", "-f", "-t", "0", name], env=env, check=False)
+        c.down()
+        if not os.environ.get("GPUPROXY_KEEP_CLUSTER_LOGS"):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def run_opts(ckpt: Path) -> list[str]:
+    """What a job container needs (docker/Containerfile.app says why): CRIU's
+    privileges, the node's pid and IPC namespaces (proxyd knows its clients by
+    pid and shares memory with them in /dev/shm), the node's /tmp (proxy-cli's
+    proof of identity), its proxyd socket folder, and the checkpoint folder at
+    the same path as on the node."""
+    return ["--privileged", "--pid", "host", "--ipc", "host", "--network", "none", *ULIMITS,
+            "-v", "/tmp:/tmp", "-v", f"{NODE_PRIVATE}:{NODE_PRIVATE}", "-v", f"{ckpt}:{ckpt}",
+            "-e", f"GPUPROXY_CKPT_DIR={ckpt}", "-e", f"GPUPROXY_ENDPOINT={ENDPOINT}",
+            "-e", f"GPUPROXY_KEY_DIR={os.environ['GPUPROXY_KEY_DIR']}"]
+
+
+def sessions(c: Cluster, node) -> list[dict]:
+    probe = (f"import json; from gpuproxy.proxyd.client import ControlClient; "
+             f"print(json.dumps(ControlClient({ENDPOINT!r}, timeout_s=10).call('status')['sessions']))")
+    r = c.run(node, [sys.executable, "-c", probe])
+    return json.loads(r.stdout)
+
+
+def logs(c: Cluster, node, env, name) -> tuple[str, str]:
+    r = c.run(node, ["podman", "logs", name], env=env)
+    return r.stdout, r.stderr
+
+
+def test_podman_stop_checkpoints_and_another_node_restores(podman):
+    c, env, built, want, d, names = podman
+    n1, n2 = c.nodes
+    ckpt = d / "ckpt-job"
+    ckpt.mkdir()
+    argv = built.argv() + [ITER]
+    first, second = f"gpp{os.getpid()}-1", f"gpp{os.getpid()}-2"
+    names.append((n1, first))
+    c.run(n1, ["podman", "run", "-d", "--name", first, *run_opts(ckpt), IMAGE, *argv], env=env)
+    end = time.monotonic() + 120
+    while not any(s["calls"] >= 1000 for s in sessions(c, n1)):
+        assert time.monotonic() < end, logs(c, n1, env, first)
+        time.sleep(0.3)
+    c.run(n1, ["podman", "stop", "-t", "60", first], env=env, timeout=120)
+    code = c.run(n1, ["podman", "inspect", first, "--format", "{{.State.ExitCode}}"], env=env).stdout.strip()
+    out1, err1 = logs(c, n1, env, first)
+    assert code == "143", (out1, err1)
+    assert err1.startswith("proxy-cli run: SIGTERM: checkpointed pid ") and err1.count("\n") == 1, err1
+    assert os.readlink(ckpt / "latest") == "ckpt-1"
+    # node 2: a new container of the same image on the same (shared) folder
+    names.append((n2, second))
+    c.run(n2, ["podman", "run", "-d", "--name", second, *run_opts(ckpt), IMAGE, *argv], env=env)
+    r = c.run(n2, ["podman", "wait", second], env=env, timeout=300)
+    out2, err2 = logs(c, n2, env, second)
+    assert r.stdout.strip() == "0", (out2, err2)
+    assert "proxy-cli run: restored " in err2 and f"from {ckpt}/ckpt-1" in err2, err2
+    assert out1 + out2 == want
+    assert not (ckpt / "latest").exists()
