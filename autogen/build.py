@@ -141,7 +141,7 @@ def compile_flags(src: Path, gen_dir: Path, include: str, version: str, optimise
                   debug: bool = True) -> list[str]:
     """The compiler flags of every shim source (scripts/shim_layers.py
     compiles with them too, at -O0)."""
-    return [optimise, *(["-g"] if debug else []), "-fPIC", "-std=gnu11", "-Wall", "-Wno-unused-parameter",
+    return [optimise, *(["-g"] if debug else []), "-fPIC", "-std=gnu11", "-Wall", "-Werror=implicit-function-declaration", "-Wno-unused-parameter",
             "-pthread", f"-I{src}", f"-I{gen_dir}", f"-I{include}", f'-DGP_VERSION="{version}"']
 
 

@@ -233,7 +233,7 @@ def gen_driver_stubs(driver, types, sources, headers=()) -> str:
     out = [header_comment(sources),
            # the ops layer (interceptor/LAYERS): the transport and the
            # context stack (GP_RESOLVE_FUNCTION), nothing of the API surfaces
-           "#include \"gp_context.h\"", "#include \"gp_transport.h\"", "#include \"gp_gen.h\"",
+           "#include <string.h>", "#include \"gp_context.h\"", "#include \"gp_transport.h\"", "#include \"gp_gen.h\"",
            *header_includes(list(headers)), ""]
     for f in driver:
         name = g(f, "name")

@@ -217,9 +217,10 @@ CUresult gpo_cuCtxDestroy_v2(CUcontext ctx)
 {
     GP_ENTER();
     CUresult rc = gpg_cuCtxDestroy_v2(ctx);
-    if (rc == CUDA_SUCCESS)
+    if (rc == CUDA_SUCCESS) {
         gp_peer_forget(ctx);     /* its peer-access pairs go with it (owner.c) */
         gp_ctx_forget(ctx);
+    }
     gp_unlock();
     if (rc == CUDA_SUCCESS)
         gp_ctx_gone(ctx);   /* outside the lock: destructors may call the driver */

@@ -11,7 +11,9 @@
  * process keeps the state in its own memory).
  *
  * Locking: under gp_lock, like the function table. */
+#include "gp_context.h"
 #include "gp_funcs.h"
+#include "gp_transport.h"
 #include "gp_gen.h"
 
 #include <stdlib.h>

@@ -155,13 +155,41 @@ def test_daemon_started_while_the_old_one_stops_stays_reachable(tmp):
         old.cleanup()
 
 
+def _children(pid: int) -> list[int]:
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(p))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
 def test_killed_daemons_workers_folder_is_swept_at_the_next_start(tmp):
     d = daemon(tmp)
     pid = d.proc.pid
     wdir = tmp / f"gpuproxy-workers-{pid}"
     assert wdir.is_dir()
+    workers = _children(pid)
     d.kill()
     assert wdir.is_dir()
+    # its workers notice the supervisor's death and exit; a socket still served
+    # by one is never swept (a loaded machine took longer than the restart)
+    end = time.monotonic() + 30
+    while any(os.path.exists(f"/proc/{w}") and _state(w) != "Z" for w in workers):
+        assert time.monotonic() < end, "the killed supervisor's workers did not exit"
+        time.sleep(0.1)
     d = daemon(tmp, "proxyd2")
     try:
         assert not wdir.exists()

@@ -78,11 +78,14 @@ def test_record_holds_the_built_parts(dist):
 
 def test_console_scripts(dist, site_dir):
     eps = {ep.name: ep.value for ep in dist.entry_points if ep.group == "console_scripts"}
-    assert eps == {"proxyd": "gpuproxy.proxyd.main:main", "proxy-cli": "gpuproxy.cli.main:main"}, eps
+    assert eps == {"proxyd": "gpuproxy.proxyd.main:main", "proxy-cli": "gpuproxy.cli.main:main",
+                   # the Kubernetes node agent and admission webhook (docs/kubernetes.md)
+                   "gpuproxy-k8s-agent": "gpuproxy.k8s.agent:main",
+                   "gpuproxy-k8s-webhook": "gpuproxy.k8s.webhook:main"}, eps
     for ep in dist.entry_points:
         assert callable(ep.load())
     scripts = [f for f in dist.files if str(f).startswith("../") and Path(str(f)).name in eps]
-    assert len(scripts) == 2, [str(f) for f in dist.files if str(f).startswith("../")]
+    assert len(scripts) == len(eps), [str(f) for f in dist.files if str(f).startswith("../")]
     for s in scripts:
         assert Path(dist.locate_file(s)).resolve().exists(), s
 
