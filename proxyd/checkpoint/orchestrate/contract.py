@@ -477,12 +477,11 @@ class Runner:
         W = _whole_process()
         seq = _next_seq(self.dir)
         tmp = os.path.join(self.dir, f"{TMP}{seq}")
-        t0 = time.monotonic()
         try:
-            W.dump(self.client(), self.endpoint, self.pid, tmp, leave_running=not final)
+            res = W.dump(self.client(), self.endpoint, self.pid, tmp, leave_running=not final)
+            # the app's own stall (park to resume), not the wrapper's whole dump
             job = dict(self.job, version=JOB_VERSION, pipes=self.pipes, host=socket.gethostname(),
-                       time=time.time(), kind="final" if final else "periodic",
-                       stall_ms=round((time.monotonic() - t0) * 1000.0, 1))
+                       time=time.time(), kind="final" if final else "periodic", stall_ms=res["stall_ms"])
             path = publish(self.dir, tmp, seq, job)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

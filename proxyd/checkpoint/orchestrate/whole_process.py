@@ -29,6 +29,7 @@ resume (docs/protocol.md).
 from __future__ import annotations
 
 import os
+import time
 from typing import Callable
 
 from gpuproxy.proxyd.checkpoint import criu
@@ -137,7 +138,9 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
          notify: Callable[[str], None] | None = None) -> dict:
     """Whole-process dump of pid's app into dir (see the module's docstring);
     concurrent implies leave_running. Returns {"gpu": proxyd's dump answer,
-    "criu": the CRIU record, "token", "path", "leave_running"}."""
+    "criu": the CRIU record, "token", "path", "leave_running", "stall_ms":
+    how long the app was held, from the park to its resume (to the end of
+    CRIU's dump when the app does not go on)}."""
     path = os.path.abspath(dir)
     leave = bool(leave_running or concurrent)
     check_client(client, pid, endpoint)
@@ -146,6 +149,7 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
     check_dumpable(pid)
     parent_dir = _parent_dir(path, parent)
     _prepare(path)
+    t_park = time.monotonic()      # the app's threads are held from here
     token = _park(client, pid)
     gpu = None
     try:
@@ -163,11 +167,15 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
             raise WholeProcessError(f"whole-process dump of pid {pid} failed: {e}. The app runs on "
                                     f"(resumed); {path} holds no usable whole-process image") from None
         raise
+    if not leave:
+        stall_ms = (time.monotonic() - t_park) * 1000.0     # CRIU ended the app
     criu.record_in_manifest(path, rec)
     criu.make_private(path)
     if leave:
         _resume(client, pid=pid)
-    return {"gpu": gpu, "criu": rec, "token": token, "path": path, "leave_running": leave}
+        stall_ms = (time.monotonic() - t_park) * 1000.0
+    return {"gpu": gpu, "criu": rec, "token": token, "path": path, "leave_running": leave,
+            "stall_ms": round(stall_ms, 1)}
 
 
 def _recover(client, pid: int, path: str, gpu: dict | None, notify=None) -> None:
