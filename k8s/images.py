@@ -41,7 +41,7 @@ class Entry:
     created: str | None         # ISO 8601: job.json's time, else the manifest's
     size: int                   # bytes on disk
     problem: str | None
-    stall_ms: float | None      # how long the app stood still, as the wrapper measured it (job.json)
+    stall_ms: float | None      # how long the app stood still, park to resume (job.json)
     criu_ms: float | None       # how long CRIU took (its record in the manifest)
 
 
