@@ -37,7 +37,11 @@ enum gp_kind {
 /* ---- the process lock (lock.c) ---- */
 void gp_lock(void);
 void gp_unlock(void);
-int gp_trylock(void);               /* 0 when taken (park.c) */
+int gp_trylock(void);               /* 0 when taken */
+/* Takes the lock ahead of every thread that does not hold it yet: new
+ * callers wait at a gate until gp_unlock_exclusive (park.c; lock.c says why). */
+void gp_lock_exclusive(void);
+void gp_unlock_exclusive(void);
 /* Registers fn to run in the child after a fork(), once the lock is a fresh
  * unlocked mutex again (pthread_atfork's child handler, installed at the
  * first gp_lock: a process that never took the lock runs none). Called

@@ -9,8 +9,9 @@
  *     default SIGRTMIN+6); its handler only wakes the park thread;
  *  2. the park thread takes gp_lock as soon as no CUDA call holds it (a call
  *     in progress finishes first: its effects must be complete before the
- *     bytes are taken); every thread that makes a CUDA call from then on
- *     waits for gp_lock, inside the shim;
+ *     bytes are taken), ahead of any call not yet started
+ *     (gp_lock_exclusive); every thread that makes a CUDA call from then on
+ *     waits inside the shim;
  *  3. it sends what is batched, waits for every answer, and asks the
  *     supervisor to have the worker wait for the device to be idle (no DMA
  *     into shared memory may land after its bytes are copied); then it closes the ZeroMQ sockets and terminates the ZeroMQ context (its
@@ -130,19 +131,14 @@ static void *park_thread(void *arg)
         if (n <= 0)
             return NULL;
         __atomic_store_n(&park_requested, 1, __ATOMIC_RELEASE);
-        for (;;) {
-            if (!gp_park_requested())
-                break;
-            if (gp_trylock() == 0) {
-                if (gp_park_requested()) {
-                    gp_park_here();
-                    gp_resend_unanswered();
-                }
-                gp_unlock();
-                break;
-            }
-            sleep_ms(2);
+        /* ahead of the app's next calls (the calls in progress finish
+         * first): a plain lock could wait for as long as they keep coming */
+        gp_lock_exclusive();
+        if (gp_park_requested()) {
+            gp_park_here();
+            gp_resend_unanswered();
         }
+        gp_unlock_exclusive();
     }
 }
 

@@ -293,7 +293,9 @@ def test_threads_inside_cuda_calls_at_the_dump(programs, usable_criu, proxy_cli,
     app = start(b.argv(), d, out)
     pid = app.pid
     try:
-        wait_calls(d, pid, 3000)
+        # early in its run (about 32 000 calls in all): under a loaded CI
+        # machine a later start let the app end before it parked
+        wait_calls(d, pid, 1000)
         assert len(os.listdir(f"/proc/{pid}/task")) >= 5      # main + 4 workers, all calling CUDA
         ok(cli(proxy_cli, d, "--dump", "--pid", pid, "--dir", tmp / "img"))
         app.wait(30)
@@ -303,6 +305,30 @@ def test_threads_inside_cuda_calls_at_the_dump(programs, usable_criu, proxy_cli,
     finally:
         kill(pid)
         d.cleanup()
+
+
+def test_app_ending_before_it_parks_fails_the_park_at_once(programs, usable_criu, tmp):
+    """A park whose app ends first is answered when its session ends, not
+    at the park's time-out: CI once saw a dump wait 300 s for an app that
+    had finished meanwhile. Here the app has no park handler
+    (GPUPROXY_PARK_SIGNAL=0), so the park signal's default action ends it."""
+    from gpuproxy.proxyd.client import ControlClient, ControlError
+    b = programs["iterative"]
+    d = daemon(tmp)
+    require_park(d)
+    app = subprocess.Popen(b.argv() + [ITER_LONG], env=d.env_for_client({"GPUPROXY_PARK_SIGNAL": "0"}),
+                           stdin=subprocess.DEVNULL, stdout=open(tmp / "run.out", "w"), stderr=subprocess.STDOUT,
+                           start_new_session=True)
+    try:
+        wait_calls(d, app.pid, 200)
+        with pytest.raises(ControlError) as ei:
+            # the park may wait 600 s; the answer must come long before the
+            # client's own 60 s (a time-out there says something else)
+            ControlClient(d.endpoint, timeout_s=60).call("park", {"pid": app.pid, "timeout_s": 600})
+        assert "ended before it parked" in str(ei.value), str(ei.value)
+        assert app.wait(30) < 0         # ended by the signal
+    finally:
+        kill(app.pid)
 
 
 def test_periodic_leave_running_then_restore_last(programs, usable_criu, proxy_cli, tmp):

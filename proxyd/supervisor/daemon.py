@@ -443,6 +443,7 @@ class Supervisor:
                     e.state = "dead"
                     e.why = f"its proxyd worker (pid {wk.pid}) {_describe_exit(rc)}"
                     e.since = time.monotonic()
+                    self._fail_park_waiters(e, f"session of pid {e.pid} lost: {e.why}")
                     log.warning("session of pid %s lost: %s", e.pid, e.why)
                     remove_client_segments(e.token)
             elif wk.info is None and not wk.exit_reason:
@@ -649,9 +650,18 @@ class Supervisor:
 
     def _drop(self, e: Entry):
         self.entries.pop(e.token, None)
+        self._fail_park_waiters(e, f"pid {e.pid} ended before it parked (its session is gone): nothing to dump")
         if e.pidfd is not None:
             os.close(e.pidfd)
             e.pidfd = None
+
+    def _fail_park_waiters(self, e: Entry, why: str) -> None:
+        """Answers every park command still waiting on e: a session that ends
+        or dies never parks, and its askers must not wait for their own
+        time-outs (a dump would block for minutes on an app that finished)."""
+        waiters, e.park_waiters = e.park_waiters, []
+        for r, s, _dl in waiters:
+            self.reply(r, s, error=why)
 
     def _reap_clients(self):
         """Ends the sessions whose client process is gone (pidfds: no pid
