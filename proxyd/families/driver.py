@@ -223,12 +223,10 @@ def h_mem_free(d, sess, fn, ctx, args, **kw):
     # range can be handed out again.
     if ctx is not None:
         d.backend.ctx_sync(ctx.real)
-    from .graph_mem import free_outside
-    if free_outside(d, sess, "cuMemFree", addr):
-        return CUDA_SUCCESS, []     # a graph allocation freed outside its graph (graph_mem.py)
-    from .mempool_ipc import release_pointer
-    if release_pointer(d, sess, fn, ctx, addr):     # a pointer imported from another process's pool
-        return CUDA_SUCCESS, []
+    from .frees import claimed
+    if claimed(d, sess, fn, ctx, addr, None, "cuMemFree"):
+        return CUDA_SUCCESS, []     # a graph allocation freed outside its graph (graph_mem.py), or a
+                                    # pointer imported from another process's pool (mempool_ipc.py)
     try:
         sess.arena.free(addr)
     except ArenaError as e:
