@@ -317,7 +317,8 @@ def test_supported_generic_driver_function_is_implemented_by_emu(name, shim_inst
 
 def test_supported_driver_handlers_are_registered(specs):
     from gpuproxy.proxyd.worker import dispatch
-    from gpuproxy.proxyd.families import driver as handlers  # noqa: F401  (registers the handlers)
+    from gpuproxy.proxyd import families
+    families.load_all()      # registers the handlers
     from gpuproxy.proxyd._generated import FUNCTIONS
     supported = [f for f in specs.driver if f.status == "supported"]
     not_dispatched = [f.name for f in supported if f.id not in FUNCTIONS]

@@ -849,7 +849,7 @@ class Engine:
     def release(self, sess: Session):
         """Frees the session's GPU resources after a dump; the session stays
         (frozen) so its calls wait for a restore."""
-        destroy_context = kinds.service("destroy_context")     # families/driver.py
+        destroy_context = kinds.service("destroy_context")     # families/contexts.py
         for c in list(sess.contexts.values()):
             destroy_context(self.dispatcher, sess, c)
         sess.arena.release_all()

@@ -61,7 +61,7 @@ GRAPH_MEMORY = {"mem_alloc_async", "mem_alloc_from_pool_async", "mem_free_async"
 def _stream_slot(fn, args) -> tuple[int, int | None]:
     """(index of the stream argument, index inside it) for op args; (-1, None)
     when the function takes no stream. cuLaunchKernelEx keeps the stream in
-    its configuration list (driver.h_launch_ex)."""
+    its configuration list (launches.h_launch_ex)."""
     if fn.handler == "launch_kernel_ex":
         return 0, 7
     for i, (_n, role, kind, *_r) in enumerate(fn.params):

@@ -526,7 +526,7 @@ class Server:
 
     def _release(self, s: Session, unreserve: bool = True):
         """Frees everything a session holds in proxyd and on the device."""
-        from ..families.driver import destroy_context
+        from ..families.contexts import destroy_context
         from ..families.hostfn import close_gates
         try:
             close_gates(s)      # first: a pending host function would hold the context's synchronisation
