@@ -24,8 +24,13 @@ from __future__ import annotations
 import ast
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from sccs import strongly_connected  # noqa: E402  (Tarjan, shared with scripts/shim_layers.py)
+sys.path.pop(0)
 
 # Top first. A module belongs to the layer of the longest prefix that names
 # it; a module no prefix names is outside the contract (autogen, build time).
@@ -163,48 +168,10 @@ def layer_of(mod: str, layers=None) -> int | None:
 
 
 def cycles(edges: list[Import], mods) -> list[frozenset[str]]:
-    """Strongly connected sets of more than one module (Tarjan, iterative)."""
-    graph: dict[str, set[str]] = {m: set() for m in mods}
-    for e in edges:
-        if e.dst in graph and e.dst != e.src:
-            graph[e.src].add(e.dst)
-    index, low, on, stack, out = {}, {}, set(), [], []
-    counter = 0
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on.add(root)
-        while work:
-            v, it = work[-1]
-            for w in it:
-                if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on.add(w)
-                    work.append((w, iter(sorted(graph[w]))))
-                    break
-                if w in on:
-                    low[v] = min(low[v], index[w])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
-                if low[v] == index[v]:
-                    comp = set()
-                    while True:
-                        w = stack.pop()
-                        on.discard(w)
-                        comp.add(w)
-                        if w == v:
-                            break
-                    if len(comp) > 1:
-                        out.append(frozenset(comp))
-    return out
+    """Strongly connected sets of more than one module (Tarjan: scripts/
+    sccs.py, shared with the shim's check, scripts/shim_layers.py)."""
+    pairs = {(e.src, e.dst) for e in edges if e.dst in mods and e.src in mods and e.dst != e.src}
+    return [frozenset(c) for c in strongly_connected(mods, pairs)]
 
 
 def check(repo: Path, layers=None, forbidden=None, forbidden_except=None, cli_may=None,
