@@ -125,11 +125,16 @@ def test_restore_order_is_the_engines(kinds):
     """The order the engine called things in before the table existed
     (contexts, modules before any memory, the arena, what lives in it,
     kernels, streams and events, library objects, replayed settings,
-    captured library work); a change here is a change of behaviour."""
+    captured library work, the memory's contents, __device__ variables,
+    what reads device memory, the client-facing state and its host memory);
+    a change here is a change of behaviour."""
     order = [k.name for k in kinds.ordered() if k.rebuild is not None]
+    # a restore is nothing but this walk: every kind that rebuilds has a stage
+    assert all(k.stage > kinds.Stage.NONE for k in kinds.ordered() if k.rebuild is not None)
     assert order == ["contexts", "modules", "globals", "arena", "mem_pools", "mem_handles", "graph_mem", "graphs",
                      "arrays", "functions", "streams_events", "context_settings", "libraries", "cudnn_backend",
-                     "replay", "graph_libcapture", "sparse_after_memory"]
+                     "replay", "graph_libcapture", "memory", "device_vars", "sparse_after_memory", "session_state",
+                     "host_memory"]
     assert [k.name for k in kinds.ordered() if k.check is not None] == ["ipc", "link", "nccl"]
     assert [k.name for k in kinds.ordered() if k.capture is not None] == ["arrays"]
     assert set(kinds.SERVICES) == {"destroy_context", "map_fixed_segment"}
