@@ -137,6 +137,7 @@ def test_restore_order_is_the_engines(kinds):
                      "host_memory"]
     assert [k.name for k in kinds.ordered() if k.check is not None] == ["ipc", "link", "nccl"]
     assert [k.name for k in kinds.ordered() if k.capture is not None] == ["arrays"]
+    assert [k.name for k in kinds.ordered() if k.pieces is not None] == ["memory"]
     assert set(kinds.SERVICES) == {"destroy_context", "map_fixed_segment"}
 
 

@@ -201,7 +201,18 @@ def runs(pieces: list[Piece], span: bool = False, src=None) -> list[list[Piece]]
     return out
 
 
+def memory_pieces(sess: Session) -> list[Piece]:
+    """The session's device memory, from every kind that owns some
+    (core/kinds.py, Kind.pieces), in the kinds' order."""
+    out = []
+    for k in kinds.ordered():
+        if k.pieces is not None:
+            out += k.pieces(sess)
+    return out
+
+
 def pieces_of(sess: Session) -> list[Piece]:
+    """The arena's chunks, cut at CHUNK (the "memory" kind's pieces)."""
     out = []
     for c in sorted(sess.arena.chunks.values(), key=lambda c: c.start):
         for off in range(0, c.size, CHUNK):
@@ -338,7 +349,7 @@ class Engine:
             modules = [o.info["image"] for o in sess.of_kind(P.K_MODULE)]
             globals_ = self._read_globals(sess, desc)
             globals_ += self._read_captures(sess)
-            pieces = pieces_of(sess)
+            pieces = memory_pieces(sess)
             total = sum(p.n for p in pieces)
             stats.update(bytes=total, chunks=len(pieces), quiesce_ms=_ms(t0, t_quiet))
             if kind == "pre-dump":
@@ -1031,12 +1042,13 @@ class Engine:
             t = now
 
     def _upload_memory(self, sess: Session, img: Image) -> None:
-        """The arena's contents (Stage.MEMORY): uploaded, then what landed on
-        the device checked against the image's hashes."""
+        """The device memory's contents (Stage.MEMORY; every kind's pieces,
+        memory_pieces): uploaded, then what landed on the device checked
+        against the image's hashes."""
         b = self.backend
         refs = img.chunks()
         arena_refs = [r for r in refs if not (r.flags & FLAG_GLOBAL)]
-        pieces = {p.addr: p for p in pieces_of(sess)}
+        pieces = {p.addr: p for p in memory_pieces(sess)}
         t_up = time.monotonic()
         for r in arena_refs:
             p = pieces.get(r.addr)
@@ -1233,7 +1245,8 @@ for _k in (kinds.Kind("contexts", Stage.CONTEXTS, ("contexts",), rebuild=_rebuil
            kinds.Kind("streams_events", Stage.STREAMS_EVENTS, ("streams", "events"), rebuild=_rebuild_streams_events),
            kinds.Kind("context_settings", Stage.CONTEXT_SETTINGS, rebuild=_rebuild_context_settings),
            kinds.Kind("replay", Stage.REPLAY, ("replay",), rebuild=_rebuild_replay),
-           kinds.Kind("memory", Stage.MEMORY, rebuild=lambda r: r.engine._upload_memory(r.sess, r.img)),
+           kinds.Kind("memory", Stage.MEMORY, pieces=pieces_of,
+                      rebuild=lambda r: r.engine._upload_memory(r.sess, r.img)),
            kinds.Kind("device_vars", Stage.DEVICE_VARS,
                       rebuild=lambda r: r.engine._write_device_vars(r.sess, r.img, r.desc)),
            kinds.Kind("session_state", Stage.SESSION_STATE, rebuild=_rebuild_session_state),

@@ -109,6 +109,14 @@ class Kind:
     capture: Callable[[Any, Any], list] | None = None  # (backend, sess) -> [(key, bytes, flags)], while frozen
     check: Callable[[Any], None] | None = None        # sess -> None, or RuntimeError: cannot checkpoint
     rebuild: Callable[[Restore], None] | None = None
+    # sess -> the device memory it owns, as the engine's pieces (checkpoint/
+    # engine.py Piece: address, length, device, mapping), in address order:
+    # saved as the image's memory chunks, which the engine copies, hashes and
+    # stores (incremental, concurrent, pre-dump alike) and at Stage.MEMORY
+    # uploads and checks. The arena's kind ("memory") has every device
+    # allocation there is (cuMemAlloc's, pools', VMM mappings', graph memory
+    # nodes'); a family whose memory lived elsewhere would add its own.
+    pieces: Callable[[Any], list] | None = None
     owner: str = field(default="", compare=False)     # the registering module, for messages
 
 
