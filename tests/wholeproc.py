@@ -159,12 +159,23 @@ def wait_calls(d, pid, n, timeout=120.0):
     raise AssertionError(f"pid {pid} did not reach {n} calls")
 
 
+# uninterrupted runs' outputs by command line: the programs are deterministic
+# (each test compares a restored run with it byte for byte), so one run serves
+# every test of the pytest process that needs the same program and arguments
+_references: dict[tuple, str] = {}
+
+
 def reference(built, d, tmp, args=()) -> str:
-    """The output of an uninterrupted run."""
-    out = tmp / f"ref-{built.name}.out"
-    p = start(built.argv() + list(args), d, out)
-    assert p.wait(600) == 0, out.read_text()
-    return out.read_text()
+    """The output of an uninterrupted run (of this pytest process: the
+    first test that needs it runs it under d)."""
+    argv = built.argv() + list(args)
+    key = (BACKEND, *map(str, argv))
+    if key not in _references:
+        out = tmp / f"ref-{built.name}.out"
+        p = start(argv, d, out)
+        assert p.wait(600) == 0, out.read_text()
+        _references[key] = out.read_text()
+    return _references[key]
 
 
 def ask(port: int, timeout: float = 60.0) -> str:
