@@ -263,10 +263,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(REPO / "build" / "shim"), help="output folder")
     ap.add_argument("--version", default="0.0.0-dev")
+    ap.add_argument("--generate-only", action="store_true",
+                    help="write the generated sources (gen/, _generated.py) and stop: no compiling")
     a = ap.parse_args(argv)
     out = Path(a.out)
     include = cuda_include()
     generate(REPO / "specs", out / "gen", out / "_generated.py", include)
+    if a.generate_only:
+        print(f"generated {out / 'gen'}")
+        return
     compile_libs(out / "gen", out / "lib", include, a.version)
     print(f"built {out / 'lib'}")
 

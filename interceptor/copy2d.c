@@ -2,7 +2,7 @@
  * async and unaligned forms), built on the shim's linear allocations and
  * copies. pycuda uses all of them (its mem_alloc_pitch, Memcpy2D/Memcpy3D
  * objects). The 2D memsets (cuMemsetD2D*) are one op each, generated from
- * the spec and run by proxyd's memset2d handler (proxyd/families/driver.py).
+ * the spec and run by proxyd's memset2d handler (proxyd/families/memory.py).
  *
  * A 2D/3D copy is one linear copy when both sides are contiguous over the
  * whole region (pitch == width), else one linear copy per row: every row

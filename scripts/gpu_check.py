@@ -214,14 +214,18 @@ def whole_process_check(log, out: Path) -> list[tuple[str, str]]:
     return results
 
 
-def pytest_gpu(log, out: Path) -> list[tuple[str, str]]:
+def pytest_gpu(log, out: Path, files=(), select: str = "") -> list[tuple[str, str]]:
+    """files: test files to run (paths from the repository root); all of
+    tests/ when empty. select: a pytest -k expression, or empty."""
     # GPUPROXY_TEST_BACKEND=cuda: the checkpoint tests run on the GPU too
     env = dict(os.environ, GPUPROXY_TEST_GPU="1", GPUPROXY_TEST_BACKEND="cuda")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                        str(ROOT / "tests")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=1500)
+    targets = [str(ROOT / f) for f in files] or [str(ROOT / "tests")]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-m", "gpu", "-p", "no:cacheprovider",
+                        "--durations=15", *(["-k", select] if select else []), *targets], capture_output=True, text=True, env=env, cwd=ROOT, timeout=1500)
     (out / "pytest-gpu.log").write_text(r.stdout + r.stderr)
-    tail = (r.stdout.strip().splitlines() or ["(no output)"])[-1]
-    log(f"pytest -m gpu: {tail}")
+    lines = r.stdout.strip().splitlines() or ["(no output)"]
+    tail = lines[-1]
+    log(f"pytest -m gpu{' ' + ' '.join(files) if files else ''}: {tail}")
     if r.returncode != 0:
         log(r.stdout[-6000:])
     return [("pytest -m gpu", "PASS" if r.returncode == 0 else f"FAIL ({tail})")]
@@ -248,6 +252,9 @@ def main():
     ap.add_argument("--skip", default="", help="comma list of: corpus,static,whole,pytest,bench")
     ap.add_argument("--bench-suites", default="micro,roundtrip,rtprofile,checkpoint,small,clients,pin,whole",
                     help="bench/run_bench.py suites (micro,roundtrip,rtprofile,checkpoint,small,clients,pin,whole)")
+    ap.add_argument("--pytest-files", default="",
+                    help="comma list of test files for the pytest step (default: all of tests/)")
+    ap.add_argument("--pytest-k", default="", help="a pytest -k expression for the pytest step")
     ap.add_argument("--tcp", action="store_true", help="also the corpus over a keyed (CURVE) tcp endpoint")
     ap.add_argument("--python", action="store_true", help="also the Python-framework checks (gpu_check_python.py)")
     ap.add_argument("--multigpu", action="store_true",
@@ -275,7 +282,7 @@ def main():
     for name, fn in (("corpus", lambda: corpus_check(log, out)),
                      ("static", lambda: corpus_check(log, out, cudart="static")),
                      ("whole", lambda: whole_process_check(log, out)),
-                     ("pytest", lambda: pytest_gpu(log, out)),
+                     ("pytest", lambda: pytest_gpu(log, out, [f for f in a.pytest_files.split(",") if f], a.pytest_k)),
                      ("bench", lambda: bench(log, out, a.bench_suites)),
                      ("tcp", lambda: tcp_check(log, out)),
                      ("python", lambda: python_frameworks(log, out, Path(a.pycuda_from), a.python_steps.split(","))),

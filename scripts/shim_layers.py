@@ -48,6 +48,12 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+# Tarjan's search, shared with tests/layering.py (scripts/sccs.py); this file
+# also runs loaded by path (tests/test_shim_layers.py), so its folder is added
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sccs import strongly_connected  # noqa: E402
+sys.path.pop(0)
+
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "interceptor"
 LAYERS = SRC / "LAYERS"
@@ -185,60 +191,6 @@ def generated_sources(objects: dict[str, Path]) -> dict[str, Path]:
                     out[node] = cand
                     break
     return out
-
-
-def strongly_connected(nodes, edges) -> list[list[str]]:
-    """Tarjan's algorithm; returns the components of more than one node (and
-    single nodes with an arrow to themselves), each sorted."""
-    succ: dict[str, list[str]] = {n: [] for n in nodes}
-    for a, b in edges:
-        succ.setdefault(a, []).append(b)
-        succ.setdefault(b, [])
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    out: list[list[str]] = []
-    counter = 0
-    for root in sorted(succ):
-        if root in index:
-            continue
-        # iterative DFS: (node, iterator over its successors)
-        work = [(root, iter(sorted(succ[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            v, it = work[-1]
-            advanced = False
-            for w in it:
-                if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(sorted(succ[w]))))
-                    advanced = True
-                    break
-                if w in on_stack:
-                    low[v] = min(low[v], index[w])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1 or (v, v) in edges:
-                    out.append(sorted(comp))
-    return sorted(out, key=lambda c: (-len(c), c))
 
 
 # ---------------------------------------------------------------- layers

@@ -13,8 +13,7 @@ an import. It reports
   third-party module CLI_NO_THIRD_PARTY names (the CLI parses arguments and
   prints; everything else is a library);
 * an import cycle among the layered modules: a strongly connected set of
-  modules, unless it is one of KNOWN_CYCLES exactly (the list may only
-  shrink).
+  modules (KNOWN_CYCLES, kept for the checker's self-test, is empty).
 
 Why a checker of our own rather than import-linter: no dependency for CI,
 the same walk gives the CLI and the cycle rules, and the self-test
@@ -25,8 +24,13 @@ from __future__ import annotations
 import ast
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from sccs import strongly_connected  # noqa: E402  (Tarjan, shared with scripts/shim_layers.py)
+sys.path.pop(0)
 
 # Top first. A module belongs to the layer of the longest prefix that names
 # it; a module no prefix names is outside the contract (autogen, build time).
@@ -66,15 +70,12 @@ CLI_MAY_IMPORT = [
 ]
 CLI_NO_THIRD_PARTY = {"zmq", "cffi", "msgpack"}
 
-# Cycles that remain between API families that share objects, each exactly
-# as the checker finds it. Shrink-only: a new cycle, or a known one that
-# grows, fails. This one: graphs hold graph-memory allocations, which come
-# from the pools of the stream-ordered allocator, whose exported pools go
-# through the IPC server; each side calls the other inside functions.
-KNOWN_CYCLES: list[frozenset[str]] = [
-    frozenset(f"gpuproxy.proxyd.families.{m}" for m in
-              ("graph_mem", "graph_nodes", "graphs", "ipc", "mempool", "mempool_ipc")),
-]
+# Cycles allowed to remain, each exactly as the checker finds it; none is
+# (tests/test_layering.py asserts the list stays empty). The last one, among
+# graphs, graph memory, pools and IPC, went with hooks the higher family
+# registers into the lower one (families/frees.py, ipc.register_sharing_check)
+# and the graph memory nodes' markers kept with the other nodes.
+KNOWN_CYCLES: list[frozenset[str]] = []
 
 
 @dataclass(frozen=True)
@@ -167,48 +168,10 @@ def layer_of(mod: str, layers=None) -> int | None:
 
 
 def cycles(edges: list[Import], mods) -> list[frozenset[str]]:
-    """Strongly connected sets of more than one module (Tarjan, iterative)."""
-    graph: dict[str, set[str]] = {m: set() for m in mods}
-    for e in edges:
-        if e.dst in graph and e.dst != e.src:
-            graph[e.src].add(e.dst)
-    index, low, on, stack, out = {}, {}, set(), [], []
-    counter = 0
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on.add(root)
-        while work:
-            v, it = work[-1]
-            for w in it:
-                if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on.add(w)
-                    work.append((w, iter(sorted(graph[w]))))
-                    break
-                if w in on:
-                    low[v] = min(low[v], index[w])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
-                if low[v] == index[v]:
-                    comp = set()
-                    while True:
-                        w = stack.pop()
-                        on.discard(w)
-                        comp.add(w)
-                        if w == v:
-                            break
-                    if len(comp) > 1:
-                        out.append(frozenset(comp))
-    return out
+    """Strongly connected sets of more than one module (Tarjan: scripts/
+    sccs.py, shared with the shim's check, scripts/shim_layers.py)."""
+    pairs = {(e.src, e.dst) for e in edges if e.dst in mods and e.src in mods and e.dst != e.src}
+    return [frozenset(c) for c in strongly_connected(mods, pairs)]
 
 
 def check(repo: Path, layers=None, forbidden=None, forbidden_except=None, cli_may=None,

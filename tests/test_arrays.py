@@ -284,7 +284,7 @@ def test_mipmap_restore_brings_back_fetched_levels_and_lod_fetches(env):
 # ------------------------------------------------------------ 2D memsets
 
 def test_memset2d_checks_and_sets_rows(env):
-    from gpuproxy.proxyd.families import driver as Hd
+    from gpuproxy.proxyd.families import memory as Hd
     b, d, s, ctx = env
     dev = s.arena.alloc(4096, 0)
     b.write_device(0, dev, bytes(4096))

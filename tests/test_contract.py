@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_whole_process import (programs, tmp, daemon, require_park, reference, session, kill,  # noqa: E402,F401
-                                _stop_daemons, ITER_N, BACKEND)
+from wholeproc import (programs, tmp, daemon, require_park, reference, session, kill,  # noqa: E402,F401
+                       _stop_daemons, ITER_N, BACKEND)
 
 from gpuproxy.proxyd.checkpoint.orchestrate import contract as C  # noqa: E402
 from gpuproxy.proxyd.checkpoint import criu  # noqa: E402

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_whole_process import (programs, tmp, daemon, require_park, reference, wait_calls,  # noqa: E402,F401
-                                wait_gone, kill, _stop_daemons, BACKEND)
+from wholeproc import (programs, tmp, daemon, require_park, reference, wait_calls,  # noqa: E402,F401
+                       wait_gone, kill, _stop_daemons, BACKEND)
 
 # GPUPROXY_TEST_BACKEND=cuda runs them on the GPU, with runs long enough to interrupt
 pytestmark = [pytest.mark.slow] + ([pytest.mark.gpu] if BACKEND == "cuda" else [])

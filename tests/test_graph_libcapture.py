@@ -176,7 +176,7 @@ def test_release_destroys_captured_library_graphs_before_their_context():
     from gpuproxy.proxyd.core import protocol as P
     from gpuproxy.proxyd.core.arena import Arena
     from gpuproxy.proxyd.families.graph_libcapture import LibCapture
-    from gpuproxy.proxyd.families.driver import destroy_context
+    from gpuproxy.proxyd.families.contexts import destroy_context
     from gpuproxy.proxyd.core.session import Session
 
     calls = []

@@ -20,8 +20,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus  # noqa: E402
 from conftest import client_env  # noqa: E402
-from test_whole_process import (BACKEND, _stop_daemons, cli, daemon, kill, ok, reference, require_park,  # noqa: E402,F401
-                                start, tmp, wait_calls, wait_gone)
+from wholeproc import (BACKEND, _stop_daemons, cli, daemon, kill, ok, reference, require_park,  # noqa: E402,F401
+                       start, tmp, wait_calls, wait_gone)
 from gpuproxy.proxyd.checkpoint import criu  # noqa: E402
 
 _DRIVER_CALLS = r'''

@@ -28,6 +28,12 @@ def test_the_source_tree_keeps_the_contract():
     assert not problems, "layering contract broken (docs/architecture.md, \"Folders\"):\n" + "\n".join(problems)
 
 
+def test_no_import_cycle_is_allowed_to_remain():
+    """The families import each other one way only: a new cycle is not
+    listed but broken (hooks the higher module registers, families/frees.py)."""
+    assert layering.KNOWN_CYCLES == []
+
+
 def test_every_source_module_is_in_a_layer():
     """A new folder must be placed in LAYERS, or it escapes the contract."""
     mods = layering.modules(layering.package_roots(REPO))
@@ -119,13 +125,19 @@ def test_restore_order_is_the_engines(kinds):
     """The order the engine called things in before the table existed
     (contexts, modules before any memory, the arena, what lives in it,
     kernels, streams and events, library objects, replayed settings,
-    captured library work); a change here is a change of behaviour."""
+    captured library work, the memory's contents, __device__ variables,
+    what reads device memory, the client-facing state and its host memory);
+    a change here is a change of behaviour."""
     order = [k.name for k in kinds.ordered() if k.rebuild is not None]
+    # a restore is nothing but this walk: every kind that rebuilds has a stage
+    assert all(k.stage > kinds.Stage.NONE for k in kinds.ordered() if k.rebuild is not None)
     assert order == ["contexts", "modules", "globals", "arena", "mem_pools", "mem_handles", "graph_mem", "graphs",
                      "arrays", "functions", "streams_events", "context_settings", "libraries", "cudnn_backend",
-                     "replay", "graph_libcapture", "sparse_after_memory"]
+                     "replay", "graph_libcapture", "memory", "device_vars", "sparse_after_memory", "session_state",
+                     "host_memory"]
     assert [k.name for k in kinds.ordered() if k.check is not None] == ["ipc", "link", "nccl"]
     assert [k.name for k in kinds.ordered() if k.capture is not None] == ["arrays"]
+    assert [k.name for k in kinds.ordered() if k.pieces is not None] == ["memory"]
     assert set(kinds.SERVICES) == {"destroy_context", "map_fixed_segment"}
 
 

@@ -483,7 +483,7 @@ def test_worker_loop_glue(env):
     assert slot_reply()[1][:3] == [seq, 0, [bytes((i * 7 + 3) & 0xFF for i in range(16, 20))]]
     seq = put([[FID["cuMemcpyDtoH_v2"], ctx, None, dptr + 32, 4]])
     assert ns.serve(s, 0.0) and ns.served == 2                  # learned from the one Python ran
-    # an event recorded in C is marked as driver.h_event_record marks it
+    # an event recorded in C is marked as streams.h_event_record marks it
     ev = s.get(5, event)
     ev.info.pop("recorded", None)
     seq = put([[FID["cuEventRecord"], ctx, event, stream], [FID["cuEventQuery"], ctx, event]])

@@ -144,7 +144,7 @@ def test_whole_process_checkpoint_mid_training(pycuda_ready, uninterrupted, usab
     back: the curve it prints, before and after, is the uninterrupted one."""
     from gpuproxy.proxyd.checkpoint.criu import pid_alive
     from test_criu import runner_session_visible
-    from test_whole_process import require_park
+    from wholeproc import require_park
     d = _daemon(tmp, "proxyd-a")
     require_park(d)
     out = tmp / "train.out"

@@ -13,9 +13,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_whole_process import (ITER_N, _stop_daemons, cli, daemon, kill, ok, programs,  # noqa: E402,F401
-                                reference, require_park, start, tmp, wait_calls, wait_gone)
+import wholeproc  # noqa: E402
+from wholeproc import (ITER_N, _stop_daemons, cli, daemon, kill, ok, programs,  # noqa: E402,F401
+                       reference, require_park, start, tmp, wait_calls, wait_gone)
 from gpuproxy.proxyd.checkpoint import criu  # noqa: E402
+
+pytestmark = wholeproc.pytestmark    # gpu with GPUPROXY_TEST_BACKEND=cuda, as test_whole_process.py
 
 
 def failing_criu(tmp: Path, real: str) -> str:

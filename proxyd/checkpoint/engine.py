@@ -201,7 +201,18 @@ def runs(pieces: list[Piece], span: bool = False, src=None) -> list[list[Piece]]
     return out
 
 
+def memory_pieces(sess: Session) -> list[Piece]:
+    """The session's device memory, from every kind that owns some
+    (core/kinds.py, Kind.pieces), in the kinds' order."""
+    out = []
+    for k in kinds.ordered():
+        if k.pieces is not None:
+            out += k.pieces(sess)
+    return out
+
+
 def pieces_of(sess: Session) -> list[Piece]:
+    """The arena's chunks, cut at CHUNK (the "memory" kind's pieces)."""
     out = []
     for c in sorted(sess.arena.chunks.values(), key=lambda c: c.start):
         for off in range(0, c.size, CHUNK):
@@ -338,7 +349,7 @@ class Engine:
             modules = [o.info["image"] for o in sess.of_kind(P.K_MODULE)]
             globals_ = self._read_globals(sess, desc)
             globals_ += self._read_captures(sess)
-            pieces = pieces_of(sess)
+            pieces = memory_pieces(sess)
             total = sum(p.n for p in pieces)
             stats.update(bytes=total, chunks=len(pieces), quiesce_ms=_ms(t0, t_quiet))
             if kind == "pre-dump":
@@ -849,7 +860,7 @@ class Engine:
     def release(self, sess: Session):
         """Frees the session's GPU resources after a dump; the session stays
         (frozen) so its calls wait for a restore."""
-        destroy_context = kinds.service("destroy_context")     # families/driver.py
+        destroy_context = kinds.service("destroy_context")     # families/contexts.py
         for c in list(sess.contexts.values()):
             destroy_context(self.dispatcher, sess, c)
         sess.arena.release_all()
@@ -1011,15 +1022,14 @@ class Engine:
         self.rstats["moved_globals"] = moved
 
     def _rebuild(self, sess: Session, img: Image, desc: dict, device_map: dict):
-        b = self.backend
-        # every kind's objects, in the declared restore order (core/kinds.py, Stage)
+        """Every kind's objects, in the declared restore order (core/kinds.py,
+        Stage): the engine's own steps (contexts, the arena, memory contents,
+        client-facing state) are kinds like the families'."""
         rst = kinds.Restore(self, sess, img, desc, device_map, self.rstats,
                             read_key=lambda key, what: self._read_key(img, key, what))
         t = time.monotonic()
         marks = list(_REBUILD_TIMERS)
         for k in kinds.ordered():
-            if k.stage >= Stage.AFTER_MEMORY:
-                break           # after the memory, below
             while marks and k.stage > marks[0][0]:
                 now = time.monotonic()
                 self.rstats[marks.pop(0)[1]] = _ms(t, now)
@@ -1030,11 +1040,15 @@ class Engine:
             now = time.monotonic()
             self.rstats[marks.pop(0)[1]] = _ms(t, now)
             t = now
-        ctxs = sess.contexts
-        # memory: upload, then check what landed on the device against the image's hashes
+
+    def _upload_memory(self, sess: Session, img: Image) -> None:
+        """The device memory's contents (Stage.MEMORY; every kind's pieces,
+        memory_pieces): uploaded, then what landed on the device checked
+        against the image's hashes."""
+        b = self.backend
         refs = img.chunks()
         arena_refs = [r for r in refs if not (r.flags & FLAG_GLOBAL)]
-        pieces = {p.addr: p for p in pieces_of(sess)}
+        pieces = {p.addr: p for p in memory_pieces(sess)}
         t_up = time.monotonic()
         for r in arena_refs:
             p = pieces.get(r.addr)
@@ -1056,8 +1070,13 @@ class Engine:
         if len(arena_refs) != len(pieces):
             missing = sorted(set(pieces) - {r.addr for r in arena_refs})
             raise CheckpointError(f"image lacks {len(missing)} chunks, first at {missing[0]:#x}")
-        # __device__ variables: by name into the reloaded modules
-        gl = {r.addr: r for r in refs if r.flags & FLAG_GLOBAL}
+
+    def _write_device_vars(self, sess: Session, img: Image, desc: dict) -> None:
+        """__device__ variables' contents (Stage.DEVICE_VARS): by name into
+        the reloaded modules."""
+        b = self.backend
+        ctxs = sess.contexts
+        gl = {r.addr: r for r in img.chunks() if r.flags & FLAG_GLOBAL}
         for md in desc["modules"]:
             mod = sess.objects[(P.K_MODULE, md["id"])]
             b.make_current(ctxs[md["ctx"]].real)
@@ -1081,39 +1100,6 @@ class Engine:
                         sess.addr_map.append((orig, osize, addr))
         for c in list(sess.contexts.values()):
             b.ctx_sync(c.real)
-        # kinds whose rebuild reads device memory (cuSPARSE analyses), now that it is back
-        for k in kinds.ordered():
-            if k.stage >= Stage.AFTER_MEMORY and k.rebuild is not None:
-                k.rebuild(rst)
-        # client-facing state
-        sess.pidns = desc.get("pidns") or ""      # the reaper and the next dump need it
-        sess.last_seq = int(desc["last_seq"])
-        sess.last_reply = [base64.b64decode(f) for f in desc["last_reply"]] if desc.get("last_reply") else None
-        for k, v in desc["next_id"].items():
-            sess.next_id[int(k)] = max(sess.next_id.get(int(k), 1), int(v))
-        if desc.get("async_error"):
-            sess.async_error = tuple(desc["async_error"])
-        sess.staging_seg = desc["shm"]["staging"]
-        for seg, addr, length, kind, flags in desc["shm"].get("maps", []):
-            sess.shm.fixed[int(seg)] = (int(addr), int(length), int(kind), int(flags))
-        for seg in desc["shm"]["registered"]:
-            try:
-                if int(seg) in sess.shm.fixed:
-                    kinds.service("map_fixed_segment")(b, sess, int(seg))       # at the client's address (families/hostmap.py)
-                    continue
-                view = memoryview(sess.shm.open(int(seg)))
-                sess.shm.registered[int(seg)] = b.host_register(view)
-            except Exception as e:
-                # the client re-creates it when it attaches (after parking)
-                sess.shm_pending.add(int(seg))
-                log.info("session %s: client segment %s not mapped yet (%s)", sess.token, seg, e)
-        sess.shm_ok = sess.staging_seg is not None and int(sess.staging_seg) in sess.shm.maps
-        if desc.get("channel") and sess.shm_ok:
-            from ..core.channel import Channel, SIZE
-            try:
-                sess.chan = Channel(desc["channel"], SIZE)
-            except Exception as e:
-                log.info("session %s: fast channel not reopened (%s)", sess.token, e)
 
 
 # ------------------------------------------------- the engine's own steps
@@ -1209,6 +1195,46 @@ def _rebuild_replay(r: kinds.Restore) -> None:
     r.stats["replayed"] = len(desc.get("replay", []))
 
 
+def _rebuild_session_state(r: kinds.Restore) -> None:
+    """The client-facing state (Stage.SESSION_STATE)."""
+    sess, desc = r.sess, r.desc
+    sess.pidns = desc.get("pidns") or ""      # the reaper and the next dump need it
+    sess.last_seq = int(desc["last_seq"])
+    sess.last_reply = [base64.b64decode(f) for f in desc["last_reply"]] if desc.get("last_reply") else None
+    for k, v in desc["next_id"].items():
+        sess.next_id[int(k)] = max(sess.next_id.get(int(k), 1), int(v))
+    if desc.get("async_error"):
+        sess.async_error = tuple(desc["async_error"])
+
+
+def _rebuild_host_memory(r: kinds.Restore) -> None:
+    """The client's shared segments (Stage.HOST_MEMORY): the staging segment,
+    page-locked ones registered again, GPU-visible host memory mapped at the
+    client's address (families/hostmap.py); then the fast channel."""
+    b, sess, desc = r.backend, r.sess, r.desc
+    sess.staging_seg = desc["shm"]["staging"]
+    for seg, addr, length, kind, flags in desc["shm"].get("maps", []):
+        sess.shm.fixed[int(seg)] = (int(addr), int(length), int(kind), int(flags))
+    for seg in desc["shm"]["registered"]:
+        try:
+            if int(seg) in sess.shm.fixed:
+                kinds.service("map_fixed_segment")(b, sess, int(seg))       # at the client's address (families/hostmap.py)
+                continue
+            view = memoryview(sess.shm.open(int(seg)))
+            sess.shm.registered[int(seg)] = b.host_register(view)
+        except Exception as e:
+            # the client re-creates it when it attaches (after parking)
+            sess.shm_pending.add(int(seg))
+            log.info("session %s: client segment %s not mapped yet (%s)", sess.token, seg, e)
+    sess.shm_ok = sess.staging_seg is not None and int(sess.staging_seg) in sess.shm.maps
+    if desc.get("channel") and sess.shm_ok:
+        from ..core.channel import Channel, SIZE
+        try:
+            sess.chan = Channel(desc["channel"], SIZE)
+        except Exception as e:
+            log.info("session %s: fast channel not reopened (%s)", sess.token, e)
+
+
 # the manifest fields describe() writes itself (the rest come from kinds)
 ENGINE_KEYS = ("token", "pid", "exe", "slot", "last_seq", "last_reply", "next_id", "async_error", "arena", "shm",
                "channel", "addr_map", "primary_flags", "capture", "capture_events", "pidns", "start_time", "uid",
@@ -1218,5 +1244,11 @@ for _k in (kinds.Kind("contexts", Stage.CONTEXTS, ("contexts",), rebuild=_rebuil
            kinds.Kind("arena", Stage.ARENA, rebuild=_rebuild_arena),
            kinds.Kind("streams_events", Stage.STREAMS_EVENTS, ("streams", "events"), rebuild=_rebuild_streams_events),
            kinds.Kind("context_settings", Stage.CONTEXT_SETTINGS, rebuild=_rebuild_context_settings),
-           kinds.Kind("replay", Stage.REPLAY, ("replay",), rebuild=_rebuild_replay)):
+           kinds.Kind("replay", Stage.REPLAY, ("replay",), rebuild=_rebuild_replay),
+           kinds.Kind("memory", Stage.MEMORY, pieces=pieces_of,
+                      rebuild=lambda r: r.engine._upload_memory(r.sess, r.img)),
+           kinds.Kind("device_vars", Stage.DEVICE_VARS,
+                      rebuild=lambda r: r.engine._write_device_vars(r.sess, r.img, r.desc)),
+           kinds.Kind("session_state", Stage.SESSION_STATE, rebuild=_rebuild_session_state),
+           kinds.Kind("host_memory", Stage.HOST_MEMORY, rebuild=_rebuild_host_memory)):
     kinds.register(dataclasses.replace(_k, owner=__name__))

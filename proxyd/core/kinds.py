@@ -8,7 +8,9 @@ point of a restore (`stage`). The engine (checkpoint/engine.py) imports no
 family: it runs `check` and `describe` of every kind at a dump and `rebuild`
 of every kind in ascending stage at a restore (ties: by name), and registers
 its own steps (contexts, the arena, streams and events, context settings,
-replayed settings) in the same table. A new family adds itself here
+replayed settings, the device memory's contents, __device__ variables, the
+client-facing state and its host memory) in the same table: a restore is
+nothing but this walk. A new family adds itself here
 without touching the engine.
 
 The manifest's fields stay described in one place, checkpoint/
@@ -64,8 +66,14 @@ class Stage(IntEnum):
     CUDNN = 910              # cuDNN backend descriptors: their calls replayed
     REPLAY = 1000            # engine: `restore: replay` settings, now that what they name exists
     LIBCAPTURE = 1100        # library calls captured into graphs, made again from snapshots
-    # engine: the arena's contents uploaded and checked, __device__ variables written
+    MEMORY = 1500            # engine: the arena's contents uploaded and checked against the image's hashes
+                             # (every device allocation lives in the arena: cuMemAlloc's, pools', VMM
+                             # mappings, graph memory nodes'), once everything that maps it exists
+    DEVICE_VARS = 1600       # engine: __device__ variables' contents written into the reloaded modules
     AFTER_MEMORY = 2000      # kinds whose rebuild reads device memory (cuSPARSE analyses replayed)
+    SESSION_STATE = 3000     # engine: the client-facing state (sequence number, last reply, ids, async error)
+    HOST_MEMORY = 3100       # engine: the client's shared segments registered again, GPU-visible host
+                             # memory mapped at its address (families/hostmap.py), the fast channel
 
 
 @dataclass
@@ -101,6 +109,14 @@ class Kind:
     capture: Callable[[Any, Any], list] | None = None  # (backend, sess) -> [(key, bytes, flags)], while frozen
     check: Callable[[Any], None] | None = None        # sess -> None, or RuntimeError: cannot checkpoint
     rebuild: Callable[[Restore], None] | None = None
+    # sess -> the device memory it owns, as the engine's pieces (checkpoint/
+    # engine.py Piece: address, length, device, mapping), in address order:
+    # saved as the image's memory chunks, which the engine copies, hashes and
+    # stores (incremental, concurrent, pre-dump alike) and at Stage.MEMORY
+    # uploads and checks. The arena's kind ("memory") has every device
+    # allocation there is (cuMemAlloc's, pools', VMM mappings', graph memory
+    # nodes'); a family whose memory lived elsewhere would add its own.
+    pieces: Callable[[Any], list] | None = None
     owner: str = field(default="", compare=False)     # the registering module, for messages
 
 

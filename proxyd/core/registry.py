@@ -62,7 +62,7 @@ def bad_argument(fn, args) -> str | None:
         if role == "in_buffer" and fn.shim == "override" and isinstance(a, list):
             continue     # a structure the shim sends decoded (its handler checks it), e.g. CUlaunchConfig
         if role == "in_buffer" and fn.handler == "module_load" and isinstance(a, P.ContentRef):
-            continue     # a module image named by its digest (driver.h_module_load)
+            continue     # a module image named by its digest (modules.h_module_load)
         if ok is not None and not isinstance(a, ok):
             return f"{fn.name}: argument {name} ({role}) has the wrong type ({type(a).__name__})"
         if role == "scalar" and cls in ("int", "uint") and not isinstance(a, int):

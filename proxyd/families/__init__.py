@@ -7,7 +7,7 @@ import importlib
 
 # Every family module; load_all imports them, and importing one registers its
 # handlers (core/registry.py) and checkpoint object kinds (core/kinds.py).
-MODULES = ("driver", "arrays", "vmm", "mempool", "mempool_ipc", "ipc", "hostmap", "hostfn", "modstore",
+MODULES = ("contexts", "memory", "modules", "launches", "streams", "arrays", "vmm", "mempool", "mempool_ipc", "ipc", "hostmap", "hostfn", "modstore",
            "link", "graphs", "graph_nodes", "graph_mem", "graph_libcapture", "libraries", "cudnn",
            "sparse_generic", "curand_host", "nccl")
 

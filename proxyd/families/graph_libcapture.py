@@ -119,7 +119,7 @@ class LibCapture:
         lives: on the H100 (driver 580) a cuGraphExecDestroy after the
         context was destroyed blocked for ever on a driver lock, and the
         garbage collector ran this object's __del__ just then when a
-        GPU-only dump released the session (driver.release_object)."""
+        GPU-only dump released the session (contexts.release_object)."""
         ex, self.exec = self.exec, None
         if ex is not None:
             try:

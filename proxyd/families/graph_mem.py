@@ -51,6 +51,10 @@ from ..core.kinds import Kind, Stage, register
 from ..core.arena import ArenaError
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
+from .frees import register_claim
+# the memory nodes' markers live with the other nodes (graph_nodes.py); by these names here too
+from .graph_nodes import T_MEM_ALLOC, T_MEM_FREE, add_node_info, alloc_marker, commit_node, free_marker, is_marker, node  # noqa: F401
+from .mempool import _pool, current_pool
 
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2
@@ -65,24 +69,6 @@ CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH = 1
 CU_MEM_ALLOCATION_TYPE_PINNED = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1
 CU_MEM_HANDLE_TYPE_NONE = 0
-
-
-def _fid(name: str) -> int:
-    from .graph_nodes import _fid as fid
-    return fid(name)
-
-
-def is_marker(fid: int) -> bool:
-    from .._generated import NAMES
-    return NAMES.get(fid) in ("cuGraphAddMemAllocNode", "cuGraphAddMemFreeNode")
-
-
-def alloc_marker(ctxh: int, addr: int, size: int) -> list:
-    return [_fid("cuGraphAddMemAllocNode"), ctxh, [addr, size]]
-
-
-def free_marker(ctxh: int, addr: int) -> list:
-    return [_fid("cuGraphAddMemFreeNode"), ctxh, [addr]]
 
 
 def _high(sess) -> dict:
@@ -163,6 +149,13 @@ def free_outside(d, sess, fn_name: str, addr: int, stream=None) -> bool:
     return True
 
 
+def _claim_free(d, sess, fn, ctx, addr, stream, name) -> bool:
+    return free_outside(d, sess, name, addr, stream)
+
+
+register_claim(10, _claim_free)     # cuMemFree/cuMemFreeAsync ask it first (frees.py)
+
+
 def run_marker(d, sess, fn_name: str, op, stream) -> None:
     """An alloc or free node of a launched executable graph."""
     from .._generated import NAMES
@@ -199,7 +192,6 @@ def capture_alloc(d, sess, fn, ctx, args, g, ctxh: int, size_i: int, pool_i: int
     alloc node of the capture's graph (cuda.h: the address is returned at
     once and is valid for the graph's work after the node). Returns outs."""
     from ..core.registry import need_ctx
-    from .mempool import _pool, current_pool
     if pool_i is not None:
         dev = _pool(sess, args[pool_i]).info["device"]
     else:
@@ -241,13 +233,11 @@ def _alloc_params(fn, raw) -> tuple[int, int]:
 def h_alloc_node(d, sess, fn, ctx, args, **kw):
     """cuGraphAddMemAllocNode: [out, graph, [deps], count, params] ->
     [node, dptr]."""
-    from .graph_nodes import T_MEM_ALLOC, add_node_info
     size, dev = _alloc_params(fn, args[4])
     g, info = add_node_info(sess, fn, args, T_MEM_ALLOC)
     addr = new_allocation(d, sess, fn.name, size, dev)
     info["ops"] = [alloc_marker(kw.get("ctxh", 0), addr, size)]
     g.info.setdefault("mem", []).append(addr)
-    from .graph_nodes import commit_node
     n = commit_node(sess, g, info)
     return CUDA_SUCCESS, [n.handle if args[0] else None, addr]
 
@@ -256,7 +246,6 @@ def h_alloc_node(d, sess, fn, ctx, args, **kw):
 def h_node_params(d, sess, fn, ctx, args, **kw):
     """cuGraphMemAllocNodeGetParams -> [dptr, bytesize, device];
     cuGraphMemFreeNodeGetParams -> [dptr]."""
-    from .graph_nodes import T_MEM_ALLOC, T_MEM_FREE, node
     n = node(sess, args[0])
     want = T_MEM_ALLOC if "Alloc" in fn.name else T_MEM_FREE
     if n.info["type"] != want:

@@ -89,6 +89,29 @@ def _fid(name: str) -> int:
     raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{name} is not known to proxyd")
 
 
+def is_marker(fid: int) -> bool:
+    """An op that stands for a graph memory node (graph_mem.py)."""
+    from .._generated import NAMES
+    return NAMES.get(fid) in ("cuGraphAddMemAllocNode", "cuGraphAddMemFreeNode")
+
+
+def alloc_marker(ctxh: int, addr: int, size: int) -> list:
+    return [_fid("cuGraphAddMemAllocNode"), ctxh, [addr, size]]
+
+
+def free_marker(ctxh: int, addr: int) -> list:
+    return [_fid("cuGraphAddMemFreeNode"), ctxh, [addr]]
+
+
+def frozen(a):
+    """An argument kept beyond its message (frames are reused)."""
+    if isinstance(a, (memoryview, bytearray)):
+        return bytes(a)
+    if isinstance(a, list):
+        return [frozen(x) for x in a]
+    return a
+
+
 def _ids(v, what: str) -> list[int]:
     """A list of node handles sent by the shim as a msgpack array."""
     if v is None:
@@ -126,7 +149,6 @@ def _check_op(sess, ntype: int, raw, what: str) -> list:
     the wire (function, argument count and types, object handles) and kept
     beyond its message."""
     from .._generated import FUNCTIONS
-    from .graphs import _frozen
     if not isinstance(raw, list) or len(raw) < 2 or type(raw[0]) is not int or type(raw[1]) is not int:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{what}: malformed node operation")
     fn = FUNCTIONS.get(raw[0])
@@ -152,7 +174,7 @@ def _check_op(sess, ntype: int, raw, what: str) -> list:
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{what}: a copy node from pageable host memory is not supported")
     if raw[1]:
         sess.context(raw[1])
-    return [raw[0], raw[1], _frozen(list(args))]
+    return [raw[0], raw[1], frozen(list(args))]
 
 
 def flatten(sess, g) -> tuple[list, dict]:
@@ -242,7 +264,6 @@ def has_memory_nodes(sess, g) -> bool:
     """cuda.h (cuGraphAddMemAllocNode): a graph with memory allocation or
     free nodes cannot be cloned or be a child graph, and its nodes and
     edges cannot be deleted."""
-    from .graph_mem import is_marker
     if g.info.get("mem"):
         return True
     for op in g.info.get("nodes", []):
@@ -282,7 +303,6 @@ def h_add_node(d, sess, fn, ctx, args, **kw):
         _refuse_memory_nodes(sess, child, fn, "cannot be a child graph")
         info["child"], _ = flatten(sess, child)
     elif ntype == T_MEM_FREE:
-        from .graph_mem import free_marker
         addr = sess.translate(int(args[4] or 0))
         if addr not in sess.graph_mem:
             # cuda.h: CUDA_ERROR_INVALID_VALUE "if dptr was not returned by a
@@ -478,7 +498,6 @@ def h_exec_update(d, sess, fn, ctx, args, **kw):
             all(a[1:] == b[1:] for a, b in zip(old_sig, _jsonable_sig(new_sig)))
         return CUDA_SUCCESS, [UPDATE_NODE_TYPE_CHANGED if same_shape else UPDATE_TOPOLOGY_CHANGED, None]
     ops, index = flatten(sess, g)
-    from .graph_mem import is_marker
     if [op for op in ops if is_marker(op[0])] != [op for op in e.info["nodes"] if is_marker(op[0])]:
         # graph allocations have their addresses for the executable graph's
         # life: memory nodes cannot change in an update

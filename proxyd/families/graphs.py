@@ -37,6 +37,7 @@ from ..core import protocol as P
 from ..core.kinds import Kind, Stage, register
 from ..core.registry import CUDA_SUCCESS, handler
 from .graph_libcapture import LibCapture
+from .graph_nodes import frozen as _frozen      # an argument kept beyond its message
 from ..core.session import CudaError
 
 CUDA_ERROR_INVALID_VALUE = 1
@@ -60,7 +61,7 @@ GRAPH_MEMORY = {"mem_alloc_async", "mem_alloc_from_pool_async", "mem_free_async"
 def _stream_slot(fn, args) -> tuple[int, int | None]:
     """(index of the stream argument, index inside it) for op args; (-1, None)
     when the function takes no stream. cuLaunchKernelEx keeps the stream in
-    its configuration list (driver.h_launch_ex)."""
+    its configuration list (launches.h_launch_ex)."""
     if fn.handler == "launch_kernel_ex":
         return 0, 7
     for i, (_n, role, kind, *_r) in enumerate(fn.params):
@@ -87,15 +88,6 @@ def _with_stream(args, slot, stream):
         cfg[j] = stream
         out[i] = cfg
     return out
-
-
-def _frozen(a):
-    """An argument kept beyond its message (frames are reused)."""
-    if isinstance(a, (memoryview, bytearray)):
-        return bytes(a)
-    if isinstance(a, list):
-        return [_frozen(x) for x in a]
-    return a
 
 
 def _stream_value(fn, handle: int) -> int:

@@ -122,6 +122,18 @@ def _fetch_fd(pid: int, suffix: bytes, eid: int, secret: bytes) -> tuple[int, in
     return fds[0], size
 
 
+# Further ways a session shares memory with another process, each a
+# function sess -> None that raises RuntimeError (mempool_ipc.py registers
+# the exportable pools' check): asked by check_checkpointable, between the
+# events and the exports, so each speaks in its own words.
+_SHARING_CHECKS: list = []
+
+
+def register_sharing_check(check) -> None:
+    if check not in _SHARING_CHECKS:
+        _SHARING_CHECKS.append(check)
+
+
 def check_checkpointable(sess) -> None:
     """Raises when the session shares device memory or events with another process."""
     ex, im = getattr(sess, "ipc_exports", None), getattr(sess, "ipc_imports", None)
@@ -130,8 +142,8 @@ def check_checkpointable(sess) -> None:
                            f"(cudaIpcGetEventHandle/cudaIpcOpenEventHandle): another process records or waits "
                            f"on it, which the image could not bring back; checkpointing one side of an IPC pair "
                            f"is not supported")
-    from .mempool_ipc import check_checkpointable as pools_checkpointable
-    pools_checkpointable(sess)      # exported or imported memory pools say so in their own words
+    for check in _SHARING_CHECKS:
+        check(sess)     # exported or imported memory pools say so in their own words (mempool_ipc.py)
     if ex or im:
         what = "exported" if ex else "opened"
         raise RuntimeError(f"session of pid {sess.pid} has {what} device memory through CUDA IPC "

@@ -23,6 +23,7 @@ Locking: handlers run on the worker's main loop (dispatch.py).
 """
 from __future__ import annotations
 
+import secrets
 import struct
 
 from ..core import protocol as P
@@ -30,6 +31,7 @@ from ..core.kinds import Kind, Stage, register
 from ..core.arena import ArenaError
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
+from .frees import claimed
 
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2
@@ -151,12 +153,9 @@ def h_mem_free_async(d, sess, fn, ctx, args, **kw):
     stream = _stream(d, sess, fn, args[1])
     if addr == 0:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: NULL pointer")
-    from .graph_mem import free_outside
-    if free_outside(d, sess, fn.name, addr, stream):
-        return CUDA_SUCCESS, []     # a graph allocation freed after its graph ran (graph_mem.py)
-    from .mempool_ipc import release_pointer
-    if release_pointer(d, sess, fn, ctx, addr, stream):     # a pointer imported from another process's pool
-        return CUDA_SUCCESS, []
+    if claimed(d, sess, fn, ctx, addr, stream):
+        return CUDA_SUCCESS, []     # a graph allocation freed after its graph ran (graph_mem.py), or a
+                                    # pointer imported from another process's pool (mempool_ipc.py)
     if addr not in sess.arena.allocs:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {addr:#x} is not the start of an allocation")
     d.backend.stream_sync(stream)
@@ -203,9 +202,13 @@ def h_mem_pool_create(d, sess, fn, ctx, args, **kw):
 def set_exportable(o, handle_types: int) -> None:
     """An exportable pool (proxyd/families/mempool_ipc.py): its handle types and the
     tag that ties pointer exports to the pool."""
-    from .mempool_ipc import new_tag
     o.info["handle_types"] = handle_types
     o.info["ipc_tag"] = new_tag()
+
+
+def new_tag() -> str:
+    """The tag that ties an exportable pool's pointer exports to it (mempool_ipc.py)."""
+    return secrets.token_bytes(8).hex()
 
 
 @handler("mem_pool_destroy")

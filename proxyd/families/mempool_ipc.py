@@ -39,10 +39,11 @@ server thread reads ipc.py's export table under its lock.
 from __future__ import annotations
 
 import os
-import secrets
 import struct
 
 from . import ipc
+from .frees import register_claim
+from .mempool import _device_ok, forget_allocation, new_pool
 from ..core import protocol as P
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
@@ -96,7 +97,6 @@ def h_export_shareable(d, sess, fn, ctx, args, **kw):
 @handler("mem_pool_import_shareable")
 def h_import_shareable(d, sess, fn, ctx, args, **kw):
     """[want, token (read by the shim from the descriptor), handleType, flags] -> [pool handle]."""
-    from .mempool import _device_ok, new_pool
     raw, htype = _bytes(d, sess, args[1]), int(args[2])
     if htype != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR:
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: handle type {htype} is not supported")
@@ -150,7 +150,7 @@ def h_import_pointer(d, sess, fn, ctx, args, **kw):
     return CUDA_SUCCESS, [addr]
 
 
-def release_pointer(d, sess, fn, ctx, addr: int, stream=None) -> bool:
+def release_pointer(d, sess, fn, ctx, addr: int, stream=None, name=None) -> bool:
     """cuMemFree/cuMemFreeAsync of an imported pool pointer: unmaps it after
     the free's stream and the context's work (ipc.close_allocation). False
     when addr is not one."""
@@ -161,10 +161,10 @@ def release_pointer(d, sess, fn, ctx, addr: int, stream=None) -> bool:
         d.backend.stream_sync(stream)
     ipc.close_allocation(d, sess, fn, ctx, addr)
     imported.discard(addr)
-    from .mempool import forget_allocation
     forget_allocation(sess, addr)
     return True
 
 
-def new_tag() -> str:
-    return secrets.token_bytes(8).hex()
+register_claim(20, release_pointer)     # cuMemFree/cuMemFreeAsync ask it (frees.py)
+ipc.register_sharing_check(check_checkpointable)    # the ipc kind's dump check asks it (ipc.py)
+

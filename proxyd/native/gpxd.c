@@ -243,7 +243,7 @@ uintptr_t gpx_current(void) { return (uintptr_t)cur_ctx; }
  * messages: a dump parks a session through ZeroMQ), or with a message that
  * needs Python.
  *
- * Ops served (their Python counterparts, proxyd/families/driver.py, dispatch.py):
+ * Ops served (their Python counterparts, proxyd/families/memory.py, launches.py, streams.py, dispatch.py):
  * cuLaunchKernel (launch_fast), cuStreamQuery, cuEventQuery and
  * cuDeviceGetAttribute (generic path: no bookkeeping), cuStreamSynchronize / cuEventSynchronize /
  * cuCtxSynchronize (stream_sync, event_sync, ctx_sync: none either) and
@@ -798,12 +798,12 @@ static int serve_one(gpx_serve_state *st, const uint8_t *buf, size_t len)
                 goto failed;
             mp_array(&outs_buf, 0);
             break;
-        case C_HTOD_ASYNC:      /* driver.h_memcpy_htod: page-locked source, left in flight */
+        case C_HTOD_ASYNC:      /* memory.h_memcpy_htod: page-locked source, left in flight */
             rc = p_htod_async((CUdeviceptr)d->src, d->host, d->n, d->stream);
             if (rc != CUDA_SUCCESS)
                 goto failed;
             break;
-        case C_DTOH_ASYNC:      /* driver.h_memcpy_dtoh */
+        case C_DTOH_ASYNC:      /* memory.h_memcpy_dtoh */
             rc = p_dtoh_async(d->host, (CUdeviceptr)d->src, d->n, d->stream);
             if (rc != CUDA_SUCCESS)
                 goto failed;

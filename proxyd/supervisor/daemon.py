@@ -49,7 +49,7 @@ from ..core import curve
 from ..core import peercred
 from ..core import protocol as P
 from ..core.ratelog import RATE
-from ..core.endpoint import OWN_PIDNS, EndpointInUse, bind_router, remove_client_segments
+from ..core.endpoint import OWN_PIDNS, EndpointInUse, remove_client_segments, serve_router
 
 log = logging.getLogger("proxyd")
 
@@ -226,35 +226,21 @@ class Supervisor:
         self.started = time.time()
         self.stopping = False
         self.zctx = zmq.Context(io_threads=1)
-        self.sock = self.zctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.SNDHWM, 0)
-        self.sock.setsockopt(zmq.RCVHWM, 0)
         # tcp: CURVE with a ZAP handler (curve.py) on this endpoint and the
         # workers'; the supervisor reaches its workers with a key pair of
         # its own, made here, which they admit as "supervisor".
-        self.zap = None
-        self.curve_client = None
-        if curve.is_tcp(endpoint):
-            try:
-                secret, self.zap = curve.start_server_security(self.zctx, endpoint)
-                server_pub, _ = curve.server_keypair(create=False)
-            except curve.CurveError as e:
-                self.zctx.destroy(linger=0)
-                raise EndpointInUse(f"cannot serve {endpoint}: {e}") from None
-            curve.secure_server(self.sock, endpoint, secret)
-            sup_pub, sup_sec = zmq.curve_keypair()
-            self.curve_client = (server_pub, sup_pub, sup_sec)
-            log.info("tcp endpoint keyed with CURVE; server public key %s (clients: GPUPROXY_CURVE_SERVERKEY)",
-                     server_pub.decode())
         try:
-            self._bind()
+            served = serve_router(self.zctx, endpoint)
         except EndpointInUse:
-            if self.zap is not None:
-                self.zap.stop()
-            self.sock.close(0)
-            self.zctx.term()
+            self.zctx.destroy(linger=0)
             raise
+        self.sock, self.zap, self._sock_id = served.sock, served.zap, served.sock_id
+        self.curve_client = None
+        if self.zap is not None:
+            sup_pub, sup_sec = zmq.curve_keypair()
+            self.curve_client = (served.public, sup_pub, sup_sec)
+            log.info("tcp endpoint keyed with CURVE; server public key %s (clients: GPUPROXY_CURVE_SERVERKEY)",
+                     served.public.decode())
         # Workers' sockets: in a folder others may pass through but not list
         # (0711), under names nobody can guess; a worker takes control
         # commands only from the routing id that carries this secret, which
@@ -293,11 +279,6 @@ class Supervisor:
         self.handlers["discard"] = lambda rid, seq, args: ctl_discard(self, rid, seq, args)
 
     # ------------------------------------------------------------- socket
-    def _bind(self):
-        bind_router(self.zctx, self.sock, self.endpoint)
-        from ..core import sockfile
-        self._sock_id = sockfile.claim(self.endpoint)
-
     def send(self, rid: bytes, obj):
         self.sock.send_multipart([rid, msgpack.packb(obj, use_bin_type=True)])
 

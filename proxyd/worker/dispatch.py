@@ -2,7 +2,7 @@
 
 An op is [fid, ctx, arg...] with one argument per parameter of the spec'd
 driver function. Functions with a `handler` in their spec go to the
-hand-written handler of that name (families/driver.py); all others take the generic
+hand-written handler of that name (families/*.py); all others take the generic
 path: decode each argument by its role, translate handles to the backend's
 objects, call the backend's function of the same name, then register created
 objects, drop destroyed ones and encode the out-values. A successful call

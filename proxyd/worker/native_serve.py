@@ -126,7 +126,7 @@ class NativeServe:
         check_range accepted): the allocation each starts in, up to its
         reserved extent, as check_range allows; and the page-locked client
         segments those copies read or wrote (not the staging segment, whose
-        copies Python keeps synchronous: driver._pinned), with their
+        copies Python keeps synchronous: memory._pinned), with their
         address in this worker, so that C copies from and to them as
         h_memcpy_htod / h_memcpy_dtoh do."""
         for op in ops:
@@ -180,7 +180,7 @@ class NativeServe:
         s.calls += st.calls
         s.may_print = bool(st.may_print)
         for i in range(st.nrecorded):
-            # driver.h_event_record's mark: a restore makes a recorded event complete
+            # streams.h_event_record's mark: a restore makes a recorded event complete
             s.get(P.K_EVENT, st.recorded[i]).info["recorded"] = True
         if st.served:
             self.served += st.served

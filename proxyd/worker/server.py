@@ -36,7 +36,7 @@ from ..families import hostmap
 from ..core import protocol as P
 from .._generated import FUNCTIONS
 
-from ..core.endpoint import OWN_PIDNS, EndpointInUse, bind_router, remove_client_segments  # noqa: F401  (tests, main.py)
+from ..core.endpoint import OWN_PIDNS, EndpointInUse, remove_client_segments, serve_router  # noqa: F401  (tests, main.py)
 from ..core.arena import ARENA_BASE, MAX_SLOTS, SLOT_SIZE, Arena  # noqa: F401  (tests read the first three here)
 from ..core.channel import Channel, ChannelError, fence
 from ..core import shm_names
@@ -191,28 +191,25 @@ class Server:
         self.packer = P.Packer()
         self.ctl_handlers = {}
         self.zctx = zmq.Context(io_threads=1)
-        self.sock = self.zctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.SNDHWM, 0)
-        self.sock.setsockopt(zmq.RCVHWM, 0)
         # tcp: CURVE, admitting the supervisor's key and the clients listed
         # in authorized_keys (curve.py); self.meta is the frame of the
         # message being handled, whose properties say who sent it
-        self.zap = None
         self.meta = None
         self.expected: dict | None = None     # keyed tcp worker: the session the supervisor gave it (control.py)
         from .gate import WorkerGate
         self.gate = WorkerGate(curve.is_tcp(endpoint)) if worker else None   # its owner's messages only
-        if curve.is_tcp(endpoint):
-            sup = os.environ.get("GPUPROXY_SUPERVISOR_CURVE_KEY", "").encode()
-            try:
-                secret, self.zap = curve.start_server_security(
-                    self.zctx, endpoint, extra={sup: curve.SUPERVISOR_USER} if sup else None)
-            except curve.CurveError as e:
-                self.zctx.destroy(linger=0)
-                raise EndpointInUse(f"cannot serve {endpoint}: {e}") from None
-            curve.secure_server(self.sock, endpoint, secret)
-        self._bind()
+        sup = os.environ.get("GPUPROXY_SUPERVISOR_CURVE_KEY", "").encode()
+        try:
+            served = serve_router(self.zctx, endpoint, extra_keys={sup: curve.SUPERVISOR_USER} if sup else None)
+        except EndpointInUse:
+            self.zctx.destroy(linger=0)
+            raise
+        self.sock, self.zap, self._sock_id = served.sock, served.zap, served.sock_id
+        # with tcp://host:* the system picks the port: this is the real one
+        self.bound_endpoint = served.bound
+        mode = os.environ.get("GPUPROXY_WORKER_SOCKET_MODE") if self.worker else None
+        if mode and endpoint.startswith("ipc://"):
+            os.chmod(endpoint[len("ipc://"):], int(mode, 8))   # proxyd --users all: its clients are other users
         # workers wake the loop through this pair after posting to the outbox
         self.wake_addr = f"inproc://wake-{uuid.uuid4().hex}"
         self.wake_r = self.zctx.socket(zmq.PAIR)
@@ -222,17 +219,6 @@ class Server:
         control.register(self)
         from .native_serve import NativeServe
         self.nserve = NativeServe.create(self)     # the C serving loop (worker, cuda backend)
-
-    # ------------------------------------------------------------- socket
-    def _bind(self):
-        ep = self.endpoint
-        # with tcp://host:* the system picks the port: this is the real one
-        self.bound_endpoint = bind_router(self.zctx, self.sock, ep)
-        from ..core import sockfile
-        self._sock_id = sockfile.claim(ep)
-        mode = os.environ.get("GPUPROXY_WORKER_SOCKET_MODE") if self.worker else None
-        if mode and ep.startswith("ipc://"):
-            os.chmod(ep[len("ipc://"):], int(mode, 8))   # proxyd --users all: its clients are other users
 
     def close(self):
         # A checkpoint thread may wait for the loop (call_in_loop) while the
@@ -526,7 +512,7 @@ class Server:
 
     def _release(self, s: Session, unreserve: bool = True):
         """Frees everything a session holds in proxyd and on the device."""
-        from ..families.driver import destroy_context
+        from ..families.contexts import destroy_context
         from ..families.hostfn import close_gates
         try:
             close_gates(s)      # first: a pending host function would hold the context's synchronisation
