@@ -986,7 +986,10 @@ class CudaBackend(Backend):
                 self._free_pool()
             size = max(n, 1 << 20)
             size = (size + (1 << 30) - 1) // (1 << 30) * (1 << 30) if size > (1 << 30) else size
-            self._pool = PinnedPool(size, self._register_pool_segment, self._unregister_pool_segment)
+            # page-locked already: the supervisor's shared pool (shared_pool.py), when on
+            from .shared_pool import lease
+            self._pool = lease(self, size) or PinnedPool(size, self._register_pool_segment,
+                                                         self._unregister_pool_segment)
         return self._pool.view
 
     def _register_pool_segment(self, view):

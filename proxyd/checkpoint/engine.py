@@ -854,6 +854,9 @@ class Engine:
             destroy_context(self.dispatcher, sess, c)
         sess.arena.release_all()
         sess.released = True
+        # its staging memory too: a shared host pool goes back to the
+        # supervisor for the worker that restores it (backends/shared_pool.py)
+        self.backend.release_host_buffer()
 
     # ------------------------------------------------------------- restore
     def _restore(self, path: str, device_map: dict | None = None, allow_foreign: bool = False

@@ -477,6 +477,25 @@ class EmuBackend(Backend):
         st.entries.clear()
 
     # ------------------------------------------------------------ modules
+    # staging for checkpoints: the supervisor's shared host pool when it is
+    # on (proxyd/backends/shared_pool.py: a memfd here), else plain memory
+    def host_buffer(self, n: int):
+        pool = getattr(self, "_spool", None)
+        if pool is None or pool.size < n:
+            self.release_host_buffer()
+            from gpuproxy.proxyd.backends.shared_pool import lease
+            pool = self._spool = lease(self, max(int(n), 1))
+        return pool.view if pool is not None else memoryview(bytearray(n))
+
+    def release_host_buffer(self) -> None:
+        pool, self._spool = getattr(self, "_spool", None), None
+        if pool is not None:
+            pool.free()
+
+    def pool_stats(self):
+        pool = getattr(self, "_spool", None)
+        return None if pool is None else dict(pool.stats, size=pool.size, all_pinned=True, failed=None)
+
     def module_load(self, ctx, image, parsed):
         globals_ = {}
         for name, g in parsed.globals.items():
