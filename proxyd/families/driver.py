@@ -728,7 +728,7 @@ def _rebuild_modules(r) -> None:
     How the images are read and parsed (serially or in parallel, always
     loaded in order): modrestore.py."""
     from . import modrestore
-    modrestore.rebuild(r, load_module, _restore_function)
+    modrestore.rebuild(r, load_module, _restore_function, session_uid(r.sess))
 
 
 def _restore_function(r, f) -> None:

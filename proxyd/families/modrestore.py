@@ -82,17 +82,16 @@ def placement_order(modules: list, functions: list) -> list[tuple[str, dict]]:
     return [(what, d) for _, _, what, d in ev]
 
 
-def rebuild(r, load_module, restore_function) -> None:
+def rebuild(r, load_module, restore_function, uid) -> None:
     """Stage MODULES: every module loaded and the kernels looked up in the
     app's placement order. load_module and restore_function are driver.py's
-    (passed in: this module sits beside it and is imported by it)."""
-    from .driver import session_uid
+    and uid the client's user (driver.session_uid), passed in: driver.py
+    imports this module, not the other way round."""
     from .modstore import store
     sess, desc = r.sess, r.desc
     m = mode()
     order = placement_order(desc["modules"], desc.get("functions") or [])
     mods = [d for what, d in order if what == "module"]
-    uid = session_uid(sess)
     prep_s = [0.0]
     lock = threading.Lock()
 
