@@ -13,7 +13,9 @@ targets 4 and 5): ``scripts/gpu-check --skip corpus,static,whole,pytest,bench
 2. tests/test_globals_placement.py on the cuda backend: 512 variables with
    pointers to them kept in device memory, dumped and restored into a fresh
    proxyd (serial and parallel module restores): none may move.
-3. PyTorch (examples/train_torch.py --model gpt): GPU-only checkpoints at one
+3. the shared host pool (GPUPROXY_HOST_POOL_MB): bench/ckpt_hold.cu holding
+   8 GiB, first dumps and the restore with and without it;
+4. PyTorch (examples/train_torch.py --model gpt): GPU-only checkpoints at one
    step restored into fresh proxyds with GPUPROXY_RESTORE_MODULES=serial,
    parallel, unordered; then whole-process checkpoints restored with the GPU
    and CRIU halves side by side and one after the other
@@ -22,7 +24,8 @@ targets 4 and 5): ``scripts/gpu-check --skip corpus,static,whole,pytest,bench
    loss curve must equal the uninterrupted run's.
 
 Writes DIR/restlat.json (compact) and DIR/restlat-*.log. Meant to take about
-3 minutes on an H100; each part has its own time limit.
+3-4 minutes on an H100; $RESTLAT_PARTS (placement,globals,pool,torch) picks
+parts.
 """
 from __future__ import annotations
 
@@ -200,6 +203,63 @@ def globals_test(log, out: Path, rec: dict) -> list[tuple[str, str]]:
              "PASS" if r.returncode == 0 else f"FAIL ({tail})")]
 
 
+# ------------------------------------------------------------ 2b. the shared host pool
+
+def _scalars(st: dict) -> dict:
+    """A dump's or restore's figures without the long lists."""
+    out = {k: v for k, v in st.items() if isinstance(v, (int, float, str, bool)) or v is None}
+    for k in ("host_pool", "copy", "upload"):
+        if isinstance(st.get(k), dict):
+            out[k] = {a: b for a, b in st[k].items() if isinstance(b, (int, float, str, bool)) or b is None}
+    return out
+
+
+def host_pool(log, out: Path, rec: dict) -> list[tuple[str, str]]:
+    """bench/ckpt_hold.cu holding $RESTLAT_POOL_GIB (8) GiB: without the
+    pool (a worker's first dump pins its own memory) and with it
+    (GPUPROXY_HOST_POOL_MB): the first dump makes the pool, the restore's
+    worker borrows it for its staging ring, and that worker's first dump
+    copies into memory page-locked already."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from checkpoint_bench import Holder, build_hold, ctl
+    from proxy import Daemon
+    import shutil
+    import tempfile
+    gib = float(os.environ.get("RESTLAT_POOL_GIB", "8"))
+    exe = build_hold(out)
+    res = {"gib": gib}
+    for tag, env in (("own", {}), ("shared", {"GPUPROXY_HOST_POOL_MB": str(int(gib * 1024) + 2048)})):
+        r = {}
+        be = os.environ.get("RESTLAT_BACKEND", "cuda")       # emu: a dry run of this part without a GPU
+        d = Daemon(backend=be, emu_kernels=[str(ROOT / "bench" / "ckpt_hold_emu.py")] if be == "emu" else (),
+                   env=dict(os.environ, **env), log_path=str(out / f"restlat-pool-{tag}.log")).start()
+        tmp = Path(tempfile.mkdtemp(prefix="gpxpool-", dir="/dev/shm"))
+        try:
+            h = Holder(exe, gib, d.env_for_client())
+            s0 = h.checksum()
+            r["dump_first"] = _scalars(ctl(d, "dump", pid=h.p.pid, dir=str(tmp / "a"), leave_running=True))
+            shutil.rmtree(tmp / "a", ignore_errors=True)
+            r["dump_release"] = _scalars(ctl(d, "dump", pid=h.p.pid, dir=str(tmp / "r")))
+            r["restore"] = _scalars(ctl(d, "restore", dir=str(tmp / "r")))
+            shutil.rmtree(tmp / "r", ignore_errors=True)
+            r["dump_first_new_worker"] = _scalars(ctl(d, "dump", pid=h.p.pid, dir=str(tmp / "b"),
+                                                      leave_running=True))
+            r["checksum_ok"] = h.checksum() == s0
+            h.close()
+        except Exception as e:
+            r["error"] = f"{type(e).__name__}: {e}"[-1500:]
+        finally:
+            d.cleanup()
+            shutil.rmtree(tmp, ignore_errors=True)
+        res[tag] = r
+        log(f"host pool ({tag}): {json.dumps(r)[:3000]}")
+    rec["host_pool"] = res
+    sh = res.get("shared", {})
+    ok = sh.get("checksum_ok") and (sh.get("dump_first_new_worker", {}).get("host_pool") or {}).get("shared") == "lent"
+    return [(f"shared host pool, {gib:g} GiB: a new worker's first dump uses the pool the first made, data intact",
+             "PASS" if ok else f"FAIL ({sh.get('error') or 'pool not lent'})")]
+
+
 # ------------------------------------------------------------ 3. PyTorch
 
 def _restore_figures(text: str) -> dict:
@@ -361,7 +421,11 @@ def run(log, out: Path) -> list[tuple[str, str]]:
     except OSError:
         pass
     results = []
-    for name, fn in (("placement", placement), ("globals", globals_test), ("torch", torch_part)):
+    parts = os.environ.get("RESTLAT_PARTS", "placement,globals,pool,torch").split(",")
+    for name, fn in (("placement", placement), ("globals", globals_test), ("pool", host_pool),
+                     ("torch", torch_part)):
+        if name not in parts:
+            continue
         t0 = time.time()
         try:
             results += fn(log, out, rec)
