@@ -242,6 +242,17 @@ class CudaBackend(Backend):
         from ..core.arena import GRANULARITY
         if GRANULARITY % self.granularity:
             raise CudaUnavailable(f"VMM granularity {self.granularity} does not divide the arena's {GRANULARITY}")
+        # proxyd's own module (the gp64 hash kernel) is placed by the driver
+        # like the app's; loaded at the first hash it would land between the
+        # app's loads in one worker and after all of them in the worker that
+        # restores (issue 23, target 5). Loaded here, it comes first in every
+        # worker. GPUPROXY_PRELOAD_HASH=0: at the first hash, as before.
+        if os.environ.get("GPUPROXY_PRELOAD_HASH", "1") != "0":
+            for d in range(self.ndev):
+                try:
+                    self._hash_fn(d)
+                except Exception as e:        # hashing falls back as when the kernel is missing
+                    log.info("gp64 hash kernel not preloaded on device %d: %s", d, e)
 
     # ------------------------------------------------------------- helpers
     def ptr(self, cdata) -> int:
