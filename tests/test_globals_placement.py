@@ -99,3 +99,18 @@ def test_moved_globals_are_explained():
     # unordered loads and images without placement numbers say so
     assert any("no fixed order" in w for w in explain(later, mods, "unordered"))
     assert any("no placement order" in w for w in explain(later, _mods(3, seq=False), "parallel"))
+
+
+def test_restore_output_counts_moved_variables_and_says_why():
+    from gpuproxy.cli.checkpoint_cmds import MAX_MOVED_SHOWN, _restore_details
+    moved = [{"name": f"v{i}", "old": 0x1000 + 16 * i, "new": 0x9000 + 16 * i, "size": 4, "module": 1}
+             for i in range(MAX_MOVED_SHOWN + 5)]
+    lines = _restore_details({"replayed": 0, "globals": 100, "moved_globals": moved,
+                              "moved_globals_why": ["all 100 variables moved by the same offset (+0x8000): ..."],
+                              "modules_ms": 12.5, "modules": 3, "modules_mode": "parallel"})
+    text = "\n".join(lines)
+    assert "100 __device__ variables checked, 25 moved" in text
+    assert sum("WARNING: __device__ variable v" in x for x in lines) == MAX_MOVED_SHOWN
+    assert "and 5 more __device__ variables moved" in text
+    assert "why: all 100 variables moved by the same offset" in text
+    assert "3 modules (parallel) in 12.5 ms" in text
