@@ -289,7 +289,7 @@ def torch_part(log, out: Path, rec: dict) -> list[tuple[str, str]]:
     from proxy import Daemon
     from gpu_check_torch import EXAMPLE, _env, _run, _steps
     from gpuproxy.proxyd.checkpoint.criu import pid_alive
-    n, k = 30, 10
+    n, k = 24, 8
     py = sys.executable
     cli = [sys.executable, "-m", "gpuproxy.cli"]
     tmp = Path(f"/tmp/gpx-restlat-{os.getpid()}")
@@ -320,11 +320,13 @@ def torch_part(log, out: Path, rec: dict) -> list[tuple[str, str]]:
             got.append(line)
             if line == "waiting\n":
                 break
-        for i, mode in enumerate(("serial", "parallel", "unordered")):
-            img = tmp / f"img-{mode}"
-            r = _run([*cli, "--dump", "--gpu-only", "--pid", str(proc.pid), "--dir", str(img)], cli_env, 300)
-            if r.returncode != 0:
-                raise RuntimeError(f"dump failed: {r.stdout}{r.stderr}")
+        # one dump; the same image restored into a fresh proxyd per mode (the
+        # app waits meanwhile, so it attaches to the last one when it goes on)
+        img = tmp / "img"
+        r = _run([*cli, "--dump", "--gpu-only", "--pid", str(proc.pid), "--dir", str(img)], cli_env, 300)
+        if r.returncode != 0:
+            raise RuntimeError(f"dump failed: {r.stdout}{r.stderr}")
+        for mode in ("unordered", "serial", "parallel"):
             d.kill()
             d = daemon(f"gpu-{mode}", env=dict(os.environ, GPUPROXY_RESTORE_MODULES=mode))
             t0 = time.monotonic()
@@ -356,7 +358,7 @@ def torch_part(log, out: Path, rec: dict) -> list[tuple[str, str]]:
     pid = proc.pid
     try:
         for i, (tag, overlap) in enumerate((("overlap", "1"), ("sequential", "0"))):
-            at = k + 5 * i
+            at = k + 4 * i
             end = time.monotonic() + 300
             while f"step {at} " not in outf.read_text():
                 if not pid_alive(pid) or time.monotonic() > end:
