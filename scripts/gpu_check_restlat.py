@@ -9,7 +9,9 @@ targets 4 and 5): ``scripts/gpu-check --skip corpus,static,whole,pytest,bench
    first variable went. Which variations change the addresses is what makes
    the driver place globals differently in a restoring worker (kernel
    lookups between loads, launches, memory taken before, VMM reservations,
-   CUDA_MODULE_LOADING, a cuBLAS handle, the host's address layout, ASLR).
+   CUDA_MODULE_LOADING, a cuBLAS handle, the host's address layout, ASLR),
+   and whether the worker's way (cuFuncLoad at each lookup) makes a replay
+   without launches land where the app's loads with launches did.
 2. tests/test_globals_placement.py on the cuda backend: 512 variables with
    pointers to them kept in device memory, dumped and restored into a fresh
    proxyd (serial and parallel module restores): none may move.
@@ -46,7 +48,11 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 KERNELS = ROOT / "tests" / "programs" / "globals_table_kernels.cu"
 VARIANTS = ["app", "app_again", "replay_lookups", "modules_first", "alloc_first", "vmm_first", "noise_first",
-            "cublas_first", "eager", "eager_modules_first", "created_ctx", "aslr"]
+            "cublas_first", "eager", "eager_modules_first", "created_ctx", "aslr",
+            "funcload_app", "funcload_replay"]
+# pairs judged against each other rather than against "app": the worker's way
+# (cuFuncLoad at each lookup) with launches, and its restore (no launches)
+PAIRS = {"funcload_replay": "funcload_app"}
 
 
 # ------------------------------------------------------------ 1. placement probe (child side)
@@ -119,6 +125,8 @@ def _probe(variant: str, cubin: str) -> dict:
             ck(cu.cuModuleGetFunction(ctypes.byref(f), m, name), "cuModuleGetFunction")
             off, sz = ctypes.c_size_t(), ctypes.c_size_t()
             cu.cuFuncGetParamInfo(f, 0, ctypes.byref(off), ctypes.byref(sz))     # as the worker does
+            if variant.startswith("funcload"):
+                ck(cu.cuFuncLoad(f), "cuFuncLoad")                               # as the worker does now
             if launch and name == b"gt_publish":
                 base = ctypes.c_int(i * 128)
                 args = (vp * 2)(ctypes.cast(ctypes.pointer(table), vp), ctypes.cast(ctypes.pointer(base), vp))
@@ -130,7 +138,7 @@ def _probe(variant: str, cubin: str) -> dict:
         ck(cu.cuModuleLoadData(ctypes.byref(m), image), "cuModuleLoadData")
         mods.append(m)
         if not order_first:
-            lookups(m, i, launch=variant != "replay_lookups")
+            lookups(m, i, launch=variant not in ("replay_lookups", "funcload_replay"))
     if order_first:
         for i, m in enumerate(mods):
             lookups(m, i, launch=False)
@@ -170,18 +178,21 @@ def placement(log, out: Path, rec: dict) -> list[tuple[str, str]]:
             res[v] = json.loads(p.stdout.strip().splitlines()[-1])
         except Exception:
             res[v] = {"error": (p.stdout + p.stderr)[-600:]}
-    base = res.get("app", {}).get("addresses")
     summary = {}
     for v, x in res.items():
+        base = res.get(PAIRS.get(v, "app"), {}).get("addresses")
         a = x.get("addresses")
         if not base or not a:
             summary[v] = x.get("error") or x.get("skipped") or "?"
             continue
         same = [k for k in base if a.get(k) == base[k]]
-        summary[v] = "same as app" if len(same) == len(base) else f"differs ({len(base) - len(same)} of 4 loads moved)"
+        ref = PAIRS.get(v, "app")
+        summary[v] = f"same as {ref}" if len(same) == len(base) else \
+            f"differs from {ref} ({len(base) - len(same)} of 4 loads moved)"
     rec["placement"] = {"summary": summary, "raw": res}
     log("placement probe: " + json.dumps(summary))
     ok = summary.get("app_again") == "same as app"
+    rec["placement"]["worker_way_reproduces"] = summary.get("funcload_replay") == "same as funcload_app"
     return [("placement probe: the same loads in a fresh process land at the same addresses",
              "PASS" if ok else f"FAIL ({summary.get('app_again')})"),
             ("placement probe: what moves globals (recorded in restlat.json)", "done")]

@@ -41,6 +41,9 @@ CUDA_ERROR_INVALID_VALUE = 1
 # real primary contexts (shared with the worker's own work) instead of
 # contexts of their own; needed for NCCL in the worker (docs/multigpu.md)
 SESSION_PRIMARY = os.environ.get("GPUPROXY_SESSION_PRIMARY", "0") == "1"
+# GPUPROXY_FUNC_LOAD=0: kernels' code loaded when the driver decides (first
+# launch) instead of at their lookup (module_function)
+FUNC_LOAD = os.environ.get("GPUPROXY_FUNC_LOAD", "1") != "0"
 CUDA_ERROR_NOT_READY = 600
 CUDA_ERROR_NOT_SUPPORTED = 801
 
@@ -127,6 +130,7 @@ int cuModuleUnload(void *mod);
 int cuModuleGetFunction(void **fn, void *mod, const char *name);
 int cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *size, void *mod, const char *name);
 int cuFuncGetParamInfo(void *fn, size_t index, size_t *offset, size_t *size);
+int cuFuncLoad(void *fn);
 int cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                    unsigned int bz, unsigned int shmem, void *stream, void **params, void **extra);
 int cuLaunchKernelEx(const CUlaunchConfig *config, void *f, void **params, void **extra);
@@ -713,6 +717,17 @@ class CudaBackend(Backend):
     def module_function(self, mod, name):
         p = self.ffi.new("void **")
         self.check(self.lib.cuModuleGetFunction(p, self.vp(mod), name.encode()), f"cuModuleGetFunction({name})")
+        if FUNC_LOAD and self.lib.has("cuFuncLoad"):
+            # with lazy loading the driver places a kernel's code when it is
+            # first needed (a launch), in the memory later modules' __device__
+            # variables come from; loaded at its lookup, it is placed at the
+            # same point of the app's order in the worker that served the app
+            # and in the one that restores it, which replays the lookups but
+            # not the launches (families/modrestore.py; cuda.h, cuFuncLoad)
+            try:
+                self.lib.cuFuncLoad(p[0])
+            except CudaError:
+                pass          # a driver without it: logged once by driver_floor
         return self.ptr(p[0])
 
     def module_global(self, mod, name):
