@@ -182,6 +182,10 @@ def cmd_restore(a) -> int:
             lines = [f"restored pid {res['pid']} from {a.dir}: GPU {fmt_bytes(g['bytes'])} in "
                      f"{g['total_ms']:.1f} ms (checks {g['check_ms']:.1f} ms), process (CRIU) in "
                      f"{res['criu_ms']:.1f} ms; it continues"]
+            if res.get("overlapped"):
+                lines.append(f"  GPU state and process restored side by side: {res['both_ms']:.1f} ms for both")
+            elif res.get("sequential_why"):
+                lines.append(f"  GPU state restored before the process: {res['sequential_why']}")
             return _report(a, res, lines + _restore_details(g))
     except W.WholeProcessError as e:
         print(f"proxy-cli restore: {e}", file=sys.stderr)
@@ -193,13 +197,27 @@ def cmd_restore(a) -> int:
 
 
 def _restore_details(res: dict) -> list[str]:
+    moved = res.get("moved_globals", [])
     lines = [f"  {res.get('replayed', 0)} recorded settings replayed; "
-             f"{res.get('globals', 0)} __device__ variables checked"]
-    for g in res.get("moved_globals", []):
+             f"{res.get('globals', 0)} __device__ variables checked, {len(moved)} moved"]
+    if "modules_ms" in res:
+        lines.append(f"  {res.get('modules', 0)} modules ({res.get('modules_mode')}) in {res['modules_ms']:.1f} ms: "
+                     f"driver loads {res.get('modules_load_ms', 0):.1f} ms, reading and parsing "
+                     f"{res.get('modules_prep_ms', 0):.1f} ms over threads, kernel lookups "
+                     f"{res.get('functions_ms', 0):.1f} ms")
+    for g in moved[:MAX_MOVED_SHOWN]:
         lines.append(f"  WARNING: __device__ variable {g['name']} moved {g['old']:#x} -> {g['new']:#x}: API calls "
                      f"with its old address are translated; copies of that address in device memory "
                      f"(pointer tables) or in kernel arguments are not")
+    if len(moved) > MAX_MOVED_SHOWN:
+        lines.append(f"  WARNING: and {len(moved) - MAX_MOVED_SHOWN} more __device__ variables moved "
+                     f"(the proxyd log names each)")
+    for why in res.get("moved_globals_why", []):
+        lines.append(f"  why: {why}")
     return lines
+
+
+MAX_MOVED_SHOWN = 20          # the rest are counted (a PyTorch process has thousands)
 
 
 def cmd_migrate(a) -> int:

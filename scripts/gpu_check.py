@@ -269,6 +269,8 @@ def main():
                          "`torch` too, with $GPUPROXY_TORCH_PYTHON naming a python that has PyTorch; "
                          "`jaxsuite`, `cupysparse`: JAX's tests and CuPy's sparse tests compared natively/proxied, "
                          "carried in .carry/ by scripts/fetch_test_suites.py)")
+    ap.add_argument("--restlat", action="store_true",
+                    help="also restore latency and globals at their addresses (gpu_check_restlat.py, issue 23)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -287,9 +289,11 @@ def main():
                      ("tcp", lambda: tcp_check(log, out)),
                      ("python", lambda: python_frameworks(log, out, Path(a.pycuda_from), a.python_steps.split(","))),
                      ("multigpu", lambda: __import__("gpu_check_multigpu").run(log, out)),
-                     ("oldcuda", lambda: __import__("gpu_check_oldcuda").oldcuda_check(log, out))):
+                     ("oldcuda", lambda: __import__("gpu_check_oldcuda").oldcuda_check(log, out)),
+                     ("restlat", lambda: __import__("gpu_check_restlat").run(log, out))):
         if name in skip or (name == "python" and not a.python) or (name == "tcp" and not a.tcp) or \
-                (name == "multigpu" and not a.multigpu) or (name == "oldcuda" and not a.oldcuda):
+                (name == "multigpu" and not a.multigpu) or (name == "oldcuda" and not a.oldcuda) or \
+                (name == "restlat" and not a.restlat):
             continue
         t = time.time()
         try:

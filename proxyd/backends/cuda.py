@@ -41,6 +41,9 @@ CUDA_ERROR_INVALID_VALUE = 1
 # real primary contexts (shared with the worker's own work) instead of
 # contexts of their own; needed for NCCL in the worker (docs/multigpu.md)
 SESSION_PRIMARY = os.environ.get("GPUPROXY_SESSION_PRIMARY", "0") == "1"
+# GPUPROXY_FUNC_LOAD=0: kernels' code loaded when the driver decides (first
+# launch) instead of at their lookup (module_function)
+FUNC_LOAD = os.environ.get("GPUPROXY_FUNC_LOAD", "1") != "0"
 CUDA_ERROR_NOT_READY = 600
 CUDA_ERROR_NOT_SUPPORTED = 801
 
@@ -127,6 +130,7 @@ int cuModuleUnload(void *mod);
 int cuModuleGetFunction(void **fn, void *mod, const char *name);
 int cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *size, void *mod, const char *name);
 int cuFuncGetParamInfo(void *fn, size_t index, size_t *offset, size_t *size);
+int cuFuncLoad(void *fn);
 int cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                    unsigned int bz, unsigned int shmem, void *stream, void **params, void **extra);
 int cuLaunchKernelEx(const CUlaunchConfig *config, void *f, void **params, void **extra);
@@ -242,6 +246,17 @@ class CudaBackend(Backend):
         from ..core.arena import GRANULARITY
         if GRANULARITY % self.granularity:
             raise CudaUnavailable(f"VMM granularity {self.granularity} does not divide the arena's {GRANULARITY}")
+        # proxyd's own module (the gp64 hash kernel) is placed by the driver
+        # like the app's; loaded at the first hash it would land between the
+        # app's loads in one worker and after all of them in the worker that
+        # restores (issue 23, target 5). Loaded here, it comes first in every
+        # worker. GPUPROXY_PRELOAD_HASH=0: at the first hash, as before.
+        if os.environ.get("GPUPROXY_PRELOAD_HASH", "1") != "0":
+            for d in range(self.ndev):
+                try:
+                    self._hash_fn(d)
+                except Exception as e:        # hashing falls back as when the kernel is missing
+                    log.info("gp64 hash kernel not preloaded on device %d: %s", d, e)
 
     # ------------------------------------------------------------- helpers
     def ptr(self, cdata) -> int:
@@ -702,6 +717,17 @@ class CudaBackend(Backend):
     def module_function(self, mod, name):
         p = self.ffi.new("void **")
         self.check(self.lib.cuModuleGetFunction(p, self.vp(mod), name.encode()), f"cuModuleGetFunction({name})")
+        if FUNC_LOAD and self.lib.has("cuFuncLoad"):
+            # with lazy loading the driver places a kernel's code when it is
+            # first needed (a launch), in the memory later modules' __device__
+            # variables come from; loaded at its lookup, it is placed at the
+            # same point of the app's order in the worker that served the app
+            # and in the one that restores it, which replays the lookups but
+            # not the launches (families/modrestore.py; cuda.h, cuFuncLoad)
+            try:
+                self.lib.cuFuncLoad(p[0])
+            except CudaError:
+                pass          # a driver without it: logged once by driver_floor
         return self.ptr(p[0])
 
     def module_global(self, mod, name):
@@ -986,7 +1012,10 @@ class CudaBackend(Backend):
                 self._free_pool()
             size = max(n, 1 << 20)
             size = (size + (1 << 30) - 1) // (1 << 30) * (1 << 30) if size > (1 << 30) else size
-            self._pool = PinnedPool(size, self._register_pool_segment, self._unregister_pool_segment)
+            # page-locked already: the supervisor's shared pool (shared_pool.py), when on
+            from .shared_pool import lease
+            self._pool = lease(self, size) or PinnedPool(size, self._register_pool_segment,
+                                                         self._unregister_pool_segment)
         return self._pool.view
 
     def _register_pool_segment(self, view):

@@ -39,6 +39,7 @@ NEWER = {
     "cuCtxCreate_v4": 12050,
     "cuCtxSetFlags": 12010,
     "cuFuncGetParamInfo": 12040,
+    "cuFuncLoad": 12040,
     "cuLaunchKernelEx": 11060,
     "cuOccupancyMaxActiveClusters": 11070,
 }

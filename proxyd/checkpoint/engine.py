@@ -865,6 +865,9 @@ class Engine:
             destroy_context(self.dispatcher, sess, c)
         sess.arena.release_all()
         sess.released = True
+        # its staging memory too: a shared host pool goes back to the
+        # supervisor for the worker that restores it (backends/shared_pool.py)
+        self.backend.release_host_buffer()
 
     # ------------------------------------------------------------- restore
     def _restore(self, path: str, device_map: dict | None = None, allow_foreign: bool = False
@@ -1017,9 +1020,15 @@ class Engine:
                     log.warning("session %s: __device__ variable %s moved from %#x to %#x on restore; API calls "
                                 "that pass its old address are translated, copies of it kept in device memory "
                                 "or passed in kernel arguments are not", sess.token, name, old_addr, addr)
-                    moved.append({"name": name, "old": old_addr, "new": addr, "size": size})
+                    moved.append({"name": name, "old": old_addr, "new": addr, "size": size, "module": md["id"]})
         self.rstats["globals"] = sum(len(md["globals"]) for md in desc["modules"])
         self.rstats["moved_globals"] = moved
+        # why they moved, from the pattern (placement.py); the count is in the output either way
+        from .placement import explain
+        self.rstats["moved_globals_why"] = explain(moved, desc["modules"], self.rstats.get("modules_mode"))
+        for line in self.rstats["moved_globals_why"]:
+            log.warning("session %s: %d of %d __device__ variables moved: %s", sess.token, len(moved),
+                        self.rstats["globals"], line)
 
     def _rebuild(self, sess: Session, img: Image, desc: dict, device_map: dict):
         """Every kind's objects, in the declared restore order (core/kinds.py,

@@ -187,10 +187,14 @@ SESSION = Obj({
     "contexts": List(Obj({"id": ID, "device": DEVICE, "primary": Bool(), "flags": ID, "refcount": ID},
                          optional={"limits": Map(NUM, U64, 64),
                                    "stream_attrs": Map(NUM, Map(NUM, Any_(), 64), 8)}), 4096),
+    # seq: the place of a module load / first kernel lookup in the app's
+    # order of them (families/modrestore.py replays it)
     "modules": List(Obj({"id": ID, "ctx": ID, "size": SIZE, "image": HEX64, "kernels": List(SYMBOL, 1 << 16),
-                         "globals": Map(SYMBOL, Tuple(U64, SIZE), 1 << 16)}), 1 << 16),
+                         "globals": Map(SYMBOL, Tuple(U64, SIZE), 1 << 16)},
+                        optional={"seq": ID}), 1 << 16),
     "functions": List(Obj({"id": ID, "ctx": ID, "module": ID, "name": SYMBOL,
-                           "layout": List(Tuple(Int(0, 1 << 16), Int(0, 1 << 16)), 4096)}), 1 << 20),
+                           "layout": List(Tuple(Int(0, 1 << 16), Int(0, 1 << 16)), 4096)},
+                          optional={"seq": ID}), 1 << 20),
     "streams": List(Obj({"id": ID, "ctx": ID, "create": Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS)},
                         optional={"attrs": Map(NUM, Any_(), 64)}), 1 << 16),
     "events": List(Obj({"id": ID, "ctx": ID, "create": Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS)},

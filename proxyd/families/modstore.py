@@ -26,7 +26,9 @@ of proxyd's user (keys.py, `module-cache.key`) checks out. A failed check
 removes the entry and the image is parsed again from bytes that passed.
 
 Locking: a worker serves one session on its main loop; the store is used
-from there only (checkpoint helper threads do not load modules). Several
+from there, and during a restore from the restore's helper threads
+(modrestore.py reads and parses images ahead of the loads): `_mu` guards the
+in-memory tables; parsing and file work run outside it. Several
 workers share the disk folders: files are written to a temporary name and
 renamed into place, so a reader sees a whole file or none.
 """
@@ -38,6 +40,7 @@ import hmac
 import logging
 import os
 import stat
+import threading
 import time
 
 import msgpack
@@ -107,9 +110,14 @@ class ModuleStore:
         self._key: bytes | None = None
         self._refused: set[str] = set()
         self.stats = collections.Counter()
+        self._mu = threading.Lock()
 
     # ---------------------------------------------------------- memory
     def _remember_image(self, key: tuple, image: bytes):
+        with self._mu:
+            self._remember_image_locked(key, image)
+
+    def _remember_image_locked(self, key: tuple, image: bytes):
         if key in self._images:
             self._images.move_to_end(key)
             return
@@ -122,10 +130,11 @@ class ModuleStore:
             self._image_total -= len(old)
 
     def _remember_parsed(self, digest: bytes, parsed):
-        self._parsed[digest] = parsed
-        self._parsed.move_to_end(digest)
-        while len(self._parsed) > self.parsed_max:
-            self._parsed.popitem(last=False)
+        with self._mu:
+            self._parsed[digest] = parsed
+            self._parsed.move_to_end(digest)
+            while len(self._parsed) > self.parsed_max:
+                self._parsed.popitem(last=False)
 
     # ------------------------------------------------------------ disk
     def _dir(self, uid: int | None) -> str | None:
@@ -237,11 +246,12 @@ class ModuleStore:
     def image(self, digest: bytes, length: int, uid: int | None) -> bytes | None:
         """The image of this digest and length, from memory or the disk
         cache (checked), or None: then the client sends it."""
-        img = self._images.get((uid, digest))
-        if img is not None and len(img) == length:
-            self._images.move_to_end((uid, digest))
-            self.stats["image_memory_hits"] += 1
-            return img
+        with self._mu:
+            img = self._images.get((uid, digest))
+            if img is not None and len(img) == length:
+                self._images.move_to_end((uid, digest))
+                self.stats["image_memory_hits"] += 1
+                return img
         d = self._dir(uid)
         if d is None:
             return None
@@ -272,11 +282,12 @@ class ModuleStore:
         from ..core.fatbin import parse_image
         if digest is None:
             digest = hashlib.sha256(image).digest()
-        p = self._parsed.get(digest)
-        if p is not None:
-            self._parsed.move_to_end(digest)
-            self.stats["parse_memory_hits"] += 1
-            return p
+        with self._mu:
+            p = self._parsed.get(digest)
+            if p is not None:
+                self._parsed.move_to_end(digest)
+                self.stats["parse_memory_hits"] += 1
+                return p
         d = self._dir(uid)
         name = digest.hex() + ".layout"
         if d is not None:
@@ -305,10 +316,13 @@ class ModuleStore:
 
 
 _STORE: ModuleStore | None = None
+_STORE_MU = threading.Lock()
 
 
 def store() -> ModuleStore:
     global _STORE
     if _STORE is None:
-        _STORE = ModuleStore()
+        with _STORE_MU:          # a restore's helper threads may ask first
+            if _STORE is None:
+                _STORE = ModuleStore()
     return _STORE

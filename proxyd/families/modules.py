@@ -37,6 +37,16 @@ def parse_image_cached(image, uid=None, digest=None) -> object:
         raise CudaError(CUDA_ERROR_INVALID_IMAGE, f"module image rejected: {e}") from e
 
 
+def placement_seq(sess) -> int:
+    """The next number of the session's placement order: module loads and
+    first kernel lookups, the driver calls that take space in the driver's
+    own device memory for code and __device__ variables (modrestore.py).
+    Loop thread only, as every handler."""
+    n = getattr(sess, "_placement_seq", 0) + 1
+    sess._placement_seq = n
+    return n
+
+
 def session_uid(sess):
     """The client's user (for the per-user module cache), None if unknown:
     a keyed-tcp client's key user, else the owner of its process where
@@ -57,11 +67,16 @@ def session_uid(sess):
 
 # ----------------------------------------------------------------------- modules
 
-def load_module(d, sess, ctx, image, create, ident=None, digest=None):
+def load_module(d, sess, ctx, image, create, ident=None, digest=None, parsed=None, real=None):
+    """real: the driver's module when the caller loaded it already
+    (modrestore.py's measuring mode)."""
     image = bytes(image)
-    parsed = parse_image_cached(image, session_uid(sess), digest)
-    real = d.backend.module_load(ctx.real, image, parsed)
-    return sess.add(P.K_MODULE, real, ctx.id, {"image": image, "parsed": parsed, "globals": {}},
+    if parsed is None:
+        parsed = parse_image_cached(image, session_uid(sess), digest)
+    if real is None:
+        real = d.backend.module_load(ctx.real, image, parsed)
+    return sess.add(P.K_MODULE, real, ctx.id, {"image": image, "parsed": parsed, "globals": {},
+                                               "seq": placement_seq(sess)},
                     create=create, ident=ident)
 
 
@@ -131,7 +146,8 @@ def h_module_get_function(d, sess, fn, ctx, args, fid=0, ctxh=0, **kw):
             return CUDA_SUCCESS, [f.handle, f.info["layout"]]
     real = d.backend.module_function(mod.real, name)
     layout = function_layout(d, mod, name, real)
-    o = sess.add(P.K_FUNCTION, real, mod.ctx, {"module": mod.id, "name": name, "layout": layout},
+    o = sess.add(P.K_FUNCTION, real, mod.ctx, {"module": mod.id, "name": name, "layout": layout,
+                                                "seq": placement_seq(sess)},
                  create=(fid, ctxh, list(args)))
     return CUDA_SUCCESS, [o.handle, layout]
 
@@ -151,7 +167,8 @@ def h_module_get_global(d, sess, fn, ctx, args, **kw):
 
 def _describe_modules(sess) -> dict:
     return {"modules": [{"id": o.id, "ctx": o.ctx, "size": len(o.info["image"]),
-                         "kernels": sorted(o.info["parsed"].kernels), "globals": {}}
+                         "kernels": sorted(o.info["parsed"].kernels), "globals": {},
+                         **({"seq": o.info["seq"]} if o.info.get("seq") else {})}
                         for o in sess.of_kind(P.K_MODULE)]}
 
 
@@ -160,30 +177,41 @@ def _rebuild_modules(r) -> None:
     load) and before any memory is mapped: a fresh process that loads the
     same modules in the same order gets their __device__ variables at the
     same addresses from the driver, which is what lets pointers to them that
-    the app keeps (in host or device memory) stay valid."""
-    sess = r.sess
-    for md in sorted(r.desc["modules"], key=lambda md: md["id"]):
-        ctx = sess.contexts[md["ctx"]]
-        r.backend.make_current(ctx.real)
-        load_module(r.dispatcher, sess, ctx, r.img.module(md["image"]), create=None, ident=md["id"])
+    the app keeps (in host or device memory) stay valid. Kernels the app
+    looked up are looked up again between the loads, in the order the app
+    did (their placement numbers): with lazy loading the driver places a
+    kernel's code at its first lookup, before the next module's variables.
+    How the images are read and parsed (serially or in parallel, always
+    loaded in order): modrestore.py."""
+    from . import modrestore
+    modrestore.rebuild(r, load_module, _restore_function, session_uid(r.sess))
+
+
+def _restore_function(r, f) -> None:
+    """A kernel of a reloaded module by name, its layout checked."""
+    sess, b = r.sess, r.backend
+    mod = sess.objects[(P.K_MODULE, f["module"])]
+    b.make_current(sess.contexts[f["ctx"]].real)
+    real = b.module_function(mod.real, f["name"])
+    layout = function_layout(r.dispatcher, mod, f["name"], real)
+    if [list(x) for x in layout] != [list(x) for x in f["layout"]]:
+        raise CheckpointError(f"kernel {f['name']}: parameter layout changed")
+    sess.add(P.K_FUNCTION, real, f["ctx"], {"module": f["module"], "name": f["name"], "layout": layout,
+                                            "seq": placement_seq(sess)}, ident=f["id"])
 
 
 def _describe_functions(sess) -> dict:
     return {"functions": [{"id": o.id, "ctx": o.ctx, "module": o.info["module"], "name": o.info["name"],
-                           "layout": o.info["layout"]} for o in sess.of_kind(P.K_FUNCTION)]}
+                           "layout": o.info["layout"], **({"seq": o.info["seq"]} if o.info.get("seq") else {})}
+                          for o in sess.of_kind(P.K_FUNCTION)]}
 
 
 def _rebuild_functions(r) -> None:
-    sess, b = r.sess, r.backend
+    """The kernels not looked up with their modules (images without
+    placement numbers)."""
     for f in r.desc["functions"]:
-        mod = sess.objects[(P.K_MODULE, f["module"])]
-        b.make_current(sess.contexts[f["ctx"]].real)
-        real = b.module_function(mod.real, f["name"])
-        layout = function_layout(r.dispatcher, mod, f["name"], real)
-        if [list(x) for x in layout] != [list(x) for x in f["layout"]]:
-            raise CheckpointError(f"kernel {f['name']}: parameter layout changed")
-        sess.add(P.K_FUNCTION, real, f["ctx"], {"module": f["module"], "name": f["name"], "layout": layout},
-                 ident=f["id"])
+        if (P.K_FUNCTION, f["id"]) not in r.sess.objects:
+            _restore_function(r, f)
 
 
 register(Kind("modules", Stage.MODULES, ("modules",), describe=_describe_modules, rebuild=_rebuild_modules,

@@ -261,6 +261,8 @@ class Supervisor:
                 os.chmod(endpoint[len("ipc://"):], 0o666)
         self.users = users
         self.workers: list[Worker] = []
+        from .host_pool import HostPools
+        self.host_pools = HostPools()       # shared page-locked staging (host_pool.py); off by default
         self.entries: dict[str, Entry] = {}
         self.pending: dict[int, tuple] = {}      # forwarded CTL id -> (callback, deadline)
         self.next_fid = 1
@@ -311,13 +313,24 @@ class Supervisor:
         env["GPUPROXY_WORKER_SOCKET_MODE"] = "666" if self.users == "all" else ""
         if self.curve_client is not None:
             env["GPUPROXY_SUPERVISOR_CURVE_KEY"] = self.curve_client[1].decode()   # a public key
+        key = object()
+        pool_fd = self.host_pools.channel_for(key)
+        if pool_fd is not None:
+            env["GPUPROXY_HOST_POOL_FD"] = str(pool_fd)
         try:
-            proc = subprocess.Popen(cmd, pass_fds=[w], stdin=subprocess.DEVNULL, env=env,
+            proc = subprocess.Popen(cmd, pass_fds=[w] + ([pool_fd] if pool_fd is not None else []),
+                                    stdin=subprocess.DEVNULL, env=env,
                                     preexec_fn=None if os.environ.get("GPUPROXY_WORKER_ASLR") == "1" else _fixed_layout)
+        except BaseException:
+            self.host_pools.worker_gone(key)
+            raise
         finally:
             os.close(w)
+            if pool_fd is not None:
+                os.close(pool_fd)
         os.set_blocking(r, False)
         wk = Worker(proc, r, ep)
+        self.host_pools.rebind(key, wk)
         self.workers.append(wk)
         log.debug("started worker pid %d at %s", wk.pid, ep)
         return wk
@@ -403,6 +416,7 @@ class Supervisor:
             if rc is None:
                 continue
             self.workers.remove(wk)
+            self.host_pools.worker_gone(wk)
             self._close_ready(wk)
             if wk.sock is not None:
                 wk.sock.close(0)
@@ -890,6 +904,7 @@ class Supervisor:
                 self.reply(rid, seq, error=f"restore: {why}")
                 return
             wk.token = "restoring-" + uuid.uuid4().hex   # taken: no client gets it meanwhile
+            wk.pool_uid = image_uid if image_uid is not None else asker    # whose staging memory (host_pool.py)
 
             def done(code, result):
                 finish_restore()
@@ -1077,6 +1092,9 @@ class Supervisor:
                 if wk.sock is not None:
                     poller.register(wk.sock, zmq.POLLIN)
                     socks[wk.sock] = wk
+                pfd = self.host_pools.fileno(wk)
+                if pfd is not None:
+                    poller.register(pfd, zmq.POLLIN)
             events = dict(poller.poll(int(TICK_S * 1000)))
             if self.stopping:
                 break       # told to stop (SIGTERM) while waiting: answer nothing more (sockfile.py)
@@ -1098,18 +1116,31 @@ class Supervisor:
                     self._on_ready_data(wk)
                 if wk.sock is not None and wk.sock in events:
                     self._on_worker_msg(wk)
+                pfd = self.host_pools.fileno(wk)
+                if pfd is not None and pfd in events:
+                    self.host_pools.on_message(wk, self._pool_uid(wk))
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + TICK_S
                 self._check_workers()
                 self._expire_pending()
                 self._reap_clients()
+                self.host_pools.tick(now)
+
+    def _pool_uid(self, wk: Worker) -> int | None:
+        """The user whose shared host pool a worker may use: its session's
+        (host_pool.py), or, while it restores, the image's."""
+        e = self.entries.get(wk.token) if wk.token else None
+        if e is not None and e.worker is wk:
+            return e.uid
+        return getattr(wk, "pool_uid", None)
 
     def close(self):
         # the public endpoint goes first: a daemon started to replace this
         # one may take it while the workers stop (sockfile.py)
         from ..core import sockfile
         self.sock.close(0)
+        self.host_pools.close()
         sockfile.release(self.endpoint, getattr(self, "_sock_id", None))
         for wk in list(self.workers):
             self._stop_worker(wk)

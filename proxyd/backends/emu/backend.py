@@ -106,6 +106,7 @@ class EmuModule:
         self.parsed = parsed
         self.globals = globals_
         self.loaded = True
+        self.code_placed: set[str] = set()     # kernels whose code took space (module_function)
 
 
 class EmuFunction:
@@ -128,6 +129,16 @@ class EmuBackend(Backend):
         # moved-global path use it (a worker is a fresh process, so a module
         # reloaded in the same order otherwise lands where it was)
         self._next_global = GLOBALS_BASE + int(os.environ.get("GPUPROXY_EMU_GLOBALS_SKEW", "0") or 0) // 256 * 256
+        # A real driver with lazy loading (CUDA_MODULE_LOADING=LAZY) places a
+        # kernel's code at its first lookup, in the device memory it also puts
+        # later modules' variables in: so do we (GPUPROXY_EMU_CODE_BYTES per
+        # kernel, 0 turns it off), so that a restore that loads modules and
+        # looks up kernels in another order than the app moves variables here
+        # too (families/modrestore.py replays the order)
+        try:
+            self._code_bytes = max(0, int(os.environ.get("GPUPROXY_EMU_CODE_BYTES", "4096") or 0)) // 256 * 256
+        except ValueError:
+            self._code_bytes = 4096
         self._null = {v: EmuStream(special=v) for v in (0, 1, 2)}
         self._cur: EmuContext | None = None     # the context make_current chose
         self._mapped: dict[int, int] = {}                  # device -> bytes of arena chunks mapped
@@ -466,6 +477,25 @@ class EmuBackend(Backend):
         st.entries.clear()
 
     # ------------------------------------------------------------ modules
+    # staging for checkpoints: the supervisor's shared host pool when it is
+    # on (proxyd/backends/shared_pool.py: a memfd here), else plain memory
+    def host_buffer(self, n: int):
+        pool = getattr(self, "_spool", None)
+        if pool is None or pool.size < n:
+            self.release_host_buffer()
+            from gpuproxy.proxyd.backends.shared_pool import lease
+            pool = self._spool = lease(self, max(int(n), 1))
+        return pool.view if pool is not None else memoryview(bytearray(n))
+
+    def release_host_buffer(self) -> None:
+        pool, self._spool = getattr(self, "_spool", None), None
+        if pool is not None:
+            pool.free()
+
+    def pool_stats(self):
+        pool = getattr(self, "_spool", None)
+        return None if pool is None else dict(pool.stats, size=pool.size, all_pinned=True, failed=None)
+
     def module_load(self, ctx, image, parsed):
         globals_ = {}
         for name, g in parsed.globals.items():
@@ -487,6 +517,9 @@ class EmuBackend(Backend):
     def module_function(self, mod, name):
         if name not in mod.parsed.kernels:
             raise CudaError(CUDA_ERROR_NOT_FOUND, f"module has no kernel named {name}")
+        if name not in mod.code_placed:
+            mod.code_placed.add(name)
+            self._next_global += self._code_bytes
         return EmuFunction(mod, name)
 
     def module_global(self, mod, name):

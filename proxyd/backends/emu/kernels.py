@@ -116,6 +116,14 @@ class KernelLaunch:
         el, xi, yi = surf_index(self._textures.get(obj), xbytes, y)
         el[0, yi, xi] = np.asarray(values).reshape(el[0, yi, xi].shape)
 
+    def global_address(self, name: str) -> int:
+        """The device address of the __device__ variable `name` of the
+        kernel's module (what `&name` is in the kernel)."""
+        g = self._globals.get(name)
+        if g is None:
+            raise KernelError(f"{self.name}: module has no __device__ variable {name}")
+        return int(g[0])
+
     def global_array(self, name: str, n: int, dtype) -> np.ndarray:
         """A view of the __device__ variable `name` of the kernel's module."""
         g = self._globals.get(name)

@@ -20,8 +20,9 @@ where given, receives the lines worth telling a person).
              dirty memory (parking around it only if CRIU refuses the app
              as it runs); otherwise one line says so.
     restore  check the image and CRIU -> GPU restore (proxyd answers the
-             session's token) -> criu restore, detached, same pids
-             -> resume with the token: the shim reconnects to this proxyd.
+             session's token) and criu restore (detached, same pids) at
+             the same time (overlap.py) -> resume with the token once both
+             are done: the shim reconnects to this proxyd.
 
 proxyd's control commands used: status, park, dump, pre-dump, restore,
 resume (docs/protocol.md).
@@ -304,11 +305,25 @@ def restore(client, endpoint: str, path: str, device_map: dict, st: dict, rollba
     c = _usable_criu("restore")
     _check_pids_free(rec)
     _check_files(rec, rollback_files)
-    gpu = client.call("restore", {"dir": path, "device_map": device_map, "allow_foreign": allow_foreign})
-    token = gpu.get("token")
-    try:
-        pid, ms = criu.restore(c, path, rec, inherit=inherit)
-    except criu.CriuError as e:
+    # the GPU state and the process at the same time (overlap.py); the app
+    # waits parked until both are back
+    from . import overlap
+    both = overlap.run_both(
+        lambda: client.call("restore", {"dir": path, "device_map": device_map, "allow_foreign": allow_foreign}),
+        lambda: criu.restore(c, path, rec, inherit=inherit),
+        sequential_why=overlap.precheck(path, allow_foreign) if overlap.enabled() else None)
+    gpu, pid, ms = both["gpu"], both["pid"], both["criu_ms"]
+    token = gpu.get("token") if isinstance(gpu, dict) else None
+    if both["gpu_error"] is not None:
+        e = both["gpu_error"]
+        if pid is None or not isinstance(e, (ControlError, OSError)):
+            raise e          # CRIU did not run: as before overlapping
+        ended = overlap.end_restored(rec.get("pids") or [pid])
+        after = (f"the process CRIU had restored meanwhile (pids {', '.join(map(str, ended)) or pid}, still "
+                 f"parked) was ended; nothing was restored")
+        raise WholeProcessError(f"GPU restore failed: {e}; {after}") from None
+    if both["criu_error"] is not None:
+        e = both["criu_error"]
         # nothing will attach to the restored GPU state: release it now, so
         # that the restore can be tried again at once (proxyd/supervisor/discard.py)
         try:
@@ -322,4 +337,6 @@ def restore(client, endpoint: str, path: str, device_map: dict, st: dict, rollba
         _resume(client, token=token)
     else:
         _resume(client, pid=pid)
-    return {"gpu": gpu, "pid": pid, "criu_ms": ms, "token": token, "path": path}
+    return {"gpu": gpu, "pid": pid, "criu_ms": ms, "token": token, "path": path,
+            "gpu_ms": both["gpu_ms"], "both_ms": both["wall_ms"], "overlapped": both["overlapped"],
+            **({"sequential_why": both["sequential_why"]} if not both["overlapped"] else {})}
