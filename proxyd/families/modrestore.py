@@ -84,8 +84,8 @@ def placement_order(modules: list, functions: list) -> list[tuple[str, dict]]:
 
 def rebuild(r, load_module, restore_function, uid) -> None:
     """Stage MODULES: every module loaded and the kernels looked up in the
-    app's placement order. load_module and restore_function are driver.py's
-    and uid the client's user (driver.session_uid), passed in: driver.py
+    app's placement order. load_module and restore_function are modules.py's
+    and uid the client's user (modules.session_uid), passed in: modules.py
     imports this module, not the other way round."""
     from .modstore import store
     sess, desc = r.sess, r.desc
