@@ -4,7 +4,9 @@
 They come from NVIDIA's wheels (nvidia-cuda-runtime-cu12 12.4.*, -cu11
 11.8.*: include/ with cuda.h, cuda_runtime_api.h, driver_types.h; lib/ with
 libcudart.so.12 / libcudart.so.11.0), found in this order: .carry/oldcuda/
-of the checkout (the GPU machine has no network), the cache folder
+(or .carry/oldcuda2/, where `python3 tests/oldcuda_kit.py --carry
+.carry/oldcuda2` puts them) of the checkout (the GPU machine has no
+network), the cache folder
 ($GPUPROXY_OLDCUDA_CACHE, default ~/.cache/gpuproxy/oldcuda), else
 downloaded there with pip. Where none works the callers skip with the reason.
 
@@ -36,6 +38,10 @@ KITS = {
 }
 
 
+# checkout folders searched for carried wheels, in this order
+CARRY_DIRS = (REPO / ".carry" / "oldcuda2", REPO / ".carry" / "oldcuda")
+
+
 class KitUnavailable(Exception):
     pass
 
@@ -51,7 +57,7 @@ def _wheel_name(req: str) -> str:
 
 def _find_wheel(req: str) -> Path | None:
     stem = _wheel_name(req)
-    for d in (REPO / ".carry" / "oldcuda", cache_dir()):
+    for d in (*CARRY_DIRS, cache_dir()):
         hits = sorted(glob.glob(str(d / f"{stem}*.whl")))
         if hits:
             return Path(hits[0])
@@ -130,12 +136,6 @@ def driver_attribute_numbers(version: str) -> dict[str, int]:
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"\bCU_DEVICE_ATTRIBUTE_(\w+)\s*=\s*(\d+)", text)}
 
 
-if __name__ == "__main__":
-    # scripts/gpu-check --oldcuda: fetch (or find) the kits, print their folders
-    for v in sys.argv[1:] or list(KITS):
-        print(v, kit(v))
-
-
 # NVIDIA's Python bindings for CUDA 12 (cuda.bindings 12.9, which carries
 # the CUDA 12.9 runtime linked in, and cuda.pathfinder, which it imports):
 # the Python stack on CUDA 12 that tests/test_oldcuda.py runs under the proxy.
@@ -152,7 +152,7 @@ def python_site(reqs=PY_CUDA12) -> Path:
     wheels = []
     for req in reqs:
         name = req.split("==")[0].replace("-", "_")
-        found = sorted(glob.glob(str(REPO / ".carry" / "oldcuda" / f"{name}-*.whl"))
+        found = sorted(sum((glob.glob(str(d / f"{name}-*.whl")) for d in CARRY_DIRS), [])
                        + glob.glob(str(cache_dir() / f"{name}-*.whl")))
         pyver = f"cp{sys.version_info[0]}{sys.version_info[1]}"
         found = [w for w in found if "-py3-none-" in w or f"-{pyver}-" in w]
@@ -178,3 +178,30 @@ def python_site(reqs=PY_CUDA12) -> Path:
         import shutil
         shutil.rmtree(tmp, ignore_errors=True)
     return site
+
+
+def fetch_carry(dest: Path, python_version: str = "3.12") -> list[Path]:
+    """Downloads every wheel the GPU check needs into `dest` (for the GPU
+    machine, which has no network): the two runtime kits and the Python
+    CUDA 12 stack for `python_version` (the GPU machine's python3.12)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    reqs = [k[0] for k in KITS.values()] + list(PY_CUDA12)
+    for req in reqs:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                            "--python-version", python_version, "--platform", "manylinux2014_x86_64",
+                            "--platform", "manylinux_2_28_x86_64", "--implementation", "cp", "-d", str(dest), req],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise KitUnavailable(f"cannot download {req}: {(r.stderr or r.stdout).strip()[-300:]}")
+    return sorted(dest.glob("*.whl"))
+
+
+if __name__ == "__main__":
+    # python3 tests/oldcuda_kit.py --carry .carry/oldcuda2: the wheels for the
+    # GPU machine; without arguments: find (or fetch) the kits, print their folders
+    if sys.argv[1:2] == ["--carry"]:
+        for w in fetch_carry(Path(sys.argv[2] if len(sys.argv) > 2 else REPO / ".carry" / "oldcuda2")):
+            print(f"{w.stat().st_size >> 10:8d} KiB  {w}")
+    else:
+        for v in sys.argv[1:] or list(KITS):
+            print(v, kit(v))
