@@ -221,7 +221,9 @@ def compile_libs(gen_dir: Path, lib_dir: Path, include: str, version: str, cc: s
         for soname in lib_majors.variants(sf.api):
             vmap = gen_dir / (soname + ".map")
             _write(vmap, lib_majors.version_script(soname, [gen_lib.g(f, "name") for f in _fns]))
-            _cc([cc, "-shared", "-o", str(lib_dir / soname), *l_objs, f"-Wl,-soname,{soname}",
+            vsrc = gen_dir / ("gp_major_" + soname.replace(".", "_") + ".c")
+            _write(vsrc, lib_majors.major_source(soname))
+            _cc([cc, "-shared", "-o", str(lib_dir / soname), *l_objs, *objs([vsrc], []), f"-Wl,-soname,{soname}",
                  f"-Wl,--version-script={vmap}", f"-L{lib_dir}", "-l:libcuda.so.1",
                  *(["-l:libcudart.so.13"] if needs_rt else []),
                  "-Wl,-rpath,$ORIGIN", "-Wl,--no-undefined", "-pthread"])
