@@ -64,6 +64,8 @@ def test_gpu_only_dump_restore_mid_run(version, tmp, shim_installed):
     """Paced; dumped after iterations 20 and 40 (GPU state only, the app
     waits in its next call), proxyd killed and a fresh one restoring each
     time: the output of the uninterrupted (native) run."""
+    if BACKEND != "cuda":
+        pytest.skip("on the emulated backend: tests/test_oldcuda.py::test_program_across_dump_and_restore")
     from paced import PacedRun
     prog, exe = _iterative(version)
     native = _native(exe, prog.args)
