@@ -321,7 +321,14 @@ def fetch_samples(src: str, dest: Path) -> str:
     ls = subprocess.run(["git", "-C", src, "ls-tree", "--name-only", SAMPLES_COMMIT, "Common/"], capture_output=True,
                         text=True) if Path(src).exists() else None
     common = [p for p in (ls.stdout.split() if ls and ls.returncode == 0 else []) if p.endswith((".h", ".cuh"))]
-    return export(src, SAMPLES_COMMIT, (common or ["Common"]) + [f"Samples/0_Introduction/{s}" for s in SAMPLES], dest)
+    commit = export(src, SAMPLES_COMMIT, (common or ["Common"]) + [f"Samples/0_Introduction/{s}" for s in SAMPLES],
+                    dest)
+    import shutil
+    for s in SAMPLES:             # what the build does not read (editor settings, READMEs, pictures)
+        for junk in (".vscode", "doc", "README.md"):
+            p = dest / "Samples" / "0_Introduction" / s / junk
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    return commit
 
 
 def samples_dir() -> Path | None:
