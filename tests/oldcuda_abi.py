@@ -52,13 +52,13 @@ def pointer_typedefs(header: str, incs) -> set[str]:
     return set(re.findall(r"typedef\s[^;{}]*\*\s*(\w+)\s*;", text))
 
 
-def _evaluate(header: str, incs, names: list[str]) -> dict[str, int]:
-    """name -> value for the names those headers define; the others dropped
-    (found from the compiler's 'undeclared' errors)."""
+def _evaluate(header: str, incs, names: list[str], expr: str = "{}") -> dict[str, int]:
+    """name -> value of expr (with the name) for the names those headers
+    define; the others dropped (found from the compiler's 'undeclared' errors)."""
     names = list(names)
     d = tempfile.mkdtemp(prefix="gp-enum-")
     for _ in range(50):
-        body = "".join(f'  printf("{n} %lld\\n", (long long){n});\n' for n in names)
+        body = "".join(f'  printf("{n} %lld\\n", (long long)({expr.format(n)}));\n' for n in names)
         Path(d, "e.c").write_text(f"#include <{header}>\n#include <stdio.h>\nint main(void)\n{{\n{body}  return 0;\n}}\n")
         r = subprocess.run(["cc", "-w", "-fmax-errors=0", *_cc_incs(incs), f"{d}/e.c", "-o", f"{d}/e"],
                            capture_output=True, text=True, timeout=120, env=dict(os.environ, LC_ALL="C"))
@@ -89,3 +89,10 @@ def enumerators(header: str, incs, prefix: tuple[str, ...]) -> dict[str, tuple[s
 
 def values_in(header: str, incs, names) -> dict[str, int]:
     return _evaluate(header, incs, sorted(names))
+
+
+def type_layouts(header: str, incs, names) -> dict[str, tuple[int, int]]:
+    """type name -> (sizeof, _Alignof) for the names those headers define."""
+    size = _evaluate(header, incs, sorted(names), "sizeof({})")
+    align = _evaluate(header, incs, sorted(size), "_Alignof({})")
+    return {n: (size[n], align[n]) for n in size}

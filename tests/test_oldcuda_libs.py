@@ -116,6 +116,21 @@ def test_prototypes_per_major(m):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("m", MAJORS["majors"], ids=_id)
+def test_type_layouts_per_major(m):
+    """Every named type of the 13 spec's prototypes (structures such as
+    cublasLtMatmulHeuristicResult_t and cuComplex, enums, handles) that that
+    major's headers define has the size and alignment the spec records for
+    13 (the stand-in passes it as 13's)."""
+    sf = _spec(m["api"])
+    old = oldcuda_abi.type_layouts(m["header"], _incs(m), sf.types)
+    assert len(old) > 3, old
+    differ = {n: (v, (sf.types[n]["size"], sf.types[n]["align"])) for n, v in old.items()
+              if v != (sf.types[n]["size"], sf.types[n]["align"])}
+    assert differ == {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("m", MAJORS["majors"], ids=_id)
 def test_enumerators_per_major(m):
     """Every enumerator of the library's own enums in that major's headers
     has the same value in 13's headers, or is listed in the yaml with its
