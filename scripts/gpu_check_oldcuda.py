@@ -14,8 +14,9 @@ and under the proxy on the GPU, and the worker in its oldest-driver mode
 - NVIDIA's cuda.bindings 12.9 (Python; its CUDA 12.9 runtime linked in),
   natively and proxied: identical output.
 - libs: tests/oldcuda/libs_major.c built against CUDA 12.4's (11.8's)
-  cuBLAS/cuFFT/cuRAND headers and linked against the older sonames
-  (libcublas.so.12, libcufft.so.11, libcurand.so.10; .11, .10, .10), proxied
+  cuBLAS/cuFFT/cuRAND/cuSPARSE/cuSOLVER headers and linked against the older
+  sonames (libcublas.so.12, libcufft.so.11, libcurand.so.10, libcusparse.so.12,
+  libcusolver.so.11; .11, .10, .10, .11, .11), proxied
   (the stand-ins of those majors); natively the same source built against
   CUDA 13 with NVIDIA's libraries (nvidia/cu13 of this Python): the outputs
   must be identical (NVIDIA's 12.x/11.x libraries, 300-700 MB, are not
@@ -185,7 +186,8 @@ def _library_programs(log, d, versions) -> list[tuple[str, str]]:
     else:
         try:
             exe = oldcuda_kit.build_lib_program("13", src, bdir, ["libcublas.so.13", "libcufft.so.12",
-                                                                  "libcurand.so.10"], lib13, cuda13_include=inc13)
+                                                                  "libcurand.so.10", "libcusparse.so.12",
+                                                                  "libcusolver.so.12"], lib13, cuda13_include=inc13)
             no, ne, nrc = _run([str(exe)])
             ok = nrc == 0 and no.endswith("PASSED\n")
             native = no if ok else None
@@ -193,8 +195,8 @@ def _library_programs(log, d, versions) -> list[tuple[str, str]]:
             log(f"libs_major native rc={nrc}:\n{no[-3000:]}{ne[-1500:]}")
         except Exception as e:
             results.append(("libs_major native [CUDA 13, NVIDIA's libraries]", f"FAIL (build: {str(e)[-300:]})"))
-    majors = {"12.4": ["libcublas.so.12", "libcufft.so.11", "libcurand.so.10"],
-              "11.8": ["libcublas.so.11", "libcufft.so.10", "libcurand.so.10"]}
+    majors = {"12.4": ["libcublas.so.12", "libcufft.so.11", "libcurand.so.10", "libcusparse.so.12", "libcusolver.so.11"],
+              "11.8": ["libcublas.so.11", "libcufft.so.10", "libcurand.so.10", "libcusparse.so.11", "libcusolver.so.11"]}
     for v in versions:
         what = f"libs_major [CUDA {v}: {', '.join(majors[v])}] proxied == native 13"
         try:

@@ -191,7 +191,7 @@ def fetch_carry(dest: Path, python_version: str = "3.12") -> list[Path]:
     # the library headers of CUDA 12 and 11 that tests/oldcuda/libs_major.c needs
     for cuda in ("12", "11"):
         reqs = lib_header_reqs(cuda)
-        for api in ("cublas", "cufft", "curand"):
+        for api in ("cublas", "cufft", "curand", "cusparse", "cusolver"):
             inc = lib_include(reqs[api])
             stem = inc.parents[2].name
             if not (dest / "headers" / stem / ".ok").exists():
@@ -292,7 +292,7 @@ def build_lib_program(version: str, source: Path, out_dir: Path, libs: list[str]
     if exe.exists():
         return exe
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = ["cc", "-O1", "-Wall", *[f"-I{i}" for i in incs], f"-idirafter{crt}", str(source),
+    cmd = ["cc", "-O1", "-Wall", "-Wno-deprecated-declarations", *[f"-I{i}" for i in incs], f"-idirafter{crt}", str(source),
            "-o", str(exe) + ".tmp", f"-L{lib_dir}", *[f"-l:{s}" for s in libs], f"-Wl,-rpath-link,{lib_dir}",
            # NVIDIA's 13 libraries natively by RUNPATH; the older majors' stand-ins
            # come from LD_PRELOAD (no NVIDIA library of that major exists here)

@@ -168,13 +168,13 @@ def test_enumerators_per_major(m):
 
 
 @pytest.mark.parametrize("version,libs", [
-    ("12.4", ["libcublas.so.12", "libcufft.so.11", "libcurand.so.10"]),
-    ("11.8", ["libcublas.so.11", "libcufft.so.10", "libcurand.so.10"]),
+    ("12.4", ["libcublas.so.12", "libcufft.so.11", "libcurand.so.10", "libcusparse.so.12", "libcusolver.so.11"]),
+    ("11.8", ["libcublas.so.11", "libcufft.so.10", "libcurand.so.10", "libcusparse.so.11", "libcusolver.so.11"]),
 ])
 def test_library_program_of_older_major(version, libs, emu_daemon):
     """tests/oldcuda/libs_major.c built against that CUDA's library and
     runtime headers, linked against the older sonames and NVIDIA's runtime
-    of that version: cuBLAS, cuFFT and cuRAND results match the program's
+    of that version: cuBLAS, cuFFT, cuRAND, cuSPARSE and cuSOLVER results match the program's
     own host references, with no line on stderr."""
     from gpuproxy import interceptor
     try:
@@ -186,7 +186,7 @@ def test_library_program_of_older_major(version, libs, emu_daemon):
     r = subprocess.run([str(exe)], env=client_env(emu_daemon), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr + emu_daemon.log()[-2000:]
     checks = [l for l in r.stdout.splitlines() if l.startswith("check ")]
-    assert len(checks) == 5 and all(l.endswith(": ok") for l in checks), r.stdout
+    assert len(checks) == 7 and all(l.endswith(": ok") for l in checks), r.stdout
     assert r.stdout.endswith("PASSED\n") and r.stderr == ""
 
 

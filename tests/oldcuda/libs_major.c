@@ -1,6 +1,7 @@
 /* NVIDIA's libraries from a program built for an older CUDA major (issue 24):
- * cuBLAS, cuFFT and cuRAND through their stand-ins of that major's soname
- * (libcublas.so.12 / .11, libcufft.so.11 / .10, libcurand.so.10), with the
+ * cuBLAS, cuFFT, cuRAND, cuSPARSE and cuSOLVER through their stand-ins of
+ * that major's soname (libcublas.so.12 / .11, libcufft.so.11 / .10,
+ * libcurand.so.10, libcusparse.so.12 / .11, libcusolver.so.11), with the
  * program's own NVIDIA runtime (libcudart.so.12 / .11.0) making the memory
  * and the stream. Each result is checked against a reference computed here
  * on the host; every value is printed, so that a native run (the same source
@@ -14,6 +15,8 @@
 #include <cublas_v2.h>
 #include <cufft.h>
 #include <curand.h>
+#include <cusparse.h>
+#include <cusolverDn.h>
 
 static int failures;
 
@@ -130,6 +133,93 @@ int main(void)
     for (int i = 0; i < R; i += 1000) printf("uniform[%d] = %.9g\n", i, r[i]);
     CK(curandDestroyGenerator(g), CURAND_STATUS_SUCCESS);
 
+    /* cuSPARSE generic API: y = A x with A a tridiagonal CSR matrix (n = 100) */
+    enum { S = 100 };
+    int rowptr[S + 1], cols[3 * S], nnz = 0;
+    double vals[3 * S], xs[S], ys[S], ry[S];
+    for (int i = 0; i < S; i++) {
+        rowptr[i] = nnz;
+        for (int j = i - 1; j <= i + 1; j++)
+            if (j >= 0 && j < S) { cols[nnz] = j; vals[nnz] = j == i ? 4.0 : -1.0 - 0.01 * i; nnz++; }
+        xs[i] = 0.5 + (i % 7) * 0.25;
+    }
+    rowptr[S] = nnz;
+    for (int i = 0; i < S; i++) {
+        ry[i] = 0;
+        for (int k = rowptr[i]; k < rowptr[i + 1]; k++) ry[i] += vals[k] * xs[cols[k]];
+    }
+    int *drow, *dcol;
+    double *dval, *dxs, *dys;
+    CK(cudaMalloc((void **)&drow, sizeof rowptr), cudaSuccess);
+    CK(cudaMalloc((void **)&dcol, sizeof(int) * nnz), cudaSuccess);
+    CK(cudaMalloc((void **)&dval, sizeof(double) * nnz), cudaSuccess);
+    CK(cudaMalloc((void **)&dxs, sizeof xs), cudaSuccess);
+    CK(cudaMalloc((void **)&dys, sizeof ys), cudaSuccess);
+    CK(cudaMemcpy(drow, rowptr, sizeof rowptr, cudaMemcpyHostToDevice), cudaSuccess);
+    CK(cudaMemcpy(dcol, cols, sizeof(int) * nnz, cudaMemcpyHostToDevice), cudaSuccess);
+    CK(cudaMemcpy(dval, vals, sizeof(double) * nnz, cudaMemcpyHostToDevice), cudaSuccess);
+    CK(cudaMemcpy(dxs, xs, sizeof xs, cudaMemcpyHostToDevice), cudaSuccess);
+    cusparseHandle_t sp;
+    cusparseSpMatDescr_t A;
+    cusparseDnVecDescr_t vx, vy;
+    CK(cusparseCreate(&sp), CUSPARSE_STATUS_SUCCESS);
+    CK(cusparseSetStream(sp, s), CUSPARSE_STATUS_SUCCESS);
+    CK(cusparseCreateCsr(&A, S, S, nnz, drow, dcol, dval, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
+                         CUSPARSE_INDEX_BASE_ZERO, CUDA_R_64F), CUSPARSE_STATUS_SUCCESS);
+    CK(cusparseCreateDnVec(&vx, S, dxs, CUDA_R_64F), CUSPARSE_STATUS_SUCCESS);
+    CK(cusparseCreateDnVec(&vy, S, dys, CUDA_R_64F), CUSPARSE_STATUS_SUCCESS);
+    const double one = 1.0, zero = 0.0;
+    size_t bufsz = 0;
+    void *dbuf = NULL;
+    CK(cusparseSpMV_bufferSize(sp, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, A, vx, &zero, vy, CUDA_R_64F,
+                               CUSPARSE_SPMV_ALG_DEFAULT, &bufsz), CUSPARSE_STATUS_SUCCESS);
+    CK(cudaMalloc(&dbuf, bufsz ? bufsz : 16), cudaSuccess);
+    CK(cusparseSpMV(sp, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, A, vx, &zero, vy, CUDA_R_64F,
+                    CUSPARSE_SPMV_ALG_DEFAULT, dbuf), CUSPARSE_STATUS_SUCCESS);
+    CK(cudaStreamSynchronize(s), cudaSuccess);
+    CK(cudaMemcpy(ys, dys, sizeof ys, cudaMemcpyDeviceToHost), cudaSuccess);
+    err = 0;
+    for (int i = 0; i < S; i++) err = fmax(err, fabs(ys[i] - ry[i]));
+    check("cusparseSpMV", err, 1e-12);
+    for (int i = 0; i < S; i += 33) printf("spmv y[%d] = %.17g\n", i, ys[i]);
+    CK(cusparseDestroySpMat(A), CUSPARSE_STATUS_SUCCESS);
+    CK(cusparseDestroyDnVec(vx), CUSPARSE_STATUS_SUCCESS);
+    CK(cusparseDestroyDnVec(vy), CUSPARSE_STATUS_SUCCESS);
+    CK(cusparseDestroy(sp), CUSPARSE_STATUS_SUCCESS);
+
+    /* cuSOLVER: Cholesky of a symmetric positive definite 16x16 matrix, L L^T = A */
+    enum { P = 16 };
+    double spd[P * P], fac[P * P];
+    for (int j = 0; j < P; j++)
+        for (int i = 0; i < P; i++)
+            spd[i + j * P] = (i == j ? P + 1.0 : 0.0) + 1.0 / (1.0 + i + j);
+    double *dspd, *dwork;
+    int *dinfo, info = -1, lwork = 0;
+    CK(cudaMalloc((void **)&dspd, sizeof spd), cudaSuccess);
+    CK(cudaMalloc((void **)&dinfo, sizeof(int)), cudaSuccess);
+    CK(cudaMemcpy(dspd, spd, sizeof spd, cudaMemcpyHostToDevice), cudaSuccess);
+    cusolverDnHandle_t dn;
+    CK(cusolverDnCreate(&dn), CUSOLVER_STATUS_SUCCESS);
+    CK(cusolverDnSetStream(dn, s), CUSOLVER_STATUS_SUCCESS);
+    CK(cusolverDnDpotrf_bufferSize(dn, CUBLAS_FILL_MODE_LOWER, P, dspd, P, &lwork), CUSOLVER_STATUS_SUCCESS);
+    CK(cudaMalloc((void **)&dwork, sizeof(double) * (lwork ? lwork : 1)), cudaSuccess);
+    CK(cusolverDnDpotrf(dn, CUBLAS_FILL_MODE_LOWER, P, dspd, P, dwork, lwork, dinfo), CUSOLVER_STATUS_SUCCESS);
+    CK(cudaStreamSynchronize(s), cudaSuccess);
+    CK(cudaMemcpy(fac, dspd, sizeof fac, cudaMemcpyDeviceToHost), cudaSuccess);
+    CK(cudaMemcpy(&info, dinfo, sizeof info, cudaMemcpyDeviceToHost), cudaSuccess);
+    err = info == 0 ? 0 : 1;
+    for (int i = 0; i < P; i++)
+        for (int j = 0; j <= i; j++) {
+            double acc = 0;
+            for (int k = 0; k <= j; k++) acc += fac[i + k * P] * fac[j + k * P];
+            err = fmax(err, fabs(acc - spd[i + j * P]));
+        }
+    check("cusolverDnDpotrf", err, 1e-10);
+    for (int i = 0; i < P; i += 5) printf("potrf L[%d,%d] = %.17g\n", i, i, fac[i + i * P]);
+    CK(cusolverDnDestroy(dn), CUSOLVER_STATUS_SUCCESS);
+
+    cudaFree(drow); cudaFree(dcol); cudaFree(dval); cudaFree(dxs); cudaFree(dys); cudaFree(dbuf);
+    cudaFree(dspd); cudaFree(dinfo); cudaFree(dwork);
     cudaFree(da); cudaFree(db); cudaFree(dc); cudaFree(dx); cudaFree(dy); cudaFree(din); cudaFree(dr);
     CK(cudaStreamDestroy(s), cudaSuccess);
     printf("%s\n", failures ? "FAILED" : "PASSED");
