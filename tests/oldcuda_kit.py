@@ -275,7 +275,8 @@ def build_lib_program(version: str, source: Path, out_dir: Path, libs: list[str]
     (the stand-ins; for 13 natively NVIDIA's own) and that version's runtime."""
     if version == "13":
         incs = [cuda13_include]
-        rt_link = [f"-L{Path(os.environ.get('CUDA_HOME') or '/usr/local/cuda') / 'lib64'}", "-l:libcudart.so.13"]
+        lib64 = Path(os.environ.get('CUDA_HOME') or '/usr/local/cuda') / 'lib64'
+        rt_link = [f"-L{lib64}", "-l:libcudart.so.13", f"-Wl,-rpath,{lib64}"]
     else:
         root = kit(version)
         major = version.split(".")[0]
