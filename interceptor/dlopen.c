@@ -13,7 +13,10 @@
  * libcudart.so[.*] name or path answers a handle of the shim's own library
  * instead, and the real ones are never loaded, except NVIDIA's runtimes of
  * older majors (libcudart.so.12, .11.0), which run on the shim's driver API
- * (older_runtime_major below). (NVIDIA's runtime linked
+ * (older_runtime_major below). The libraries' stand-ins answer by major:
+ * libcublas.so.12 gets the shim's libcublas.so.12, and a major the shim has
+ * no stand-in for (libcudnn.so.8) is refused with one line (major_path).
+ * (NVIDIA's runtime linked
  * statically into a program or library cannot be replaced this way; it
  * runs on the shim's driver API and private tables: export_tables.c.)
  *
@@ -187,8 +190,9 @@ GP_EXPORT void *dlopen(const char *file, int mode)
         char path[PATH_MAX];
         int m = major_path(kind, file, path, sizeof path);
         if (m < 0) {
-            fprintf(stderr, "gpuproxy: dlopen(\"%s\"): no stand-in for this library major: not supported "
-                    "(docs/compatibility.md, library majors)\n", file);
+            if (!(mode & RTLD_NOLOAD))     /* a probe whether it is loaded: it is not, quietly */
+                fprintf(stderr, "gpuproxy: dlopen(\"%s\"): no stand-in for this library major: not supported "
+                        "(docs/compatibility.md, library majors)\n", file);
             return next_dlopen(GP_REFUSED_NAME, mode);  /* NULL, and dlerror() says why */
         }
         if (m > 0 || shim_path(kind, path, sizeof path)) {
@@ -207,8 +211,9 @@ GP_EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode)
         char path[PATH_MAX];
         int m = major_path(kind, file, path, sizeof path);
         if (m < 0) {
-            fprintf(stderr, "gpuproxy: dlmopen(\"%s\"): no stand-in for this library major: not supported "
-                    "(docs/compatibility.md, library majors)\n", file);
+            if (!(mode & RTLD_NOLOAD))     /* a probe whether it is loaded: it is not, quietly */
+                fprintf(stderr, "gpuproxy: dlmopen(\"%s\"): no stand-in for this library major: not supported "
+                        "(docs/compatibility.md, library majors)\n", file);
             return next_dlmopen(lmid, GP_REFUSED_NAME, mode);  /* NULL, and dlerror() says why */
         }
         if (m > 0 || shim_path(kind, path, sizeof path)) {

@@ -192,25 +192,27 @@ def test_library_program_of_older_major(version, libs, emu_daemon):
 
 def test_dlopen_of_majors(emu_daemon):
     """dlopen by soname or path: an older major gets its stand-in; cuDNN 8 and
-    a major newer than 13 are refused (NULL, dlerror names why, one line)."""
+    a major newer than 13 are refused (NULL, dlerror names why, one line;
+    no line for an RTLD_NOLOAD probe)."""
     from gpuproxy import interceptor
     # the file a handle's function comes from: dladdr(3) of dlsym(handle, f)
     code = (
-        "import ctypes, sys\n"
+        "import ctypes, os, sys\n"
         "class Info(ctypes.Structure):\n"
         "    _fields_ = [('fname', ctypes.c_char_p), ('fbase', ctypes.c_void_p), ('sname', ctypes.c_char_p),"
         " ('saddr', ctypes.c_void_p)]\n"
         "libc = ctypes.CDLL(None)\n"
         "for n, f in (('libcublas.so.12', 'cublasCreate_v2'), ('/opt/x/libcublasLt.so.11.11.3.6', 'cublasLtCreate'),"
         " ('libcufft.so.11', 'cufftCreate'), ('libcusolver.so.11', 'cusolverDnCreate'),"
-        " ('libcublas.so', 'cublasCreate_v2'), ('libcudnn.so.8', ''), ('libcublas.so.14', '')):\n"
+        " ('libcublas.so', 'cublasCreate_v2'), ('libcudnn.so.8', ''), ('libcublas.so.14', ''),"
+        " ('libcudnn.so.8', 'noload')):\n"
         "    try:\n"
-        "        h = ctypes.CDLL(n)\n"
+        "        h = ctypes.CDLL(n, mode=os.RTLD_NOLOAD if f == 'noload' else ctypes.DEFAULT_MODE)\n"
         "        i = Info()\n"
         "        assert libc.dladdr(ctypes.cast(getattr(h, f), ctypes.c_void_p), ctypes.byref(i))\n"
         "        print(n, 'loaded', i.fname.decode())\n"
         "    except OSError as e:\n"
-        "        print(n, 'refused', 'no stand-in' in str(e))\n")
+        "        print(n + ('(noload)' if f == 'noload' else ''), 'refused', 'no stand-in' in str(e))\n")
     r = subprocess.run([sys.executable, "-c", code], env=client_env(emu_daemon), capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -223,6 +225,7 @@ def test_dlopen_of_majors(emu_daemon):
     assert lines["libcublas.so"].startswith("loaded ")
     assert lines["libcudnn.so.8"] == "refused True"
     assert lines["libcublas.so.14"] == "refused True"
+    assert lines["libcudnn.so.8(noload)"] == "refused True"      # a probe: NULL, and no line
     err = [l for l in r.stderr.splitlines() if l.strip()]
     assert len(err) == 2 and all("no stand-in for this library major" in l for l in err), r.stderr
 
