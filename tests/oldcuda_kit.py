@@ -311,7 +311,7 @@ def build_lib_program(version: str, source: Path, out_dir: Path, libs: list[str]
 SAMPLES_COMMIT = "c94ff366"
 SAMPLES = ("vectorAdd", "matrixMul", "simpleStreams", "simpleCallback", "simpleCubemapTexture", "asyncAPI",
            "simpleTemplates", "simpleAtomicIntrinsics", "simpleVoteIntrinsics", "simpleZeroCopy", "simpleOccupancy",
-           "clock", "simpleLayeredTexture", "simplePitchLinearTexture", "simpleMultiCopy", "simpleHyperQ")
+           "clock", "simpleLayeredTexture", "simplePitchLinearTexture", "simpleMultiCopy", "simplePrintf")
 
 
 def fetch_samples(src: str, dest: Path) -> str:
