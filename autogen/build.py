@@ -25,11 +25,12 @@ import sys
 from pathlib import Path
 
 try:
-    from . import gen_c, gen_lib, gen_py, header, specload, typeinfo
+    from . import gen_c, gen_lib, gen_py, header, lib_majors, specload, typeinfo
 except ImportError:  # run as a script with autogen/ on sys.path
     import header  # type: ignore
     import gen_c  # type: ignore
     import gen_lib  # type: ignore
+    import lib_majors  # type: ignore
     import gen_py  # type: ignore
     import specload  # type: ignore
     import typeinfo  # type: ignore
@@ -215,6 +216,17 @@ def compile_libs(gen_dir: Path, lib_dir: Path, include: str, version: str, cc: s
              f"-Wl,--version-script={gen_dir / (sf.soname + '.map')}", f"-L{lib_dir}", "-l:libcuda.so.1",
              *(["-l:libcudart.so.13"] if needs_rt else []),
              "-Wl,-rpath,$ORIGIN", "-Wl,--no-undefined", "-pthread"])
+        # older majors of this library (specs/abi/library_majors.yaml): the
+        # same objects under that soname and version node
+        for soname in lib_majors.variants(sf.api):
+            vmap = gen_dir / (soname + ".map")
+            _write(vmap, lib_majors.version_script(soname, [gen_lib.g(f, "name") for f in _fns]))
+            vsrc = gen_dir / ("gp_major_" + soname.replace(".", "_") + ".c")
+            _write(vsrc, lib_majors.major_source(soname))
+            _cc([cc, "-shared", "-o", str(lib_dir / soname), *l_objs, *objs([vsrc], []), f"-Wl,-soname,{soname}",
+                 f"-Wl,--version-script={vmap}", f"-L{lib_dir}", "-l:libcuda.so.1",
+                 *(["-l:libcudart.so.13"] if needs_rt else []),
+                 "-Wl,-rpath,$ORIGIN", "-Wl,--no-undefined", "-pthread"])
 
 
 def compile_daemon_helper(out: Path, include: str, cc: str = "cc") -> None:

@@ -14,7 +14,12 @@ def lib_dir() -> str:
 # what a program's DT_NEEDED (libtorch's libcublas.so.13) resolves to.
 LIBRARIES = ("libcudart.so.13", "libcuda.so.1", "libcublas.so.13", "libcublasLt.so.13", "libnvidia-ml.so.1",
              "libcudnn.so.9", "libcufft.so.12", "libcurand.so.10", "libcusparse.so.12", "libcusolver.so.12",
-             "libnccl.so.2")
+             "libnccl.so.2",
+             # older majors of the libraries (specs/abi/library_majors.yaml, issue 24),
+             # after 13's so that an unversioned symbol binds to the 13 stand-in (the
+             # same code); a program's DT_NEEDED libcublas.so.12 resolves to its own
+             "libcublas.so.12", "libcublasLt.so.12", "libcublas.so.11", "libcublasLt.so.11",
+             "libcufft.so.11", "libcufft.so.10", "libcusolver.so.11", "libcusparse.so.11")
 
 
 def shim_dir() -> str:

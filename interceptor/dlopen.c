@@ -13,7 +13,10 @@
  * libcudart.so[.*] name or path answers a handle of the shim's own library
  * instead, and the real ones are never loaded, except NVIDIA's runtimes of
  * older majors (libcudart.so.12, .11.0), which run on the shim's driver API
- * (older_runtime_major below). (NVIDIA's runtime linked
+ * (older_runtime_major below). The libraries' stand-ins answer by major:
+ * libcublas.so.12 gets the shim's libcublas.so.12, and a major the shim has
+ * no stand-in for (libcudnn.so.8) is refused with one line (major_path).
+ * (NVIDIA's runtime linked
  * statically into a program or library cannot be replaced this way; it
  * runs on the shim's driver API and private tables: export_tables.c.)
  *
@@ -35,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gp_shim.h"
 
@@ -43,6 +47,10 @@
 
 typedef void *(*dlopen_fn)(const char *, int);
 typedef void *(*dlmopen_fn)(Lmid_t, const char *, int);
+
+/* Loaded in place of a refused library major, so that dlopen answers NULL
+ * and dlerror() names the reason (no such file exists). */
+#define GP_REFUSED_NAME "/gpuproxy: this CUDA library major has no stand-in (not supported)/lib.so"
 
 static dlopen_fn next_dlopen;
 static dlmopen_fn next_dlmopen;
@@ -145,6 +153,29 @@ static const char *shim_path(int kind, char *buf, size_t cap)
     return buf;
 }
 
+/* Library majors (specs/abi/library_majors.yaml, issue 24): a name with a
+ * major ("libcublas.so.12", ".../libcufft.so.11.2.1.3") gets the stand-in of
+ * that soname when the shim has one (libcublas.so.12, built from the 13 spec:
+ * the same ABI, checked per major by tests/test_oldcuda_libs.py), else it is
+ * refused: a stand-in of another major would take that ABI's calls with no
+ * error (cuDNN 8 is not cuDNN 9). Unversioned names ("libcublas.so") and
+ * the driver, runtime, NVML and NCCL keep the mapping of shim_path. Returns
+ * 1 with buf set, 0 for "use shim_path", -1 for "refuse". */
+static int major_path(int kind, const char *file, char *buf, size_t cap)
+{
+    if (kind < 3 || kind == 5 || kind > 10 || !shim_path(kind, buf, cap))
+        return 0;
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    const char *so = strstr(base, ".so.");
+    if (!so || so[4] < '0' || so[4] > '9')
+        return 0;
+    int major = atoi(so + 4);
+    char *slash = strrchr(buf, '/');
+    snprintf(slash + 1, cap - (size_t)(slash + 1 - buf), "%.*s.so.%d", (int)(so - base), base, major);
+    return access(buf, R_OK) == 0 ? 1 : -1;
+}
+
 static void note_redirect(const char *file, const char *to)
 {
     if (getenv("GPUPROXY_DEBUG"))
@@ -157,7 +188,14 @@ GP_EXPORT void *dlopen(const char *file, int mode)
     int kind = cuda_lib_kind(file);
     if (kind) {
         char path[PATH_MAX];
-        if (shim_path(kind, path, sizeof path)) {
+        int m = major_path(kind, file, path, sizeof path);
+        if (m < 0) {
+            if (!(mode & RTLD_NOLOAD))     /* a probe whether it is loaded: it is not, quietly */
+                fprintf(stderr, "gpuproxy: dlopen(\"%s\"): no stand-in for this library major: not supported "
+                        "(docs/compatibility.md, library majors)\n", file);
+            return next_dlopen(GP_REFUSED_NAME, mode);  /* NULL, and dlerror() says why */
+        }
+        if (m > 0 || shim_path(kind, path, sizeof path)) {
             note_redirect(file, path);
             return next_dlopen(path, mode);
         }
@@ -171,7 +209,14 @@ GP_EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode)
     int kind = cuda_lib_kind(file);
     if (kind) {
         char path[PATH_MAX];
-        if (shim_path(kind, path, sizeof path)) {
+        int m = major_path(kind, file, path, sizeof path);
+        if (m < 0) {
+            if (!(mode & RTLD_NOLOAD))     /* a probe whether it is loaded: it is not, quietly */
+                fprintf(stderr, "gpuproxy: dlmopen(\"%s\"): no stand-in for this library major: not supported "
+                        "(docs/compatibility.md, library majors)\n", file);
+            return next_dlmopen(lmid, GP_REFUSED_NAME, mode);  /* NULL, and dlerror() says why */
+        }
+        if (m > 0 || shim_path(kind, path, sizeof path)) {
             note_redirect(file, path);
             return next_dlmopen(lmid, path, mode);
         }

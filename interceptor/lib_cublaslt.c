@@ -268,10 +268,24 @@ cublasStatus_t gpo_cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pr
 
 cublasStatus_t gpo_cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) { return destroy_local(pref); }
 
+/* The soname major this copy of the stand-in answers: 13, or an older one's
+ * (libcublasLt.so.11 links an object of autogen/lib_majors.py defining it;
+ * weak and undefined, hence NULL, in libcublasLt.so.13). */
+extern const int gp_lib_abi_major __attribute__((weak));
+
+static int abi_major(void) { return &gp_lib_abi_major ? gp_lib_abi_major : 13; }
+
 cublasStatus_t gpo_cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
                                                         cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
                                                         size_t sizeInBytes)
 {
+    /* cuBLASLt 11's CUBLASLT_MATMUL_PREF_SM_COUNT_TARGET (13) is
+     * CUBLASLT_MATMUL_PREF_GROUPED_AVERAGE_REDUCTION_DIM in 13's cublasLt.h:
+     * forwarded, it would set another attribute (specs/abi/library_majors.yaml) */
+    if (abi_major() == 11 && (int)attr == 13) {
+        gp_warn_unsupported("cublasLtMatmulPreferenceSetAttribute(CUBLASLT_MATMUL_PREF_SM_COUNT_TARGET of cuBLASLt 11)");
+        return 15;      /* CUBLAS_STATUS_NOT_SUPPORTED */
+    }
     return set_local(pref, (int)attr, buf, sizeInBytes);
 }
 

@@ -533,10 +533,13 @@ def test_proxy_cli_preload(proxy_cli):
     assert r.returncode == 0, r.stderr
     paths = r.stdout.strip().split(":")
     # the runtime and the driver, then the library stand-ins (docs/libraries.md)
-    assert len(paths) == 11, r.stdout
+    # and the older majors' stand-ins (specs/abi/library_majors.yaml)
+    assert len(paths) == 19, r.stdout
     assert sorted(os.path.basename(p) for p in paths) == sorted(list(LIBS) + [
         "libcublas.so.13", "libcublasLt.so.13", "libnvidia-ml.so.1", "libcudnn.so.9", "libcufft.so.12",
-        "libcurand.so.10", "libcusparse.so.12", "libcusolver.so.12", "libnccl.so.2"])
+        "libcurand.so.10", "libcusparse.so.12", "libcusolver.so.12", "libnccl.so.2",
+        "libcublas.so.12", "libcublasLt.so.12", "libcublas.so.11", "libcublasLt.so.11",
+        "libcufft.so.11", "libcufft.so.10", "libcusolver.so.11", "libcusparse.so.11"])
     for p in paths:
         assert os.path.isabs(p) and os.path.isfile(p), p
 
