@@ -20,8 +20,8 @@ import pytest
 
 import corpus
 import oldcuda_kit
-from test_whole_process import (BACKEND, _stop_daemons, cli, daemon, kill, ok, require_park,  # noqa: F401
-                                start, tmp, wait_calls, wait_gone)
+from wholeproc import (BACKEND, _stop_daemons, cli, daemon, dump_mid_run, kill, ok, require_park,  # noqa: F401
+                       start, tmp, wait_calls, wait_gone)
 from gpuproxy.proxyd.checkpoint import criu
 
 pytestmark = [pytest.mark.slow] + ([pytest.mark.gpu] if BACKEND == "cuda" else [])
@@ -108,10 +108,7 @@ def test_whole_process_dump_restore_mid_run(version, usable_criu, proxy_cli, tmp
     app = start(b.argv() + [ITER_WHOLE], d, out)
     pid = app.pid
     try:
-        wait_calls(d, pid, 2000)
-        ok(cli(proxy_cli, d, "--dump", "--pid", pid, "--dir", tmp / "img"))
-        app.wait(30)
-        assert not criu.pid_alive(pid)
+        dump_mid_run(d, proxy_cli, app, tmp / "img")
         assert out.read_text() != want, "the program ended before the dump"
         d.kill()
         d = daemon(tmp, "second")

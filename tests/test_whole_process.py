@@ -28,7 +28,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus  # noqa: E402
 import wholeproc  # noqa: E402
-from wholeproc import (BACKEND, ITER_LONG, ITER_N, _stop_daemons, ask, assert_private, cli, ctl, daemon, kill,  # noqa: E402,F401
+from wholeproc import (dump_mid_run, BACKEND, ITER_LONG, ITER_N, _stop_daemons, ask, assert_private, cli, ctl, daemon, kill,  # noqa: E402,F401
                        ok, programs, reference, released, require_park, session, start, tmp, wait_calls, wait_gone)
 
 from gpuproxy.proxyd.checkpoint import criu  # noqa: E402
@@ -110,10 +110,7 @@ def test_iterative_dumped_killed_daemon_restarted_restored(programs, usable_criu
     app = start(b.argv() + [ITER_N], d, out)
     pid = app.pid
     try:
-        wait_calls(d, pid, 2000)
-        ok(cli(proxy_cli, d, "--dump", "--pid", pid, "--dir", tmp / "img"))
-        app.wait(30)
-        assert not criu.pid_alive(pid)
+        dump_mid_run(d, proxy_cli, app, tmp / "img")
         d.kill()                                       # the daemon dies too
         d = daemon(tmp, "second")
         ok(cli(proxy_cli, d, "--restore", "--dir", tmp / "img"))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import wholeproc  # noqa: E402
-from wholeproc import (ITER_N, _stop_daemons, cli, daemon, kill, ok, programs,  # noqa: E402,F401
+from wholeproc import (dump_mid_run, ITER_N, _stop_daemons, cli, daemon, kill, ok, programs,  # noqa: E402,F401
                        reference, require_park, start, tmp, wait_calls, wait_gone)
 from gpuproxy.proxyd.checkpoint import criu  # noqa: E402
 
@@ -41,10 +41,7 @@ def test_failed_restore_can_be_retried_at_once(programs, usable_criu, proxy_cli,
     app = start(b.argv() + [ITER_N], d, out)
     pid = app.pid
     try:
-        wait_calls(d, pid, 2000)
-        ok(cli(proxy_cli, d, "--dump", "--pid", pid, "--dir", tmp / "img"))
-        app.wait(30)
-        assert not criu.pid_alive(pid)
+        dump_mid_run(d, proxy_cli, app, tmp / "img")
         r = cli(proxy_cli, d, "--restore", "--dir", tmp / "img",
                 env={"GPUPROXY_CRIU": failing_criu(tmp, usable_criu.path)})
         assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr

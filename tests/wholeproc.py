@@ -159,6 +159,15 @@ def wait_calls(d, pid, n, timeout=120.0):
     raise AssertionError(f"pid {pid} did not reach {n} calls")
 
 
+def dump_mid_run(d, proxy_cli, app, img, calls: int = 2000) -> None:
+    """Once app has made `calls` CUDA calls, a whole-process dump into img;
+    the app is gone afterwards (CRIU ended it)."""
+    wait_calls(d, app.pid, calls)
+    ok(cli(proxy_cli, d, "--dump", "--pid", app.pid, "--dir", img))
+    app.wait(30)
+    assert not criu.pid_alive(app.pid)
+
+
 # uninterrupted runs' outputs by command line: the programs are deterministic
 # (each test compares a restored run with it byte for byte), so one run serves
 # every test of the pytest process that needs the same program and arguments
