@@ -21,11 +21,9 @@ import argparse
 import os
 import re
 import sys
-from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-import yaml
 
 try:
     from . import header as hdr
@@ -1567,63 +1565,12 @@ def new_entry(fn: hdr.Prototype, ti: TypeIndex, procs) -> Dict:
 # YAML writing (compact, deterministic)
 # --------------------------------------------------------------------------
 
-ENTRY_KEYS = ["name", "id", "returns", "params", "objects", "sync", "status", "proc",
-              "handler", "shim", "restore"]
-RESTORE_KEYS = ["rule", "key", "why"]
-PARAM_KEYS = ["name", "type", "role", "kind", "size"]
-PROC_KEYS = ["base", "version", "stream"]
-OBJ_KEYS = ["kind", "effect"]
-FILE_KEYS = ["api", "family", "library", "soname", "header", "doc_group", "cuda_version",
-             "functions"]
-
-
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def yaml_load(text):
-    return yaml.load(text, Loader=_SAFE_LOADER)
-
-
-def scalar(v) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    return _scalar_str(str(v))
-
-
-@lru_cache(maxsize=None)
-def _scalar_str(s: str) -> str:
-    if s and not re.search(r"[:#,\[\]{}&!|>'\"%@`]", s) and s == s.strip() and \
-            not s.startswith(("*", "-", "?", "&", "!")):
-        try:
-            if yaml_load("{k: " + s + "}") == {"k": s}:
-                return s
-        except yaml.YAMLError:
-            pass
-    return "'" + s.replace("'", "''") + "'"
-
-
-def ordered_keys(d: Dict, order: List[str]) -> List[str]:
-    return [k for k in order if k in d] + sorted(k for k in d if k not in order)
-
-
-def flow(v, order: Optional[List[str]] = None) -> str:
-    if isinstance(v, dict):
-        keys = ordered_keys(v, order or [])
-        return "{" + ", ".join(f"{k}: {flow(v[k], _sub_order(k))}" for k in keys) + "}"
-    if isinstance(v, list):
-        return "[" + ", ".join(flow(x, order) for x in v) + "]"
-    return scalar(v)
-
-
-def _sub_order(key: str) -> List[str]:
-    return {"proc": PROC_KEYS, "objects": OBJ_KEYS, "cuda_version": ["min", "max"],
-            "params": PARAM_KEYS, "restore": RESTORE_KEYS}.get(key, [])
-
-
+try:
+    from .specyaml import (ENTRY_KEYS, FILE_KEYS, OBJ_KEYS, PARAM_KEYS, PROC_KEYS, RESTORE_KEYS,  # noqa: F401
+                           _sub_order, flow, ordered_keys, scalar, yaml_load)
+except ImportError:          # run as a script / autogen/ on sys.path
+    from specyaml import (ENTRY_KEYS, FILE_KEYS, OBJ_KEYS, PARAM_KEYS, PROC_KEYS, RESTORE_KEYS,  # noqa: F401
+                          _sub_order, flow, ordered_keys, scalar, yaml_load)
 def emit_entry(e: Dict) -> str:
     lines = []
     first = True

@@ -1002,9 +1002,9 @@ FILE_KEYS = ["api", "family", "library", "soname", "version_node", "header", "do
 
 def emit(meta: Dict, entries: List[Dict]) -> str:
     try:
-        from .bootstrap import flow
+        from .specyaml import flow
     except ImportError:
-        from bootstrap import flow  # type: ignore
+        from specyaml import flow  # type: ignore
     out = [f"# Generated from {meta['header']} by autogen/bootstrap.py --libraries; see docs/libraries.md.",
            "# Hand annotations (status, roles, objects, sync, shim, restore) are kept when the",
            "# tool is run again; it only adds new functions. `types` is rewritten from the headers."]
