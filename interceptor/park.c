@@ -70,12 +70,41 @@ static void sleep_ms(long ms)
         ;
 }
 
-/* Parks, waits to be resumed, goes on. Called with gp_lock held. Returns 0
- * when the session is connected again. */
-int gp_park_here(void)
+static long long mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* The app's own figure of a checkpoint's stall: held_ns, when gp_lock was
+ * taken for parking (from then on every CUDA call of every thread waits in
+ * the shim), and ran_ns, when it was given back after going on. Written to
+ * /dev/shm/gpuproxy-ran-<public id> as "held_ns ran_ns" (CLOCK_MONOTONIC,
+ * the clock proxyd and proxy-cli read as time.monotonic()); the supervisor's
+ * resume command reports it (docs/checkpoint.md, "What the app lived"). */
+static void write_ran(long long held, long long ran)
+{
+    char path[160], tmp[176], line[64];
+    flag_path(path, sizeof path, "ran");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    int n = snprintf(line, sizeof line, "%lld %lld\n", held, ran);
+    int ok = write(fd, line, (size_t)n) == n;
+    close(fd);
+    if (!ok || rename(tmp, path) < 0)
+        unlink(tmp);
+}
+
+/* Parks, waits to be resumed, goes on. Called with gp_lock held (taken at
+ * held_ns). Returns 0 when the session is connected again, -1 when it did
+ * not park, another value when it parked but could not connect again. */
+static int gp_park_here(long long held_ns)
 {
     if (!gp_park_requested())
-        return 0;
+        return -1;
     if (gp_transport_quiesce() != 0) {
         /* not parked: the supervisor's park command times out and says so */
         __atomic_store_n(&park_requested, 0, __ATOMIC_RELEASE);
@@ -87,9 +116,20 @@ int gp_park_here(void)
     gp_transport_park();
     gp_hostmem_unshare();
     gp_chan_unshare();
-    int fd = open(parked, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd >= 0)
+    /* the file carries held_ns; written before it is named, so the
+     * supervisor never reads it half written */
+    char ptmp[176], hl[32];
+    snprintf(ptmp, sizeof ptmp, "%s.tmp", parked);
+    int fd = open(ptmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        int n = snprintf(hl, sizeof hl, "%lld\n", held_ns);
+        if (write(fd, hl, (size_t)n) != n) {
+            /* an empty file still says "parked" */
+        }
         close(fd);
+        if (rename(ptmp, parked) < 0)
+            unlink(ptmp);
+    }
     if (gp_debug_enabled())
         gp_log("parked for a checkpoint; waiting for %s", resume);
     /* CRIU dumps (and restores) the process while it sleeps here */
@@ -106,7 +146,9 @@ int gp_park_here(void)
             unlink(resume);
             break;
         }
-        sleep_ms(20);
+        /* every millisecond slept here after the resume file appears is
+         * stall the app lives through: poll often (an open() a ms is cheap) */
+        sleep_ms(1);
     }
     unlink(parked);
     __atomic_store_n(&park_requested, 0, __ATOMIC_RELEASE);
@@ -135,8 +177,13 @@ static void *park_thread(void *arg)
                 break;
             if (gp_trylock() == 0) {
                 if (gp_park_requested()) {
-                    gp_park_here();
+                    long long held = mono_ns();
+                    int rc = gp_park_here(held);
                     gp_resend_unanswered();
+                    gp_unlock();
+                    if (rc != -1)
+                        write_ran(held, mono_ns());
+                    break;
                 }
                 gp_unlock();
                 break;
