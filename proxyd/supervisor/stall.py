@@ -83,8 +83,10 @@ PARK_TICK_S = 0.002
 
 def tick_s(sup, normal: float) -> float:
     """The main loop's tick: PARK_TICK_S while a park command waits for its
-    shim (each tick late is a tick the app stands still), else normal."""
+    shim (each tick late is a tick the app stands still) or a resume for the
+    app's figure (the orchestrator waits, and the image's completion after
+    it), else normal."""
     for e in sup.entries.values():
-        if e.park_waiters:
+        if e.park_waiters or e.ran_waiters:
             return PARK_TICK_S
     return normal
