@@ -14,7 +14,11 @@
 
 #include <pthread.h>
 
+#include <time.h>
+
 static pthread_mutex_t gp_mu;
+static int gate_closed;                 /* atomic: gp_lock_gate */
+static __thread int depth;              /* this thread's holds of gp_mu (it is recursive) */
 static pthread_once_t gp_once = PTHREAD_ONCE_INIT;
 static void (*fork_hooks[GP_FORK_HOOKS])(void);
 static int nfork_hooks;
@@ -38,6 +42,8 @@ static void make_mutex(void)
 static void child_after_fork(void)
 {
     make_mutex();
+    depth = 0;
+    __atomic_store_n(&gate_closed, 0, __ATOMIC_RELEASE);
     for (int i = 0; i < nfork_hooks; i++)
         fork_hooks[i]();
 }
@@ -48,16 +54,31 @@ static void init_once(void)
     pthread_atfork(NULL, NULL, child_after_fork);
 }
 
+void gp_lock_gate(int closed) { __atomic_store_n(&gate_closed, closed, __ATOMIC_RELEASE); }
+
 void gp_lock(void)
 {
     pthread_once(&gp_once, init_once);
+    /* a thread already holding the lock goes on (it must, to release it) */
+    while (depth == 0 && __atomic_load_n(&gate_closed, __ATOMIC_ACQUIRE)) {
+        struct timespec t = { 0, 100000 };      /* 0.1 ms */
+        nanosleep(&t, NULL);
+    }
     pthread_mutex_lock(&gp_mu);
+    depth++;
 }
 
-void gp_unlock(void) { pthread_mutex_unlock(&gp_mu); }
+void gp_unlock(void)
+{
+    depth--;
+    pthread_mutex_unlock(&gp_mu);
+}
 
 int gp_trylock(void)
 {
     pthread_once(&gp_once, init_once);
-    return pthread_mutex_trylock(&gp_mu);
+    int rc = pthread_mutex_trylock(&gp_mu);
+    if (rc == 0)
+        depth++;
+    return rc;
 }

@@ -110,12 +110,15 @@ static int gp_park_here(long long held_ns)
         __atomic_store_n(&park_requested, 0, __ATOMIC_RELEASE);
         return -1;
     }
+    long long t_q = mono_ns();
     char parked[160], resume[160];
     flag_path(parked, sizeof parked, "parked");
     flag_path(resume, sizeof resume, "resume");
     gp_transport_park();
+    long long t_t = mono_ns();
     gp_hostmem_unshare();
     gp_chan_unshare();
+    long long t_u = mono_ns();
     /* the file carries held_ns; written before it is named, so the
      * supervisor never reads it half written */
     char ptmp[176], hl[32];
@@ -131,7 +134,9 @@ static int gp_park_here(long long held_ns)
             unlink(ptmp);
     }
     if (gp_debug_enabled())
-        gp_log("parked for a checkpoint; waiting for %s", resume);
+        gp_log("parked for a checkpoint in %.1f ms (quiesce %.1f, sockets %.1f, memory made private %.1f); "
+               "waiting for %s", (mono_ns() - held_ns) / 1e6, (t_q - held_ns) / 1e6, (t_t - t_q) / 1e6,
+               (t_u - t_t) / 1e6, resume);
     /* CRIU dumps (and restores) the process while it sleeps here */
     char endpoint[512] = "";
     for (;;) {
@@ -151,13 +156,17 @@ static int gp_park_here(long long held_ns)
         sleep_ms(1);
     }
     unlink(parked);
+    long long t_r = mono_ns();
     __atomic_store_n(&park_requested, 0, __ATOMIC_RELEASE);
     int bad = gp_hostmem_reshare() | gp_chan_reshare();
+    long long t_s = mono_ns();
     if (bad)
         gp_log("could not share some host memory with proxyd again after the checkpoint; copies use the socket");
     int rc = gp_transport_unpark(endpoint[0] ? endpoint : NULL);
     if (gp_debug_enabled())
-        gp_log("resumed after a checkpoint (%s)", rc == 0 ? "connected" : "not connected");
+        gp_log("resumed after a checkpoint (%s) in %.1f ms (memory shared again %.1f, reconnect %.1f)",
+               rc == 0 ? "connected" : "not connected", (mono_ns() - t_r) / 1e6, (t_s - t_r) / 1e6,
+               (mono_ns() - t_s) / 1e6);
     return rc;
 }
 
@@ -172,14 +181,19 @@ static void *park_thread(void *arg)
         if (n <= 0)
             return NULL;
         __atomic_store_n(&park_requested, 1, __ATOMIC_RELEASE);
+        /* from here a thread starting a CUDA call waits (lock.c's gate): the
+         * app is held from now, and the call in progress, if any, is the
+         * last before the park */
+        long long held = mono_ns();
+        gp_lock_gate(1);
         for (;;) {
             if (!gp_park_requested())
                 break;
             if (gp_trylock() == 0) {
                 if (gp_park_requested()) {
-                    long long held = mono_ns();
                     int rc = gp_park_here(held);
                     gp_resend_unanswered();
+                    gp_lock_gate(0);
                     gp_unlock();
                     if (rc != -1)
                         write_ran(held, mono_ns());
@@ -188,8 +202,10 @@ static void *park_thread(void *arg)
                 gp_unlock();
                 break;
             }
-            sleep_ms(2);
+            struct timespec t = { 0, 100000 };      /* 0.1 ms: the call in progress ends */
+            nanosleep(&t, NULL);
         }
+        gp_lock_gate(0);
     }
 }
 

@@ -6,7 +6,9 @@ dump (plain and --concurrent) reports the window its shim held the app
 (interceptor/park.c: from taking its lock for parking to giving it back);
 the app's log must agree with it:
   - the app made no progress inside the reported window (no call of it
-    ended there): nothing is counted that the app did not wait for;
+    began and ended there; the window opens when parking is asked for, so
+    the one call in progress then may end inside): nothing is counted that
+    the app did not wait for;
   - one call of it was held across the window's end, and the part of that
     call the window leaves out is no longer than the app's ordinary calls
     take (its own figures, no fixed threshold): nothing it waited for is
@@ -93,8 +95,11 @@ def test_reported_stall_covers_what_the_app_saw(probe, usable_criu, proxy_cli, t
     ordinary = [e - b for b, e in log_calls if not any(b <= r and e >= h for h, r in windows)]
     assert len(ordinary) > 100
     for held, ran in windows:
+        # the window opens when parking is asked for: a call in progress then
+        # may still end inside it (the shim parks once it has), no other
         inside = [(b, e) for b, e in log_calls if held < e < ran]
-        assert inside == [], f"the app finished {len(inside)} calls inside the reported stall"
+        assert all(b <= held for b, _e in inside) and len(inside) <= 1, \
+            f"the app made {len(inside)} calls inside the reported stall: {inside}"
         across = [(b, e) for b, e in log_calls if b <= ran <= e]
         assert len(across) == 1, across          # the call it was held in
         b, e = across[0]
