@@ -14,6 +14,7 @@ import hashlib
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,44 @@ def test_a_dump_in_progress_is_not_undone_by_another(tmp_path):
     assert m.exists()
     shutil.rmtree(img)
     m.unlink()
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_final_dump_ends_the_app_only_once_its_image_is_written(usable_criu, tmp_path, app):
+    """A final dump writes the GPU image while CRIU dumps the process; CRIU
+    leaves the tree stopped until that write is done, then it is ended."""
+    p, _out = app
+    img = tmp_path / "img"
+    seen = {}
+
+    def at_wait(_a):
+        # (CRIU detaches with SIGSTOP pending: the task may show R for a moment
+        # on its way into the stop, without running the app's code)
+        end = time.monotonic() + 5
+        while _state(p.pid) not in ("T", "t") and time.monotonic() < end:
+            time.sleep(0.01)
+        seen["state_while_writing"] = _state(p.pid)
+    px = Engine(p.pid, background=True, hooks={"dump-wait": at_wait})
+    res = W.dump(px, "ipc://test", **args(p.pid, img))
+    assert px.names() == ["status", "park", "dump", "dump-wait"]
+    assert seen["state_while_writing"] in ("T", "t"), seen        # stopped, not gone, while the image is written
+    p.wait(10)
+    assert res["criu"]["options"]["leave_running"] is False
+    assert "gpu_write_wait" in res["stages_ms"]
+    assert W.restore_state(str(img))["complete"]
+
+
+def test_final_dump_whose_write_fails_leaves_the_app_running(usable_criu, tmp_path, app):
+    p, out = app
+    img = tmp_path / "img"
+    px = Engine(p.pid, background=True, fail_on="dump-wait")
+    with pytest.raises(W.WholeProcessError) as e:
+        W.dump(px, "ipc://test", **args(p.pid, img))
+    assert "The app runs on" in str(e.value)
+    assert px.names()[-1] == "resume"
+    n = len(lines(out))
+    wait_lines(out, n + 2)           # it runs again (CRIU had left it stopped)
+    assert p.poll() is None and _state(p.pid) not in ("T", "t")

@@ -39,7 +39,7 @@ class Proxyd:
             self.hooks[cmd](args)
         if cmd == self.fail_on:
             raise ControlError(f"{cmd} failed (test)")
-        if cmd == "dump" and self.background and args.get("background") and args.get("leave_running"):
+        if cmd == "dump" and self.background and args.get("background"):
             self.pending = args
             return {"captured": True, "background": True, "stop_ms": 1.0}
         if cmd == "dump-wait":

@@ -75,7 +75,7 @@ def register(server, ctl):
                 server.ctl_reply(rid, seq, error=str(e))
                 return
 
-            bg = kind == "dump" and bool(args.get("background")) and bool(args.get("leave_running"))
+            bg = kind == "dump" and bool(args.get("background"))
             job = writes.start(args["dir"]) if bg else None
             state = {"replied": False}
 

@@ -291,9 +291,9 @@ class Engine:
               concurrent: bool = False, parent: str | None = None, compress: str | None = None,
               on_captured=None) -> dict:
         """Runs on a worker thread; the session is frozen here, once the
-        image directory is ready. on_captured (leave_running dumps): called
-        with the stats so far once the state is captured (in host staging,
-        or in device snapshots for concurrent) and the session runs again,
+        image directory is ready. on_captured: called with the stats so far
+        once the state is captured (in host staging, or in device snapshots
+        for concurrent) and, with leave_running, the session runs again;
         before the image is written (background.py)."""
         b = self.backend
         try:
@@ -389,6 +389,10 @@ class Engine:
                     stats["stop_ms"] = _ms(t0, time.monotonic())
                     if on_captured is not None:
                         on_captured(dict(stats, copy=dict(self.cstats)))
+                elif on_captured is not None and not concurrent and kind == "dump":
+                    # a final dump: the state is in host memory; the session stays
+                    # frozen and is released once the image is written
+                    on_captured(dict(stats, copy=dict(self.cstats), host_ms=_ms(t0, time.monotonic())))
             stats["changed_chunks"] = sum(1 for p in pieces if p.changed)
             stats["changed_bytes"] = sum(p.n for p in pieces if p.changed)
             t_w = time.monotonic()

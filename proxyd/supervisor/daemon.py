@@ -290,7 +290,7 @@ class Supervisor:
             "ping": self.ctl_ping, "status": self.ctl_status, "shutdown": self.ctl_shutdown,
             "dump": self.ctl_dump, "pre-dump": self.ctl_dump, "migrate": self.ctl_forward,
             "restore": self.ctl_restore, "park": self.ctl_park, "resume": self.ctl_resume,
-            "dump-wait": self.ctl_forward,      # a background image write's end (checkpoint/background.py)
+            "dump-wait": self.ctl_dump,      # a background image write's end (checkpoint/background.py)
         }
         from .discard import ctl_discard
         self.handlers["discard"] = lambda rid, seq, args: ctl_discard(self, rid, seq, args)
@@ -835,7 +835,10 @@ class Supervisor:
         cmd = self._cmd
 
         def after(e, result):
-            if cmd == "dump" and not args.get("leave_running"):
+            if isinstance(result, dict) and result.get("captured"):
+                return        # written in the background: dump-wait's answer says when it is released
+            if (cmd == "dump" and not args.get("leave_running")) or \
+                    (cmd == "dump-wait" and isinstance(result, dict) and result.get("released")):
                 # its GPU state is in the image and released: the worker goes
                 # (and with it the CUDA context); the client waits for a restore
                 e.state, e.since = "released", time.monotonic()

@@ -10,10 +10,14 @@ where given, receives the lines worth telling a person).
     dump     check CRIU, privileges and the pid  (nothing touched yet)
              -> park (the shim closes its sockets and unmaps the memory it
                 shares with proxyd; the app's CUDA calls wait in the shim)
-             -> GPU dump into DIR -> criu dump of the tree into DIR/criu
-             -> the CRIU record goes into DIR's manifest
-             -> --leave-running: resume; otherwise the app is gone (CRIU
-                ended it) and proxyd has released its GPU state.
+             -> GPU state captured (proxyd answers once it is in host
+                staging; the image is written in the background)
+             -> criu dump of the tree into DIR/criu
+             -> --leave-running: resume, then wait for the GPU image and
+                put the CRIU record into DIR's manifest (pending.py marks
+                DIR until then); otherwise CRIU left the tree stopped, the
+                GPU image is waited for, the tree ended, the record added:
+                the app is gone and proxyd has released its GPU state.
              Any failure before CRIU has finished leaves the app running:
              GPU state put back if it was released, then resume.
     pre-dump GPU pre-dump, then CRIU's pre-dump where the kernel tracks
@@ -176,7 +180,7 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
     gpu = None
     try:
         args = {"pid": pid, "dir": path, "leave_running": leave, "concurrent": bool(concurrent),
-                "background": leave}
+                "background": True}
         if compress:
             args["compress"] = compress
         if parent:
@@ -184,14 +188,33 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
         gpu = client.call("dump", args)
         t2 = time.monotonic()
         stages["gpu_capture" if gpu.get("captured") else "gpu_dump"] = _ms(t, t2)
-        rec = criu.dump(c, pid, path, leave_running=leave,
+        # a final dump whose GPU image is still being written: CRIU leaves the
+        # tree stopped, and it is ended only once that image is durable (a
+        # full disk fails the dump, never the app)
+        overlap = not leave and bool(gpu.get("captured"))
+        rec = criu.dump(c, pid, path, leave_running=leave, leave_stopped=overlap,
                         parent_images=_criu_parent(parent_dir) if parent_dir else None)
         t3 = time.monotonic()
         stages["criu_dump"] = _ms(t2, t3)
+        if overlap:
+            try:
+                gpu = dict(client.call("dump-wait", {"pid": pid, "dir": path}), capture=gpu)
+            except ControlError:
+                criu.continue_tree(rec.get("pids") or [pid])
+                raise
+            criu.kill_tree(rec.get("pids") or [pid])
+            t4 = time.monotonic()
+            stages["gpu_write_wait"] = _ms(t3, t4)
+            t3 = t4
     except BaseException as e:
+        if gpu is not None and gpu.get("captured"):
+            try:     # the write finishes first (a final dump's session is released after it)
+                gpu = dict(client.call("dump-wait", {"pid": pid, "dir": path}), capture=gpu)
+            except ControlError:
+                pass
         _recover(client, pid, path, gpu, notify)
         if leave:
-            _settle_failed(client, pid, path, gpu, notify)
+            _settle_failed(path, notify)
         if isinstance(e, (criu.CriuError, ControlError)):
             raise WholeProcessError(f"whole-process dump of pid {pid} failed: {e}. The app runs on "
                                     f"(resumed); {path} holds no usable whole-process image") from None
@@ -241,14 +264,9 @@ def _recover_pending(path: str, notify) -> None:
         notify(said)
 
 
-def _settle_failed(client, pid: int, path: str, gpu: dict | None, notify) -> None:
-    """After a failed leave-running dump: a background write that started
-    finishes (or fails) first, then the partial image goes."""
-    if gpu is not None and gpu.get("captured"):
-        try:
-            client.call("dump-wait", {"pid": pid, "dir": path})
-        except ControlError:
-            pass
+def _settle_failed(path: str, notify) -> None:
+    """After a failed leave-running dump (its background write waited for):
+    the partial image goes, the previous one is DIR again."""
     said = pending.rollback(path)
     if notify is not None:
         notify(said)
