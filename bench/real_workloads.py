@@ -17,12 +17,12 @@ with AdamW, ~15 GiB):
   (its own timestamps, bench/real_app.py), the dump's wall time, image
   bytes (stored, and raw), the compression ratio, the changed bytes.
 * native + cuda-checkpoint + CRIU: a periodic one (toggle, `criu dump
-  --leave-running`, toggle: the app's gap) where time allows, and a final
+  --leave-running`, toggle: the app's gap; small size only), and a final
   one (toggle, criu dump; criu restore, toggle), the app trains on.
 * a native uninterrupted run to the last step any run reached: every
   run's loss curve (float.hex per step) must equal its prefix.
 
-The whole suite keeps to --budget-s (default 230 s): what does not fit is
+The whole suite keeps to --budget-s (default 200 s): what does not fit is
 reported as skipped with the reason, never left out silently. Timing is
 never pass/fail; the curves are.
 
@@ -450,7 +450,9 @@ def suite(sizes: list[str], out: Path, images: Path | None, budget_s: float) -> 
                 r: dict = {}
                 t = time.monotonic()
                 r["gpuproxy"] = gpuproxy_run(size, work, root, budget, out)
-                r["native"] = native_run(size, work, root, budget, periodic=True)
+                # the big model's periodic cuda-checkpoint costs what its final one does
+                # (issue 23: 17 s): left out there to keep to the budget
+                r["native"] = native_run(size, work, root, budget, periodic=size != "big")
                 stop = max([max(x.get("losses") or {0: 0}) for x in (r["gpuproxy"], r["native"])] + [1])
                 try:
                     r["reference"] = reference_run(size, work, stop, budget)
@@ -509,7 +511,7 @@ def main(argv=None):
     ap.add_argument("--sizes", default="small,big")
     ap.add_argument("--out", default=os.environ.get("OUT") or ".")
     ap.add_argument("--images", default=None, help="where images go (default /dev/shm when it has room)")
-    ap.add_argument("--budget-s", type=float, default=230.0)
+    ap.add_argument("--budget-s", type=float, default=200.0)
     ap.add_argument("--backend", default="cuda", choices=["cuda", "emu"],
                     help="emu: the harness with tests/real_app_emu.py (no torch, no GPU)")
     a = ap.parse_args(argv)
