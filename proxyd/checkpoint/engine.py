@@ -297,8 +297,8 @@ class Engine:
         before the image is written (background.py)."""
         b = self.backend
         try:
-            from .image import parse_compress
-            parse_compress(compress)
+            from .image import require_codec
+            require_codec(compress)
             _kinds_complete()
         except (ValueError, CheckpointError) as e:
             self.server.call_in_loop(lambda: self.server.unreserve_checkpoint(sess)).result()
