@@ -163,15 +163,13 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
     _recover_pending(path, notify)
     parent_dir = _parent_dir(path, parent)
     _prepare(path)
-    if leave:
-        pending.begin(path, parent_given=bool(parent))
+    pending.begin(path, parent_given=bool(parent))     # until the image is complete and durable
     stages: dict = {}
     t_park = time.monotonic()      # the app's threads are held from here
     try:
         parked = _park(client, pid)
     except BaseException:
-        if leave:
-            pending.end(path)      # nothing was written
+        pending.end(path)      # nothing was written
         raise
     token = parked.get("token", "")
     held_ns = parked.get("held_ns")
@@ -213,8 +211,7 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
             except ControlError:
                 pass
         _recover(client, pid, path, gpu, notify)
-        if leave:
-            _settle_failed(path, notify)
+        _settle_failed(path, notify)
         if isinstance(e, (criu.CriuError, ControlError)):
             raise WholeProcessError(f"whole-process dump of pid {pid} failed: {e}. The app runs on "
                                     f"(resumed); {path} holds no usable whole-process image") from None
@@ -226,6 +223,7 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
             app_stopped = round((time.monotonic_ns() - int(held_ns)) / 1e6 - (time.monotonic() - t3) * 1000, 3)
         criu.record_in_manifest(path, rec)
         criu.make_private(path)
+        pending.end(path)
     else:
         ran = _resume(client, pid=pid, wait_ran=True) or {}
         t4 = time.monotonic()
@@ -265,7 +263,7 @@ def _recover_pending(path: str, notify) -> None:
 
 
 def _settle_failed(path: str, notify) -> None:
-    """After a failed leave-running dump (its background write waited for):
+    """After a failed dump (its background write waited for):
     the partial image goes, the previous one is DIR again."""
     said = pending.rollback(path)
     if notify is not None:
