@@ -526,6 +526,9 @@ def main(argv=None):
     print(table(res))
     bad = [f"{s}:{k}" for s in sizes for k, v in ((res.get(s) or {}).get("curves") or {}).items()
            if k != "note" and not str(v).startswith("identical")]
+    bad += [f"{s}:gpuproxy error" for s in sizes if ((res.get(s) or {}).get("gpuproxy") or {}).get("error")]
+    if bad:
+        print("FAILED: " + ", ".join(bad))
     return 1 if bad else 0
 
 
