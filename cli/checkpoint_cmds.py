@@ -119,6 +119,27 @@ def _gpu_lines(kind: str, pid: int, res: dict) -> list[str]:
             f"  session {state}"]
 
 
+def _stall_lines(res: dict) -> list[str]:
+    """The whole-process dump's stall as the app lived it (its shim's
+    figure, interceptor/park.c), and where the time went."""
+    st = res.get("stages_ms") or {}
+    app = res.get("app_stopped_ms")
+    if app is None:
+        head = f"  app stopped {res['stall_ms']:.1f} ms (from the park to its resume, measured by proxy-cli)"
+    elif res.get("leave_running"):
+        head = f"  app stopped {app:.1f} ms (its own threads: first held to all running again)"
+    else:
+        head = f"  app stopped {app:.1f} ms (its own threads: first held to the end of CRIU's dump; it is gone)"
+    names = (("park", "park"), ("gpu_capture", "GPU state captured"), ("gpu_dump", "GPU dump"),
+             ("criu_dump", "CRIU dump"), ("resume", "resume"))
+    parts = [f"{n} {st[k]:.1f}" for k, n in names if k in st]
+    out = [head, f"  stages (ms): {', '.join(parts)}"] if parts else [head]
+    if "complete_after_resume" in st:
+        out.append(f"  written while the app ran: image complete {st['complete_after_resume']:.1f} ms after it "
+                   f"went on")
+    return out
+
+
 def _criu_line(rec: dict) -> str:
     return (f"  process: CRIU {rec['kind']} of pids {', '.join(map(str, rec['pids']))} -> {rec['dir']}/, "
             f"{fmt_bytes(rec['size'])} in {rec['ms']:.1f} ms")
@@ -149,6 +170,8 @@ def cmd_dump(a) -> int:
             print(f"proxy-cli {a.kind}: {e}", file=sys.stderr)
             return 1
         lines = _gpu_lines(a.kind, a.pid, res["gpu"])[:-1]
+        if a.kind == "dump":
+            lines[2:3] = _stall_lines(res)       # the worker's freeze alone is not what the app lived
         if res.get("criu"):
             lines.append(_criu_line(res["criu"]))
         if res.get("criu_skipped"):

@@ -37,11 +37,12 @@ enum gp_kind {
 /* ---- the process lock (lock.c) ---- */
 void gp_lock(void);
 void gp_unlock(void);
-int gp_trylock(void);               /* 0 when taken */
-/* Takes the lock ahead of every thread that does not hold it yet: new
- * callers wait at a gate until gp_unlock_exclusive (park.c; lock.c says why). */
-void gp_lock_exclusive(void);
-void gp_unlock_exclusive(void);
+int gp_trylock(void);               /* 0 when taken (park.c) */
+/* The gate (park.c): while closed, a thread that does not hold the lock
+ * waits before taking it, so that a thread that wants to park gets the lock
+ * as soon as the call in progress ends, instead of racing threads that
+ * re-take it at once (a mutex is not fair). */
+void gp_lock_gate(int closed);
 /* Registers fn to run in the child after a fork(), once the lock is a fresh
  * unlocked mutex again (pthread_atfork's child handler, installed at the
  * first gp_lock: a process that never took the lock runs none). Called

@@ -9,9 +9,8 @@
  *     default SIGRTMIN+6); its handler only wakes the park thread;
  *  2. the park thread takes gp_lock as soon as no CUDA call holds it (a call
  *     in progress finishes first: its effects must be complete before the
- *     bytes are taken), ahead of any call not yet started
- *     (gp_lock_exclusive); every thread that makes a CUDA call from then on
- *     waits inside the shim;
+ *     bytes are taken); every thread that makes a CUDA call from then on
+ *     waits for gp_lock, inside the shim;
  *  3. it sends what is batched, waits for every answer, and asks the
  *     supervisor to have the worker wait for the device to be idle (no DMA
  *     into shared memory may land after its bytes are copied); then it closes the ZeroMQ sockets and terminates the ZeroMQ context (its
@@ -71,28 +70,73 @@ static void sleep_ms(long ms)
         ;
 }
 
-/* Parks, waits to be resumed, goes on. Called with gp_lock held. Returns 0
- * when the session is connected again. */
-int gp_park_here(void)
+static long long mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* The app's own figure of a checkpoint's stall: held_ns, when gp_lock was
+ * taken for parking (from then on every CUDA call of every thread waits in
+ * the shim), and ran_ns, when it was given back after going on. Written to
+ * /dev/shm/gpuproxy-ran-<public id> as "held_ns ran_ns" (CLOCK_MONOTONIC,
+ * the clock proxyd and proxy-cli read as time.monotonic()); the supervisor's
+ * resume command reports it (docs/checkpoint.md, "What the app lived"). */
+static void write_ran(long long held, long long ran)
+{
+    char path[160], tmp[176], line[64];
+    flag_path(path, sizeof path, "ran");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    int n = snprintf(line, sizeof line, "%lld %lld\n", held, ran);
+    int ok = write(fd, line, (size_t)n) == n;
+    close(fd);
+    if (!ok || rename(tmp, path) < 0)
+        unlink(tmp);
+}
+
+/* Parks, waits to be resumed, goes on. Called with gp_lock held (taken at
+ * held_ns). Returns 0 when the session is connected again, -1 when it did
+ * not park, another value when it parked but could not connect again. */
+static int gp_park_here(long long held_ns)
 {
     if (!gp_park_requested())
-        return 0;
+        return -1;
     if (gp_transport_quiesce() != 0) {
         /* not parked: the supervisor's park command times out and says so */
         __atomic_store_n(&park_requested, 0, __ATOMIC_RELEASE);
         return -1;
     }
+    long long t_q = mono_ns();
     char parked[160], resume[160];
     flag_path(parked, sizeof parked, "parked");
     flag_path(resume, sizeof resume, "resume");
     gp_transport_park();
+    long long t_t = mono_ns();
     gp_hostmem_unshare();
     gp_chan_unshare();
-    int fd = open(parked, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd >= 0)
+    long long t_u = mono_ns();
+    /* the file carries held_ns; written before it is named, so the
+     * supervisor never reads it half written */
+    char ptmp[176], hl[32];
+    snprintf(ptmp, sizeof ptmp, "%s.tmp", parked);
+    int fd = open(ptmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        int n = snprintf(hl, sizeof hl, "%lld\n", held_ns);
+        if (write(fd, hl, (size_t)n) != n) {
+            /* an empty file still says "parked" */
+        }
         close(fd);
+        if (rename(ptmp, parked) < 0)
+            unlink(ptmp);
+    }
     if (gp_debug_enabled())
-        gp_log("parked for a checkpoint; waiting for %s", resume);
+        gp_log("parked for a checkpoint in %.1f ms (quiesce %.1f, sockets %.1f, memory made private %.1f); "
+               "waiting for %s", (mono_ns() - held_ns) / 1e6, (t_q - held_ns) / 1e6, (t_t - t_q) / 1e6,
+               (t_u - t_t) / 1e6, resume);
     /* CRIU dumps (and restores) the process while it sleeps here */
     char endpoint[512] = "";
     for (;;) {
@@ -107,16 +151,22 @@ int gp_park_here(void)
             unlink(resume);
             break;
         }
-        sleep_ms(20);
+        /* every millisecond slept here after the resume file appears is
+         * stall the app lives through: poll often (an open() a ms is cheap) */
+        sleep_ms(1);
     }
     unlink(parked);
+    long long t_r = mono_ns();
     __atomic_store_n(&park_requested, 0, __ATOMIC_RELEASE);
     int bad = gp_hostmem_reshare() | gp_chan_reshare();
+    long long t_s = mono_ns();
     if (bad)
         gp_log("could not share some host memory with proxyd again after the checkpoint; copies use the socket");
     int rc = gp_transport_unpark(endpoint[0] ? endpoint : NULL);
     if (gp_debug_enabled())
-        gp_log("resumed after a checkpoint (%s)", rc == 0 ? "connected" : "not connected");
+        gp_log("resumed after a checkpoint (%s) in %.1f ms (memory shared again %.1f, reconnect %.1f)",
+               rc == 0 ? "connected" : "not connected", (mono_ns() - t_r) / 1e6, (t_s - t_r) / 1e6,
+               (mono_ns() - t_s) / 1e6);
     return rc;
 }
 
@@ -131,14 +181,31 @@ static void *park_thread(void *arg)
         if (n <= 0)
             return NULL;
         __atomic_store_n(&park_requested, 1, __ATOMIC_RELEASE);
-        /* ahead of the app's next calls (the calls in progress finish
-         * first): a plain lock could wait for as long as they keep coming */
-        gp_lock_exclusive();
-        if (gp_park_requested()) {
-            gp_park_here();
-            gp_resend_unanswered();
+        /* from here a thread starting a CUDA call waits (lock.c's gate): the
+         * app is held from now, and the call in progress, if any, is the
+         * last before the park */
+        long long held = mono_ns();
+        gp_lock_gate(1);
+        for (;;) {
+            if (!gp_park_requested())
+                break;
+            if (gp_trylock() == 0) {
+                if (gp_park_requested()) {
+                    int rc = gp_park_here(held);
+                    gp_resend_unanswered();
+                    gp_lock_gate(0);
+                    gp_unlock();
+                    if (rc != -1)
+                        write_ran(held, mono_ns());
+                    break;
+                }
+                gp_unlock();
+                break;
+            }
+            struct timespec t = { 0, 100000 };      /* 0.1 ms: the call in progress ends */
+            nanosleep(&t, NULL);
         }
-        gp_unlock_exclusive();
+        gp_lock_gate(0);
     }
 }
 

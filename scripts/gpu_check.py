@@ -241,6 +241,19 @@ def bench(log, out: Path, suites: str) -> list[tuple[str, str]]:
     return [("benchmarks", "done" if r.returncode == 0 else "FAIL")]
 
 
+def real_workloads(log, out: Path, sizes: str) -> list[tuple[str, str]]:
+    """bench/real_workloads.py: its table in the log, real.json in out; PASS
+    when every checkpointed run's loss curve equals the uninterrupted one."""
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "real_workloads.py"), "--out", str(out),
+                        "--sizes", sizes], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    (out / "real.log").write_text(r.stdout + r.stderr)
+    log(r.stdout[r.stdout.rfind("| size |"):] if "| size |" in r.stdout else r.stdout[-4000:])
+    if r.returncode not in (0, 1):
+        log(r.stderr[-4000:])
+    return [("real workloads: checkpointed curves identical to uninterrupted",
+             "PASS" if r.returncode == 0 else f"FAIL (rc {r.returncode}, see real.log)")]
+
+
 def python_frameworks(log, out: Path, carry: Path, steps) -> list[tuple[str, str]]:
     import gpu_check_python
     return gpu_check_python.run(log, out, carry, steps)
@@ -260,6 +273,10 @@ def main():
     ap.add_argument("--multigpu", action="store_true",
                     help="also the multi-GPU checks (gpu_check_multigpu.py: peer copies, x.to('cuda:1'), DDP; "
                          "$GPUPROXY_TORCH_PYTHON names a python that has PyTorch)")
+    ap.add_argument("--real", action="store_true",
+                    help="also the real-workload checkpoint suite (bench/real_workloads.py: Llama training, small "
+                         "and 0.78 B, gpuproxy vs cuda-checkpoint + CRIU; about 4 minutes)")
+    ap.add_argument("--real-sizes", default="small,big", help="the --real suite's sizes (small,big)")
     ap.add_argument("--oldcuda", action="store_true",
                     help="also programs built for CUDA 12.4 and 11.8 and the oldest-driver mode (gpu_check_oldcuda.py)")
     ap.add_argument("--pycuda-from", default=str(ROOT / ".carry" / "pycuda"),
@@ -281,6 +298,9 @@ def main():
     log("cuda-checkpoint:", shutil.which("cuda-checkpoint") or "not found")
     skip = set(a.skip.split(","))
     results: list[tuple[str, str]] = []
+    # the optional parts run only when their option is given
+    optional = {"python": a.python, "tcp": a.tcp, "multigpu": a.multigpu, "oldcuda": a.oldcuda,
+                "restlat": a.restlat, "real": a.real}
     for name, fn in (("corpus", lambda: corpus_check(log, out)),
                      ("static", lambda: corpus_check(log, out, cudart="static")),
                      ("whole", lambda: whole_process_check(log, out)),
@@ -290,10 +310,9 @@ def main():
                      ("python", lambda: python_frameworks(log, out, Path(a.pycuda_from), a.python_steps.split(","))),
                      ("multigpu", lambda: __import__("gpu_check_multigpu").run(log, out)),
                      ("oldcuda", lambda: __import__("gpu_check_oldcuda").oldcuda_check(log, out)),
-                     ("restlat", lambda: __import__("gpu_check_restlat").run(log, out))):
-        if name in skip or (name == "python" and not a.python) or (name == "tcp" and not a.tcp) or \
-                (name == "multigpu" and not a.multigpu) or (name == "oldcuda" and not a.oldcuda) or \
-                (name == "restlat" and not a.restlat):
+                     ("restlat", lambda: __import__("gpu_check_restlat").run(log, out)),
+                     ("real", lambda: real_workloads(log, out, a.real_sizes))):
+        if name in skip or not optional.get(name, True):
             continue
         t = time.time()
         try:

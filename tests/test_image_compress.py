@@ -10,6 +10,7 @@ incompressible data is the point.
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -237,3 +238,14 @@ def test_reads_of_an_image_in_host_memory_under_each_populate_mode(how, monkeypa
         img.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_compress_without_zstandard_is_refused_clearly(monkeypatch):
+    """zstandard is optional (gpuproxy[zstd]): a dump asking for it where it
+    is missing is refused with the reason, before anything is frozen."""
+    from gpuproxy.proxyd.checkpoint.image import require_codec
+    assert require_codec(None) is None and require_codec("zstd:3") == ("zstd", 3)
+    monkeypatch.setitem(sys.modules, "zstandard", None)      # import raises ImportError
+    with pytest.raises(ValueError, match="needs the zstandard module.*gpuproxy\\[zstd\\]"):
+        require_codec("zstd")
+    assert require_codec("none") is None

@@ -11,6 +11,7 @@ import tempfile
 import threading
 
 from ..core.ratelog import RATE
+from .background import BackgroundWrites
 from .engine import CheckpointError, Engine
 
 log = logging.getLogger("proxyd")
@@ -19,6 +20,7 @@ log = logging.getLogger("proxyd")
 def register(server, ctl):
     engine = Engine(server)
     server.checkpoint_engine = engine
+    writes = BackgroundWrites()
 
     def find(pid: int):
         for s in server.sessions.values():
@@ -26,27 +28,31 @@ def register(server, ctl):
                 return s
         raise CheckpointError(f"no session of pid {pid} in this proxyd (see proxy-cli status)")
 
-    def worker(rid, seq, name, fn):
+    def worker(rid, seq, name, fn, reply=None):
+        if reply is None:
+            def reply(rid, seq, result=None, error=None, threaded=True):
+                server.ctl_reply(rid, seq, result, error=error, threaded=threaded)
+
         def run():
             try:
                 result = fn()
-                server.ctl_reply(rid, seq, result, threaded=True)
+                reply(rid, seq, result, threaded=True)
             except CheckpointError as e:
                 RATE.event("checkpoint command refused", "%s: %s", name, e)
-                server.ctl_reply(rid, seq, error=str(e), threaded=True)
+                reply(rid, seq, error=str(e), threaded=True)
             except OSError as e:
                 # the filesystem's answer (a full disk, a missing folder): one line, no traceback
                 RATE.event("checkpoint command failed", "%s failed: %s", name, e)
-                server.ctl_reply(rid, seq, error=f"{name} failed: {e}", threaded=True)
+                reply(rid, seq, error=f"{name} failed: {e}", threaded=True)
             except Exception as e:
                 if getattr(server, "closed", False):
                     # the session's process exited during the command and
                     # the worker is stopping (server.close): not a bug
                     log.info("%s stopped: the session ended (its process exited)", name)
-                    server.ctl_reply(rid, seq, error=f"{name} failed: the session ended", threaded=True)
+                    reply(rid, seq, error=f"{name} failed: the session ended", threaded=True)
                     return
                 RATE.internal_error("internal error in a checkpoint command", f"{name} failed", e)
-                server.ctl_reply(rid, seq, error=f"{name} failed: {e}", threaded=True)
+                reply(rid, seq, error=f"{name} failed: {e}", threaded=True)
         threading.Thread(target=run, name=f"gpuproxy-{name}", daemon=True).start()
 
     def reserve(pid, freeze_now=False):
@@ -69,18 +75,50 @@ def register(server, ctl):
                 server.ctl_reply(rid, seq, error=str(e))
                 return
 
+            bg = kind == "dump" and bool(args.get("background"))
+            job = writes.start(args["dir"]) if bg else None
+            state = {"replied": False}
+
+            def captured(stats):
+                # the state is captured and the session runs: answer now, write on
+                state["replied"] = True
+                server.ctl_reply(rid, seq, dict(stats, captured=True, background=True), threaded=True)
+
             def run():
                 try:
-                    return engine.dump(s, args["dir"], kind=kind, leave_running=bool(args.get("leave_running")),
-                                       concurrent=bool(args.get("concurrent")), parent=args.get("parent"),
-                                       compress=args.get("compress"))
+                    res = engine.dump(s, args["dir"], kind=kind, leave_running=bool(args.get("leave_running")),
+                                      concurrent=bool(args.get("concurrent")), parent=args.get("parent"),
+                                      compress=args.get("compress"), on_captured=captured if bg else None)
+                except BaseException as e:
+                    if job is not None:
+                        job.finish(None, str(e) or type(e).__name__)
+                    raise
                 finally:
                     s.ckpt_busy = False
-            worker(rid, seq, kind, run)
+                if job is not None:
+                    job.finish(res, None)
+                return res
+
+            def reply(rid, seq, result=None, error=None, threaded=True):
+                if not state["replied"]:      # (after the capture, dump-wait tells the rest)
+                    server.ctl_reply(rid, seq, result, error=error, threaded=threaded)
+            worker(rid, seq, kind, run, reply=reply)
         return handler
 
     ctl("pre-dump")(dump_cmd("pre-dump"))
     ctl("dump")(dump_cmd("dump"))
+
+    @ctl("dump-wait")
+    def dump_wait(rid, seq, args):
+        """Answers when the background write of a dump (args: dir) is done
+        (background.py), or after timeout_s (default 600) with an error."""
+        def run():
+            try:
+                res, why = writes.wait(str(args["dir"]), float(args.get("timeout_s", 600)))
+            except (KeyError, TypeError, ValueError):
+                res, why = None, "dump-wait needs dir (and a numeric timeout_s)"
+            server.ctl_reply(rid, seq, res, error=why, threaded=True)
+        threading.Thread(target=run, name="gpuproxy-dump-wait", daemon=True).start()
 
     @ctl("restore")
     def restore(rid, seq, args):

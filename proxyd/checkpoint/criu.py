@@ -40,6 +40,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import time
@@ -388,7 +389,7 @@ def make_private(path: str) -> None:
 
 
 def dump(c: Criu, pid: int, image_dir: str, *, leave_running: bool, pre: bool = False,
-         parent_images: str | None = None) -> dict:
+         parent_images: str | None = None, leave_stopped: bool = False) -> dict:
     """criu dump (or pre-dump when pre) of pid's tree into IMAGE/criu.
     parent_images: the previous criu/ folder of the chain (its memory is not
     stored again where the kernel tracks dirty memory). Returns the record
@@ -410,6 +411,10 @@ def dump(c: Criu, pid: int, image_dir: str, *, leave_running: bool, pre: bool = 
         args.append("--tcp-established")
     if leave_running and not pre:
         args.append("--leave-running")
+    elif leave_stopped and not pre:
+        # the caller ends the tree (kill_tree) once the rest of the image is
+        # durable, or lets it go on (continue_tree) if that failed
+        args.append("--leave-stopped")
     prev = None
     if track:
         args.append("--track-mem")
@@ -441,6 +446,25 @@ def dump(c: Criu, pid: int, image_dir: str, *, leave_running: bool, pre: bool = 
         "log": f"{SUBDIR}/{log}",
         "ms": ms,
     }
+
+
+def kill_tree(pids) -> None:
+    """Ends a tree CRIU left stopped (--leave-stopped), as a dump without
+    --leave-running would have."""
+    for p in pids:
+        try:
+            os.kill(int(p), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def continue_tree(pids) -> None:
+    """Lets a tree CRIU left stopped run again."""
+    for p in pids:
+        try:
+            os.kill(int(p), signal.SIGCONT)
+        except ProcessLookupError:
+            pass
 
 
 def restore(c: Criu, image_dir: str, record: dict, inherit: dict | None = None) -> tuple[int, float]:

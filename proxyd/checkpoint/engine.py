@@ -299,13 +299,17 @@ class Engine:
         t.start()
 
     def _dump(self, sess: Session, path: str, *, kind: str = "dump", leave_running: bool = False,
-              concurrent: bool = False, parent: str | None = None, compress: str | None = None) -> dict:
+              concurrent: bool = False, parent: str | None = None, compress: str | None = None,
+              on_captured=None) -> dict:
         """Runs on a worker thread; the session is frozen here, once the
-        image directory is ready."""
+        image directory is ready. on_captured: called with the stats so far
+        once the state is captured (in host staging, or in device snapshots
+        for concurrent) and, with leave_running, the session runs again;
+        before the image is written (background.py)."""
         b = self.backend
         try:
-            from .image import parse_compress
-            parse_compress(compress)
+            from .image import require_codec
+            require_codec(compress)
             _kinds_complete()
         except (ValueError, CheckpointError) as e:
             self.server.call_in_loop(lambda: self.server.unreserve_checkpoint(sess)).result()
@@ -379,6 +383,8 @@ class Engine:
                     resumed = True
                     stats["stop_ms"] = _ms(t0, time.monotonic())
                     sess.ckpt_phase = "draining"
+                    if on_captured is not None:
+                        on_captured(dict(stats))
                     if TEST_DRAIN_DELAY_S:
                         time.sleep(TEST_DRAIN_DELAY_S)   # tests: widen the window in which the app runs
                     self._drain(changed)
@@ -392,6 +398,12 @@ class Engine:
                     self._resume(sess)
                     resumed = True
                     stats["stop_ms"] = _ms(t0, time.monotonic())
+                    if on_captured is not None:
+                        on_captured(dict(stats, copy=dict(self.cstats)))
+                elif on_captured is not None and not concurrent and kind == "dump":
+                    # a final dump: the state is in host memory; the session stays
+                    # frozen and is released once the image is written
+                    on_captured(dict(stats, copy=dict(self.cstats), host_ms=_ms(t0, time.monotonic())))
             stats["changed_chunks"] = sum(1 for p in pieces if p.changed)
             stats["changed_bytes"] = sum(p.n for p in pieces if p.changed)
             t_w = time.monotonic()

@@ -151,6 +151,20 @@ def parse_compress(spec: str | None) -> tuple[str, int] | None:
 _zlocal = threading.local()
 
 
+def require_codec(spec: str | None) -> tuple[str, int] | None:
+    """parse_compress, and ValueError (one line) when the codec's module is
+    not installed (zstandard is an optional dependency: gpuproxy[zstd])."""
+    c = parse_compress(spec)
+    if c is not None:
+        try:
+            import zstandard  # noqa: F401
+        except ImportError:
+            raise ValueError(f"--compress {spec} needs the zstandard module, which is not installed where proxyd "
+                             f"runs (pip install 'gpuproxy[zstd]', or zstandard); dump without --compress") \
+                from None
+    return c
+
+
 def _zstd():
     try:
         import zstandard

@@ -45,6 +45,7 @@ import zmq
 
 from .. import __version__
 from . import bounds as B
+from . import stall
 from ..core import curve
 from ..core import peercred
 from ..core import protocol as P
@@ -200,6 +201,7 @@ class Entry:
     restored_at: float | None = None     # restored, its client not seen yet
     uid: int | None = None               # the client's user (None: unknown, only admins control it)
     park_waiters: list = field(default_factory=list)   # (rid, seq, deadline) of park commands
+    ran_waiters: list = field(default_factory=list)    # resumes waiting for the app's figure (stall.py)
     last_status: dict | None = None
     owner: int | None = None             # the sender's kernel uid (ipc) or key user (tcp): bounds, worker gate
     opened: bool = False                 # the client opened it at its worker (bounds.reap_unopened)
@@ -276,6 +278,7 @@ class Supervisor:
             "ping": self.ctl_ping, "status": self.ctl_status, "shutdown": self.ctl_shutdown,
             "dump": self.ctl_dump, "pre-dump": self.ctl_dump, "migrate": self.ctl_forward,
             "restore": self.ctl_restore, "park": self.ctl_park, "resume": self.ctl_resume,
+            "dump-wait": self.ctl_dump,      # a background image write's end (checkpoint/background.py)
         }
         from .discard import ctl_discard
         self.handlers["discard"] = lambda rid, seq, args: ctl_discard(self, rid, seq, args)
@@ -682,9 +685,11 @@ class Supervisor:
                 self._end(e)
             if e.park_waiters and os.path.exists(parked_path(e.token)):
                 e.parked = True
+                held = stall.read_held(parked_path(e.token))
                 for r, s, _dl in e.park_waiters:
-                    self.reply(r, s, {"token": e.token, "pid": e.pid, "parked": True})
+                    self.reply(r, s, {"token": e.token, "pid": e.pid, "parked": True, "held_ns": held})
                 e.park_waiters = []
+            stall.tick(self, e, now)
             for r, s, dl in list(e.park_waiters):
                 if now > dl:
                     e.park_waiters.remove((r, s, dl))
@@ -723,7 +728,7 @@ class Supervisor:
             return None        # status shows each user only their own sessions
         if cmd == "shutdown":
             return "only root or proxyd's own user may stop proxyd"
-        if cmd in ("dump", "pre-dump", "migrate", "park", "resume", "discard"):
+        if cmd in ("dump", "pre-dump", "migrate", "park", "resume", "discard", "dump-wait"):
             e = None
             if cmd in ("resume", "discard") and args.get("token"):
                 e = self.entries.get(str(args["token"]))
@@ -835,7 +840,10 @@ class Supervisor:
         cmd = self._cmd
 
         def after(e, result):
-            if cmd == "dump" and not args.get("leave_running"):
+            if isinstance(result, dict) and result.get("captured"):
+                return        # written in the background: dump-wait's answer says when it is released
+            if (cmd == "dump" and not args.get("leave_running")) or \
+                    (cmd == "dump-wait" and isinstance(result, dict) and result.get("released")):
                 # its GPU state is in the image and released: the worker goes
                 # (and with it the CUDA context); the client waits for a restore
                 e.state, e.since = "released", time.monotonic()
@@ -1006,6 +1014,7 @@ class Supervisor:
             self.reply(rid, seq, error="no such session in this proxyd")
             return
         path = resume_path(e.token)
+        stall.forget_ran(e.token)
         try:
             fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -1020,6 +1029,9 @@ class Supervisor:
             self.reply(rid, seq, error=f"cannot write {path}: {x}")
             return
         e.parked = False
+        if args.get("wait_ran"):      # answer with the app's own stall figure (stall.py)
+            stall.wait_ran(e, rid, seq, {"token": e.token, "pid": e.pid, "resumed": True})
+            return
         self.reply(rid, seq, {"token": e.token, "pid": e.pid, "resumed": True})
 
     # ---------------------------------------------------------------- loop
@@ -1095,7 +1107,8 @@ class Supervisor:
                 pfd = self.host_pools.fileno(wk)
                 if pfd is not None:
                     poller.register(pfd, zmq.POLLIN)
-            events = dict(poller.poll(int(TICK_S * 1000)))
+            tick_s = stall.tick_s(self, TICK_S)      # short while a park is awaited: the app waits too
+            events = dict(poller.poll(max(1, int(tick_s * 1000))))
             if self.stopping:
                 break       # told to stop (SIGTERM) while waiting: answer nothing more (sockfile.py)
             if self.sock in events:
@@ -1120,8 +1133,8 @@ class Supervisor:
                 if pfd is not None and pfd in events:
                     self.host_pools.on_message(wk, self._pool_uid(wk))
             now = time.monotonic()
-            if now >= next_tick:
-                next_tick = now + TICK_S
+            if now >= next_tick or tick_s < TICK_S:
+                next_tick = now + tick_s
                 self._check_workers()
                 self._expire_pending()
                 self._reap_clients()

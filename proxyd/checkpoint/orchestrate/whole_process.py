@@ -10,10 +10,14 @@ where given, receives the lines worth telling a person).
     dump     check CRIU, privileges and the pid  (nothing touched yet)
              -> park (the shim closes its sockets and unmaps the memory it
                 shares with proxyd; the app's CUDA calls wait in the shim)
-             -> GPU dump into DIR -> criu dump of the tree into DIR/criu
-             -> the CRIU record goes into DIR's manifest
-             -> --leave-running: resume; otherwise the app is gone (CRIU
-                ended it) and proxyd has released its GPU state.
+             -> GPU state captured (proxyd answers once it is in host
+                staging; the image is written in the background)
+             -> criu dump of the tree into DIR/criu
+             -> --leave-running: resume, then wait for the GPU image and
+                put the CRIU record into DIR's manifest (pending.py marks
+                DIR until then); otherwise CRIU left the tree stopped, the
+                GPU image is waited for, the tree ended, the record added:
+                the app is gone and proxyd has released its GPU state.
              Any failure before CRIU has finished leaves the app running:
              GPU state put back if it was released, then resume.
     pre-dump GPU pre-dump, then CRIU's pre-dump where the kernel tracks
@@ -37,6 +41,7 @@ from gpuproxy.proxyd.checkpoint import criu
 from gpuproxy.proxyd.checkpoint.image import Image, ImageError, read_manifest
 
 from ...client import ControlError
+from . import pending
 
 PARK_TIMEOUT_S = float(os.environ.get("GPUPROXY_PARK_TIMEOUT_S", "60"))
 
@@ -87,7 +92,7 @@ def _usable_criu(what: str) -> criu.Criu:
                                 f"running (--gpu-only checkpoints its GPU state alone)") from None
 
 
-def _park(client, pid: int) -> str:
+def _park(client, pid: int) -> dict:
     try:
         res = client.call("park", {"pid": pid, "timeout_s": PARK_TIMEOUT_S})
     except ControlError as e:
@@ -99,11 +104,11 @@ def _park(client, pid: int) -> str:
         except ControlError:
             pass
         raise WholeProcessError(f"the app (pid {pid}) did not park: {e}; nothing was dumped") from None
-    return res.get("token", "")
+    return res
 
 
-def _resume(client, **who) -> None:
-    client.call("resume", who)
+def _resume(client, **who) -> dict:
+    return client.call("resume", who)
 
 
 def _criu_parent(image_dir: str) -> str | None:
@@ -140,43 +145,130 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
     """Whole-process dump of pid's app into dir (see the module's docstring);
     concurrent implies leave_running. Returns {"gpu": proxyd's dump answer,
     "criu": the CRIU record, "token", "path", "leave_running", "stall_ms":
-    how long the app was held, from the park to its resume (to the end of
-    CRIU's dump when the app does not go on)}."""
+    how long the app was held as seen from here, from the park to its resume
+    (to the end of CRIU's dump when the app does not go on), "app_stopped_ms":
+    the same as the app's shim measured it (interceptor/park.c; None from an
+    older shim), "stages_ms": where the time went}.
+
+    With leave_running the app goes on once its state is captured (GPU
+    memory in host staging or device snapshots, CRIU's dump of the process);
+    the GPU image is written after (checkpoint/background.py) and the image
+    is complete only once that is durable and the CRIU record is in its
+    manifest (pending.py: an interrupted write puts the previous image back)."""
     path = os.path.abspath(dir)
     leave = bool(leave_running or concurrent)
     check_client(client, pid, endpoint)
     check_owner(pid)
     c = _usable_criu("dump")
     check_dumpable(pid)
+    _recover_pending(path, notify)
     parent_dir = _parent_dir(path, parent)
     _prepare(path)
+    pending.begin(path, parent_given=bool(parent))     # until the image is complete and durable
+    stages: dict = {}
     t_park = time.monotonic()      # the app's threads are held from here
-    token = _park(client, pid)
+    try:
+        parked = _park(client, pid)
+    except BaseException:
+        pending.end(path)      # nothing was written
+        raise
+    token = parked.get("token", "")
+    held_ns = parked.get("held_ns")
+    t = time.monotonic()
+    stages["park"] = _ms(t_park, t)
     gpu = None
     try:
-        args = {"pid": pid, "dir": path, "leave_running": leave, "concurrent": bool(concurrent)}
+        args = {"pid": pid, "dir": path, "leave_running": leave, "concurrent": bool(concurrent),
+                "background": True}
         if compress:
             args["compress"] = compress
         if parent:
             args["parent"] = os.path.abspath(parent)
         gpu = client.call("dump", args)
-        rec = criu.dump(c, pid, path, leave_running=leave,
+        t2 = time.monotonic()
+        stages["gpu_capture" if gpu.get("captured") else "gpu_dump"] = _ms(t, t2)
+        # a final dump whose GPU image is still being written: CRIU leaves the
+        # tree stopped, and it is ended only once that image is durable (a
+        # full disk fails the dump, never the app)
+        overlap = not leave and bool(gpu.get("captured"))
+        rec = criu.dump(c, pid, path, leave_running=leave, leave_stopped=overlap,
                         parent_images=_criu_parent(parent_dir) if parent_dir else None)
+        t3 = time.monotonic()
+        stages["criu_dump"] = _ms(t2, t3)
+        if overlap:
+            try:
+                gpu = dict(client.call("dump-wait", {"pid": pid, "dir": path}), capture=gpu)
+            except ControlError:
+                criu.continue_tree(rec.get("pids") or [pid])
+                raise
+            criu.kill_tree(rec.get("pids") or [pid])
+            t4 = time.monotonic()
+            stages["gpu_write_wait"] = _ms(t3, t4)
+            t3 = t4
     except BaseException as e:
+        if gpu is not None and gpu.get("captured"):
+            try:     # the write finishes first (a final dump's session is released after it)
+                gpu = dict(client.call("dump-wait", {"pid": pid, "dir": path}), capture=gpu)
+            except ControlError:
+                pass
         _recover(client, pid, path, gpu, notify)
+        _settle_failed(path, notify)
         if isinstance(e, (criu.CriuError, ControlError)):
             raise WholeProcessError(f"whole-process dump of pid {pid} failed: {e}. The app runs on "
                                     f"(resumed); {path} holds no usable whole-process image") from None
         raise
+    app_stopped = None
     if not leave:
-        stall_ms = (time.monotonic() - t_park) * 1000.0     # CRIU ended the app
-    criu.record_in_manifest(path, rec)
-    criu.make_private(path)
-    if leave:
-        _resume(client, pid=pid)
-        stall_ms = (time.monotonic() - t_park) * 1000.0
+        stall_ms = (t3 - t_park) * 1000.0     # CRIU ended the app
+        if held_ns:
+            app_stopped = round((time.monotonic_ns() - int(held_ns)) / 1e6 - (time.monotonic() - t3) * 1000, 3)
+        criu.record_in_manifest(path, rec)
+        criu.make_private(path)
+        pending.end(path)
+    else:
+        ran = _resume(client, pid=pid, wait_ran=True) or {}
+        t4 = time.monotonic()
+        stall_ms = (t4 - t_park) * 1000.0
+        stages["resume"] = _ms(t3, t4)
+        app_stopped = ran.get("app_stopped_ms")
+        if ran.get("held_ns") is not None:     # the app's own window (CLOCK_MONOTONIC ns)
+            stages["app_window_ns"] = [ran["held_ns"], ran["ran_ns"]]
+        if gpu.get("captured"):
+            # the app runs; the GPU image is still being written
+            try:
+                gpu = dict(client.call("dump-wait", {"pid": pid, "dir": path}), capture=gpu)
+            except ControlError as e:
+                said = pending.rollback(path)
+                raise WholeProcessError(f"whole-process dump of pid {pid}: the app runs on, but writing its "
+                                        f"GPU image failed ({e}); {said}") from None
+            stages["gpu_write_after_resume"] = _ms(t4, time.monotonic())
+        criu.record_in_manifest(path, rec)
+        criu.make_private(path)
+        pending.end(path)
+        stages["complete_after_resume"] = _ms(t4, time.monotonic())
     return {"gpu": gpu, "criu": rec, "token": token, "path": path, "leave_running": leave,
-            "stall_ms": round(stall_ms, 1)}
+            "stall_ms": round(stall_ms, 1), "app_stopped_ms": app_stopped, "stages_ms": stages}
+
+
+def _ms(t0: float, t1: float) -> float:
+    return round((t1 - t0) * 1000.0, 3)
+
+
+def _recover_pending(path: str, notify) -> None:
+    try:
+        said = pending.recover(path)
+    except pending.PendingError as e:
+        raise WholeProcessError(f"{e}. Nothing was done") from None
+    if said and notify is not None:
+        notify(said)
+
+
+def _settle_failed(path: str, notify) -> None:
+    """After a failed dump (its background write waited for):
+    the partial image goes, the previous one is DIR again."""
+    said = pending.rollback(path)
+    if notify is not None:
+        notify(said)
 
 
 def _recover(client, pid: int, path: str, gpu: dict | None, notify=None) -> None:
@@ -283,8 +375,11 @@ def _check_files(rec: dict, rollback: bool) -> None:
         os.truncate(p, s)
 
 
-def restore_state(path: str) -> dict:
-    """The image's CRIU state (criu.state), refusing an unreadable image."""
+def restore_state(path: str, notify: Callable[[str], None] | None = None) -> dict:
+    """The image's CRIU state (criu.state), refusing an unreadable image. A
+    dump into path that was interrupted while its image was written is
+    undone first (pending.py): the previous image is the one restored."""
+    _recover_pending(os.path.abspath(path), notify)
     try:
         with Image.open(path) as img:
             return criu.state(path, img.manifest)
