@@ -943,6 +943,7 @@ DRIVER_SHIM_LOCAL = {
     "cuStreamGetCaptureInfo_v2",   # on cuStreamGetCaptureInfo_v3 (interceptor/capture.c)
     # on the other graph calls (interceptor/graph_build.c)
     "cuGraphDebugDotPrint", "cuGraphAddKernelNode", "cuGraphGetEdges", "cuGraphAddDependencies", "cuGraphRemoveDependencies", "cuGraphInstantiateWithParams", "cuGraphAddNode", "cuGraphAddNode_v2",
+    "cuGraphNodeGetDependencies", "cuGraphNodeGetDependentNodes",
 }
 
 DRIVER_SHIM_OVERRIDE = {
@@ -972,7 +973,7 @@ DRIVER_SHIM_OVERRIDE = {
     "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2",
     "cuMemsetD2D8Async", "cuMemsetD2D16Async", "cuMemsetD2D32Async",
     # explicit graph construction: nodes carry their stream op (interceptor/graph_build.c)
-    "cuGraphAddKernelNode_v2", "cuGraphKernelNodeSetParams_v2", "cuGraphAddMemcpyNode", "cuGraphMemcpyNodeSetParams", "cuGraphAddMemsetNode", "cuGraphMemsetNodeSetParams", "cuGraphAddHostNode", "cuGraphHostNodeSetParams", "cuGraphAddChildGraphNode", "cuGraphAddEmptyNode", "cuGraphAddEventRecordNode", "cuGraphAddEventWaitNode", "cuGraphGetNodes", "cuGraphGetRootNodes", "cuGraphGetEdges_v2", "cuGraphAddDependencies_v2", "cuGraphRemoveDependencies_v2", "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams", "cuGraphExecHostNodeSetParams", "cuGraphExecUpdate_v2",
+    "cuGraphAddKernelNode_v2", "cuGraphKernelNodeSetParams_v2", "cuGraphAddMemcpyNode", "cuGraphMemcpyNodeSetParams", "cuGraphAddMemsetNode", "cuGraphMemsetNodeSetParams", "cuGraphAddHostNode", "cuGraphHostNodeSetParams", "cuGraphAddChildGraphNode", "cuGraphAddEmptyNode", "cuGraphAddEventRecordNode", "cuGraphAddEventWaitNode", "cuGraphGetNodes", "cuGraphGetRootNodes", "cuGraphGetEdges_v2", "cuGraphNodeGetDependencies_v2", "cuGraphNodeGetDependentNodes_v2", "cuGraphAddDependencies_v2", "cuGraphRemoveDependencies_v2", "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams", "cuGraphExecHostNodeSetParams", "cuGraphExecUpdate_v2",
     # graph memory nodes (interceptor/graph_mem.c)
     "cuGraphAddMemAllocNode", "cuGraphMemAllocNodeGetParams", "cuGraphAddMemFreeNode", "cuGraphMemFreeNodeGetParams",
     "cuDeviceGetGraphMemAttribute", "cuDeviceSetGraphMemAttribute",
@@ -1058,6 +1059,8 @@ DRIVER_HANDLERS = {
     "cuGraphGetNodes": "graph_get_nodes",
     "cuGraphGetRootNodes": "graph_get_nodes",
     "cuGraphGetEdges_v2": "graph_get_edges",
+    "cuGraphNodeGetDependencies_v2": "graph_node_neighbours",
+    "cuGraphNodeGetDependentNodes_v2": "graph_node_neighbours",
     "cuGraphAddDependencies_v2": "graph_dependencies",
     "cuGraphRemoveDependencies_v2": "graph_dependencies",
     "cuGraphDestroyNode": "graph_destroy_node",
