@@ -878,6 +878,13 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuGraphGetRootNodes": P("hGraph=handle:graph; rootNodes=out_buffer:graph_node@*numRootNodes * sizeof(CUgraphNode); numRootNodes=out_value", "graph:use; graph_node:use"),
     "cuGraphGetEdges": P("hGraph=handle:graph; from=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); to=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); numEdges=out_value", "graph:use; graph_node:use"),
     "cuGraphGetEdges_v2": P("hGraph=handle:graph; from=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); to=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); edgeData=out_buffer@*numEdges * sizeof(CUgraphEdgeData); numEdges=out_value", "graph:use; graph_node:use"),
+    "cuGraphNodeGetDependencies": P("hNode=handle:graph_node; dependencies=out_buffer:graph_node@*numDependencies * sizeof(CUgraphNode); numDependencies=out_value", "graph_node:use"),
+    "cuGraphNodeGetDependencies_v2": P("hNode=handle:graph_node; dependencies=out_buffer:graph_node@*numDependencies * sizeof(CUgraphNode); edgeData=out_buffer@*numDependencies * sizeof(CUgraphEdgeData); numDependencies=out_value", "graph_node:use"),
+    "cuGraphNodeGetDependentNodes": P("hNode=handle:graph_node; dependentNodes=out_buffer:graph_node@*numDependentNodes * sizeof(CUgraphNode); numDependentNodes=out_value", "graph_node:use"),
+    "cuGraphNodeGetDependentNodes_v2": P("hNode=handle:graph_node; dependentNodes=out_buffer:graph_node@*numDependentNodes * sizeof(CUgraphNode); edgeData=out_buffer@*numDependentNodes * sizeof(CUgraphEdgeData); numDependentNodes=out_value", "graph_node:use"),
+    # TMA descriptors, encoded by the worker's driver (interceptor/tensor_map.c)
+    "cuTensorMapEncodeTiled": P("tensorMap=out_value", ""),
+    "cuTensorMapEncodeIm2col": P("tensorMap=out_value", ""),
     "cuGraphAddDependencies": P("hGraph=handle:graph; from=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); to=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar", "graph:use; graph_node:use"),
     "cuGraphAddDependencies_v2": P("hGraph=handle:graph; from=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); to=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); edgeData=in_buffer@numDependencies * sizeof(CUgraphEdgeData); numDependencies=scalar", "graph:use; graph_node:use"),
     "cuGraphRemoveDependencies": P("hGraph=handle:graph; from=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); to=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar", "graph:use; graph_node:use"),
@@ -947,6 +954,7 @@ DRIVER_SHIM_LOCAL = {
 }
 
 DRIVER_SHIM_OVERRIDE = {
+    "cuTensorMapEncodeTiled", "cuTensorMapEncodeIm2col",
     "cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary",
     "cuModuleGetFunction", "cuLaunchKernel", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2",
     "cuMemcpyDtoH_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuCtxCreate_v4",

@@ -346,3 +346,31 @@ def test_gesvd_overwrite_and_the_64_bit_api(mem):
     assert so.f_cusolverDnXgetrf(h, p, n, n, R_64F, ga, n, piv, R_64F, 0, 0, None, 0, info) == (0, [])
     assert so.f_cusolverDnXgetrs(h, p, 0, n, 2, R_64F, ga, n, piv, R_64F, ba, n, info) == (0, [])
     np.testing.assert_allclose(G @ _getm(mem, ba, n, 2, np.float64), B, atol=1e-10)
+
+
+def test_syev_batched_64_bit_api(mem):
+    """JAX's batched eigh calls cusolverDnXsyevBatched: batchSize matrices
+    n x n one after the other (lda * n apart), eigenvalues n apart, one info
+    each (cusolverDn.h)."""
+    so, h = _solver(mem)
+    code, (p,) = so.f_cusolverDnCreateParams(True)
+    R_32F = 0
+    n, batch = 5, 3
+    mats = []
+    for _ in range(batch):
+        m = RNG.standard_normal((n, n)).astype(np.float32)
+        mats.append(m + m.T)
+    a = mem.put(np.concatenate([_fortran(m) for m in mats]))
+    w = mem.put(np.zeros(n * batch, np.float32))
+    info = mem.put(np.full(batch, -1, np.int32))
+    assert so.f_cusolverDnXsyevBatched_bufferSize(h, p, 1, 1, n, R_32F, a, n, R_32F, w, R_32F, True, True,
+                                                  batch)[0] == 0
+    assert so.f_cusolverDnXsyevBatched(h, p, 1, 1, n, R_32F, a, n, R_32F, w, R_32F, 0, 0, None, 0, info,
+                                       batch) == (0, [])
+    ev = mem.get(w, n * batch, np.float32).reshape(batch, n)
+    vecs = mem.get(a, n * n * batch, np.float32).reshape(batch, n, n)
+    for k, m in enumerate(mats):
+        np.testing.assert_allclose(ev[k], np.linalg.eigvalsh(m.astype(np.float64)), rtol=1e-4, atol=1e-4)
+        v = vecs[k].T                   # column-major
+        np.testing.assert_allclose(m @ v, v * ev[k], atol=1e-3)
+    assert list(mem.get(info, batch, np.int32)) == [0] * batch

@@ -792,6 +792,28 @@ class EmuCusolver(EmuLibrary):
             raise CudaError(801, f"cusolverDnXsyevd with A of type {ta} and W of type {tw}")
         return self._syevd(jobz, uplo, n, A, lda, W, info, _dtype(ta))
 
+    def f_cusolverDnXsyevBatched_bufferSize(self, h, p, jobz, uplo, n, ta, A, lda, tw, W, ct, od, oh, batch):
+        self._obj(h), _dtype(ta)
+        return SO_OK, [0, 0]
+
+    def f_cusolverDnXsyevBatched(self, h, p, jobz, uplo, n, ta, A, lda, tw, W, ct, bd, wd, bh, wh, info, batch):
+        """batchSize matrices of n x n, lda apart by n columns (A + k * lda * n),
+        their eigenvalues n apart in W, one info per matrix (cusolverDn.h,
+        cusolverDnXsyevBatched)."""
+        self._obj(h)
+        dt = _dtype(ta)
+        if _real(dt) != _dtype(tw):
+            raise CudaError(801, f"cusolverDnXsyevBatched with A of type {ta} and W of type {tw}")
+        if batch < 0 or n < 0 or lda < max(1, n):
+            return SO_INVALID, []
+        esz, wsz = np.dtype(dt).itemsize, np.dtype(_real(dt)).itemsize
+        for k in range(batch):
+            code, _ = self._syevd(jobz, uplo, n, int(A) + k * lda * n * esz, lda, int(W) + k * n * wsz,
+                                  int(info) + 4 * k if info else 0, dt)
+            if code != SO_OK:
+                return code, []
+        return SO_OK, []
+
     def f_cusolverDnXgetrf_bufferSize(self, h, p, m, n, ta, A, lda, ct, od, oh):
         self._obj(h), _dtype(ta)
         return SO_OK, [0, 0]
