@@ -841,6 +841,7 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuMemGetAllocationPropertiesFromHandle": P("prop=out_value; handle=handle:mem_handle", "mem_handle:use"),
     # issue 10, group 3: graphs from stream capture (proxyd/families/graphs.py)
     "cuStreamBeginCapture_v2": P("hStream=handle:stream; mode=scalar", "stream:use"),
+    "cuStreamBeginCaptureToGraph": P("hStream=handle:stream; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); dependencyData=in_buffer@numDependencies * sizeof(CUgraphEdgeData); numDependencies=scalar; mode=scalar", "stream:use; graph:use; graph_node:use"),
     "cuStreamEndCapture": P("hStream=handle:stream; phGraph=out_value:graph", "graph:create; stream:use"),
     "cuStreamIsCapturing": P("hStream=handle:stream; captureStatus=out_value", "stream:use"),
     # (interceptor/capture.c): status, id and graph from the worker; no dependency nodes
@@ -878,6 +879,9 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuGraphGetRootNodes": P("hGraph=handle:graph; rootNodes=out_buffer:graph_node@*numRootNodes * sizeof(CUgraphNode); numRootNodes=out_value", "graph:use; graph_node:use"),
     "cuGraphGetEdges": P("hGraph=handle:graph; from=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); to=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); numEdges=out_value", "graph:use; graph_node:use"),
     "cuGraphGetEdges_v2": P("hGraph=handle:graph; from=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); to=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); edgeData=out_buffer@*numEdges * sizeof(CUgraphEdgeData); numEdges=out_value", "graph:use; graph_node:use"),
+    "cuGraphExecChildGraphNodeSetParams": P("hGraphExec=handle:graph_exec; hNode=handle:graph_node; childGraph=handle:graph", "graph_exec:use; graph_node:use; graph:use"),
+    "cuGraphNodeSetEnabled": P("hGraphExec=handle:graph_exec; hNode=handle:graph_node; isEnabled=scalar", "graph_exec:use; graph_node:use"),
+    "cuGraphNodeGetEnabled": P("hGraphExec=handle:graph_exec; hNode=handle:graph_node; isEnabled=out_value", "graph_exec:use; graph_node:use"),
     "cuGraphNodeGetDependencies": P("hNode=handle:graph_node; dependencies=out_buffer:graph_node@*numDependencies * sizeof(CUgraphNode); numDependencies=out_value", "graph_node:use"),
     "cuGraphNodeGetDependencies_v2": P("hNode=handle:graph_node; dependencies=out_buffer:graph_node@*numDependencies * sizeof(CUgraphNode); edgeData=out_buffer@*numDependencies * sizeof(CUgraphEdgeData); numDependencies=out_value", "graph_node:use"),
     "cuGraphNodeGetDependentNodes": P("hNode=handle:graph_node; dependentNodes=out_buffer:graph_node@*numDependentNodes * sizeof(CUgraphNode); numDependentNodes=out_value", "graph_node:use"),
@@ -967,7 +971,7 @@ DRIVER_SHIM_OVERRIDE = {
     "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemFree_v2",
     "cuDevicePrimaryCtxReset_v2",
     # capture queries answered locally until this process has begun a capture (interceptor/capture.c)
-    "cuStreamIsCapturing", "cuStreamBeginCapture_v2",
+    "cuStreamIsCapturing", "cuStreamBeginCapture_v2", "cuStreamBeginCaptureToGraph",
     "cuStreamGetCaptureInfo_v3",
     # the JIT linker keeps log buffers and the linked image in the shim (interceptor/link.c)
     "cuLinkCreate_v2", "cuLinkAddData_v2", "cuLinkComplete", "cuLinkDestroy",
@@ -1046,6 +1050,9 @@ DRIVER_HANDLERS = {
     "cuMemSetAccess": "vmm_set_access", "cuMemGetAccess": "vmm_get_access",
     "cuMemGetAllocationGranularity": "vmm_granularity", "cuMemGetAllocationPropertiesFromHandle": "vmm_get_prop",
     "cuStreamBeginCapture_v2": "graph_begin_capture", "cuStreamEndCapture": "graph_end_capture",
+    "cuStreamBeginCaptureToGraph": "graph_begin_capture_to_graph",
+    "cuGraphExecChildGraphNodeSetParams": "graph_exec_child_set_params",
+    "cuGraphNodeSetEnabled": "graph_node_enabled", "cuGraphNodeGetEnabled": "graph_node_enabled",
     "cuStreamIsCapturing": "graph_is_capturing", "cuStreamGetCaptureInfo_v3": "graph_capture_info", "cuGraphInstantiateWithFlags": "graph_instantiate",
     "cuGraphInstantiate_v2": "graph_instantiate", "cuGraphLaunch": "graph_launch", "cuGraphDestroy": "graph_destroy",
     "cuGraphExecDestroy": "graph_exec_destroy",

@@ -4,14 +4,16 @@
 The tests are not part of this repository: they are fetched from the
 projects' public repositories at the release installed on the GPU machine and
 carried there in .carry/ (scripts/fetch_test_suites.py writes them; never
-committed). Each file runs with pytest twice, natively and proxied, at the
-same time (separate processes: each proxied one has its own proxyd worker);
-the JUnit reports are compared test by test. A test that passes natively and
-not proxied is a regression; one that fails in both is the machine's (a
-missing optional package, a tolerance), not the proxy's. A file that runs
-out of time in either mode is reported, not compared. Results: <label>.json
-in the output folder (counts per mode, the regressions), and one PASS/FAIL
-line per file.
+committed). The chosen files run with pytest -v twice, natively and proxied,
+at the same time (separate processes: each proxied one has its own proxyd
+worker), in one pytest per mode (one interpreter start) or one per file;
+the outcomes printed are compared test by test. A test that passes
+natively and not proxied is a regression; one that fails in both is the
+machine's (a missing optional package, a tolerance), not the proxy's. A
+run that reaches its time limit is stopped and the tests both modes
+finished are compared (the result says "partial" and how many). Results:
+<label>.json in the output folder (counts per mode, the regressions), and
+one PASS/FAIL row per run.
 """
 from __future__ import annotations
 

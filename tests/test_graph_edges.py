@@ -6,7 +6,8 @@ the shim on the emulated backend: a programmatic edge between two kernel
 nodes is kept, reported and run as a dependency; the driver's rules refuse
 bad edges (reserved bytes, to_port, programmatic edges off kernel nodes)
 without changing the graph; a query without an edge-data array fails as
-lossy; and the graph with its edge data survives a dump and a restore.
+lossy; and the graph with its edge data (and a node disabled in its
+executable graph) survives a dump and a restore.
 
 The expected values are cuda.h's (return codes, the data the caller gave),
 and the kernel results the order the edges impose (p = p * 10 + a per
@@ -120,12 +121,19 @@ assert cu.cuStreamCreate(byref(st), 0) == 0
 assert cu.cuGraphLaunch(ge, st) == 0 and cu.cuStreamSynchronize(st) == 0
 out["run1"] = read()                 # (1 * 10 + 2) * 10 + 3
 out["k"] = [k1, k2, e.value]
+out["disable"] = cu.cuGraphNodeSetEnabled(ge, P(k2), c_uint(0))     # kept across the restore too
 print(json.dumps(out), flush=True)
 sys.stdin.readline()                 # the test dumps and restores here
 after = {"edges": edges(g)}
 assert cu.cuMemsetD32_v2(d, 1, N) == 0
 assert cu.cuGraphLaunch(ge, st) == 0 and cu.cuStreamSynchronize(st) == 0
-after["run2"] = read()
+after["run2"] = read()                # k2 disabled
+en = c_uint(7)
+after["enabled"] = [cu.cuGraphNodeGetEnabled(ge, P(k2), byref(en)), en.value]
+assert cu.cuGraphNodeSetEnabled(ge, P(k2), c_uint(1)) == 0
+assert cu.cuMemsetD32_v2(d, 1, N) == 0
+assert cu.cuGraphLaunch(ge, st) == 0 and cu.cuStreamSynchronize(st) == 0
+after["run3"] = read()
 fa, tb = (P * 1)(k1), (P * 1)(k2)
 after["remove_default"] = cu.cuGraphRemoveDependencies_v2(g, fa, tb, None, c_size_t(1))
 after["remove_matching"] = cu.cuGraphRemoveDependencies_v2(g, fa, tb, edge(1, 0, 1), c_size_t(1))
@@ -163,7 +171,7 @@ def test_edge_data_kept_checked_run_and_restored(shim_installed, fresh_daemon, t
         assert o["deps_v2"] == [0, 1, True, [1, 0, 1]]
         assert o["dependents_v1_lossy"] == 402
         assert o["dependents_count"] == [0, 1]
-        assert o["run1"] == [(1 * 10 + 2) * 10 + 3]
+        assert o["run1"] == [(1 * 10 + 2) * 10 + 3] and o["disable"] == 0
         st = ctl(d, "dump", pid=app.pid, dir=str(tmp_path / "img"))
         assert st["released"]
         from gpuproxy.proxyd.checkpoint.image import Image
@@ -176,7 +184,8 @@ def test_edge_data_kept_checked_run_and_restored(shim_installed, fresh_daemon, t
         assert app.returncode == 0, err
         a = json.loads(out.strip().splitlines()[-1])
         assert a["edges"] == o["edges"], "the edges and their data after the restore"
-        assert a["run2"] == [(1 * 10 + 2) * 10 + 3]
+        assert a["enabled"] == [0, 0] and a["run2"] == [1 * 10 + 2], "k2 stays disabled (graph_exec_nodes.py)"
+        assert a["run3"] == [(1 * 10 + 2) * 10 + 3]
         # cuda.h: an edge is removed only with data matching its own
         assert a["remove_default"] == 1 and a["remove_matching"] == 0
         assert [(x, y, z) for x, y, z in a["edges_left"]] == [(k2, e, [2, 0, 0])]

@@ -248,6 +248,8 @@ SESSION = Obj({
                                                 1 << 20),
                                  "index": List(Tuple(ID, List(Int(0, 1 << 31), 1 << 20)), 1 << 20),
                                  "node_order": List(ID, 1 << 20),
+                                 # nodes of an executable graph disabled (proxyd/families/graph_exec_nodes.py)
+                                 "disabled": List(ID, 1 << 20),
                                  # math-library calls captured into the graph (proxyd/families/graph_libcapture.py):
                                  # node index, capturing stream, snapshots of the library objects named
                                  "libcaptures": List(Tuple(Int(0, 1 << 20), Obj({
