@@ -102,3 +102,50 @@ def test_disabled_nodes_in_an_image_must_be_the_execs():
     assert skipped_positions(type("E", (), {"info": info})()) == {1, 2}
     with pytest.raises(CudaError):
         rebuild_disabled({"index": {4: [0]}}, [5], "executable graph 1")
+
+
+RUNTIME = r"""
+import ctypes, json
+from ctypes import byref, c_size_t, c_uint, c_void_p
+rt = ctypes.CDLL("libcudart.so.13")
+P = c_void_p
+out = {}
+buf, st, g, g2 = P(), P(), P(), P()
+assert rt.cudaMalloc(byref(buf), 64) == 0 and rt.cudaStreamCreate(byref(st)) == 0
+assert rt.cudaGraphCreate(byref(g), 0) == 0
+out["begin"] = rt.cudaStreamBeginCaptureToGraph(st, g, None, None, c_size_t(0), 0)
+rt.cudaMemsetAsync(buf, 9, c_size_t(64), st)
+out["end"] = [rt.cudaStreamEndCapture(st, byref(g2)), g2.value == g.value]
+a, b = P(), P()
+assert rt.cudaGraphAddEmptyNode(byref(a), g, None, c_size_t(0)) == 0
+assert rt.cudaGraphAddEmptyNode(byref(b), g, byref(a), c_size_t(1)) == 0
+deps, ed, n = (P * 2)(), ctypes.create_string_buffer(16), c_size_t(2)
+out["deps"] = [rt.cudaGraphNodeGetDependencies(b, deps, ed, byref(n)), n.value, deps[0] == a.value]
+n = c_size_t(0)
+out["dependents"] = [rt.cudaGraphNodeGetDependentNodes(a, None, None, byref(n)), n.value]
+e = P()
+assert rt.cudaGraphInstantiate(byref(e), g, ctypes.c_ulonglong(0)) == 0
+en = c_uint(5)
+out["enabled_empty"] = rt.cudaGraphNodeGetEnabled(e, a, byref(en))       # empty node: invalid value
+assert rt.cudaGraphLaunch(e, st) == 0 and rt.cudaStreamSynchronize(st) == 0
+host = ctypes.create_string_buffer(64)
+rt.cudaMemcpy(host, buf, c_size_t(64), 2)
+out["bytes"] = host.raw == b"\x09" * 64
+print(json.dumps(out))
+"""
+
+
+def test_runtime_twins(emu_daemon):
+    import json
+    import subprocess
+    import sys
+    from conftest import client_env
+    r = subprocess.run([sys.executable, "-c", RUNTIME], capture_output=True, text=True, timeout=60,
+                       env=client_env(emu_daemon))
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout.strip().splitlines()[-1])
+    assert o["begin"] == 0 and o["end"] == [0, True]
+    assert o["deps"] == [0, 1, True] and o["dependents"] == [0, 1]
+    assert o["enabled_empty"] == 1          # cudaErrorInvalidValue
+    assert o["bytes"], "the captured memset ran at the launch"
+    assert "not supported" not in r.stderr
