@@ -374,3 +374,56 @@ def test_syev_batched_64_bit_api(mem):
         v = vecs[k].T                   # column-major
         np.testing.assert_allclose(m @ v, v * ev[k], atol=1e-3)
     assert list(mem.get(info, batch, np.int32)) == [0] * batch
+
+
+def test_geev_and_gesvdp_64_bit_api(mem):
+    """JAX's eig calls cusolverDnXgeev (W complex; a real matrix's
+    eigenvectors in LAPACK's real layout) and its svd may call
+    cusolverDnXgesvdp (A = U diag(S) V^H, V itself, not V^H). Checked by the
+    defining equations, not against the emulation's own numbers."""
+    so, h = _solver(mem)
+    code, (p,) = so.f_cusolverDnCreateParams(True)
+    R_64F, C_64F = 1, 5
+    n = 4
+    A = np.array([[0.0, -2.0, 0.5, 0.0], [2.0, 0.0, 0.0, 1.0], [0.0, 0.3, 1.0, 0.0], [0.1, 0.0, 0.0, 3.0]])
+    aa = mem.put(_fortran(A))
+    w = mem.put(np.zeros(n, np.complex128))
+    vl, vr = mem.put(np.zeros(n * n)), mem.put(np.zeros(n * n))
+    info = mem.put(np.full(1, -1, np.int32))
+    assert so.f_cusolverDnXgeev_bufferSize(h, p, 1, 1, n, R_64F, aa, n, C_64F, w, R_64F, vl, n, R_64F, vr, n, R_64F,
+                                           True, True)[0] == 0
+    assert so.f_cusolverDnXgeev(h, p, 1, 1, n, R_64F, aa, n, C_64F, w, R_64F, vl, n, R_64F, vr, n, R_64F, 0, 0,
+                                None, 0, info) == (0, [])
+    ev = mem.get(w, n, np.complex128)
+    assert np.any(ev.imag != 0), "the test matrix has a complex pair"
+    np.testing.assert_allclose(sorted(ev, key=lambda z: (z.real, z.imag)),
+                               sorted(np.linalg.eigvals(A), key=lambda z: (z.real, z.imag)), atol=1e-10)
+
+    def unpack(cols):
+        v = np.zeros((n, n), np.complex128)
+        j = 0
+        while j < n:
+            if ev[j].imag != 0:
+                v[:, j] = cols[:, j] + 1j * cols[:, j + 1]
+                v[:, j + 1] = cols[:, j] - 1j * cols[:, j + 1]
+                j += 2
+            else:
+                v[:, j] = cols[:, j]
+                j += 1
+        return v
+    R = unpack(_getm(mem, vr, n, n, np.float64))
+    L = unpack(_getm(mem, vl, n, n, np.float64))
+    np.testing.assert_allclose(A @ R, R * ev, atol=1e-10)
+    np.testing.assert_allclose(L.conj().T @ A, ev[:, None] * L.conj().T, atol=1e-10)
+    assert mem.get(info, 1, np.int32)[0] == 0
+
+    m, k = 6, 4
+    B = RNG.standard_normal((m, k))
+    ba, s, u, v = mem.put(_fortran(B)), mem.put(np.zeros(k)), mem.put(np.zeros(m * k)), mem.put(np.zeros(k * k))
+    assert so.f_cusolverDnXgesvdp_bufferSize(h, p, 1, 1, m, k, R_64F, ba, m, R_64F, s, R_64F, u, m, R_64F, v, k,
+                                             R_64F, True, True)[0] == 0
+    code, outs = so.f_cusolverDnXgesvdp(h, p, 1, 1, m, k, R_64F, ba, m, R_64F, s, R_64F, u, m, R_64F, v, k, R_64F,
+                                        0, 0, None, 0, info, True)
+    assert code == 0 and outs == [0.0]
+    U, S, V = _getm(mem, u, m, k, np.float64), mem.get(s, k, np.float64), _getm(mem, v, k, k, np.float64)
+    np.testing.assert_allclose((U * S) @ V.T, B, atol=1e-10)
