@@ -75,9 +75,10 @@ def compare(log, out: Path, label: str, tdir: Path, names: list[str], client_env
         for mode in ("native", "proxied"):
             env = dict(base_env) if mode == "native" else client_env(dict(base_env))
             log_f = open(out / f"{label}-{tag}-{mode}.log", "w+")
+            # a file that fails to import must not stop the others of its run
             procs[mode] = (subprocess.Popen([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
-                                             *pytest_args, *group], stdout=log_f, stderr=subprocess.STDOUT, env=env,
-                                            cwd=tdir), log_f)
+                                             "--continue-on-collection-errors", *pytest_args, *group], stdout=log_f,
+                                            stderr=subprocess.STDOUT, env=env, cwd=tdir), log_f)
         deadline = time.monotonic() + limit_s
         runs, timed_out = {}, []
         for mode, (pr, log_f) in procs.items():

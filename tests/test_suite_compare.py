@@ -43,14 +43,16 @@ def test_regressions_found_and_partial_runs_compared(tmp_path):
     tdir.mkdir()
     (tdir / "test_a.py").write_text(SUITE)
     (tdir / "test_b.py").write_text("def test_b():\n    assert True\n")
+    (tdir / "test_c.py").write_text("import no_such_module_here\n")
     out = tmp_path / "out"
     out.mkdir()
     lines = []
     env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
-    rows = suite_compare.compare(lines.append, out, "fake", tdir, ["test_a.py", "test_b.py"], proxied, env, 60,
-                                 together=True)
-    assert rows == [("fake 2 files proxied >= native", "FAIL (1)")], rows
-    rec = json.loads((out / "fake.json").read_text())["test_a.py test_b.py"]
+    # test_c.py does not import: the other files of the run still count
+    rows = suite_compare.compare(lines.append, out, "fake", tdir, ["test_a.py", "test_b.py", "test_c.py"], proxied,
+                                 env, 60, together=True)
+    assert rows == [("fake 3 files proxied >= native", "FAIL (1)")], rows
+    rec = json.loads((out / "fake.json").read_text())["test_a.py test_b.py test_c.py"]
     assert rec["pass_natively_not_proxied"] == ["test_a.py::test_breaks_proxied"]
     assert rec["native"] == {"passed": 6, "failed": 0, "skipped": 1}
     assert rec["proxied"] == {"passed": 5, "failed": 1, "skipped": 1}
