@@ -25,6 +25,11 @@ the default (all zero); describe/rebuild carry it in the checkpoint image
 as [upstream id, from_port, to_port, type] rows, checked against the
 node's dependencies when read back.
 
+A query without an edge-data array over an edge with data fails with
+CUDA_ERROR_LOSSY_QUERY (cuda.h, cuGraphGetEdges): the shim decides that, as
+only it knows whether the caller passed the array (interceptor/
+graph_build.c); proxyd always sends the data.
+
 Locking: the worker's main loop only (dispatch.py).
 """
 from __future__ import annotations
@@ -34,8 +39,6 @@ import struct
 from ..core.session import CudaError
 
 CUDA_ERROR_INVALID_VALUE = 1
-# cuda.h: a query whose edgeData is NULL while an edge has other data
-CUDA_ERROR_LOSSY_QUERY = 402
 
 PORT_DEFAULT, PORT_PROGRAMMATIC, PORT_LAUNCH_ORDER = 0, 1, 2
 TYPE_DEFAULT, TYPE_PROGRAMMATIC = 0, 1
@@ -103,12 +106,6 @@ def drop(node, dep_id: int) -> None:
 
 def pack(edges) -> bytes:
     return b"".join(_EDGE.pack(f, t, ty, bytes(5)) for f, t, ty in edges)
-
-
-def lossy(edges) -> bool:
-    """Whether a query without edgeData would lose something (cuda.h:
-    CUDA_ERROR_LOSSY_QUERY)."""
-    return any(tuple(e) != DEFAULT for e in edges)
 
 
 def describe(node) -> list:
