@@ -16,6 +16,9 @@ Written to the output folder: jax-digests.json,
       "not_supported": [the proxied run's "not supported" lines]}}
 and one result row per setting: PASS when every digest the native run
 produced is bit-identical proxied, else FAIL naming the digests that differ.
+Then the TMA descriptors XLA's Hopper kernels take (TENSOR_MAPS): encoded
+natively and proxied with the same arguments, they must be the same bytes
+(tensor-maps.json).
 """
 from __future__ import annotations
 
@@ -37,6 +40,55 @@ def _parse(stdout: str, stderr: str, rc) -> dict:
     except ValueError:
         tail = (stderr.strip().splitlines() or ["(no output)"])[-1][:300]
         return {"(script)": f"FAIL: rc={rc} {tail}"}
+
+
+# TMA descriptors (cuTensorMapEncodeTiled/Im2col, which XLA's and Triton's
+# Hopper kernels use) encoded natively and proxied with the same arguments:
+# the driver encodes the address it is given without looking it up, so the
+# same fixed address must give the same 128 bytes in both (and the same
+# refusals). Printed as JSON {case: [status, hex]}.
+TENSOR_MAPS = r"""
+import ctypes, json
+from ctypes import byref, c_int, c_uint, c_uint64, c_void_p
+cu = ctypes.CDLL("libcuda.so.1")
+assert cu.cuInit(0) == 0
+ctx = c_void_p()
+assert cu.cuDevicePrimaryCtxRetain(byref(ctx), 0) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+raw = ctypes.create_string_buffer(192)
+m = (ctypes.addressof(raw) + 63) & ~63
+ADDR = 0x7F0000000000
+def tiled(addr, dtype, rank, gdim, gstr, box, est, inter=0, swz=0, l2=0, oob=0):
+    ctypes.memset(m, 0, 128)
+    rc = cu.cuTensorMapEncodeTiled(c_void_p(m), c_int(dtype), c_uint(rank), c_void_p(addr), (c_uint64 * 5)(*gdim),
+                                   (c_uint64 * 4)(*gstr), (c_uint * 5)(*box), (c_uint * 5)(*est), c_int(inter),
+                                   c_int(swz), c_int(l2), c_int(oob))
+    return [rc, ctypes.string_at(m, 128).hex() if rc == 0 else None]
+out = {
+    "f32 2d": tiled(ADDR, 7, 2, (256, 128), (1024,), (32, 16), (1, 1)),
+    "bf16 3d swizzle128 l2": tiled(ADDR + 4096, 9, 3, (512, 64, 8), (1024, 65536), (64, 32, 1), (1, 1, 1), 0, 3, 2),
+    "f16 nan fill": tiled(ADDR, 6, 2, (128, 128), (256,), (64, 64), (1, 1), 0, 3, 0, 1),
+    "misaligned address": tiled(ADDR + 8, 7, 2, (256, 128), (1024,), (32, 16), (1, 1)),
+    "box too large": tiled(ADDR, 7, 2, (256, 128), (1024,), (32, 300), (1, 1)),
+}
+ctypes.memset(m, 0, 128)
+rc = cu.cuTensorMapEncodeIm2col(c_void_p(m), c_int(7), c_uint(4), c_void_p(ADDR), (c_uint64 * 4)(64, 16, 16, 2),
+                                (c_uint64 * 3)(256, 4096, 65536), (c_int * 2)(-1, -1), (c_int * 2)(1, 1), c_uint(64),
+                                c_uint(32), (c_uint * 4)(1, 1, 1, 1), c_int(0), c_int(0), c_int(0), c_int(0))
+out["im2col f32 4d"] = [rc, ctypes.string_at(m, 128).hex() if rc == 0 else None]
+print(json.dumps(out))
+"""
+
+
+def tensor_maps(log, out: Path, client_env, base_env: dict) -> list[tuple[str, str]]:
+    runs = {}
+    for mode, env in (("native", dict(base_env)), ("proxied", client_env(dict(base_env)))):
+        r = subprocess.run([sys.executable, "-c", TENSOR_MAPS], capture_output=True, text=True, timeout=60, env=env)
+        (out / f"tensor-maps-{mode}.log").write_text(r.stdout + r.stderr)
+        runs[mode] = _parse(r.stdout, r.stderr, r.returncode)
+    same = runs["native"] == runs["proxied"] and "(script)" not in runs["native"]
+    (out / "tensor-maps.json").write_text(json.dumps(runs, indent=1))
+    log(f"tensor maps: native {runs['native']} | proxied {runs['proxied']}")
+    return [("tensor maps encoded as natively (cuTensorMapEncodeTiled/Im2col)", "PASS" if same else "FAIL")]
 
 
 def run(log, out: Path, client_env, base_env: dict, limit_s: float | None = None) -> list[tuple[str, str]]:
@@ -85,4 +137,4 @@ def run(log, out: Path, client_env, base_env: dict, limit_s: float | None = None
             results.append((f"jax digests bit-identical ({label}, {len(digests)})",
                             "PASS" if not differ else f"FAIL ({', '.join(differ)})"))
     (out / "jax-digests.json").write_text(json.dumps(summary, indent=1))
-    return results
+    return results + tensor_maps(log, out, client_env, base_env)
