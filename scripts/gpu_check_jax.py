@@ -79,16 +79,49 @@ print(json.dumps(out))
 """
 
 
-def tensor_maps(log, out: Path, client_env, base_env: dict) -> list[tuple[str, str]]:
+# The pointer attributes XLA asks of its buffers (cuda.h CUpointer_attribute:
+# 11 RANGE_START_ADDR, 12 RANGE_SIZE, 14 ALLOWED_HANDLE_TYPES, 16
+# ACCESS_FLAGS, 18 MAPPING_SIZE, 19 MAPPING_BASE_ADDR) of an address inside a
+# cuMemAlloc allocation, relative to the allocation (the addresses differ
+# between the two processes). Printed as JSON {attribute: [status, value]}.
+POINTER_ATTRS = r"""
+import ctypes, json
+from ctypes import byref, c_uint, c_uint64, c_void_p
+cu = ctypes.CDLL("libcuda.so.1")
+assert cu.cuInit(0) == 0
+ctx = c_void_p()
+assert cu.cuDevicePrimaryCtxRetain(byref(ctx), 0) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+d = c_uint64()
+assert cu.cuMemAlloc_v2(byref(d), 3 << 20) == 0
+p = d.value + 12345
+out = {}
+for name, attr, ctype, rel in (("range start - base", 11, c_uint64, True), ("range size", 12, c_uint64, False),
+                               ("allowed handle types", 14, c_uint64, False), ("access flags", 16, c_uint, False),
+                               ("mapping size", 18, c_uint64, False), ("mapping base - base", 19, c_uint64, True)):
+    v = ctype(0)
+    rc = cu.cuPointerGetAttribute(byref(v), attr, c_uint64(p))
+    out[name] = [rc, (v.value - d.value) if (rc == 0 and rel) else v.value]
+print(json.dumps(out))
+"""
+
+
+def _native_vs_proxied(log, out: Path, client_env, base_env: dict, script: str, label: str, what: str):
     runs = {}
     for mode, env in (("native", dict(base_env)), ("proxied", client_env(dict(base_env)))):
-        r = subprocess.run([sys.executable, "-c", TENSOR_MAPS], capture_output=True, text=True, timeout=60, env=env)
-        (out / f"tensor-maps-{mode}.log").write_text(r.stdout + r.stderr)
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+        (out / f"{label}-{mode}.log").write_text(r.stdout + r.stderr)
         runs[mode] = _parse(r.stdout, r.stderr, r.returncode)
     same = runs["native"] == runs["proxied"] and "(script)" not in runs["native"]
-    (out / "tensor-maps.json").write_text(json.dumps(runs, indent=1))
-    log(f"tensor maps: native {runs['native']} | proxied {runs['proxied']}")
-    return [("tensor maps encoded as natively (cuTensorMapEncodeTiled/Im2col)", "PASS" if same else "FAIL")]
+    (out / f"{label}.json").write_text(json.dumps(runs, indent=1))
+    log(f"{label}: native {runs['native']} | proxied {runs['proxied']}")
+    return [(what, "PASS" if same else "FAIL")]
+
+
+def tensor_maps(log, out: Path, client_env, base_env: dict) -> list[tuple[str, str]]:
+    return _native_vs_proxied(log, out, client_env, base_env, TENSOR_MAPS, "tensor-maps",
+                              "tensor maps encoded as natively (cuTensorMapEncodeTiled/Im2col)") + \
+        _native_vs_proxied(log, out, client_env, base_env, POINTER_ATTRS, "pointer-attributes",
+                           "pointer attributes 11, 12, 14, 16, 18, 19 answered as natively")
 
 
 def run(log, out: Path, client_env, base_env: dict, limit_s: float | None = None) -> list[tuple[str, str]]:
