@@ -839,6 +839,7 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuMemGetAllocationPropertiesFromHandle": P("prop=out_value; handle=handle:mem_handle", "mem_handle:use"),
     # issue 10, group 3: graphs from stream capture (proxyd/families/graphs.py)
     "cuStreamBeginCapture_v2": P("hStream=handle:stream; mode=scalar", "stream:use"),
+    "cuStreamBeginCaptureToGraph": P("hStream=handle:stream; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); dependencyData=in_buffer@numDependencies * sizeof(CUgraphEdgeData); numDependencies=scalar; mode=scalar", "stream:use; graph:use; graph_node:use"),
     "cuStreamEndCapture": P("hStream=handle:stream; phGraph=out_value:graph", "graph:create; stream:use"),
     "cuStreamIsCapturing": P("hStream=handle:stream; captureStatus=out_value", "stream:use"),
     # (interceptor/capture.c): status, id and graph from the worker; no dependency nodes
@@ -876,6 +877,16 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuGraphGetRootNodes": P("hGraph=handle:graph; rootNodes=out_buffer:graph_node@*numRootNodes * sizeof(CUgraphNode); numRootNodes=out_value", "graph:use; graph_node:use"),
     "cuGraphGetEdges": P("hGraph=handle:graph; from=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); to=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); numEdges=out_value", "graph:use; graph_node:use"),
     "cuGraphGetEdges_v2": P("hGraph=handle:graph; from=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); to=out_buffer:graph_node@*numEdges * sizeof(CUgraphNode); edgeData=out_buffer@*numEdges * sizeof(CUgraphEdgeData); numEdges=out_value", "graph:use; graph_node:use"),
+    "cuGraphExecChildGraphNodeSetParams": P("hGraphExec=handle:graph_exec; hNode=handle:graph_node; childGraph=handle:graph", "graph_exec:use; graph_node:use; graph:use"),
+    "cuGraphNodeSetEnabled": P("hGraphExec=handle:graph_exec; hNode=handle:graph_node; isEnabled=scalar", "graph_exec:use; graph_node:use"),
+    "cuGraphNodeGetEnabled": P("hGraphExec=handle:graph_exec; hNode=handle:graph_node; isEnabled=out_value", "graph_exec:use; graph_node:use"),
+    "cuGraphNodeGetDependencies": P("hNode=handle:graph_node; dependencies=out_buffer:graph_node@*numDependencies * sizeof(CUgraphNode); numDependencies=out_value", "graph_node:use"),
+    "cuGraphNodeGetDependencies_v2": P("hNode=handle:graph_node; dependencies=out_buffer:graph_node@*numDependencies * sizeof(CUgraphNode); edgeData=out_buffer@*numDependencies * sizeof(CUgraphEdgeData); numDependencies=out_value", "graph_node:use"),
+    "cuGraphNodeGetDependentNodes": P("hNode=handle:graph_node; dependentNodes=out_buffer:graph_node@*numDependentNodes * sizeof(CUgraphNode); numDependentNodes=out_value", "graph_node:use"),
+    "cuGraphNodeGetDependentNodes_v2": P("hNode=handle:graph_node; dependentNodes=out_buffer:graph_node@*numDependentNodes * sizeof(CUgraphNode); edgeData=out_buffer@*numDependentNodes * sizeof(CUgraphEdgeData); numDependentNodes=out_value", "graph_node:use"),
+    # TMA descriptors, encoded by the worker's driver (interceptor/tensor_map.c)
+    "cuTensorMapEncodeTiled": P("tensorMap=out_value", ""),
+    "cuTensorMapEncodeIm2col": P("tensorMap=out_value", ""),
     "cuGraphAddDependencies": P("hGraph=handle:graph; from=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); to=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar", "graph:use; graph_node:use"),
     "cuGraphAddDependencies_v2": P("hGraph=handle:graph; from=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); to=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); edgeData=in_buffer@numDependencies * sizeof(CUgraphEdgeData); numDependencies=scalar", "graph:use; graph_node:use"),
     "cuGraphRemoveDependencies": P("hGraph=handle:graph; from=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); to=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar", "graph:use; graph_node:use"),
@@ -941,9 +952,11 @@ DRIVER_SHIM_LOCAL = {
     "cuStreamGetCaptureInfo_v2",   # on cuStreamGetCaptureInfo_v3 (interceptor/capture.c)
     # on the other graph calls (interceptor/graph_build.c)
     "cuGraphDebugDotPrint", "cuGraphAddKernelNode", "cuGraphGetEdges", "cuGraphAddDependencies", "cuGraphRemoveDependencies", "cuGraphInstantiateWithParams", "cuGraphAddNode", "cuGraphAddNode_v2",
+    "cuGraphNodeGetDependencies", "cuGraphNodeGetDependentNodes",
 }
 
 DRIVER_SHIM_OVERRIDE = {
+    "cuTensorMapEncodeTiled", "cuTensorMapEncodeIm2col",
     "cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary",
     "cuModuleGetFunction", "cuLaunchKernel", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2",
     "cuMemcpyDtoH_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuCtxCreate_v4",
@@ -956,7 +969,7 @@ DRIVER_SHIM_OVERRIDE = {
     "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemFree_v2",
     "cuDevicePrimaryCtxReset_v2",
     # capture queries answered locally until this process has begun a capture (interceptor/capture.c)
-    "cuStreamIsCapturing", "cuStreamBeginCapture_v2",
+    "cuStreamIsCapturing", "cuStreamBeginCapture_v2", "cuStreamBeginCaptureToGraph",
     "cuStreamGetCaptureInfo_v3",
     # the JIT linker keeps log buffers and the linked image in the shim (interceptor/link.c)
     "cuLinkCreate_v2", "cuLinkAddData_v2", "cuLinkComplete", "cuLinkDestroy",
@@ -970,7 +983,7 @@ DRIVER_SHIM_OVERRIDE = {
     "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2",
     "cuMemsetD2D8Async", "cuMemsetD2D16Async", "cuMemsetD2D32Async",
     # explicit graph construction: nodes carry their stream op (interceptor/graph_build.c)
-    "cuGraphAddKernelNode_v2", "cuGraphKernelNodeSetParams_v2", "cuGraphAddMemcpyNode", "cuGraphMemcpyNodeSetParams", "cuGraphAddMemsetNode", "cuGraphMemsetNodeSetParams", "cuGraphAddHostNode", "cuGraphHostNodeSetParams", "cuGraphAddChildGraphNode", "cuGraphAddEmptyNode", "cuGraphAddEventRecordNode", "cuGraphAddEventWaitNode", "cuGraphGetNodes", "cuGraphGetRootNodes", "cuGraphGetEdges_v2", "cuGraphAddDependencies_v2", "cuGraphRemoveDependencies_v2", "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams", "cuGraphExecHostNodeSetParams", "cuGraphExecUpdate_v2",
+    "cuGraphAddKernelNode_v2", "cuGraphKernelNodeSetParams_v2", "cuGraphAddMemcpyNode", "cuGraphMemcpyNodeSetParams", "cuGraphAddMemsetNode", "cuGraphMemsetNodeSetParams", "cuGraphAddHostNode", "cuGraphHostNodeSetParams", "cuGraphAddChildGraphNode", "cuGraphAddEmptyNode", "cuGraphAddEventRecordNode", "cuGraphAddEventWaitNode", "cuGraphGetNodes", "cuGraphGetRootNodes", "cuGraphGetEdges_v2", "cuGraphNodeGetDependencies_v2", "cuGraphNodeGetDependentNodes_v2", "cuGraphAddDependencies_v2", "cuGraphRemoveDependencies_v2", "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams", "cuGraphExecHostNodeSetParams", "cuGraphExecUpdate_v2",
     # graph memory nodes (interceptor/graph_mem.c)
     "cuGraphAddMemAllocNode", "cuGraphMemAllocNodeGetParams", "cuGraphAddMemFreeNode", "cuGraphMemFreeNodeGetParams",
     "cuDeviceGetGraphMemAttribute", "cuDeviceSetGraphMemAttribute",
@@ -1035,6 +1048,9 @@ DRIVER_HANDLERS = {
     "cuMemSetAccess": "vmm_set_access", "cuMemGetAccess": "vmm_get_access",
     "cuMemGetAllocationGranularity": "vmm_granularity", "cuMemGetAllocationPropertiesFromHandle": "vmm_get_prop",
     "cuStreamBeginCapture_v2": "graph_begin_capture", "cuStreamEndCapture": "graph_end_capture",
+    "cuStreamBeginCaptureToGraph": "graph_begin_capture_to_graph",
+    "cuGraphExecChildGraphNodeSetParams": "graph_exec_child_set_params",
+    "cuGraphNodeSetEnabled": "graph_node_enabled", "cuGraphNodeGetEnabled": "graph_node_enabled",
     "cuStreamIsCapturing": "graph_is_capturing", "cuStreamGetCaptureInfo_v3": "graph_capture_info", "cuGraphInstantiateWithFlags": "graph_instantiate",
     "cuGraphInstantiate_v2": "graph_instantiate", "cuGraphLaunch": "graph_launch", "cuGraphDestroy": "graph_destroy",
     "cuGraphExecDestroy": "graph_exec_destroy",
@@ -1056,6 +1072,8 @@ DRIVER_HANDLERS = {
     "cuGraphGetNodes": "graph_get_nodes",
     "cuGraphGetRootNodes": "graph_get_nodes",
     "cuGraphGetEdges_v2": "graph_get_edges",
+    "cuGraphNodeGetDependencies_v2": "graph_node_neighbours",
+    "cuGraphNodeGetDependentNodes_v2": "graph_node_neighbours",
     "cuGraphAddDependencies_v2": "graph_dependencies",
     "cuGraphRemoveDependencies_v2": "graph_dependencies",
     "cuGraphDestroyNode": "graph_destroy_node",
@@ -1355,6 +1373,12 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaGraphAddDependencies": P("graph=handle:graph; from=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); to=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); edgeData=in_buffer@numDependencies * sizeof(cudaGraphEdgeData); numDependencies=scalar", "graph:use; graph_node:use"),
     "cudaGraphRemoveDependencies": P("graph=handle:graph; from=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); to=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); edgeData=in_buffer@numDependencies * sizeof(cudaGraphEdgeData); numDependencies=scalar", "graph:use; graph_node:use"),
     "cudaGraphDestroyNode": P("node=handle:graph_node", "graph_node:destroy"),
+    "cudaGraphNodeGetDependencies": P("node=handle:graph_node; pDependencies=out_value:graph_node; edgeData=out_value; pNumDependencies=out_value", "graph_node:use"),
+    "cudaGraphNodeGetDependentNodes": P("node=handle:graph_node; pDependentNodes=out_value:graph_node; edgeData=out_value; pNumDependentNodes=out_value", "graph_node:use"),
+    "cudaGraphExecChildGraphNodeSetParams": P("hGraphExec=handle:graph_exec; node=handle:graph_node; childGraph=handle:graph", "graph_exec:use; graph_node:use; graph:use"),
+    "cudaGraphNodeSetEnabled": P("hGraphExec=handle:graph_exec; hNode=handle:graph_node; isEnabled=scalar", "graph_exec:use; graph_node:use"),
+    "cudaGraphNodeGetEnabled": P("hGraphExec=handle:graph_exec; hNode=handle:graph_node; isEnabled=out_value", "graph_exec:use; graph_node:use"),
+    "cudaStreamBeginCaptureToGraph": P("stream=handle:stream; graph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); dependencyData=in_buffer@numDependencies * sizeof(cudaGraphEdgeData); numDependencies=scalar; mode=scalar", "stream:use; graph:use; graph_node:use"),
     "cudaGraphInstantiateWithParams": P("pGraphExec=out_value:graph_exec; graph=handle:graph; instantiateParams=in_buffer@sizeof(cudaGraphInstantiateParams)", "graph_exec:create; graph:use"),
     "cudaGraphExecKernelNodeSetParams": P("hGraphExec=handle:graph_exec; node=handle:graph_node; pNodeParams=in_buffer@sizeof(struct cudaKernelNodeParams)", "graph_exec:use; graph_node:use"),
     "cudaGraphExecMemcpyNodeSetParams": P("hGraphExec=handle:graph_exec; node=handle:graph_node; pNodeParams=in_buffer@sizeof(struct cudaMemcpy3DParms)", "graph_exec:use; graph_node:use"),

@@ -34,6 +34,24 @@ CUresult gpo_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode 
     return gpg_cuStreamBeginCapture_v2_ptsz(hStream, mode);
 }
 
+/* a capture into the application's graph (proxyd/families/graph_capture_into.py) */
+CUresult gpo_cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                         const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                         CUstreamCaptureMode mode)
+{
+    atomic_store(&capture_begun, 1);
+    return gpg_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
+}
+
+CUresult gpo_cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                              const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                              CUstreamCaptureMode mode)
+{
+    atomic_store(&capture_begun, 1);
+    return gpg_cuStreamBeginCaptureToGraph_ptsz(hStream, hGraph, dependencies, dependencyData, numDependencies,
+                                                mode);
+}
+
 CUresult gpo_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
     if (!captureStatus)

@@ -6,6 +6,7 @@
  *
  * Locking: the add functions take gp_lock; nothing here touches shim state. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gp_gen.h"
@@ -19,20 +20,52 @@ static CUresult refuse(const char *fn, const char *why)
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-/* The generic form, by node type. Edge data
- * other than the default (all zero: a full dependency) is refused. */
+static CUresult add_by_type(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                            size_t numDependencies, CUgraphNodeParams *np);
+
+/* The generic form, by node type. With edge data other than the default
+ * (all zero: a full dependency) the node is added without dependencies and
+ * its edges then by cuGraphAddDependencies_v2, which carries the data
+ * (proxyd checks it: proxyd/families/graph_edges.py); if that fails the node
+ * is destroyed again and the call fails with its error, the graph as before. */
 CUresult gpo_cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                const CUgraphEdgeData *dependencyData, size_t numDependencies,
                                CUgraphNodeParams *np)
 {
-    if (!np)
+    if (!np || !phGraphNode || (numDependencies && !dependencies))
         return CUDA_ERROR_INVALID_VALUE;
+    int plain = 1;
     if (dependencyData) {
         static const CUgraphEdgeData zero;
-        for (size_t i = 0; i < numDependencies; i++)
-            if (memcmp(&dependencyData[i], &zero, sizeof zero) != 0)
-                return refuse("cuGraphAddNode", "edge data other than the default is not supported");
+        for (size_t i = 0; i < numDependencies && plain; i++)
+            plain = memcmp(&dependencyData[i], &zero, sizeof zero) == 0;
     }
+    if (plain)
+        return add_by_type(phGraphNode, hGraph, dependencies, numDependencies, np);
+    CUgraphNode node = NULL;
+    CUresult rc = add_by_type(&node, hGraph, NULL, 0, np);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    CUgraphNode *to = malloc(numDependencies * sizeof *to);
+    if (!to) {
+        cuGraphDestroyNode(node);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0; i < numDependencies; i++)
+        to[i] = node;
+    rc = cuGraphAddDependencies_v2(hGraph, dependencies, to, dependencyData, numDependencies);
+    free(to);
+    if (rc != CUDA_SUCCESS) {
+        cuGraphDestroyNode(node);
+        return rc;
+    }
+    *phGraphNode = node;
+    return CUDA_SUCCESS;
+}
+
+static CUresult add_by_type(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                            size_t numDependencies, CUgraphNodeParams *np)
+{
     switch (np->type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
         CUDA_KERNEL_NODE_PARAMS kp;
@@ -73,8 +106,13 @@ CUresult gpo_cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const C
     }
     case CU_GRAPH_NODE_TYPE_MEM_FREE:
         return gpo_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, np->free.dptr);
-    default:
-        return refuse("cuGraphAddNode", "this node type is not supported");
+    default: {
+        /* conditional nodes (13) among them: proxyd runs a graph as a list of
+         * stream operations and cannot evaluate a condition set on the GPU */
+        char why[96];
+        snprintf(why, sizeof why, "node type %d is not supported", (int)np->type);
+        return refuse("cuGraphAddNode", why);
+    }
     }
 }
 

@@ -720,6 +720,25 @@ CUresult gpo_cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t 
     return get_nodes(GP_FID_cuGraphGetRootNodes, hGraph, rootNodes, numRootNodes);
 }
 
+/* The edge data of a reply (CUgraphEdgeData each, proxyd/families/
+ * graph_edges.py) for the first n edges returned: into out, or, when the
+ * caller passed no array, CUDA_ERROR_LOSSY_QUERY if one of them is not the
+ * default (cuda.h, cuGraphGetEdges). */
+static CUresult copy_edge_data(const uint8_t *ed, size_t nb, CUgraphEdgeData *out, size_t n)
+{
+    static const CUgraphEdgeData zero;
+    for (size_t i = 0; i < n; i++) {
+        CUgraphEdgeData e = zero;
+        if (ed && (i + 1) * sizeof e <= nb)
+            memcpy(&e, ed + i * sizeof e, sizeof e);
+        if (out)
+            out[i] = e;
+        else if (memcmp(&e, &zero, sizeof e) != 0)
+            return CUDA_ERROR_LOSSY_QUERY;
+    }
+    return CUDA_SUCCESS;
+}
+
 CUresult gpo_cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData,
                                 size_t *numEdges)
 {
@@ -738,12 +757,13 @@ CUresult gpo_cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *
         size_t cap = *numEdges;
         copy_handles(&r, from, cap);
         copy_handles(&r, to, cap);
-        gp_out_skip(&r);
+        size_t nb = 0;
+        const uint8_t *ed = gp_out_bytes(&r, &nb);
         size_t total = (size_t)gp_out_int(&r);
         size_t n = from ? (total < cap ? total : cap) : total;
-        if (edgeData && from)
-            memset(edgeData, 0, n * sizeof *edgeData);     /* every edge is a default (full) dependency */
-        *numEdges = n;
+        rc = copy_edge_data(ed, nb, edgeData, from ? n : 0);
+        if (rc == CUDA_SUCCESS)
+            *numEdges = n;
     }
     gp_reply_done(&r);
     GP_LEAVE(rc);
@@ -757,20 +777,20 @@ CUresult gpo_cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to,
 static CUresult dependencies(uint32_t fid, CUgraph g, const CUgraphNode *from, const CUgraphNode *to,
                              const CUgraphEdgeData *edgeData, size_t n, const char *api)
 {
+    (void)api;
     if (!g || (n && (!from || !to)))
         return CUDA_ERROR_INVALID_VALUE;
-    if (edgeData) {
-        static const CUgraphEdgeData zero;
-        for (size_t i = 0; i < n; i++)
-            if (memcmp(&edgeData[i], &zero, sizeof zero) != 0)
-                return refuse(api, "edge data other than the default is not supported");
-    }
     GP_ENTER();
     gp_buf *b = gp_op_begin(fid, 5);
     gp_put_handle(b, g);
     put_nodes(b, from, n);
     put_nodes(b, to, n);
-    mp_nil(b);
+    /* the edges' data as the caller's array (proxyd checks it against
+     * cuda.h's rules: graph_edges.py); NULL: every edge the default */
+    if (edgeData && n)
+        gp_put_data(b, edgeData, n * sizeof *edgeData, 1);
+    else
+        mp_nil(b);
     mp_uint(b, n);
     gp_reply r;
     CUresult rc = gp_op_sync(&r);
@@ -802,6 +822,59 @@ CUresult gpo_cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from, 
                                        size_t numDependencies)
 {
     return gpo_cuGraphRemoveDependencies_v2(hGraph, from, to, NULL, numDependencies);
+}
+
+/* cuGraphNodeGetDependencies(_v2) / cuGraphNodeGetDependentNodes(_v2)
+ * (cuda.h): with nodes NULL, the count; else at most *count handles (and
+ * their edges' data) and the number written. */
+static CUresult neighbours(uint32_t fid, CUgraphNode node, CUgraphNode *nodes, CUgraphEdgeData *edgeData,
+                           size_t *count)
+{
+    if (!node || !count || (edgeData && !nodes))
+        return CUDA_ERROR_INVALID_VALUE;
+    GP_ENTER();
+    gp_buf *b = gp_op_begin(fid, 4);
+    gp_put_handle(b, node);
+    mp_bool(b, 1);
+    mp_nil(b);
+    mp_bool(b, 1);
+    gp_reply r;
+    CUresult rc = gp_op_sync(&r);
+    if (rc == CUDA_SUCCESS && r.have_outs && r.nouts >= 3) {
+        size_t cap = *count;
+        copy_handles(&r, nodes, cap);
+        size_t nb = 0;
+        const uint8_t *ed = gp_out_bytes(&r, &nb);
+        size_t total = (size_t)gp_out_int(&r);
+        size_t n = nodes ? (total < cap ? total : cap) : total;
+        rc = copy_edge_data(ed, nb, edgeData, nodes ? n : 0);
+        if (rc == CUDA_SUCCESS)
+            *count = n;
+    }
+    gp_reply_done(&r);
+    GP_LEAVE(rc);
+}
+
+CUresult gpo_cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependencies, CUgraphEdgeData *edgeData,
+                                           size_t *numDependencies)
+{
+    return neighbours(GP_FID_cuGraphNodeGetDependencies_v2, hNode, dependencies, edgeData, numDependencies);
+}
+
+CUresult gpo_cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *dependencies, size_t *numDependencies)
+{
+    return gpo_cuGraphNodeGetDependencies_v2(hNode, dependencies, NULL, numDependencies);
+}
+
+CUresult gpo_cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes,
+                                             CUgraphEdgeData *edgeData, size_t *numDependentNodes)
+{
+    return neighbours(GP_FID_cuGraphNodeGetDependentNodes_v2, hNode, dependentNodes, edgeData, numDependentNodes);
+}
+
+CUresult gpo_cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentNodes, size_t *numDependentNodes)
+{
+    return gpo_cuGraphNodeGetDependentNodes_v2(hNode, dependentNodes, NULL, numDependentNodes);
 }
 
 /* ------------------------------------------------------- exec update etc. */

@@ -16,6 +16,10 @@
  * answers as device memory. The context of a device address is the calling thread's current
  * one and its device that context's device (the shim does not record which
  * context made each allocation; one context per device is the common case).
+ * The range and mapping attributes answer the allocation holding the
+ * address (cuMemGetAddressRange for device memory: XLA asks
+ * CU_POINTER_ATTRIBUTE_RANGE_START_ADDR to pick kernels whose alignment the
+ * range allows), the allowed handle types none, the access flags read-write.
  * Attributes the shim cannot answer (P2P tokens, buffer ids, mempools, ...)
  * fail the call with CUDA_ERROR_NOT_SUPPORTED and one stderr line naming
  * the attribute.
@@ -32,6 +36,37 @@
 #include "gp_gen.h"
 #include "gp_shim.h"
 #include "gp_peer.h"
+
+/* The allocation holding ptr: device memory as cuMemGetAddressRange
+ * answers it (a slab block, or the worker's allocation), host memory the
+ * shared segment (or the registered range) holding it. 0/0 when none is
+ * known (an address of freed arena memory). Called without gp_lock. */
+static void range_of(CUdeviceptr ptr, int device, CUdeviceptr *base, size_t *size)
+{
+    *base = 0, *size = 0;
+    if (device) {
+        CUdeviceptr b;
+        size_t n;
+        if (gpo_cuMemGetAddressRange_v2(&b, &n, ptr) == CUDA_SUCCESS)
+            *base = b, *size = n;
+        return;
+    }
+    const void *p = (const void *)(uintptr_t)ptr;
+    void *user = NULL, *sbase = NULL;
+    size_t user_size = 0, ssize = 0;
+    uint32_t seg;
+    uint64_t off, avail;
+    gp_lock();
+    if (gp_hostmap_info(p, NULL, NULL, &user, &user_size, NULL, &sbase, &ssize) == 0) {
+        if (user && user_size && (uintptr_t)p >= (uintptr_t)user && (uintptr_t)p - (uintptr_t)user < user_size)
+            *base = (CUdeviceptr)(uintptr_t)user, *size = user_size;
+        else
+            *base = (CUdeviceptr)(uintptr_t)sbase, *size = ssize;
+    } else if (gp_host_lookup(p, &seg, &off, &avail) == 0) {
+        *base = ptr - off, *size = off + avail;
+    }
+    gp_unlock();
+}
 
 CUresult gpo_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data,
                                     CUdeviceptr ptr)
@@ -92,6 +127,36 @@ CUresult gpo_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attrib
             break;
         case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
             *(unsigned int *)out = 1;    /* proxyd orders every copy on its stream */
+            break;
+        case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+        case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: {
+            /* the allocation holding ptr; a cuMemAlloc allocation is one
+             * mapping, so the mapping attributes answer the same */
+            CUdeviceptr base = 0;
+            size_t size = 0;
+            if (device || host)
+                range_of(ptr, device, &base, &size);
+            if (attributes[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+                *(CUdeviceptr *)out = base;
+            else if (attributes[i] == CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR)
+                *(void **)out = (void *)(uintptr_t)base;
+            else
+                *(size_t *)out = size;
+            break;
+        }
+        case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+            /* no allocation of a proxied process can be exported as an OS
+             * handle (README limits: no IPC of VMM handles), which the driver
+             * answers for cuMemAlloc memory as CU_MEM_HANDLE_TYPE_NONE */
+            *(unsigned long long *)out = CU_MEM_HANDLE_TYPE_NONE;
+            break;
+        case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+            /* the current context's device reaches every allocation of the
+             * session read-write (peer access is not restricted: peer.c) */
+            *(unsigned int *)out = (device || host) ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE
+                                                    : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE;
             break;
         default: {
             char name[80];

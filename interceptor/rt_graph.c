@@ -513,6 +513,52 @@ cudaError_t gpo_cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNo
                                               (const CUgraphEdgeData *)edgeData, numDependencies));
 }
 
+cudaError_t gpo_cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *pDependencies,
+                                             cudaGraphEdgeData *edgeData, size_t *pNumDependencies)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuGraphNodeGetDependencies_v2((CUgraphNode)node, (CUgraphNode *)pDependencies,
+                                               (CUgraphEdgeData *)edgeData, pNumDependencies));
+}
+
+cudaError_t gpo_cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cudaGraphNode_t *pDependentNodes,
+                                               cudaGraphEdgeData *edgeData, size_t *pNumDependentNodes)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuGraphNodeGetDependentNodes_v2((CUgraphNode)node, (CUgraphNode *)pDependentNodes,
+                                                 (CUgraphEdgeData *)edgeData, pNumDependentNodes));
+}
+
+cudaError_t gpo_cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
+                                                     cudaGraph_t childGraph)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuGraphExecChildGraphNodeSetParams((CUgraphExec)hGraphExec, (CUgraphNode)node, (CUgraph)childGraph));
+}
+
+cudaError_t gpo_cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int isEnabled)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuGraphNodeSetEnabled((CUgraphExec)hGraphExec, (CUgraphNode)hNode, isEnabled));
+}
+
+cudaError_t gpo_cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int *isEnabled)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuGraphNodeGetEnabled((CUgraphExec)hGraphExec, (CUgraphNode)hNode, isEnabled));
+}
+
+cudaError_t gpo_cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                              const cudaGraphNode_t *dependencies,
+                                              const cudaGraphEdgeData *dependencyData, size_t numDependencies,
+                                              enum cudaStreamCaptureMode mode)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuStreamBeginCaptureToGraph(gp_rt_stream(stream), (CUgraph)graph, (const CUgraphNode *)dependencies,
+                                             (const CUgraphEdgeData *)dependencyData, numDependencies,
+                                             (CUstreamCaptureMode)mode));
+}
+
 cudaError_t gpo_cudaGraphDestroyNode(cudaGraphNode_t node)
 {
     RT_INIT();

@@ -2,10 +2,10 @@
 and proxied (issue 26) into .carry/ (ignored by git, carried to the GPU
 machine, which has no network). Nothing fetched here is committed.
 
-    python3 scripts/fetch_test_suites.py [--jax-src SRC] [--jax-ref jax-v0.11.0]
+    .venv/bin/python scripts/fetch_test_suites.py [--jax-src SRC] [--jax-ref jax-v0.11.0]
                                           [--cupy-src SRC] [--cupy-ref v14.0.1]
                                           [--samples-src SRC] [--samples-ref main]
-                                          [--dest .carry]
+                                          [--dest .carry] [--skip ...] [--jobs 2]
 
 SRC is a local git repository (a clone or a mirror) or a URL to clone from
 (default: the projects' GitHub repositories). Pick the refs of the releases
@@ -18,6 +18,11 @@ Writes:
   .carry/cupy-tests/tests/         CuPy's tests/ (cupy_suite and cupy_sparse_suite)
   .carry/CUDALibrarySamples/       its cuBLAS/ and cuRAND/ (public_suite.py build-libs)
   .carry/suite-site/               absl-py, unpacked (JAX's tests import it; pure Python)
+  .carry/libsamples-bin/           the cuBLAS and cuRAND samples built against the headers of
+                                   NVIDIA's wheels (nvidia-cublas, nvidia-curand: downloaded
+                                   here, only their include/ kept) and gpuproxy's stand-ins
+                                   (scripts/public_suite.py build-libs; needs nvcc and an
+                                   installed gpuproxy; a few minutes per ten samples)
 """
 from __future__ import annotations
 
@@ -70,6 +75,25 @@ def absl(dest: Path) -> None:
             z.extractall(dest)
 
 
+def libsamples(samples: Path, dest: Path, jobs: int) -> None:
+    """NVIDIA's cuBLAS/cuRAND samples built for the public-suite run: the
+    wheels' headers (include/ only, extracted to a temporary folder), then
+    scripts/public_suite.py build-libs."""
+    with tempfile.TemporaryDirectory() as d:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                        "--platform", "manylinux_2_27_x86_64", "--python-version", "3.12", "-d", d,
+                        "nvidia-cublas", "nvidia-curand"], check=True)
+        inc = Path(d) / "inc"
+        for whl in Path(d).glob("nvidia_*.whl"):
+            with zipfile.ZipFile(whl) as z:
+                for n in z.namelist():
+                    if "/include/" in n:
+                        z.extract(n, inc)
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "public_suite.py"), "build-libs", str(samples),
+                        str(dest), "--lib-include", str(inc / "nvidia" / "cu13" / "include"), "--jobs", str(jobs)],
+                       check=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dest", default=str(ROOT / ".carry"))
@@ -79,7 +103,8 @@ def main():
     ap.add_argument("--cupy-ref", default="v14.0.1")
     ap.add_argument("--samples-src", default="https://github.com/NVIDIA/CUDALibrarySamples")
     ap.add_argument("--samples-ref", default="main")
-    ap.add_argument("--skip", default="", help="comma list of: jax,cupy,samples,absl")
+    ap.add_argument("--skip", default="", help="comma list of: jax,cupy,samples,absl,libsamples")
+    ap.add_argument("--jobs", type=int, default=2, help="parallel builds of the library samples")
     a = ap.parse_args()
     dest, skip = Path(a.dest), set(a.skip.split(","))
     if "jax" not in skip:
@@ -94,6 +119,9 @@ def main():
     if "absl" not in skip:
         absl(dest / "suite-site")
         print(f"absl-py -> {dest / 'suite-site'}")
+    if "libsamples" not in skip:
+        libsamples(dest / "CUDALibrarySamples", dest / "libsamples-bin", a.jobs)
+        print(f"cuBLAS/cuRAND samples built -> {dest / 'libsamples-bin'}")
 
 
 if __name__ == "__main__":

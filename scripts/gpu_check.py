@@ -281,8 +281,9 @@ def main():
                     help="also programs built for CUDA 12.4 and 11.8 and the oldest-driver mode (gpu_check_oldcuda.py)")
     ap.add_argument("--pycuda-from", default=str(ROOT / ".carry" / "pycuda"),
                     help="folder with pycuda's sdist and its dependencies' wheels (no network on the GPU machine)")
-    ap.add_argument("--python-steps", default="example,suite,frameworks,tests",
+    ap.add_argument("--python-steps", default="example,suite,frameworks,tests,jax",
                     help="comma list of the --python steps to run (gpu_check_python.STEPS; "
+                         "`jax`: JAX's digests natively/proxied with and without command buffers; "
                          "`torch` too, with $GPUPROXY_TORCH_PYTHON naming a python that has PyTorch; "
                          "`jaxsuite`, `cupysparse`: JAX's tests and CuPy's sparse tests compared natively/proxied, "
                          "carried in .carry/ by scripts/fetch_test_suites.py)")

@@ -18,9 +18,11 @@
 6. steps `jaxsuite` and `cupysparse` (not in the default --python-steps: the
    tests are carried, scripts/fetch_test_suites.py): JAX's own tests and CuPy's
    cupyx_tests/scipy_tests/sparse_tests natively and proxied, compared test
-   by test (scripts/suite_compare.py: jax.json, cupy-sparse.json); the
-   `frameworks` step includes scripts/pyframeworks/jax_check.py (JAX on the
-   GPU, no CPU fallback, a jit/grad training loop bit-identical to native);
+   by test (scripts/suite_compare.py: jax.json, cupy-sparse.json); step
+   `jax` runs scripts/pyframeworks/jax_check.py (JAX on the GPU, no CPU
+   fallback, a jit/grad training loop) natively and proxied, with and
+   without XLA's command buffers, digest by digest (scripts/gpu_check_jax.py:
+   jax-digests.json);
 7. step `torch` (not in the default --python-steps: PyTorch is not installed
    by gpuproxy): examples/train_torch.py natively and proxied, a mid-training
    dump/restore, step times, import-to-first-kernel (gpu_check_torch.py,
@@ -35,14 +37,14 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from proxy import Daemon  # noqa: E402
 
-import suite_compare  # noqa: E402  (scripts/suite_compare.py: this script's folder is on sys.path)
+import gpu_check_jax  # noqa: E402  (scripts/gpu_check_jax.py: this script's folder is on sys.path)
+import suite_compare  # noqa: E402  (scripts/suite_compare.py)
 
 PYCUDA_VERSION = "2026.1"
 # GPUPROXY_PYCUDA_TESTS=test_driver.py,... runs a subset (a time-limited runner splits the suite)
@@ -115,17 +117,6 @@ def test_pycuda_on_gpu(log, out: Path) -> list[tuple[str, str]]:
     return [("tests/test_pycuda.py (cuda backend)", "PASS" if r.returncode == 0 else f"FAIL ({tail})")]
 
 
-def _junit(path: Path) -> dict[str, str]:
-    res = {}
-    if not path.exists():
-        return res
-    for tc in ET.parse(path).getroot().iter("testcase"):
-        name = f"{tc.get('classname')}::{tc.get('name')}"
-        kids = {c.tag for c in tc}
-        res[name] = ("failed" if kids & {"failure", "error"} else "skipped" if "skipped" in kids else "passed")
-    return res
-
-
 def pycuda_suite(log, out: Path, carry: Path, d: Daemon) -> list[tuple[str, str]]:
     tmp = Path(tempfile.mkdtemp(prefix="pycuda-src-"))
     with tarfile.open(carry / f"pycuda-{PYCUDA_VERSION}.tar.gz") as t:
@@ -141,7 +132,7 @@ def pycuda_suite(log, out: Path, carry: Path, d: Daemon) -> list[tuple[str, str]
             r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
                                 fname], capture_output=True, text=True, env=env, cwd=tdir, timeout=1500)
             (out / f"pycuda-{fname[:-3]}-{mode}.log").write_text(r.stdout + r.stderr)
-            runs[mode] = _junit(xml)
+            runs[mode] = suite_compare.junit(xml)
         nat, prx = runs["native"], runs["proxied"]
         count = lambda r, s: sum(1 for v in r.values() if v == s)  # noqa: E731
         regress = sorted(n for n, v in nat.items() if v == "passed" and prx.get(n) != "passed")
@@ -169,55 +160,14 @@ def cupy_suite(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
     if not tdir.is_dir():
         log(f"cupy suite: no CuPy tests at {tdir} (carry them: see scripts/gpu_check_python.py)")
         return [("cupy suite", "SKIP (no tests carried)")]
-    names = [t for t in os.environ.get("GPUPROXY_CUPY_TESTS", "").split(",") if t] or \
-        sorted(str(p.relative_to(tdir)) for p in tdir.rglob("test_*.py"))
+    names = suite_compare._names(tdir, "GPUPROXY_CUPY_TESTS", "**/test_*.py")
     # names may be given from cupy_tests/ (CuPy's own layout: tests/cupy_tests/<group>/test_x.py)
     names = [n if (tdir / n).exists() or not (tdir / "cupy_tests" / n).exists() else f"cupy_tests/{n}"
              for n in names]
-    limit = float(os.environ.get("GPUPROXY_CUPY_TEST_TIMEOUT_S", "120"))
-    summary, results = {}, []
-    for fname in names:
-        tag = fname.replace("/", "-")[:-3]
-        procs = {}
-        for mode in ("native", "proxied"):
-            xml = out / f"cupy-{tag}-{mode}.xml"
-            env = _env({"CUPY_CACHE_DIR": str(out / "cupy-kernel-cache")})
-            if mode == "proxied":
-                env = d.env_for_client(env)
-            log_f = open(out / f"cupy-{tag}-{mode}.log", "w")
-            procs[mode] = (subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                             f"--junitxml={xml}", fname], stdout=log_f, stderr=subprocess.STDOUT,
-                                            env=env, cwd=tdir), xml, log_f)
-        runs, timed_out = {}, []
-        for mode, (pr, xml, log_f) in procs.items():
-            try:
-                pr.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                pr.kill()
-                pr.wait()
-                timed_out.append(mode)
-            log_f.close()
-            runs[mode] = _junit(xml)
-        count = lambda r, s: sum(1 for v in r.values() if v == s)  # noqa: E731
-        nat, prx = runs["native"], runs["proxied"]
-        rec = {m: {s: count(runs[m], s) for s in ("passed", "failed", "skipped")} for m in runs}
-        if timed_out:
-            rec["timed_out"] = timed_out
-            summary[fname] = rec
-            log(f"cupy {fname}: ran out of time ({limit:g} s) in {', '.join(timed_out)}: not compared")
-            results.append((f"cupy {fname}", f"TIMEOUT ({', '.join(timed_out)})"))
-            continue
-        regress = sorted(n for n, v in nat.items() if v == "passed" and prx.get(n) != "passed")
-        rec["pass_natively_not_proxied"] = regress
-        summary[fname] = rec
-        if not nat or not prx:      # nothing ran: a missing file or a collection error, not a pass
-            log(f"cupy {fname}: no test ran ({'native' if not nat else 'proxied'}; see cupy-{tag}-*.log)")
-            results.append((f"cupy {fname}", "FAIL (no test ran)"))
-            continue
-        log(f"cupy {fname}: native {rec['native']} proxied {rec['proxied']}; {len(regress)} pass natively only")
-        results.append((f"cupy {fname} proxied >= native", "PASS" if not regress else f"FAIL ({len(regress)})"))
-    (out / "cupy-tests.json").write_text(json.dumps(summary, indent=1))
-    return results
+    # the runner is scripts/suite_compare.py's (natively and proxied side by side, test by test)
+    return suite_compare.compare(log, out, "cupy", tdir, names, d.env_for_client,
+                                 _env({"CUPY_CACHE_DIR": str(out / "cupy-kernel-cache")}),
+                                 float(os.environ.get("GPUPROXY_CUPY_TEST_TIMEOUT_S", "120")))
 
 
 def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
@@ -227,11 +177,8 @@ def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
                                  ("cuda-python", "cuda_python_check.py", "cuda.bindings.driver"),
                                  ("numba-cuda", "numba_check.py", "numba.cuda"),
                                  ("torch-libraries", "torch_check.py", "torch"),
-                                 ("torch-compile", "torch_compile_check.py", "torch"),
-                                 ("jax", "jax_check.py", "jax"),
-                                 # the same without XLA's command buffers (CUDA graphs): what a
-                                 # proxied run that fails only above needs (docs/compatibility.md, "JAX")
-                                 ("jax-no-command-buffers", "jax_check.py", "jax")):
+                                 ("torch-compile", "torch_compile_check.py", "torch")):
+        # JAX: step `jax` (scripts/gpu_check_jax.py, digest by digest, with and without command buffers)
         # $GPUPROXY_FRAMEWORK_CHECKS (comma list of the names above) runs a part
         if only and name not in only:
             continue
@@ -240,7 +187,7 @@ def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
             results.append((f"{name} checks", "FAIL (not installed)"))
             continue
         rec = {}
-        extra = {"XLA_FLAGS": "--xla_gpu_enable_command_buffer="} if name == "jax-no-command-buffers" else None
+        extra = None
         for mode in ("native", "proxied"):
             env = _env(extra) if mode == "native" else d.env_for_client(_env(extra))
             r = subprocess.run([sys.executable, str(ROOT / "scripts" / "pyframeworks" / script)], capture_output=True,
@@ -265,7 +212,7 @@ def feature_checks(log, out: Path, d: Daemon) -> list[tuple[str, str]]:
     return results
 
 
-STEPS = ("example", "suite", "frameworks", "tests", "torch", "cupysuite", "jaxsuite", "cupysparse")
+STEPS = ("example", "suite", "frameworks", "tests", "torch", "cupysuite", "jax", "jaxsuite", "cupysparse")
 
 
 def _pycuda_installed() -> bool:
@@ -286,7 +233,7 @@ def run(log, out: Path, carry: Path, steps=STEPS) -> list[tuple[str, str]]:
         return [("install pycuda", "FAIL")]
     else:
         results.append(("install pycuda", "PASS"))
-    if not set(steps) & {"example", "suite", "frameworks", "cupysuite", "jaxsuite", "cupysparse"}:
+    if not set(steps) & {"example", "suite", "frameworks", "cupysuite", "jax", "jaxsuite", "cupysparse"}:
         d = None                 # the remaining steps start their own proxyd
     else:
         d = Daemon(backend="cuda", log_path=str(out / "proxyd-python.log"))
@@ -296,6 +243,8 @@ def run(log, out: Path, carry: Path, steps=STEPS) -> list[tuple[str, str]]:
                            ("suite", lambda: pycuda_suite(log, out, carry, d)),
                            ("frameworks", lambda: feature_checks(log, out, d)),
                            ("cupysuite", lambda: cupy_suite(log, out, d)),
+                           # issue 26: JAX's digests natively/proxied, with and without command buffers
+                           ("jax", lambda: gpu_check_jax.run(log, out, d.env_for_client, _env())),
                            # issue 26: JAX's and CuPy's sparse tests compared test by test (suite_compare.py)
                            ("jaxsuite", lambda: suite_compare.jax_suite(log, out, ROOT, d.env_for_client, _env())),
                            ("cupysparse", lambda: suite_compare.cupy_sparse_suite(log, out, ROOT, d.env_for_client,

@@ -346,3 +346,84 @@ def test_gesvd_overwrite_and_the_64_bit_api(mem):
     assert so.f_cusolverDnXgetrf(h, p, n, n, R_64F, ga, n, piv, R_64F, 0, 0, None, 0, info) == (0, [])
     assert so.f_cusolverDnXgetrs(h, p, 0, n, 2, R_64F, ga, n, piv, R_64F, ba, n, info) == (0, [])
     np.testing.assert_allclose(G @ _getm(mem, ba, n, 2, np.float64), B, atol=1e-10)
+
+
+def test_syev_batched_64_bit_api(mem):
+    """JAX's batched eigh calls cusolverDnXsyevBatched: batchSize matrices
+    n x n one after the other (lda * n apart), eigenvalues n apart, one info
+    each (cusolverDn.h)."""
+    so, h = _solver(mem)
+    code, (p,) = so.f_cusolverDnCreateParams(True)
+    R_32F = 0
+    n, batch = 5, 3
+    mats = []
+    for _ in range(batch):
+        m = RNG.standard_normal((n, n)).astype(np.float32)
+        mats.append(m + m.T)
+    a = mem.put(np.concatenate([_fortran(m) for m in mats]))
+    w = mem.put(np.zeros(n * batch, np.float32))
+    info = mem.put(np.full(batch, -1, np.int32))
+    assert so.f_cusolverDnXsyevBatched_bufferSize(h, p, 1, 1, n, R_32F, a, n, R_32F, w, R_32F, True, True,
+                                                  batch)[0] == 0
+    assert so.f_cusolverDnXsyevBatched(h, p, 1, 1, n, R_32F, a, n, R_32F, w, R_32F, 0, 0, None, 0, info,
+                                       batch) == (0, [])
+    ev = mem.get(w, n * batch, np.float32).reshape(batch, n)
+    vecs = mem.get(a, n * n * batch, np.float32).reshape(batch, n, n)
+    for k, m in enumerate(mats):
+        np.testing.assert_allclose(ev[k], np.linalg.eigvalsh(m.astype(np.float64)), rtol=1e-4, atol=1e-4)
+        v = vecs[k].T                   # column-major
+        np.testing.assert_allclose(m @ v, v * ev[k], atol=1e-3)
+    assert list(mem.get(info, batch, np.int32)) == [0] * batch
+
+
+def test_geev_and_gesvdp_64_bit_api(mem):
+    """JAX's eig calls cusolverDnXgeev (W complex; a real matrix's
+    eigenvectors in LAPACK's real layout) and its svd may call
+    cusolverDnXgesvdp (A = U diag(S) V^H, V itself, not V^H). Checked by the
+    defining equations, not against the emulation's own numbers."""
+    so, h = _solver(mem)
+    code, (p,) = so.f_cusolverDnCreateParams(True)
+    R_64F, C_64F = 1, 5
+    n = 4
+    A = np.array([[0.0, -2.0, 0.5, 0.0], [2.0, 0.0, 0.0, 1.0], [0.0, 0.3, 1.0, 0.0], [0.1, 0.0, 0.0, 3.0]])
+    aa = mem.put(_fortran(A))
+    w = mem.put(np.zeros(n, np.complex128))
+    vl, vr = mem.put(np.zeros(n * n)), mem.put(np.zeros(n * n))
+    info = mem.put(np.full(1, -1, np.int32))
+    assert so.f_cusolverDnXgeev_bufferSize(h, p, 1, 1, n, R_64F, aa, n, C_64F, w, R_64F, vl, n, R_64F, vr, n, R_64F,
+                                           True, True)[0] == 0
+    assert so.f_cusolverDnXgeev(h, p, 1, 1, n, R_64F, aa, n, C_64F, w, R_64F, vl, n, R_64F, vr, n, R_64F, 0, 0,
+                                None, 0, info) == (0, [])
+    ev = mem.get(w, n, np.complex128)
+    assert np.any(ev.imag != 0), "the test matrix has a complex pair"
+    np.testing.assert_allclose(sorted(ev, key=lambda z: (z.real, z.imag)),
+                               sorted(np.linalg.eigvals(A), key=lambda z: (z.real, z.imag)), atol=1e-10)
+
+    def unpack(cols):
+        v = np.zeros((n, n), np.complex128)
+        j = 0
+        while j < n:
+            if ev[j].imag != 0:
+                v[:, j] = cols[:, j] + 1j * cols[:, j + 1]
+                v[:, j + 1] = cols[:, j] - 1j * cols[:, j + 1]
+                j += 2
+            else:
+                v[:, j] = cols[:, j]
+                j += 1
+        return v
+    R = unpack(_getm(mem, vr, n, n, np.float64))
+    L = unpack(_getm(mem, vl, n, n, np.float64))
+    np.testing.assert_allclose(A @ R, R * ev, atol=1e-10)
+    np.testing.assert_allclose(L.conj().T @ A, ev[:, None] * L.conj().T, atol=1e-10)
+    assert mem.get(info, 1, np.int32)[0] == 0
+
+    m, k = 6, 4
+    B = RNG.standard_normal((m, k))
+    ba, s, u, v = mem.put(_fortran(B)), mem.put(np.zeros(k)), mem.put(np.zeros(m * k)), mem.put(np.zeros(k * k))
+    assert so.f_cusolverDnXgesvdp_bufferSize(h, p, 1, 1, m, k, R_64F, ba, m, R_64F, s, R_64F, u, m, R_64F, v, k,
+                                             R_64F, True, True)[0] == 0
+    code, outs = so.f_cusolverDnXgesvdp(h, p, 1, 1, m, k, R_64F, ba, m, R_64F, s, R_64F, u, m, R_64F, v, k, R_64F,
+                                        0, 0, None, 0, info, True)
+    assert code == 0 and outs == [0.0]
+    U, S, V = _getm(mem, u, m, k, np.float64), mem.get(s, k, np.float64), _getm(mem, v, k, k, np.float64)
+    np.testing.assert_allclose((U * S) @ V.T, B, atol=1e-10)

@@ -77,3 +77,57 @@ def test_pointer_attribute_single_and_many(emu_daemon):
     # interceptor/pointer_attrs.c)
     assert o["free"] == 0
     assert "not supported" not in r.stderr
+
+
+RANGES = r"""
+import ctypes, json
+from ctypes import byref, c_int, c_uint, c_uint64, c_void_p
+cu = ctypes.CDLL("libcuda.so.1")
+RANGE_START, RANGE_SIZE, HANDLE_TYPES, ACCESS, MAP_SIZE, MAP_BASE = 11, 12, 14, 16, 18, 19
+assert cu.cuInit(0) == 0
+ctx = c_void_p()
+assert cu.cuDevicePrimaryCtxRetain(byref(ctx), 0) == 0
+cu.cuCtxSetCurrent(ctx)
+d = c_uint64()
+assert cu.cuMemAlloc_v2(byref(d), 3 << 20) == 0
+h = c_void_p()
+assert cu.cuMemHostAlloc(byref(h), 1 << 16, 0) == 0
+out = {}
+def one(attr, ptr, ctype):
+    v = ctype()
+    rc = cu.cuPointerGetAttribute(byref(v), attr, c_uint64(ptr))
+    return [rc, v.value]
+inner = d.value + 12345
+out["start"] = one(RANGE_START, inner, c_uint64)
+out["size"] = one(RANGE_SIZE, inner, c_uint64)
+out["map_base"] = one(MAP_BASE, inner, c_uint64)
+out["map_size"] = one(MAP_SIZE, inner, c_uint64)
+out["handles"] = one(HANDLE_TYPES, d.value, c_uint64)
+out["access"] = one(ACCESS, d.value, c_uint)
+out["host_start"] = one(RANGE_START, h.value + 100, c_uint64)
+out["host_size"] = one(RANGE_SIZE, h.value + 100, c_uint64)
+# the plural form, as XLA asks it: several attributes of one address
+attrs = (c_int * 2)(RANGE_START, HANDLE_TYPES)
+a, b = c_uint64(7), c_uint64(7)
+data = (c_void_p * 2)(ctypes.cast(byref(a), c_void_p), ctypes.cast(byref(b), c_void_p))
+out["many"] = [cu.cuPointerGetAttributes(2, attrs, data, c_uint64(inner)), a.value, b.value]
+print(json.dumps(out) + "\n" + json.dumps({"dev": d.value, "host": h.value}))
+"""
+
+
+def test_range_handle_type_and_access_attributes(emu_daemon):
+    """The attributes XLA asks of its buffers (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+    ALLOWED_HANDLE_TYPES: it picks its kernels by them) and their
+    neighbours, answered as cuda.h says: the allocation holding the address,
+    no exportable handle type (CU_MEM_HANDLE_TYPE_NONE), read-write access."""
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(RANGES)], capture_output=True, text=True, timeout=60,
+                       env=client_env(emu_daemon))
+    assert r.returncode == 0, r.stderr
+    o, addrs = (json.loads(x) for x in r.stdout.strip().splitlines()[-2:])
+    dev, host = addrs["dev"], addrs["host"]
+    assert o["start"] == [0, dev] and o["size"] == [0, 3 << 20]
+    assert o["map_base"] == [0, dev] and o["map_size"] == [0, 3 << 20]
+    assert o["handles"] == [0, 0] and o["access"] == [0, 3]
+    assert o["host_start"] == [0, host] and o["host_size"][0] == 0 and o["host_size"][1] >= 1 << 16
+    assert o["many"] == [0, dev, 0]
+    assert "not supported" not in r.stderr

@@ -1160,6 +1160,9 @@ class CudaBackend(Backend):
         for (name, role, kind, ctype, cls, size, _sz), a in zip(fn.params, args):
             if role == "handle" and kind not in ("memory", "device"):
                 cargs.append(self.vp(a))
+            elif role == "device_ptr" and cls == "pointer":
+                # a device address declared `void *` (cuTensorMapEncodeTiled's globalAddress)
+                cargs.append(ffi.cast("void *", int(a or 0)))
             elif role in ("scalar", "device_ptr", "handle"):
                 cargs.append(a)
             elif role == "in_buffer":
@@ -1184,7 +1187,14 @@ class CudaBackend(Backend):
                 elif cls in ("int", "uint"):
                     b = ffi.new(f"{'' if cls == 'int' else 'u'}int{8 * size}_t[1]")
                 else:
-                    b = ffi.new("char[]", size)
+                    # a struct, 64-byte aligned: CUtensorMap must be (cuda.h,
+                    # cuTensorMapEncodeTiled) and no struct minds
+                    raw = ffi.new("char[]", size + 64)
+                    at = (-int(ffi.cast("uintptr_t", raw))) % 64
+                    b = ffi.cast("char *", raw) + at
+                    cargs.append(ffi.cast("void *", b))
+                    outs.append(("struct", (raw, b, size)))
+                    continue
                 # declared pointee types differ between the generated and the
                 # hand-written declarations (int * vs int32_t *): pass void *
                 cargs.append(ffi.cast("void *", b))
@@ -1204,6 +1214,8 @@ class CudaBackend(Backend):
                 res.append(self.ptr(o[1][0]))
             elif o[0] in ("int", "uint", "float"):
                 res.append(o[1][0])
+            elif o[0] == "struct":
+                res.append(bytes(ffi.buffer(o[1][1], o[1][2])))
             else:
                 res.append(bytes(ffi.buffer(o[1])))
         return CUDA_SUCCESS, res

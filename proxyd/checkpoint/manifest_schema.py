@@ -244,10 +244,16 @@ SESSION = Obj({
                                  "xnodes": List(Obj({"id": ID, "type": Int(0, 13), "deps": List(ID, 1 << 20)},
                                                     optional={"ops": List(Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS), 2),
                                                               "child": List(Tuple(Int(0, 1 << 20), U64,
-                                                                                  HANDLE_ARGS), 1 << 20)}),
+                                                                                  HANDLE_ARGS), 1 << 20),
+                                                              # edges' data other than the default
+                                                              # (graph_edges.py): [upstream, from, to, type]
+                                                              "edata": List(Tuple(ID, Int(0, 2), Int(0, 0),
+                                                                                  Int(0, 1)), 1 << 20)}),
                                                 1 << 20),
                                  "index": List(Tuple(ID, List(Int(0, 1 << 31), 1 << 20)), 1 << 20),
                                  "node_order": List(ID, 1 << 20),
+                                 # nodes of an executable graph disabled (proxyd/families/graph_exec_nodes.py)
+                                 "disabled": List(ID, 1 << 20),
                                  # math-library calls captured into the graph (proxyd/families/graph_libcapture.py):
                                  # node index, capturing stream, snapshots of the library objects named
                                  "libcaptures": List(Tuple(Int(0, 1 << 20), Obj({

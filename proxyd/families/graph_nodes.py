@@ -50,6 +50,7 @@ import struct
 from ..core import protocol as P
 from ..core.registry import CUDA_SUCCESS, bad_argument, handler
 from ..core.session import CudaError
+from . import graph_edges
 
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_NOT_SUPPORTED = 801
@@ -381,13 +382,15 @@ def h_get_nodes(d, sess, fn, ctx, args, **kw):
 def h_get_edges(d, sess, fn, ctx, args, **kw):
     """cuGraphGetEdges_v2: [graph] -> from handles, to handles, count."""
     g = graph(sess, args[0])
-    fr, to = [], []
+    fr, to, ed = [], [], []
     for i in _xnodes(g):
         n = sess.objects[(K_GRAPH_NODE, i)]
         for dep in n.info["deps"]:
             fr.append(P.make_handle(K_GRAPH_NODE, dep))
             to.append(n.handle)
-    return CUDA_SUCCESS, [_pack(fr), _pack(to), None, len(fr)]
+            ed.append(graph_edges.get(n, dep))
+    # the edge data goes back as an array of CUgraphEdgeData (graph_edges.py)
+    return CUDA_SUCCESS, [_pack(fr), _pack(to), graph_edges.pack(ed), len(fr)]
 
 
 @handler("graph_dependencies")
@@ -398,6 +401,7 @@ def h_dependencies(d, sess, fn, ctx, args, **kw):
     fr, to = _ids(args[1], fn.name), _ids(args[2], fn.name)
     if len(fr) != len(to) or len(fr) != int(args[4] or 0):
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: from/to counts differ from numDependencies")
+    edges = graph_edges.parse(args[3], len(fr), fn.name)
     pairs = []
     for a, b in zip(fr, to):
         na, nb = node(sess, a), node(sess, b)
@@ -405,18 +409,46 @@ def h_dependencies(d, sess, fn, ctx, args, **kw):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the nodes must be two nodes of the graph")
         pairs.append((na, nb))
     add = "Add" in fn.name
-    for na, nb in pairs:
+    for (na, nb), e in zip(pairs, edges):
         have = na.id in nb.info["deps"]
         if add and have:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the dependency exists already")
-        if not add and not have:
+        if add:
+            graph_edges.check(e, na.info["type"], nb.info["type"], fn.name)
+        # cuda.h: an edge is removed only with matching data (NULL: the default)
+        if not add and (not have or graph_edges.get(nb, na.id) != e):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: no such dependency")
-    for na, nb in pairs:
+    for (na, nb), e in zip(pairs, edges):
         if add:
             nb.info["deps"].append(na.id)
+            graph_edges.put(nb, na.id, e)
         else:
             nb.info["deps"].remove(na.id)
+            graph_edges.drop(nb, na.id)
     return CUDA_SUCCESS, []
+
+
+@handler("graph_node_neighbours")
+def h_node_neighbours(d, sess, fn, ctx, args, **kw):
+    """cuGraphNodeGetDependencies(_v2) / cuGraphNodeGetDependentNodes(_v2):
+    [node, ...] -> the neighbours' handles (little-endian u64 each, in the
+    order the edges were made for dependencies, creation order for
+    dependents), their edges' data (CUgraphEdgeData each), the count; the
+    shim copies at most the caller's count (cuda.h)."""
+    n = node(sess, args[0])
+    hs, ed = [], []
+    if "Dependent" in fn.name:
+        g = sess.objects.get((P.K_GRAPH, n.info["graph"]))
+        for i in (_xnodes(g) if g is not None else []):
+            o = sess.objects[(K_GRAPH_NODE, i)]
+            if n.id in o.info["deps"]:
+                hs.append(o.handle)
+                ed.append(graph_edges.get(o, n.id))
+    else:
+        for dep in n.info["deps"]:
+            hs.append(P.make_handle(K_GRAPH_NODE, dep))
+            ed.append(graph_edges.get(n, dep))
+    return CUDA_SUCCESS, [_pack(hs), graph_edges.pack(ed), len(hs)]
 
 
 @handler("graph_destroy_node")
@@ -431,6 +463,7 @@ def h_destroy_node(d, sess, fn, ctx, args, **kw):
             deps = sess.objects[(K_GRAPH_NODE, i)].info["deps"]
             if n.id in deps:
                 deps.remove(n.id)
+                graph_edges.drop(sess.objects[(K_GRAPH_NODE, i)], n.id)
     sess.drop(n)
     return CUDA_SUCCESS, []
 
@@ -458,6 +491,8 @@ def h_clone(d, sess, fn, ctx, args, **kw):
         info = dict(o.info)
         info["graph"] = g.id
         info["deps"] = [new_id[x] for x in o.info["deps"]]
+        if "edata" in o.info:
+            info["edata"] = {new_id[k]: v for k, v in o.info["edata"].items()}
         info["ops"] = [list(x) for x in o.info["ops"]]
         if "child" in o.info:
             info["child"] = [list(x) for x in o.info["child"]]
@@ -533,6 +568,8 @@ def describe_nodes(sess, g, enc) -> list:
             d["ops"] = [[fid, ctxh, enc(list(a))] for fid, ctxh, a in n.info["ops"]]
         if "child" in n.info:
             d["child"] = [[fid, ctxh, enc(list(a))] for fid, ctxh, a in n.info["child"]]
+        if n.info.get("edata"):
+            d["edata"] = graph_edges.describe(n)
         out.append(d)
     return out
 
@@ -551,5 +588,10 @@ def rebuild_nodes(sess, g, nodes: list, dec):
                 "ops": [op(x) for x in nd.get("ops", [])]}
         if "child" in nd:
             info["child"] = [op(x) for x in nd["child"]]
+        graph_edges.rebuild(info, nd.get("edata"), f"graph {g.id}")
         sess.add(K_GRAPH_NODE, None, g.ctx, info, ident=int(nd["id"]))
         g.info["xnodes"].append(int(nd["id"]))
+    byid = {i: sess.objects[(K_GRAPH_NODE, i)] for i in g.info["xnodes"]}
+    if any(d not in byid for n in byid.values() for d in n.info.get("edata", {})):
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"graph {g.id}: edge data from a node of another graph")
+    graph_edges.check_rebuilt(byid, f"graph {g.id}")

@@ -258,9 +258,13 @@ def h_launch(d, sess, fn, ctx, args, **kw):
     from .._generated import FUNCTIONS
     from . import graph_mem
     graph_mem.before_launch(d, sess, fn.name, e, stream)
+    from .graph_exec_state import skipped_positions
+    skip = skipped_positions(e)     # nodes disabled by cuGraphNodeSetEnabled
     prev, sess.graph_replay = sess.graph_replay, True
     try:
-        for fid, ctxh, nargs in e.info["nodes"]:
+        for k, (fid, ctxh, nargs) in enumerate(e.info["nodes"]):
+            if k in skip:
+                continue
             if graph_mem.is_marker(fid):
                 graph_mem.run_marker(d, sess, fn.name, (fid, ctxh, nargs), stream)
                 continue
@@ -356,6 +360,8 @@ def describe(sess) -> list:
                     d["index"] = [[k, list(v)] for k, v in sorted(o.info["index"].items())]
                     d["node_order"] = list(o.info["node_order"])
                     d["sig"] = o.info["sig"]
+                if o.info.get("disabled"):
+                    d["disabled"] = list(o.info["disabled"])    # graph_exec_state.py
             out.append(d)
     return out
 
@@ -391,6 +397,9 @@ def rebuild(sess, graphs: list, capture: dict, capture_events: dict, d=None):
                 info["index"] = {int(k): [int(x) for x in v] for k, v in g["index"]}
                 info["node_order"] = [int(x) for x in g.get("node_order", [])]
                 info["sig"] = g.get("sig")
+            if g.get("disabled"):
+                from .graph_exec_state import rebuild_disabled
+                rebuild_disabled(info, g["disabled"], f"executable graph {g['id']}")
             sess.add(P.K_GRAPH_EXEC, None, int(g.get("ctx", 0)), info, ident=int(g["id"]))
     sess.capture = {int(k): int(v) for k, v in capture.items()}
     sess.capture_events = {int(k): int(v) for k, v in capture_events.items()}

@@ -26,6 +26,7 @@ import numpy as np
 from gpuproxy.proxyd.backends.base import Backend
 from gpuproxy.proxyd.core.session import CudaError
 from .kernels import KERNELS, KernelError, KernelLaunch
+from . import tensor_map as _tensor_map
 
 log = logging.getLogger("proxyd")
 
@@ -730,6 +731,10 @@ class EmuBackend(Backend):
     def drv_cuFuncSetCacheConfig(self, fn, config):
         fn.cache_config = int(config)
         return CUDA_SUCCESS, []
+
+    # tensor maps (TMA descriptors): checked and encoded as the driver would (tensor_map.py)
+    drv_cuTensorMapEncodeTiled = staticmethod(_tensor_map.encode_tiled)
+    drv_cuTensorMapEncodeIm2col = staticmethod(_tensor_map.encode_im2col)
 
     def drv_cuMemGetInfo_v2(self, free_, total):
         # device memory in use on the current context's device: the mapped

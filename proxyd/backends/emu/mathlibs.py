@@ -792,6 +792,96 @@ class EmuCusolver(EmuLibrary):
             raise CudaError(801, f"cusolverDnXsyevd with A of type {ta} and W of type {tw}")
         return self._syevd(jobz, uplo, n, A, lda, W, info, _dtype(ta))
 
+    def f_cusolverDnXsyevBatched_bufferSize(self, h, p, jobz, uplo, n, ta, A, lda, tw, W, ct, od, oh, batch):
+        self._obj(h), _dtype(ta)
+        return SO_OK, [0, 0]
+
+    def f_cusolverDnXsyevBatched(self, h, p, jobz, uplo, n, ta, A, lda, tw, W, ct, bd, wd, bh, wh, info, batch):
+        """batchSize matrices of n x n, lda apart by n columns (A + k * lda * n),
+        their eigenvalues n apart in W, one info per matrix (cusolverDn.h,
+        cusolverDnXsyevBatched)."""
+        self._obj(h)
+        dt = _dtype(ta)
+        if _real(dt) != _dtype(tw):
+            raise CudaError(801, f"cusolverDnXsyevBatched with A of type {ta} and W of type {tw}")
+        if batch < 0 or n < 0 or lda < max(1, n):
+            return SO_INVALID, []
+        esz, wsz = np.dtype(dt).itemsize, np.dtype(_real(dt)).itemsize
+        for k in range(batch):
+            code, _ = self._syevd(jobz, uplo, n, int(A) + k * lda * n * esz, lda, int(W) + k * n * wsz,
+                                  int(info) + 4 * k if info else 0, dt)
+            if code != SO_OK:
+                return code, []
+        return SO_OK, []
+
+    def f_cusolverDnXgesvdp_bufferSize(self, h, p, jobz, econ, m, n, ta, A, lda, ts, S, tu, U, ldu, tv, V, ldv, ct,
+                                       od, oh):
+        self._obj(h), _dtype(ta)
+        return SO_OK, [0, 0]
+
+    def f_cusolverDnXgesvdp(self, h, p, jobz, econ, m, n, ta, A, lda, ts, S, tu, U, ldu, tv, V, ldv, ct, bd, wd, bh,
+                            wh, info, err):
+        """A = U diag(S) V^H by the polar decomposition (cusolverDn.h,
+        cusolverDnXgesvdp): V, not V^H; economy sizes with econ; the host
+        h_err_sigma (the method's error bound) answered 0 (numpy's SVD is exact
+        to rounding)."""
+        self._obj(h)
+        dt = _dtype(ta)
+        if min(m, n) < 0 or jobz not in (0, 1) or econ not in (0, 1) or lda < max(1, m):
+            return SO_INVALID, [None]
+        k = min(m, n)
+        u, sv, vh = self._svd_parts(m, n, A, lda, dt, not econ)
+        self._mat(S, k, 1, max(k, 1), _real(dt))[:, 0] = sv.astype(_real(dt))
+        if jobz == 1:
+            ucols, vcols = (k, k) if econ else (m, n)
+            self._mat(U, m, ucols, ldu, dt)[...] = u[:, :ucols].astype(dt)
+            self._mat(V, n, vcols, ldv, dt)[...] = vh.conj().T[:, :vcols].astype(dt)
+        if info:
+            self._info(info, 0)
+        return SO_OK, [0.0]
+
+    def f_cusolverDnXgeev_bufferSize(self, h, p, jobvl, jobvr, n, ta, A, lda, tw, W, tvl, VL, ldvl, tvr, VR, ldvr, ct,
+                                     od, oh):
+        self._obj(h), _dtype(ta)
+        return SO_OK, [0, 0]
+
+    def f_cusolverDnXgeev(self, h, p, jobvl, jobvr, n, ta, A, lda, tw, W, tvl, VL, ldvl, tvr, VR, ldvr, ct, bd, wd,
+                          bh, wh, info):
+        """Eigenvalues and left/right eigenvectors of a general matrix
+        (cusolverDn.h, cusolverDnXgeev; LAPACK's geev): W complex; for a real
+        A the eigenvectors are real in LAPACK's layout (a complex pair j, j+1
+        keeps the real part in column j and the imaginary part in column
+        j+1); A is overwritten (its contents afterwards are not specified)."""
+        self._obj(h)
+        dt = _dtype(ta)
+        wt = _dtype(tw)
+        if n < 0 or lda < max(1, n) or jobvl not in (0, 1) or jobvr not in (0, 1) or not np.iscomplexobj(wt(0)):
+            return SO_INVALID, []
+        a = self._mat(A, n, n, lda, dt).astype(np.complex128 if np.iscomplexobj(dt(0)) else np.float64)
+        ev, right = np.linalg.eig(a)
+        self._mat(W, n, 1, max(n, 1), wt)[:, 0] = ev.astype(wt)
+        for want, out, ld, t, vecs in ((jobvr, VR, ldvr, tvr, right),
+                                       (jobvl, VL, ldvl, tvl, self._left(a, ev) if jobvl else None)):
+            if want != 1:
+                continue
+            vt = _dtype(t)
+            if np.iscomplexobj(vt(0)):
+                self._mat(out, n, n, ld, vt)[...] = vecs.astype(vt)
+            else:
+                self._mat(out, n, n, ld, vt)[...] = _lapack_real_vectors(ev, vecs).astype(vt)
+        if info:
+            self._info(info, 0)
+        return SO_OK, []
+
+    @staticmethod
+    def _left(a, ev):
+        """Left eigenvectors u_j (u_j^H A = w_j u_j^H) in the eigenvalues'
+        order, each of unit norm, as LAPACK's geev returns them."""
+        w2, vl = np.linalg.eig(a.conj().T)
+        order = [int(np.argmin(np.abs(w2.conj() - w))) for w in ev]
+        vl = vl[:, order]
+        return vl / np.linalg.norm(vl, axis=0)
+
     def f_cusolverDnXgetrf_bufferSize(self, h, p, m, n, ta, A, lda, ct, od, oh):
         self._obj(h), _dtype(ta)
         return SO_OK, [0, 0]
@@ -856,6 +946,21 @@ class EmuCusolver(EmuLibrary):
         if ta != tb:
             raise CudaError(801, "cusolverDnXpotrs with different types of A and B")
         return self._potrs(uplo, n, nrhs, A, lda, B, ldb, info, _dtype(ta))
+
+
+def _lapack_real_vectors(ev, vecs):
+    """Complex eigenvectors of a real matrix in LAPACK's real layout: a
+    conjugate pair (positive imaginary part first) keeps Re in column j and
+    Im in column j + 1."""
+    out = np.real(vecs).copy()
+    j, n = 0, len(ev)
+    while j < n:
+        if ev[j].imag != 0 and j + 1 < n:
+            out[:, j], out[:, j + 1] = vecs[:, j].real, vecs[:, j].imag
+            j += 2
+        else:
+            j += 1
+    return out
 
 
 def _wide(dt):
