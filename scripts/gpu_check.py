@@ -253,6 +253,10 @@ def main():
     ap.add_argument("--multigpu", action="store_true",
                     help="also the multi-GPU checks (gpu_check_multigpu.py: peer copies, x.to('cuda:1'), DDP; "
                          "$GPUPROXY_TORCH_PYTHON names a python that has PyTorch)")
+    ap.add_argument("--contract", action="store_true",
+                    help="also the preemption contract with a PyTorch training (gpu_check_contract.py: SIGTERM "
+                         "checkpoints, restores on fresh proxyds, the second onto GPU 1 where there are two; "
+                         "$GPUPROXY_TORCH_PYTHON names a python that has PyTorch)")
     ap.add_argument("--oldcuda", action="store_true",
                     help="also programs built for CUDA 12.4 and 11.8 and the oldest-driver mode (gpu_check_oldcuda.py)")
     ap.add_argument("--pycuda-from", default=str(ROOT / ".carry" / "pycuda"),
@@ -280,9 +284,11 @@ def main():
                      ("tcp", lambda: tcp_check(log, out)),
                      ("python", lambda: python_frameworks(log, out, Path(a.pycuda_from), a.python_steps.split(","))),
                      ("multigpu", lambda: __import__("gpu_check_multigpu").run(log, out)),
-                     ("oldcuda", lambda: __import__("gpu_check_oldcuda").oldcuda_check(log, out))):
+                     ("oldcuda", lambda: __import__("gpu_check_oldcuda").oldcuda_check(log, out)),
+                     ("contract", lambda: __import__("gpu_check_contract").run(log, out))):
         if name in skip or (name == "python" and not a.python) or (name == "tcp" and not a.tcp) or \
-                (name == "multigpu" and not a.multigpu) or (name == "oldcuda" and not a.oldcuda):
+                (name == "multigpu" and not a.multigpu) or (name == "oldcuda" and not a.oldcuda) or \
+                (name == "contract" and not a.contract):
             continue
         t = time.time()
         try:
@@ -294,7 +300,7 @@ def main():
     log("\n==== summary ====")
     for what, res in results:
         log(f"{res:6s} {what}")
-    bad = [r for r in results if not r[1].startswith(("PASS", "done", "SKIP"))]
+    bad = [r for r in results if not r[1].startswith(("PASS", "done", "SKIP", "INFO"))]
     skipped = sum(1 for r in results if r[1].startswith("SKIP"))
     log(f"{len(results) - len(bad) - skipped} passed, {skipped} skipped (reason given), {len(bad)} failed")
     (out / "summary.json").write_text(json.dumps(results, indent=1))
