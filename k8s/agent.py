@@ -83,6 +83,17 @@ def pod_pids(uid: str, proc: str = "/proc") -> list[int]:
     return sorted(out)
 
 
+def pod_sessions(uid: str, sessions: list[dict], proc: str = "/proc") -> list[dict]:
+    """The gpuproxy sessions (proxyd's `status` sessions) of the pod with this
+    uid: those whose pid is one of the pod's processes. proxyd lists a client
+    of a container's own pid namespace under the pid the kernel showed it
+    (the socket's credentials, docs/cluster.md): the node's pid, which the
+    agent (hostPID) sees in /proc with the pod's cgroup; so apps of two pods
+    with the same pid in their own namespaces are told apart."""
+    mine = set(pod_pids(uid, proc))
+    return [s for s in sessions if isinstance(s.get("pid"), int) and s["pid"] in mine]
+
+
 def cmdline(pid: int, proc: str = "/proc") -> list[str]:
     try:
         with open(os.path.join(proc, str(pid), "cmdline"), "rb") as f:
