@@ -217,12 +217,52 @@ def finish(ret: int, images: str) -> None:
         shutil.rmtree(os.path.join(images, SUBDIR), ignore_errors=True)
         return
     for v in state["dumped"]:
-        _record_criu(images, v)
+        if _needs_record(images, v):
+            _use_proxyd_keys(state.get("endpoint"))
+            _record_criu(images, v)
     if parked:
         # the tokens go with the detached resumer, not into the image
         state["parked"], state["tokens"], state["hosts"] = [], {}, {}
         _save(images, state)
         _resume_when_criu_is_done(parked, os.getppid(), state.get("endpoint"))
+
+
+def _needs_record(images: str, v: int) -> bool:
+    """Whether the GPU image must say that CRIU holds its process: only when
+    its pid is one of proxyd's namespace (engine._check_process then wants
+    the process to exist); a container's own pid namespace is not checked."""
+    from gpuproxy.proxyd.checkpoint.image import read_manifest
+    from gpuproxy.proxyd.core.pidview import OWN_PIDNS
+    try:
+        m, _ = read_manifest(os.path.join(images, SUBDIR, str(v)))
+        ns = (m.get("session") or {}).get("pidns") or m.get("pidns")
+    except Exception:
+        return True
+    return not ns or ns == OWN_PIDNS
+
+
+def _use_proxyd_keys(endpoint: str | None) -> None:
+    """Recording CRIU's part edits the GPU image's manifest, which is then
+    sealed again with proxyd's image-seal key (criu.record_in_manifest). criu
+    under runc runs without the caller's environment, so the key folder
+    proxyd uses is taken from proxyd's own environment (/proc/PID/environ of
+    the supervisor that answers at the endpoint), unless GPUPROXY_KEY_DIR is
+    set here."""
+    if os.environ.get("GPUPROXY_KEY_DIR"):
+        return
+    try:
+        pid = int(_client(endpoint).call("status").get("pid") or 0)
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"gpuproxy.proxyd" not in f.read():
+                return            # not proxyd's pid here (proxyd in another pid namespace)
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    except Exception:
+        return
+    get = lambda k: env.get(k.encode(), b"").decode(errors="replace")   # noqa: E731
+    d = get("GPUPROXY_KEY_DIR") or os.path.join(get("XDG_CONFIG_HOME") or os.path.join(get("HOME") or "/root",
+                                                                                        ".config"), "gpuproxy", "keys")
+    os.environ["GPUPROXY_KEY_DIR"] = d
 
 
 def _record_criu(images: str, v: int) -> None:
