@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import hmac
-import json
 import os
 import re
 import shutil
@@ -38,9 +37,9 @@ import stat
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from . import images as I
+from .httpserve import BodyError, JsonHandler, make_server
 from .checkpoints import now_utc, rfc3339
 
 # "checkpoint now, leave the app running": a real-time signal, free for an
@@ -82,6 +81,17 @@ def pod_pids(uid: str, proc: str = "/proc") -> list[int]:
         if any(form in seg for line in text.splitlines() for seg in line.split("/") for form in forms):
             out.append(int(n))
     return sorted(out)
+
+
+def pod_sessions(uid: str, sessions: list[dict], proc: str = "/proc") -> list[dict]:
+    """The gpuproxy sessions (proxyd's `status` sessions) of the pod with this
+    uid: those whose pid is one of the pod's processes. proxyd lists a client
+    of a container's own pid namespace under the pid the kernel showed it
+    (the socket's credentials, docs/cluster.md): the node's pid, which the
+    agent (hostPID) sees in /proc with the pod's cgroup; so apps of two pods
+    with the same pid in their own namespaces are told apart."""
+    mine = set(pod_pids(uid, proc))
+    return [s for s in sessions if isinstance(s.get("pid"), int) and s["pid"] in mine]
 
 
 def cmdline(pid: int, proc: str = "/proc") -> list[str]:
@@ -246,57 +256,36 @@ class Agent:
         return {"node": self.node, "deleted": deleted}
 
 
-def make_handler(agent: Agent, token: str):
-    want = ("Bearer " + token).encode()
+class _Handler(JsonHandler):
+    name = "gpuproxy-agent"
+    max_body = MAX_BODY
+    agent: Agent
+    want: bytes
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "gpuproxy-agent"
-
-        def log_message(self, fmt, *args):      # one line per request on stderr
-            sys.stderr.write(f"gpuproxy-agent: {self.address_string()} {fmt % args}\n")
-
-        def _send(self, code: int, body: dict | str) -> None:
-            data = (body if isinstance(body, str) else json.dumps(body)).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json" if isinstance(body, dict) else "text/plain")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            if self.path == "/healthz":
-                return self._send(200, "ok")
-            self._send(404, {"message": f"no {self.path}"})
-
-        def do_POST(self):
-            got = (self.headers.get("Authorization") or "").encode()
-            if not hmac.compare_digest(got, want):
-                return self._send(401, {"message": "missing or wrong bearer token"})
-            n = int(self.headers.get("Content-Length") or 0)
-            if n <= 0 or n > MAX_BODY:
-                return self._send(400, {"message": "a JSON body of at most 64 KiB is required"})
-            try:
-                req = json.loads(self.rfile.read(n))
-                if not isinstance(req, dict):
-                    raise ValueError
-            except ValueError:
-                return self._send(400, {"message": "the body is not a JSON object"})
-            try:
-                if self.path == "/v1/checkpoint":
-                    return self._send(200, agent.checkpoint_pod(req))
-                if self.path == "/v1/gc":
-                    return self._send(200, agent.gc_pod(req))
-                return self._send(404, {"message": f"no {self.path}"})
-            except AgentError as e:
-                return self._send(e.code, {"message": str(e)})
-
-    return Handler
+    def do_POST(self):
+        got = (self.headers.get("Authorization") or "").encode()
+        if not hmac.compare_digest(got, self.want):
+            return self.send_body(401, {"message": "missing or wrong bearer token"})
+        try:
+            req = self.read_json()
+        except BodyError as e:
+            return self.send_body(400, {"message": str(e)})
+        try:
+            if self.path == "/v1/checkpoint":
+                return self.send_body(200, self.agent.checkpoint_pod(req))
+            if self.path == "/v1/gc":
+                return self.send_body(200, self.agent.gc_pod(req))
+            return self.send_body(404, {"message": f"no {self.path}"})
+        except AgentError as e:
+            return self.send_body(e.code, {"message": str(e)})
 
 
-def serve(agent: Agent, token: str, host: str, port: int) -> ThreadingHTTPServer:
-    srv = ThreadingHTTPServer((host, port), make_handler(agent, token))
-    srv.daemon_threads = True
-    return srv
+def make_handler(agent: Agent, token: str) -> type:
+    return type("Handler", (_Handler,), {"agent": agent, "want": ("Bearer " + token).encode()})
+
+
+def serve(agent: Agent, token: str, host: str, port: int):
+    return make_server(make_handler(agent, token), host, port)
 
 
 def main(argv=None) -> int:

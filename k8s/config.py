@@ -90,8 +90,8 @@ class Config:
     # annotations below do (the evictions' SIGTERM dumps still happen).
     watch_cordon: bool = True
     # At most one wrapped pod per node (a required pod anti-affinity the webhook adds):
-    # proxy-cli finds an app's session by pid, and two pods' apps share pids (their own
-    # pid namespaces); and every app's device 0 is the node's first GPU. docs/kubernetes.md.
+    # every app's device 0 is the node's first GPU. (Pids no longer mix pods up: proxyd
+    # keeps a pod's client under the pid the kernel shows it, docs/kubernetes.md.)
     one_pod_per_node: bool = True
     drain_taints: tuple[str, ...] = DEFAULT_DRAIN_TAINTS
     notice_annotations: tuple[str, ...] = DEFAULT_NOTICE_ANNOTATIONS

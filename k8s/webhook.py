@@ -11,75 +11,47 @@ gpuproxy.k8s.webhook` runs it alone.
 from __future__ import annotations
 
 import argparse
-import errno
-import json
 import os
 import ssl
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from . import httpserve
 from .admission import review
 from .config import Config
+from .httpserve import BodyError, JsonHandler
 
 MAX_BODY = 8 * 1024 * 1024     # a Pod with many containers and env entries stays far below this
 
 
-def make_handler(cfg: Config):
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "gpuproxy-webhook"
+class _Handler(JsonHandler):
+    name = "gpuproxy-webhook"
+    max_body = MAX_BODY
+    cfg: Config
 
-        def log_message(self, fmt, *args):
-            sys.stderr.write(f"gpuproxy-webhook: {self.address_string()} {fmt % args}\n")
-
-        def _send(self, code: int, data: bytes, ctype: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            if self.path == "/healthz":
-                return self._send(200, b"ok", "text/plain")
-            self._send(404, b"not found", "text/plain")
-
-        def do_POST(self):
-            if self.path.split("?", 1)[0] != "/mutate":
-                return self._send(404, b"not found", "text/plain")
-            n = int(self.headers.get("Content-Length") or 0)
-            if n <= 0 or n > MAX_BODY:
-                return self._send(400, b"an AdmissionReview body is required", "text/plain")
-            try:
-                body = json.loads(self.rfile.read(n))
-            except ValueError:
-                body = None
-            out = review(body if isinstance(body, dict) else {}, cfg)
-            self._send(200, json.dumps(out).encode(), "application/json")
-
-    return Handler
+    def do_POST(self):
+        if self.path.split("?", 1)[0] != "/mutate":
+            return self.send_body(404, b"not found")
+        try:
+            body = self.read_json()
+        except BodyError:
+            # an empty or oversized body is not a review at all; a body that
+            # is not an object gets review()'s own refusal (allowed: false)
+            if not 0 < int(self.headers.get("Content-Length") or 0) <= MAX_BODY:
+                return self.send_body(400, b"an AdmissionReview body is required")
+            body = {}
+        self.send_body(200, review(body, self.cfg))
 
 
-def make_server(cfg: Config, host: str, port: int, cert_dir: str | None) -> ThreadingHTTPServer:
-    srv = ThreadingHTTPServer((host, port), make_handler(cfg))
-    srv.daemon_threads = True
-    if cert_dir:
-        for f in ("tls.crt", "tls.key"):
-            if not os.path.isfile(os.path.join(cert_dir, f)):
-                srv.server_close()
-                raise FileNotFoundError(errno.ENOENT, "missing (the Secret gpuproxy-webhook-tls)",
-                                        os.path.join(cert_dir, f))
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(os.path.join(cert_dir, "tls.crt"), os.path.join(cert_dir, "tls.key"))
-        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-    return srv
+def make_handler(cfg: Config) -> type:
+    return type("Handler", (_Handler,), {"cfg": cfg})
 
 
-def start_in_thread(cfg: Config, host: str, port: int, cert_dir: str | None) -> ThreadingHTTPServer:
-    srv = make_server(cfg, host, port, cert_dir)
-    threading.Thread(target=srv.serve_forever, name="gpuproxy-webhook", daemon=True).start()
-    return srv
+def make_server(cfg: Config, host: str, port: int, cert_dir: str | None):
+    return httpserve.make_server(make_handler(cfg), host, port, cert_dir)
+
+
+def start_in_thread(cfg: Config, host: str, port: int, cert_dir: str | None):
+    return httpserve.start_in_thread(make_server(cfg, host, port, cert_dir), "gpuproxy-webhook")
 
 
 def main(argv=None) -> int:

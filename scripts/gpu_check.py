@@ -277,6 +277,10 @@ def main():
                     help="also the real-workload checkpoint suite (bench/real_workloads.py: Llama training, small "
                          "and 0.78 B, gpuproxy vs cuda-checkpoint + CRIU; about 4 minutes)")
     ap.add_argument("--real-sizes", default="small,big", help="the --real suite's sizes (small,big)")
+    ap.add_argument("--contract", action="store_true",
+                    help="also the preemption contract with a PyTorch training (gpu_check_contract.py: SIGTERM "
+                         "checkpoints, restores on fresh proxyds, the second onto GPU 1 where there are two; "
+                         "$GPUPROXY_TORCH_PYTHON names a python that has PyTorch)")
     ap.add_argument("--oldcuda", action="store_true",
                     help="also programs built for CUDA 12.4 and 11.8 and the oldest-driver mode (gpu_check_oldcuda.py)")
     ap.add_argument("--pycuda-from", default=str(ROOT / ".carry" / "pycuda"),
@@ -301,7 +305,7 @@ def main():
     results: list[tuple[str, str]] = []
     # the optional parts run only when their option is given
     optional = {"python": a.python, "tcp": a.tcp, "multigpu": a.multigpu, "oldcuda": a.oldcuda,
-                "restlat": a.restlat, "real": a.real}
+                "restlat": a.restlat, "real": a.real, "contract": a.contract}
     for name, fn in (("corpus", lambda: corpus_check(log, out)),
                      ("static", lambda: corpus_check(log, out, cudart="static")),
                      ("whole", lambda: whole_process_check(log, out)),
@@ -312,7 +316,8 @@ def main():
                      ("multigpu", lambda: __import__("gpu_check_multigpu").run(log, out)),
                      ("oldcuda", lambda: __import__("gpu_check_oldcuda").oldcuda_check(log, out)),
                      ("restlat", lambda: __import__("gpu_check_restlat").run(log, out)),
-                     ("real", lambda: real_workloads(log, out, a.real_sizes))):
+                     ("real", lambda: real_workloads(log, out, a.real_sizes)),
+                     ("contract", lambda: __import__("gpu_check_contract").run(log, out))):
         if name in skip or not optional.get(name, True):
             continue
         t = time.time()
@@ -325,7 +330,7 @@ def main():
     log("\n==== summary ====")
     for what, res in results:
         log(f"{res:6s} {what}")
-    bad = [r for r in results if not r[1].startswith(("PASS", "done", "SKIP"))]
+    bad = [r for r in results if not r[1].startswith(("PASS", "done", "SKIP", "INFO"))]
     skipped = sum(1 for r in results if r[1].startswith("SKIP"))
     log(f"{len(results) - len(bad) - skipped} passed, {skipped} skipped (reason given), {len(bad)} failed")
     (out / "summary.json").write_text(json.dumps(results, indent=1))

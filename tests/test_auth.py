@@ -93,25 +93,52 @@ def test_another_user_sees_and_controls_nothing(programs, node_daemon):
         shutil.rmtree(mine, ignore_errors=True)
 
 
-def test_requests_without_proof_are_refused(node_daemon):
-    """A control request that does not prove who sends it (a remote peer, a
-    hand-made message) gets nothing but ping."""
+def test_requests_without_proof_are_the_kernels_user(node_daemon):
+    """A control request that names no proof file (proxy-cli in a container
+    that has the node's socket but not its /tmp, a hand-made message) is the
+    user the kernel's socket credentials name: another user's gets nothing
+    but what that user may have (its own, empty, status; no shutdown, no dump
+    of pid 1, no restore of a folder it does not own)."""
+    import json
     import msgpack
     import zmq
     d, _ = node_daemon
-    s = zmq.Context.instance().socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    s.connect(d.endpoint)
-    try:
-        for cmd in ("status", "shutdown", "dump", "restore"):
-            s.send(msgpack.packb([10, 1, cmd, {"pid": 1, "dir": "/tmp/x"}]))
-            assert s.poll(10000)
-            rep = msgpack.unpackb(s.recv(), raw=False)
-            assert rep[1] == 1 and "permission denied" in rep[2], rep
-        s.send(msgpack.packb([10, 2, "ping", {}]))
-        assert s.poll(10000) and msgpack.unpackb(s.recv(), raw=False)[1] == 0
-    finally:
-        s.close(0)
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:           # a process of user nobody (not even a python it could exec: /work is private)
+        code = 1
+        try:
+            os.close(r)
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            ctx = zmq.Context()
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(d.endpoint)
+            out = []
+            for i, cmd in enumerate(("status", "shutdown", "dump", "restore", "ping")):
+                s.send(msgpack.packb([10, i, cmd, {"pid": 1, "dir": "/tmp/x"}]))
+                if not s.poll(10000):
+                    break
+                out.append(msgpack.unpackb(s.recv(), raw=False))
+            os.write(w, json.dumps(out).encode())
+            s.close(0)
+            ctx.term()
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = json.loads(f.read() or "[]")
+    assert os.waitpid(child, 0)[1] == 0 and len(got) == 5, got
+    status, shutdown, dump, restore, ping = got
+    assert status[1] == 0 and status[2]["sessions"] == [], status
+    for rep in (shutdown, restore):
+        assert rep[1] == 1 and "permission denied" in rep[2], rep
+    # no session of pid 1 is this user's: as if there were none
+    assert dump[1] == 1 and ("permission denied" in dump[2] or "no session of pid 1" in dump[2]), dump
+    assert ping[1] == 0
+    assert d.proc.poll() is None
 
 
 def test_a_worker_obeys_only_its_supervisor(programs, node_daemon):

@@ -97,12 +97,17 @@ def podman(shim_installed, nvcc, usable_criu):
 
 def run_opts(ckpt: Path) -> list[str]:
     """What a job container needs (docker/Containerfile.app says why): CRIU's
-    privileges, the node's pid and IPC namespaces (proxyd knows its clients by
-    pid and shares memory with them in /dev/shm), the node's /tmp (proxy-cli's
-    proof of identity), its proxyd socket folder, and the checkpoint folder at
-    the same path as on the node."""
-    return ["--privileged", "--pid", "host", "--ipc", "host", "--network", "none", *ULIMITS,
-            "-v", "/tmp:/tmp", "-v", f"{NODE_PRIVATE}:{NODE_PRIVATE}", "-v", f"{ckpt}:{ckpt}",
+    privileges, the node's IPC namespace (the shim shares memory with proxyd
+    in /dev/shm, and a restored shim waits for proxyd's word there), the
+    node's proxyd socket folder, the checkpoint folder at the same path
+    as on the node, and proxyd's key folder (read-only: proxy-cli seals the
+    image again after adding CRIU's part, with proxyd's image-seal key). The container keeps its own pid namespace (proxyd keeps
+    its client under the pid the kernel shows it, and translates the pids
+    the container's proxy-cli names) and does not get the node's /tmp (proxyd
+    takes proxy-cli's socket credentials as its identity)."""
+    return ["--privileged", "--ipc", "host", "--network", "none", *ULIMITS,
+            "-v", f"{NODE_PRIVATE}:{NODE_PRIVATE}", "-v", f"{ckpt}:{ckpt}",
+            "-v", f"{os.environ['GPUPROXY_KEY_DIR']}:{os.environ['GPUPROXY_KEY_DIR']}:ro",
             "-e", f"GPUPROXY_CKPT_DIR={ckpt}", "-e", f"GPUPROXY_ENDPOINT={ENDPOINT}",
             "-e", f"GPUPROXY_KEY_DIR={os.environ['GPUPROXY_KEY_DIR']}"]
 
@@ -147,3 +152,71 @@ def test_podman_stop_checkpoints_and_another_node_restores(podman):
     assert "proxy-cli run: restored " in err2 and f"from {ckpt}/ckpt-1" in err2, err2
     assert out1 + out2 == want
     assert not (ckpt / "latest").exists()
+
+
+def plugin_conf(d: Path) -> Path:
+    """A CRIU configuration file for runc with gpuproxy's plugin folder
+    (`libdir`), given to one container by the annotation org.criu.config
+    (runc reads it for that container's checkpoint and restore; a node sets
+    it for all in /etc/criu/runc.conf)."""
+    import gpuproxy.proxyd.checkpoint as ck
+    conf = d / "criu-runc.conf"
+    conf.write_text(f"libdir {Path(ck.__file__).parent}\n")
+    return conf
+
+
+def criu_log_lines(stderr: str) -> str:
+    """The error and gpuproxy lines of the CRIU log a podman error names."""
+    import re
+    m = re.search(r"log file: (\S+\.log)", stderr)
+    try:
+        text = Path(m.group(1)).read_text(errors="replace") if m else ""
+    except OSError:
+        return ""
+    return "\n".join(ln for ln in text.splitlines() if "Error" in ln or "gpuproxy" in ln)[-4000:]
+
+
+def test_podman_container_checkpoint_carries_the_gpu_state_to_another_node(podman, usable_criu):
+    """`podman container checkpoint --export` of a running gpuproxy client
+    (runc runs criu, which runs gpuproxy's plugin: the shim parks, proxyd
+    dumps the GPU state beside CRIU's images, into the archive), then
+    `podman container restore --import` of that archive on node 2 (the
+    plugin restores the GPU state into node 2's proxyd before the app goes
+    on): the restored container finishes with status 0 and its log is exactly
+    an uninterrupted run's. The container has its own pid and IPC namespaces
+    (with --ipc host runc would put the node's whole /dev/shm into the
+    archive: proxyd reaches the container's own /dev/shm through /proc) and
+    only the node's socket folder, not its /tmp."""
+    c, env, built, want, d, names = podman
+    n1, n2 = c.nodes
+    env = dict(env, PATH=f"{Path(usable_criu.path).parent}:{env.get('PATH', '')}")   # podman and runc run `criu`
+    argv = built.argv() + [ITER]
+    first, second = f"gpp{os.getpid()}-c1", f"gpp{os.getpid()}-c2"
+    names.append((n1, first))
+    c.run(n1, ["podman", "run", "-d", "--name", first, "--annotation", f"org.criu.config={plugin_conf(d)}",
+               "--network", "none", *ULIMITS, "-v", f"{NODE_PRIVATE}:{NODE_PRIVATE}",
+               "-e", f"GPUPROXY_ENDPOINT={ENDPOINT}", "--entrypoint", '["proxy-cli", "run", "--"]', IMAGE, *argv],
+          env=env)
+    end = time.monotonic() + 120
+    while not any(s["calls"] >= 1000 for s in sessions(c, n1)):
+        assert time.monotonic() < end, logs(c, n1, env, first)
+        time.sleep(0.3)
+    archive = d / "c1-checkpoint.tar"
+    r = c.run(n1, ["podman", "container", "checkpoint", "--keep", "--export", str(archive), first], env=env,
+              timeout=180, check=False)
+    assert r.returncode == 0, r.stderr + criu_log_lines(r.stderr)
+    members = subprocess.run(["tar", "tf", str(archive)], capture_output=True, text=True).stdout.split()
+    assert any(m.startswith("checkpoint/gpuproxy/") and m.endswith("/manifest") for m in members), members
+    end = time.monotonic() + 30
+    while sessions(c, n1):                # the app is gone from node 1 (CRIU ended it)
+        assert time.monotonic() < end, sessions(c, n1)
+        time.sleep(0.3)
+    names.append((n2, second))
+    # --keep: CRIU's restore.log stays in the container's folder (the plugin's lines are in it)
+    r = c.run(n2, ["podman", "container", "restore", "--keep", "--import", str(archive), "--name", second],
+              env=env, timeout=180, check=False)
+    assert r.returncode == 0, r.stderr + criu_log_lines(r.stderr)
+    r = c.run(n2, ["podman", "wait", second], env=env, timeout=300)
+    out, err = logs(c, n2, env, second)
+    assert r.stdout.strip() == "0", (out, err)
+    assert out == want, err

@@ -8,8 +8,9 @@ user would submit it.
     n1 preempts it (PreemptMode=REQUEUE, GraceTime): SIGTERM, checkpoint,
     requeue; it is restored on n2 and finishes; its output is exactly an
     uninterrupted run's;
-  * time limit: --signal=TERM@N before the limit; checkpointed, requeued by
-    the script, restored, finished; output exact.
+  * time limit: --signal=TERM@N before the limit (the limit lowered with
+    scontrol at a known moment, so the warning lands while the app runs);
+    checkpointed, requeued by the script, restored, finished; output exact.
 
 scripts/install-cluster-test-deps installs the packages (.ci/run calls it);
 skips, with the reason, without them, without root or without CRIU.
@@ -22,6 +23,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +37,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 RECIPE = REPO / "examples" / "slurm" / "gpuproxy-job.sbatch"
 ITER = "3000"                  # about 35 s on the emulated backend
+ITER_TL = "5000"               # the time-limit job: long enough to outlast slurmctld's 30 s check period
 
 
 def _missing() -> str | None:
@@ -188,6 +191,7 @@ def slurm(tmp_path_factory, shim_installed, nvcc, usable_criu):
     try:
         c.up()
         s.up(kernels)
+        s.kernels = kernels
         yield s, built, want
     finally:
         s.down()
@@ -247,19 +251,41 @@ def test_preempted_job_requeued_and_restored_on_the_other_node(slurm):
     assert hout.read_text().strip() == "high done"
 
 
-@pytest.mark.skipif(os.environ.get("GPUPROXY_SLURM_TIMELIMIT_TEST") != "1",
-                    reason="timing-sensitive (Slurm checks time limits about every 30 s, so the --signal lands "
-                           "anywhere in a 30 s window): of three runs here one passed, one ended before the "
-                           "signal, one failed under the full suite's load; run with GPUPROXY_SLURM_TIMELIMIT_TEST=1")
 def test_time_limit_signal_checkpoints_and_requeues(slurm):
-    """--time=1 with --signal=TERM@45: the job is checkpointed before its
-    limit, requeues itself (the recipe), is restored and finishes."""
-    s, built, want = slurm
+    """The time-limit path, made deterministic: slurmctld sends --signal's
+    warning from its time-limit check, which runs about every 30 s at a phase
+    a test cannot see, so a job submitted with --time=1 got it anywhere in a
+    30 s window (before its first CUDA call, or after it ended). Here the job
+    is submitted with an hour's limit and --signal=TERM@300; once the app has
+    made CUDA calls, `scontrol update TimeLimit=5` puts it inside the warning
+    window at once: slurmctld's next check (within 30 s, while the app, about
+    60 s long, still runs) sends SIGTERM to the step, the wrapper checkpoints,
+    the recipe requeues the job; its limit goes back to an hour (so its next
+    run is not warned again) and it is restored and finishes; output exact.
+    What this does not cover is the job's own --time reaching the window by
+    itself, the same check with a later end time."""
+    s, built, _ = slurm
+    argv = built.argv() + [ITER_TL]
+    # the reference run goes on beside the job (it is as long)
+    ref: list = []
+    t = threading.Thread(target=lambda: ref.append(reference_output(argv, s.kernels)), daemon=True)
+    t.start()
     out, err, opts = job_files(s, "tl")
-    jid = s.submit("-p", "low", "-J", "tl", "--time=1", "--signal=TERM@45", *opts, argv=built.argv() + [ITER])
-    j = s.wait_state(jid, ("COMPLETED", "FAILED", "TIMEOUT"), timeout=400)
+    jid = s.submit("-p", "low", "-J", "tl", "--time=60", "--signal=TERM@300", *opts, argv=argv)
+    node = next(n for n in s.c.nodes if n.name == s.wait_state(jid, ("RUNNING",))["NodeList"])
+    wait_calls(s, node, 200)
+    s.cmd("scontrol", "update", f"JobId={jid}", "TimeLimit=5")
+    end = time.monotonic() + 120
+    while "SIGTERM: checkpointed pid" not in (err.read_text() if err.exists() else ""):
+        j = s.job(jid)
+        assert j.get("JobState") in ("RUNNING", "PENDING", "REQUEUED", "COMPLETING") and time.monotonic() < end, \
+            (j, err.read_text() if err.exists() else "", s.logs())
+        time.sleep(0.3)
+    s.cmd("scontrol", "update", f"JobId={jid}", "TimeLimit=60")
+    j = s.wait_state(jid, ("COMPLETED", "FAILED", "TIMEOUT"), timeout=300)
     assert j["JobState"] == "COMPLETED", (j, err.read_text(), s.logs())
     assert int(j["Restarts"]) >= 1
-    assert out.read_text() == want, err.read_text()
+    t.join(300)
+    assert ref and out.read_text() == ref[0], err.read_text()
     e = err.read_text()
     assert "SIGTERM: checkpointed pid" in e and "proxy-cli run: restored" in e, e

@@ -34,6 +34,18 @@ def test_finds_the_pods_processes_and_its_wrapper(node):
     assert e.value.code == 400
 
 
+def test_a_pods_gpuproxy_sessions_by_the_node_pid(node):
+    """proxyd's status lists each container client under the pid the node
+    sees (its socket's credentials), so the pod of a session is the pod
+    whose cgroup holds that pid, even where two pods' apps both call
+    themselves 1001."""
+    proc, _ = node
+    status = [{"pid": 4107, "calls": 10, "exe": "/app/train"}, {"pid": 5200, "calls": 3, "exe": "/app/train"},
+              {"pid": 999999, "calls": 1, "exe": "/elsewhere"}]
+    assert G.pod_sessions(UID, status, str(proc)) == [status[0]]
+    assert G.pod_sessions(OTHER, status, str(proc)) == [status[1]]
+
+
 @pytest.mark.parametrize("argv,want", [
     (["proxy-cli", "run", "--checkpoint-dir", "/c/d", "--", "x"], "/c/d"),
     (["python3", "-m", "gpuproxy.cli", "run", "--checkpoint-dir=/c/e", "--", "x"], "/c/e"),

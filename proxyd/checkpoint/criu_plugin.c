@@ -38,6 +38,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,13 @@ typedef struct {
 } gp_criu_plugin_desc_t;
 
 extern int criu_get_image_dir(void);
+/* CRIU's logger (criu/include/log.h; what its own plugins' pr_err uses):
+ * lines go into CRIU's log file, which is all a caller such as runc keeps
+ * (under runc, criu's stderr goes nowhere anyone reads). Weak: a CRIU
+ * without it gets the lines on stderr. */
+extern void print_on_level(unsigned int loglevel, const char *format, ...) __attribute__((weak));
+#define GP_LOG_ERROR 1
+#define GP_LOG_INFO 3
 
 static int gp_stage = -1;
 
@@ -108,8 +116,17 @@ static int images_dir(char *out, size_t n)
     return 0;
 }
 
-/* Runs the helper: 0 when it succeeded, -1 otherwise (its own stderr line
- * says why, into CRIU's log). */
+static void log_line(int failed, const char *action, const char *line)
+{
+    if (print_on_level)
+        print_on_level(failed ? GP_LOG_ERROR : GP_LOG_INFO, "gpuproxy plugin (%s): %s\n", action, line);
+    else
+        fprintf(stderr, "gpuproxy plugin (%s): %s\n", action, line);
+}
+
+/* Runs the helper: 0 when it succeeded, -1 otherwise. Its stderr (one line
+ * saying why, when it fails) is read through a pipe and put into CRIU's
+ * log. */
 static int helper(const char *action, long arg)
 {
     char root[PATH_MAX], imgs[PATH_MAX], argbuf[32];
@@ -121,22 +138,68 @@ static int helper(const char *action, long arg)
     const char *py = getenv("GPUPROXY_PYTHON");
     if (!py || !*py)
         py = GP_PYTHON;
-    pid_t child = fork();
-    if (child < 0)
+    int pfd[2];
+    if (pipe(pfd))
         return -1;
+    pid_t child = fork();
+    if (child < 0) {
+        close(pfd[0]);
+        close(pfd[1]);
+        return -1;
+    }
     if (child == 0) {
+        /* criu's own descriptors 0 and 1 can be anything (under runc's
+         * swrk mode one is a directory, which Python cannot start with):
+         * the helper gets /dev/null there and the pipe as stderr */
+        close(pfd[0]);
+        int null = open("/dev/null", O_RDWR);
+        if (null >= 0) {
+            dup2(null, 0);
+            dup2(null, 1);
+            if (null > 2)
+                close(null);
+        }
+        dup2(pfd[1], 2);
+        if (pfd[1] != 2)
+            close(pfd[1]);
         setenv("PYTHONPATH", root, 1);
         unsetenv("LD_PRELOAD");
         execlp(py, py, "-m", "gpuproxy.proxyd.checkpoint.orchestrate.criu_hooks", action, argbuf, imgs, (char *)NULL);
         fprintf(stderr, "gpuproxy criu plugin: cannot run %s: %s\n", py, strerror(errno));
         _exit(127);
     }
+    close(pfd[1]);
+    /* the helper's whole stderr (bounded; the rest is drained unread so the
+     * helper never blocks on a full pipe) */
+    char err[4096];
+    size_t used = 0;
+    for (;;) {
+        char buf[1024];
+        ssize_t k = read(pfd[0], buf, sizeof buf);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        size_t take = (size_t)k < sizeof err - 1 - used ? (size_t)k : sizeof err - 1 - used;
+        memcpy(err + used, buf, take);
+        used += take;
+    }
+    close(pfd[0]);
+    err[used] = '\0';
     int status;
     while (waitpid(child, &status, 0) < 0) {
         if (errno != EINTR)
             return -1;
     }
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+    int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
+        log_line(!ok, action, line);
+    if (!ok && !used) {
+        char why[64];
+        snprintf(why, sizeof why, "the helper failed (status 0x%x)", status);
+        log_line(1, action, why);
+    }
+    return ok ? 0 : -1;
 }
 
 static int gp_init(int stage)

@@ -139,16 +139,23 @@ def _fixed_layout():
         pass
 
 
-def resume_path(token: str) -> str:
-    """The file whose appearance lets a parked shim go on (interceptor/park.c)."""
+def resume_path(token: str, shm: str = "/dev/shm") -> str:
+    """The file whose appearance lets a parked shim go on (interceptor/park.c);
+    shm: the client's /dev/shm (client_view.py)."""
     from ..core.shm_names import public_id
-    return f"/dev/shm/gpuproxy-resume-{public_id(token)}"
+    return f"{shm}/gpuproxy-resume-{public_id(token)}"
 
 
-def parked_path(token: str) -> str:
+def parked_path(token: str, shm: str = "/dev/shm") -> str:
     """The file a shim creates once it has parked (interceptor/park.c)."""
     from ..core.shm_names import public_id
-    return f"/dev/shm/gpuproxy-parked-{public_id(token)}"
+    return f"{shm}/gpuproxy-parked-{public_id(token)}"
+
+
+def _client_shm(e) -> str:
+    """The /dev/shm e's client sees, where proxyd can see its pid."""
+    from .client_view import shm_dir
+    return shm_dir(e.pid if e.pidns == OWN_PIDNS else None)
 
 
 # how a worker is started (tests that inject faults start theirs otherwise)
@@ -202,6 +209,10 @@ class Entry:
     uid: int | None = None               # the client's user (None: unknown, only admins control it)
     park_waiters: list = field(default_factory=list)   # (rid, seq, deadline) of park commands
     ran_waiters: list = field(default_factory=list)    # resumes waiting for the app's figure (stall.py)
+    ran_shm: str = ""                    # where that figure's file appears (the client's /dev/shm)
+    park_shm: str = ""                   # the client's /dev/shm as proxyd reaches it (client_view.py), while parking
+    ns_pid: int = 0                      # a client of another pid namespace: its pid there (client_view.py)
+    client_pidns: str = ""               # and that namespace
     last_status: dict | None = None
     owner: int | None = None             # the sender's kernel uid (ipc) or key user (tcp): bounds, worker gate
     opened: bool = False                 # the client opened it at its worker (bounds.reap_unopened)
@@ -274,6 +285,7 @@ class Supervisor:
         self.backend_info: dict | None = None
         self.restoring = 0
         self.asker: int | None = None      # uid of the control request being handled
+        self.asker_ns: str | None = None   # its pid namespace, when it is not proxyd's (pidview.py)
         self.handlers = {
             "ping": self.ctl_ping, "status": self.ctl_status, "shutdown": self.ctl_shutdown,
             "dump": self.ctl_dump, "pre-dump": self.ctl_dump, "migrate": self.ctl_forward,
@@ -544,7 +556,9 @@ class Supervisor:
             if peer not in curve.LOOPBACK:
                 e.pidns = f"remote:{peer}"
         else:
-            e.uid = _uid_of(pid) if e.pidns == OWN_PIDNS else None
+            from .client_view import adopt_kernel_pid
+            adopt_kernel_pid(e, cred, pid, e.pidns)
+            e.uid = _uid_of(e.pid) if e.pidns == OWN_PIDNS else None
         e.hello.append((rid, seq))
         self.entries[token] = e
         self._open_pidfd(e)
@@ -587,7 +601,8 @@ class Supervisor:
         self.send(rid, [seq, 0, [{"endpoint": wk.info["endpoint"], "worker_pid": wk.pid,
                                   "version": __version__}], 0, 0, ""])
 
-    def on_where(self, rid: bytes, seq: int, info: dict, peer: str | None = None, asker: int | None = None):
+    def on_where(self, rid: bytes, seq: int, info: dict, peer: str | None = None, asker: int | None = None,
+                 cred=None):
         token = self._entry_of(rid)
         e = self.entries.get(token) if token else None
         if e is not None and e.owner is not None and asker != e.owner:
@@ -605,6 +620,8 @@ class Supervisor:
                 except (TypeError, ValueError):
                     pass
                 e.pidns = str(info.get("pidns") or e.pidns)
+                from .client_view import adopt_kernel_pid
+                adopt_kernel_pid(e, cred, e.pid, e.pidns)
                 self._open_pidfd(e)
                 if e.pidfd is not None:
                     e.restored_at = None
@@ -683,9 +700,9 @@ class Supervisor:
                 log.info("restored session of pid %s: its process did not come back within %g s; ending it",
                          e.pid, ATTACH_GRACE_S)
                 self._end(e)
-            if e.park_waiters and os.path.exists(parked_path(e.token)):
+            if e.park_waiters and os.path.exists(parked_path(e.token, e.park_shm or "/dev/shm")):
                 e.parked = True
-                held = stall.read_held(parked_path(e.token))
+                held = stall.read_held(parked_path(e.token, e.park_shm or "/dev/shm"))
                 for r, s, _dl in e.park_waiters:
                     self.reply(r, s, {"token": e.token, "pid": e.pid, "parked": True, "held_ns": held})
                 e.park_waiters = []
@@ -754,6 +771,7 @@ class Supervisor:
 
     def ctl_status(self, rid, seq, args):
         asker = self.asker
+        asker_ns = getattr(self, "asker_ns", None)
         live = [e for e in self.entries.values() if e.worker is not None and e.worker.sock is not None]
         state = {"left": len(live)}
         log.debug("status: asking %d workers", len(live))
@@ -764,11 +782,14 @@ class Supervisor:
             for e in sorted(self.entries.values(), key=lambda e: e.since):
                 if not self.may_control(asker, e):
                     continue         # another user's session: not even its existence is shown
+                if asker_ns is not None and e.client_pidns != asker_ns:
+                    continue         # an asker in a container sees the sessions of its own pid namespace
+                pid = e.ns_pid if asker_ns is not None else e.pid
                 # a session that got its worker after this round began has
                 # not been asked yet: it is still starting
                 s = dict(e.last_status or {"connecting": True})
                 s.pop("token", None)     # a session's token is its identity: never shown
-                s.update({"pid": e.pid, "exe": e.exe or s.get("exe", ""),
+                s.update({"pid": pid, "exe": e.exe or s.get("exe", ""),
                           "worker_pid": e.worker.pid if e.worker else None,
                           "state": self._state_word(e, s), "why": e.why or None,
                           "released": e.state == "released"})
@@ -834,6 +855,8 @@ class Supervisor:
             if code == 0 and after is not None:
                 after(e, result)
             self.reply(rid, seq, result if code == 0 else None, None if code == 0 else str(result))
+        if e.ns_pid and args.get("pid") == e.pid:
+            args = dict(args, pid=e.ns_pid)     # the worker knows its client as the client calls itself
         self.forward(e.worker, cmd or self._cmd, args, got)
 
     def ctl_dump(self, rid, seq, args):
@@ -983,7 +1006,8 @@ class Supervisor:
         if e.parked:
             self.reply(rid, seq, {"token": e.token, "pid": e.pid, "parked": True})
             return
-        for path in (resume_path(e.token), parked_path(e.token)):
+        e.park_shm = _client_shm(e)
+        for path in (resume_path(e.token, e.park_shm), parked_path(e.token, e.park_shm)):
             try:
                 os.unlink(path)
             except OSError:
@@ -1013,8 +1037,16 @@ class Supervisor:
         if e is None:
             self.reply(rid, seq, error="no such session in this proxyd")
             return
-        path = resume_path(e.token)
-        stall.forget_ran(e.token)
+        shm = _client_shm(e)
+        here = args.get("pid_here")
+        if here and isinstance(here, int) and here > 0 and (self.is_admin(self.asker) or _uid_of(here) == self.asker):
+            # a restored client that proxyd does not know by pid yet (CRIU's
+            # plugin names the task it restored, as proxyd's namespace sees it)
+            from .client_view import shm_dir
+            shm = shm_dir(here)
+        path = resume_path(e.token, shm)
+        e.ran_shm = shm
+        stall.forget_ran(e.token, shm)
         try:
             fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -1052,7 +1084,7 @@ class Supervisor:
                               key_user, peer, cred)
             elif mtype == P.MSG_WHERE:
                 self.on_where(rid, seq, msg[2] if len(msg) > 2 and isinstance(msg[2], dict) else {}, peer,
-                              B.sender_uid(self.zap is not None, key_user, cred))
+                              B.sender_uid(self.zap is not None, key_user, cred), cred)
             elif mtype == P.MSG_QUIESCE:
                 self.on_quiesce(rid, seq, B.sender_uid(self.zap is not None, key_user, cred))
             elif mtype == P.MSG_CTL:
@@ -1068,10 +1100,33 @@ class Supervisor:
                     self.asker = int(key_user) if key_user and key_user.isdigit() else None
                 else:
                     self.asker = requester_uid(msg[4] if len(msg) > 4 else None)
+                    if self.asker is None and cred is not None:
+                        # no proof file proxyd can see (a container without the
+                        # node's /tmp): the kernel's credentials of the sender
+                        self.asker = cred.uid
                 if cmd != "ping" and self.asker is None:
                     self.reply(rid, seq, error="permission denied: proxyd could not tell who is asking (proxy-cli "
-                                               "proves it with a file in /tmp, or on tcp with its CURVE key)")
+                                               "proves it with a file in /tmp or its socket's credentials, or on "
+                                               "tcp with its CURVE key)")
                     return
+                self.asker_ns = None
+                if cred is not None and cred.pid and self.zap is None:
+                    from ..core.pidview import OWN_PIDNS as _own, in_ns, pidns_of
+                    ns = pidns_of(cred.pid)
+                    if ns and ns != _own:
+                        # proxy-cli in a container names pids of its own
+                        # namespace: proxyd's are those (pidview.py)
+                        self.asker_ns = ns
+                        if args.get("pid") not in (None, 0):
+                            try:
+                                here = in_ns(ns, int(args["pid"]))
+                            except (TypeError, ValueError):
+                                here = None
+                            if here is None:
+                                self.reply(rid, seq, error=f"no process of pid {args['pid']} in the asker's pid "
+                                                           f"namespace")
+                                return
+                            args = dict(args, pid=here)
                 why = self.authorise(cmd, args)
                 if why:
                     self.reply(rid, seq, error=f"permission denied: {why}")

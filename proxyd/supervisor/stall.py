@@ -19,9 +19,10 @@ import time
 RAN_WAIT_S = float(os.environ.get("GPUPROXY_RAN_WAIT_S", "10"))
 
 
-def ran_path(token: str) -> str:
+def ran_path(token: str, shm: str = "/dev/shm") -> str:
+    """shm: the client's /dev/shm as proxyd reaches it (client_view.py)."""
     from ..core.shm_names import public_id
-    return f"/dev/shm/gpuproxy-ran-{public_id(token)}"
+    return f"{shm}/gpuproxy-ran-{public_id(token)}"
 
 
 def read_held(path: str) -> int | None:
@@ -33,17 +34,17 @@ def read_held(path: str) -> int | None:
         return None
 
 
-def forget_ran(token: str) -> None:
+def forget_ran(token: str, shm: str = "/dev/shm") -> None:
     """Before a resume: a ran file of an earlier park is not this one's."""
     try:
-        os.unlink(ran_path(token))
+        os.unlink(ran_path(token, shm))
     except OSError:
         pass
 
 
-def _read_ran(token: str) -> tuple[int, int] | None:
+def _read_ran(token: str, shm: str) -> tuple[int, int] | None:
     try:
-        with open(ran_path(token), "rb") as f:
+        with open(ran_path(token, shm), "rb") as f:
             held, ran = (int(x) for x in f.read(64).split()[:2])
     except (OSError, ValueError):
         return None
@@ -58,7 +59,8 @@ def tick(sup, e, now: float) -> None:
     """Answers the resume commands of entry e waiting for the app to run."""
     if not e.ran_waiters:
         return
-    got = _read_ran(e.token)
+    shm = e.ran_shm or "/dev/shm"
+    got = _read_ran(e.token, shm)
     for item in list(e.ran_waiters):
         rid, seq, dl, base = item
         if got is not None:
@@ -71,7 +73,7 @@ def tick(sup, e, now: float) -> None:
             continue
         e.ran_waiters.remove(item)
     if got is not None:
-        forget_ran(e.token)
+        forget_ran(e.token, shm)
 
 
 def wait_ran(e, rid, seq, base: dict) -> None:
