@@ -38,6 +38,7 @@ calls on a communicator whose nonblocking init has not completed).
 from __future__ import annotations
 
 import glob
+import hashlib
 import logging
 import os
 import struct
@@ -83,6 +84,12 @@ class Comm:
         self.busy = True
         self.seq = 0                       # collectives issued (the consistent cut compares these)
         self.nocolor = False
+        # job-wide identity, the same in every rank: a digest of the unique
+        # id, or for a split the parent's with its sequence number and color
+        # (nccl_cut.py matches ranks by it)
+        self.ident = ""
+        self.ctx_id = 0                    # the session context it was made on (its device)
+        self.pending = False               # restored; waits to be made again (nccl_cut.py)
 
 
 def comms(sess) -> dict:
@@ -93,14 +100,15 @@ def comms(sess) -> dict:
 
 
 def check_checkpointable(sess):
-    """A dump refuses a session that holds a communicator: its peers live in
-    other processes, and bringing them back needs the consistent cut
-    (docs/multigpu.md), which is not built yet."""
+    """A dump of a session that holds a communicator must be part of the
+    job's consistent cut (nccl_cut.py, docs/multigpu.md): its peers live in
+    other processes and must stop at the same collective. A dump of the
+    session alone is refused."""
     live = [c for c in comms(sess).values() if not c.nocolor]
-    if live:
-        raise RuntimeError(f"the session holds {len(live)} NCCL communicator(s); checkpoints of multi-process "
-                              f"NCCL jobs need the consistent cut (docs/multigpu.md), which gpuproxy does not "
-                              f"have yet")
+    if live and not getattr(sess, "nccl_cut", False):
+        raise RuntimeError(f"the session holds {len(live)} NCCL communicator(s); a multi-process NCCL job is "
+                           f"checkpointed as one consistent cut of all its ranks: proxy-cli dump --job ROOT_PID "
+                           f"or --pids PID,PID,... (docs/multigpu.md)")
 
 
 # a dump check (core/kinds.py): what a checkpoint cannot keep yet
@@ -232,6 +240,7 @@ def _execute(calls, sess, fn, ctx, args, lib):
         if ctx is None:
             raise _Fail(NCCL_INVALID_USAGE, "no current CUDA context (call cudaSetDevice first)")
         c = comms(sess)[h] = Comm(h, nranks, rank, ctx.device, not cfg or cfg.get("blocking", 1) != 0)
+        c.ident, c.ctx_id = hashlib.sha256(bytes(uid)).hexdigest()[:32], ctx.id
         _in_thread(backend, ctx, c, lambda: lib.init_rank(nranks, bytes(uid), rank, cfg, ctx.device), name)
         return NCCL_IN_PROGRESS, []
     if name == "ncclCommSplit":
@@ -241,6 +250,8 @@ def _execute(calls, sess, fn, ctx, args, lib):
         cfg = parse_config(args[4]) if args[4] is not None else None
         c = comms(sess)[h] = Comm(h, 0, 0, parent.device, not cfg or cfg.get("blocking", 1) != 0)
         parent.seq += 1
+        c.ident = hashlib.sha256(f"{parent.ident}/{parent.seq}/{color}".encode()).hexdigest()[:32]
+        c.ctx_id = parent.ctx_id
         parent.busy = True      # the split is a collective of the parent: nothing else runs on it meanwhile
 
         def split():
