@@ -107,7 +107,7 @@ def reference(prog, tmp: Path, n: int) -> str:
 def test_job_dumped_mid_run_daemon_restarted_restored_equals_uninterrupted(loop_prog, tmp_path, n, device_map):
     ref = reference(loop_prog, tmp_path, n)
     d = _daemon(tmp_path, "proxyd")
-    j = Job(loop_prog, d, n, 30000, tmp_path / "gate")
+    j = Job(loop_prog, d, n, 60000, tmp_path / "gate")
     try:
         j.wait_step(STEPS // 3)
         img = tmp_path / "job"
@@ -147,7 +147,7 @@ def test_job_checkpointed_twice_while_running_goes_on_unchanged(loop_prog, tmp_p
     n = 2
     ref = reference(loop_prog, tmp_path, n)
     d = _daemon(tmp_path, "proxyd")
-    j = Job(loop_prog, d, n, 30000, tmp_path / "gate")
+    j = Job(loop_prog, d, n, 60000, tmp_path / "gate")
     try:
         for i, k in enumerate((STEPS // 4, STEPS // 2)):      # both before the gate at 2/3
             j.wait_step(k)

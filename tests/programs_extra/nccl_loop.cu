@@ -10,7 +10,7 @@
 // different steps, changes the result. Each rank sends its checksum to the
 // launcher, which prints them in rank order and "DONE nccl_loop N".
 // Rank 0 writes "step K" to stderr at each step (the test dumps mid-run),
-// and with $NCCL_LOOP_GATE set waits at two thirds for that file.
+// and with $NCCL_LOOP_GATE set every rank waits at two thirds for that file.
 //
 // argv: ranks (2), steps (40), microseconds rank 0 sleeps per step (20000).
 #include <cstdio>
@@ -69,10 +69,10 @@ static void run_rank(int n, int steps, int pace_us, int in_fd, const std::vector
         // only rank 0 is slow: the others wait inside their next
         // collective (their workers blocked there), which the cut must handle
         if (pace_us && rank == 0) usleep(pace_us);
-        // $NCCL_LOOP_GATE: rank 0 waits at two thirds until that file exists
-        // (a test's dump then surely comes before the end)
+        // $NCCL_LOOP_GATE: every rank waits at two thirds until that file
+        // exists (a test's dump then surely comes before the end)
         const char *gate = getenv("NCCL_LOOP_GATE");
-        if (gate && rank == 0 && k == 2 * steps / 3)
+        if (gate && k == 2 * steps / 3)
             for (int w = 0; w < 12000 && access(gate, F_OK) != 0; w++) usleep(10000);
     }
     CK(cudaMemcpy(h.data(), x, N * sizeof(float), cudaMemcpyDeviceToHost));
