@@ -123,7 +123,7 @@ def test_restore_order_is_the_engines(kinds):
     order = [k.name for k in kinds.ordered() if k.rebuild is not None]
     assert order == ["contexts", "modules", "globals", "arena", "mem_pools", "mem_handles", "graph_mem", "graphs",
                      "arrays", "functions", "streams_events", "context_settings", "libraries", "cudnn_backend",
-                     "replay", "graph_libcapture", "sparse_after_memory"]
+                     "replay", "graph_libcapture", "nccl_comms", "sparse_after_memory"]
     assert [k.name for k in kinds.ordered() if k.check is not None] == ["ipc", "link", "nccl"]
     assert [k.name for k in kinds.ordered() if k.capture is not None] == ["arrays"]
     assert set(kinds.SERVICES) == {"destroy_context", "map_fixed_segment"}

@@ -64,6 +64,8 @@ class Stage(IntEnum):
     CUDNN = 910              # cuDNN backend descriptors: their calls replayed
     REPLAY = 1000            # engine: `restore: replay` settings, now that what they name exists
     LIBCAPTURE = 1100        # library calls captured into graphs, made again from snapshots
+    NCCL = 1200              # NCCL communicators, pending: the job's coordinator makes them again after the
+                             # restore, with a new unique id (families/nccl_cut.py)
     # engine: the arena's contents uploaded and checked, __device__ variables written
     AFTER_MEMORY = 2000      # kinds whose rebuild reads device memory (cuSPARSE analyses replayed)
 

@@ -32,8 +32,9 @@ consistent cut compares across ranks.
 Locking: execute() runs on the worker's main loop. A communicator's helper
 thread touches only that Comm's fields (real, code, busy), each one plain
 assignment; the main loop reads them and never uses a communicator while its
-thread runs (calls on a busy one answer ncclInvalidUsage, as NCCL answers
-calls on a communicator whose nonblocking init has not completed).
+thread runs (calls on a busy one answer ncclInvalidArgument, as NCCL's
+ncclCommEnsureReady answers a communicator used before its nonblocking
+init, split or finalize is done).
 """
 from __future__ import annotations
 
@@ -161,7 +162,10 @@ def _comm(sess, h, ready: bool = True) -> Comm:
     if c is None:
         raise _Fail(NCCL_INVALID_ARGUMENT, f"{int(h or 0):#x} is not a communicator of this process")
     if ready and c.busy:
-        raise _Fail(NCCL_INVALID_USAGE, "the communicator's initialisation (or finalisation) has not completed")
+        # src/init.cc ncclCommEnsureReady: a communicator used before its
+        # previous operation (a nonblocking init, split or finalize) is done
+        raise _Fail(NCCL_INVALID_ARGUMENT, "the communicator is used before its previous operation (init, split or "
+                                           "finalize) returned ncclSuccess")
     if ready and c.code != NCCL_SUCCESS:
         raise _Fail(NCCL_INVALID_USAGE, f"the communicator failed: {c.message or c.code}")
     return c
@@ -257,6 +261,13 @@ def _execute(calls, sess, fn, ctx, args, lib):
         def split():
             try:
                 new = lib.split(parent.real, color, key, cfg)
+            except Exception as e:
+                if not parent.blocking:
+                    # src/group.cc: a nonblocking group's failure becomes the
+                    # parent's asynchronous error
+                    parent.code = int(getattr(e, "code", NCCL_INTERNAL_ERROR))
+                    parent.message = f"ncclCommSplit: {e}"
+                raise
             finally:
                 parent.busy = False
             if new is None:
@@ -281,7 +292,10 @@ def _execute(calls, sess, fn, ctx, args, lib):
     if name in ("ncclCommDestroy", "ncclCommAbort"):
         c = _comm(sess, args[0], ready=False)
         if c.busy and name == "ncclCommDestroy":
-            raise _Fail(NCCL_INVALID_USAGE, "the communicator's initialisation has not completed (use ncclCommAbort)")
+            # src/init.cc ncclCommDestroy -> ncclCommEnsureReady
+            raise _Fail(NCCL_INVALID_ARGUMENT, "the communicator is destroyed before its previous operation (init, "
+                                               "split or finalize) returned ncclSuccess (poll ncclCommGetAsyncError, "
+                                               "or use ncclCommAbort)")
         if c.real is not None and not c.busy:
             (lib.destroy if name == "ncclCommDestroy" else lib.abort)(c.real)
         # an abort of a communicator whose init still waits for its peers:

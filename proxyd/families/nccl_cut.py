@@ -243,4 +243,4 @@ def rebuild(r) -> None:
     r.sess.nccl_hold = Hold(r.sess)
 
 
-register(Kind("nccl_comms", Stage.LIBRARIES, ("nccl_comms",), describe=describe, rebuild=rebuild, owner=__name__))
+register(Kind("nccl_comms", Stage.NCCL, ("nccl_comms",), describe=describe, rebuild=rebuild, owner=__name__))
