@@ -253,6 +253,8 @@ def main():
     ap.add_argument("--multigpu", action="store_true",
                     help="also the multi-GPU checks (gpu_check_multigpu.py: peer copies, x.to('cuda:1'), DDP; "
                          "$GPUPROXY_TORCH_PYTHON names a python that has PyTorch)")
+    ap.add_argument("--multigpu-steps", default="pytest,peer,ddp,fsdp,ckpt,bench",
+                    help="comma list of the --multigpu steps (gpu_check_multigpu.STEPS)")
     ap.add_argument("--oldcuda", action="store_true",
                     help="also programs built for CUDA 12.4 and 11.8 and the oldest-driver mode (gpu_check_oldcuda.py)")
     ap.add_argument("--pycuda-from", default=str(ROOT / ".carry" / "pycuda"),
@@ -279,7 +281,8 @@ def main():
                      ("bench", lambda: bench(log, out, a.bench_suites)),
                      ("tcp", lambda: tcp_check(log, out)),
                      ("python", lambda: python_frameworks(log, out, Path(a.pycuda_from), a.python_steps.split(","))),
-                     ("multigpu", lambda: __import__("gpu_check_multigpu").run(log, out)),
+                     ("multigpu", lambda: __import__("gpu_check_multigpu").run(log, out,
+                                                                               steps=a.multigpu_steps.split(","))),
                      ("oldcuda", lambda: __import__("gpu_check_oldcuda").oldcuda_check(log, out))):
         if name in skip or (name == "python" and not a.python) or (name == "tcp" and not a.tcp) or \
                 (name == "multigpu" and not a.multigpu) or (name == "oldcuda" and not a.oldcuda):
