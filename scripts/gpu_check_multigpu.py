@@ -48,7 +48,10 @@ EXAMPLE = ROOT / "examples" / "multigpu_torch.py"
 
 
 def _gpus() -> int:
-    r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    try:
+        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    except OSError:
+        return 0          # no driver tools: no GPU
     return sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
 
 

@@ -121,7 +121,7 @@ def test_restore_order_is_the_engines(kinds):
     kernels, streams and events, library objects, replayed settings,
     captured library work); a change here is a change of behaviour."""
     order = [k.name for k in kinds.ordered() if k.rebuild is not None]
-    assert order == ["contexts", "modules", "globals", "arena", "mem_pools", "mem_handles", "graph_mem", "graphs",
+    assert order == ["contexts", "device_numbers", "modules", "globals", "arena", "mem_pools", "mem_handles", "graph_mem", "graphs",
                      "arrays", "functions", "streams_events", "context_settings", "libraries", "cudnn_backend",
                      "replay", "graph_libcapture", "nccl_comms", "sparse_after_memory"]
     assert [k.name for k in kinds.ordered() if k.check is not None] == ["ipc", "link", "nccl"]

@@ -9,7 +9,7 @@ import importlib
 # handlers (core/registry.py) and checkpoint object kinds (core/kinds.py).
 MODULES = ("driver", "arrays", "vmm", "mempool", "mempool_ipc", "ipc", "hostmap", "hostfn", "modstore",
            "link", "graphs", "graph_nodes", "graph_mem", "graph_libcapture", "libraries", "cudnn",
-           "sparse_generic", "curand_host", "nccl", "nccl_cut")
+           "sparse_generic", "curand_host", "nccl", "nccl_cut", "devnum")
 
 
 def load_all() -> None:

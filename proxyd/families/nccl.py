@@ -305,7 +305,8 @@ def _execute(calls, sess, fn, ctx, args, lib):
     if name == "ncclCommCount":
         return NCCL_SUCCESS, [_comm(sess, args[0]).nranks]
     if name == "ncclCommCuDevice":
-        return NCCL_SUCCESS, [_comm(sess, args[0]).device]
+        from .devnum import app_device       # the application's number of the device (a remapping restore)
+        return NCCL_SUCCESS, [app_device(sess, _comm(sess, args[0]).device)]
     if name == "ncclCommUserRank":
         return NCCL_SUCCESS, [_comm(sess, args[0]).rank]
     if name == "ncclRedOpCreatePreMulSum":
