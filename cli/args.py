@@ -67,6 +67,13 @@ def pid(text: str) -> int:
     return _int(text, "a process id (a positive integer)", 1)
 
 
+def pid_list(text: str) -> list[int]:
+    out = [pid(t) for t in str(text).split(",") if t.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError("a comma-separated list of process ids")
+    return out
+
+
 def device(text: str) -> int:
     return _int(text, "a device index (0 or more)", 0)
 

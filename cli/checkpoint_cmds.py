@@ -49,7 +49,16 @@ def add_checkpoint_parsers(sub) -> None:
     for name, what in (("pre-dump", "copy a session's memory while it runs (the start of an incremental chain)"),
                        ("dump", "checkpoint an app: its GPU state (proxyd) and its processes (CRIU)")):
         p = sub.add_parser(name, help=what)
-        p.add_argument("--pid", type=A.pid, required=True, help="process whose session to checkpoint")
+        if name == "dump":
+            who = p.add_mutually_exclusive_group(required=True)
+            who.add_argument("--pid", type=A.pid, help="process whose session to checkpoint")
+            who.add_argument("--job", type=A.pid, metavar="ROOT_PID",
+                             help="a multi-rank job (NCCL): every gpuproxy client in ROOT_PID's process tree, as "
+                                  "one consistent cut (all ranks at the same collective); needs --gpu-only")
+            who.add_argument("--pids", type=A.pid_list, metavar="PID,PID,...",
+                             help="a multi-rank job given by its ranks' pids (as --job)")
+        else:
+            p.add_argument("--pid", type=A.pid, required=True, help="process whose session to checkpoint")
         p.add_argument("--dir", required=True,
                        help="image directory; one that holds an image already continues its chain")
         p.add_argument("--parent", help="parent image elsewhere (incremental)")
@@ -157,6 +166,8 @@ def cmd_dump(a) -> int:
     except ValueError as e:
         print(f"proxy-cli {a.kind}: {e}", file=sys.stderr)
         return 2
+    if getattr(a, "job", None) or getattr(a, "pids", None):
+        return _dump_job(a)
     if not a.gpu_only:
         try:
             if a.kind == "dump":
@@ -190,12 +201,57 @@ def cmd_dump(a) -> int:
     return _report(a, res, _gpu_lines(a.kind, a.pid, res))
 
 
+def _connect(a):
+    from gpuproxy.proxyd.client import ControlClient
+    ep = _endpoint(a)
+    return lambda timeout_s: ControlClient(ep, timeout_s=timeout_s)
+
+
+def _dump_job(a) -> int:
+    from gpuproxy.proxyd.checkpoint.orchestrate import multirank as M
+    if not a.gpu_only:
+        print("proxy-cli dump: a job's whole-process checkpoint (CRIU of every rank) is not built yet; use --gpu-only "
+              "(the ranks stay and wait for the restore)", file=sys.stderr)
+        return 2
+    if a.parent or a.concurrent:
+        print("proxy-cli dump: --parent and --concurrent are not supported for a job", file=sys.stderr)
+        return 2
+    try:
+        res = M.dump_job(_connect(a), a.dir, root=a.job, pids=a.pids, leave_running=a.leave_running,
+                         compress=a.compress, timeout_s=timeout_of(a, CHECKPOINT_TIMEOUT_S))
+    except M.JobError as e:
+        print(f"proxy-cli dump: {e}", file=sys.stderr)
+        return 1
+    lines = [f"dump of a job of {len(res['ranks'])} ranks (pids {', '.join(map(str, res['ranks']))}) -> {res['path']}",
+             f"  {res['communicators']} communicator(s) at one collective boundary after {res['hold_ms']:.1f} ms "
+             f"({res['rounds']} rounds); dumps {res['dump_ms']:.1f} ms; GPU {fmt_bytes(res['bytes'])}",
+             "  ranks released; their CUDA calls wait for: proxy-cli restore --gpu-only --dir " + res["path"]
+             if res["released"] else "  ranks running (resumed)"]
+    return _report(a, res, lines)
+
+
+def _restore_job(a, path) -> int:
+    from gpuproxy.proxyd.checkpoint.orchestrate import multirank as M
+    try:
+        res = M.restore_job(_connect(a), path, a.device_map, allow_foreign=bool(a.allow_foreign),
+                            timeout_s=timeout_of(a, CHECKPOINT_TIMEOUT_S))
+    except M.JobError as e:
+        print(f"proxy-cli restore: {e}", file=sys.stderr)
+        return 1
+    lines = [f"restored a job of {len(res['ranks'])} ranks from {a.dir}: GPU state in {res['restore_ms']:.1f} ms, "
+             f"{res['communicators']} communicator(s) made again in {res['comm_ms']:.1f} ms; it continues"]
+    return _report(a, res, lines)
+
+
 def cmd_restore(a) -> int:
     from gpuproxy.proxyd.checkpoint.orchestrate import gpu as G
+    from gpuproxy.proxyd.checkpoint.orchestrate import multirank as M
     from gpuproxy.proxyd.checkpoint.orchestrate import whole_process as W
     dmap = a.device_map
     path = os.path.abspath(a.dir)
     _client(a).call("ping")          # an unreachable proxyd is the first thing said
+    if M.is_job_image(path):
+        return _restore_job(a, path)
     try:
         st = W.restore_state(path)
         if not a.gpu_only and st["present"]:

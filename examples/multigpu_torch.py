@@ -13,6 +13,20 @@ DistributedDataParallel step per iteration on a small MLP over NCCL; rank 0
 prints the loss and a checksum of the parameters after each step, every
 rank checks an all_reduce and an all_gather of known values.
 
+``--mode ddp --pace-s S --gate FILE --gate-step K``: the same, sleeping S
+seconds after each step, and every rank waits at step K until FILE exists
+(a checkpoint of the whole job is taken meanwhile; the losses must not
+change).
+
+``--mode fsdp`` (torchrun): FSDP2 (``fully_shard`` per layer and on the
+model) over NCCL, Adam; rank 0 prints the loss and a checksum of the full
+parameters after each step.
+
+``--mode bench`` (torchrun): rank 0 prints one line ``BENCH {json}``:
+all_reduce bus bandwidth for 1 MiB .. 1 GiB float32 buffers (nccl-tests'
+busbw = algbw * 2 (n-1) / n) and the median step time of a GPT-style model
+(token embedding, 4 transformer blocks, LM head) trained with DDP.
+
 NVLink multicast stays off (NCCL_NVLS_ENABLE=0 is set here before NCCL
 starts, as on the shared GPU machines).
 """
@@ -67,7 +81,15 @@ def peer(steps: int):
     print("peer done")
 
 
-def ddp(steps: int):
+def _wait_gate(gate: str | None, step: int, gate_step: int):
+    import time
+    if gate and step == gate_step:
+        t = time.monotonic()
+        while not os.path.exists(gate) and time.monotonic() - t < 300:
+            time.sleep(0.05)
+
+
+def ddp(steps: int, pace_s: float = 0.0, gate: str | None = None, gate_step: int = 0):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     rank = int(os.environ["RANK"])
@@ -102,18 +124,133 @@ def ddp(steps: int):
         csum = sum(p.detach().double().sum().item() for p in model.parameters())
         if rank == 0:
             print("step", step, "loss", _hex(lt.item() / world), "params", csum.hex(), flush=True)
+        if pace_s:
+            import time
+            time.sleep(pace_s)
+        _wait_gate(gate, step, gate_step)
     dist.barrier()
     if rank == 0:
         print("ddp done", world)
     dist.destroy_process_group()
 
 
+def _dist():
+    import torch.distributed as dist
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    return dist, rank, world, local
+
+
+def fsdp(steps: int):
+    from torch.distributed.fsdp import fully_shard
+    dist, rank, world, local = _dist()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
+                                torch.nn.ReLU(), torch.nn.Linear(128, 4)).cuda()
+    for m in model:
+        if isinstance(m, torch.nn.Linear):
+            fully_shard(m)
+    fully_shard(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    torch.use_deterministic_algorithms(True)
+    g = torch.Generator().manual_seed(100 + rank)
+    for step in range(1, steps + 1):
+        xb = torch.randn(64, 32, generator=g).cuda()
+        yb = torch.randn(64, 4, generator=g).cuda()
+        loss = torch.nn.functional.mse_loss(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        lt = loss.detach().clone()
+        dist.all_reduce(lt)
+        # every rank takes part in gathering the full parameters
+        csum = sum(p.full_tensor().double().sum().item() for p in model.parameters())
+        if rank == 0:
+            print("step", step, "loss", _hex(lt.item() / world), "params", csum.hex(), flush=True)
+    dist.barrier()
+    if rank == 0:
+        print("fsdp done", world)
+    dist.destroy_process_group()
+
+
+def bench(steps: int):
+    import json
+    import statistics
+    import time
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist, rank, world, local = _dist()
+    out = {"world": world, "device": torch.cuda.get_device_name(local), "all_reduce": []}
+    for size in (1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30):
+        t = torch.ones(size // 4, dtype=torch.float32, device="cuda")
+        iters = 20 if size <= 1 << 24 else 5
+        for _ in range(2):
+            dist.all_reduce(t)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        torch.cuda.synchronize()
+        dt = (time.perf_counter() - t0) / iters
+        algbw = size / dt / 1e9
+        out["all_reduce"].append({"bytes": size, "us": round(dt * 1e6, 1), "algbw_GBps": round(algbw, 2),
+                                  "busbw_GBps": round(algbw * 2 * (world - 1) / world, 2)})
+        del t
+    torch.manual_seed(0)
+    vocab, d, seq, batch = 8192, 512, 256, 8
+
+    class GPT(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(vocab, d)
+            self.pos = torch.nn.Parameter(torch.zeros(seq, d))
+            layer = torch.nn.TransformerEncoderLayer(d, 8, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
+            self.blocks = torch.nn.TransformerEncoder(layer, 4)
+            self.head = torch.nn.Linear(d, vocab)
+            self.mask = torch.nn.Transformer.generate_square_subsequent_mask(seq)
+
+        def forward(self, x):
+            h = self.emb(x) + self.pos
+            return self.head(self.blocks(h, mask=self.mask.to(x.device), is_causal=True))
+
+    model = DDP(GPT().cuda(), device_ids=[local])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(7 + rank)
+    times = []
+    for step in range(3 + max(steps, 10)):
+        xb = torch.randint(0, vocab, (batch, seq), generator=g).cuda()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        logits = model(xb)
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, vocab), xb.roll(-1, 1).view(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        if step >= 3:
+            times.append(time.perf_counter() - t0)
+    out["ddp_gpt_step_ms"] = round(statistics.median(times) * 1000, 3)
+    out["ddp_gpt_params"] = sum(p.numel() for p in model.parameters())
+    if rank == 0:
+        print("BENCH", json.dumps(out), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=("peer", "ddp"), required=True)
+    ap.add_argument("--mode", choices=("peer", "ddp", "fsdp", "bench"), required=True)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--pace-s", type=float, default=0.0)
+    ap.add_argument("--gate", default=None)
+    ap.add_argument("--gate-step", type=int, default=0)
     a = ap.parse_args()
-    (peer if a.mode == "peer" else ddp)(a.steps)
+    if a.mode == "ddp":
+        ddp(a.steps, a.pace_s, a.gate, a.gate_step)
+    else:
+        {"peer": peer, "fsdp": fsdp, "bench": bench}[a.mode](a.steps)
 
 
 if __name__ == "__main__":

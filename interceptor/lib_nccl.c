@@ -118,9 +118,10 @@ static ncclResult_t begin_create(uint32_t fid, int nargs, uint64_t *h, gp_buf **
     return 0;
 }
 
-/* Ends it: the worker's answer, then (blocking) the wait. Drops the handle
- * when the create failed. */
-static ncclResult_t end_create(const char *fn, uint64_t h, int blocking, ncclComm_t *out)
+/* Ends it: the worker's answer, then (wait) the wait for the new
+ * communicator, noted blocking or not. Drops the handle when the create
+ * failed. */
+static ncclResult_t end_create_on(const char *fn, uint64_t h, int wait, int blocking, ncclComm_t *out)
 {
     gp_reply r;
     ncclResult_t ret;
@@ -135,7 +136,7 @@ static ncclResult_t end_create(const char *fn, uint64_t h, int blocking, ncclCom
         group_inits[ngroup_inits++] = c;        /* waited for at ncclGroupEnd */
         ret = 0;
     }
-    if (ret == NCCL_IN_PROGRESS && blocking)
+    if (ret == NCCL_IN_PROGRESS && wait)
         ret = wait_ready(c);
     if (ret == 0 || ret == NCCL_IN_PROGRESS) {
         note_blocking(c, blocking);
@@ -147,6 +148,11 @@ static ncclResult_t end_create(const char *fn, uint64_t h, int blocking, ncclCom
         note_failure(fn, ret);
     }
     return ret;
+}
+
+static ncclResult_t end_create(const char *fn, uint64_t h, int blocking, ncclComm_t *out)
+{
+    return end_create_on(fn, h, blocking, blocking, out);
 }
 
 static ncclResult_t init_rank(uint32_t fid, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
@@ -191,7 +197,8 @@ ncclResult_t gpo_ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *
         return NCCL_INVALID_ARGUMENT;
     size_t n;
     /* nccl.h: a split's communicator takes the parent's blocking mode unless config says */
-    int blocking = config ? config_blocking(config, &n) : !is_nonblocking(comm);
+    int parent_nb = is_nonblocking(comm);
+    int blocking = config ? config_blocking(config, &n) : !parent_nb;
     if (!config)
         n = 0;
     uint64_t h;
@@ -207,10 +214,24 @@ ncclResult_t gpo_ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *
         gp_put_data(b, config, n, 0);
     else
         mp_nil(b);
-    r = end_create("ncclCommSplit", h, blocking, newcomm);
+    /* NCCL runs the split as a job of the parent's group, which is blocking
+     * or not as the PARENT is (src/group.cc ncclAsyncLaunch: the group's mode
+     * is the mode of the communicator the job belongs to; the new one's
+     * config only sets its own mode afterwards). With a nonblocking parent
+     * ncclCommSplit answers ncclSuccess at once while the split goes on, the
+     * parent's ncclCommGetAsyncError says ncclInProgress until it is done,
+     * and a use of the parent meanwhile (ncclCommDestroy included) is
+     * ncclInvalidArgument (src/init.cc ncclCommSplit, ncclCommEnsureReady).
+     * The worker keeps the parent busy for the split, which answers the
+     * same. One difference: NCCL writes *newcomm when the split is done,
+     * the stand-in at once (its handle answers ncclInvalidArgument until then). */
+    r = end_create_on("ncclCommSplit", h, !parent_nb, blocking, newcomm);
+    if (r == NCCL_IN_PROGRESS && parent_nb)
+        r = 0;
     if (r == 0 && color == NCCL_SPLIT_NOCOLOR) {
-        /* nccl.h: ranks that pass NCCL_SPLIT_NOCOLOR get a NULL communicator */
-        gpg_ncclCommDestroy(*newcomm);
+        /* nccl.h: ranks that pass NCCL_SPLIT_NOCOLOR get a NULL communicator;
+         * an abort drops the worker's handle also while the split still runs */
+        gpg_ncclCommAbort(*newcomm);
         gp_lib_free_handle(*newcomm);
         note_blocking(*newcomm, 1);
         *newcomm = NULL;

@@ -281,6 +281,8 @@ def main():
                     help="also the preemption contract with a PyTorch training (gpu_check_contract.py: SIGTERM "
                          "checkpoints, restores on fresh proxyds, the second onto GPU 1 where there are two; "
                          "$GPUPROXY_TORCH_PYTHON names a python that has PyTorch)")
+    ap.add_argument("--multigpu-steps", default="pytest,peer,ddp,fsdp,ckpt,bench",
+                    help="comma list of the --multigpu steps (gpu_check_multigpu.STEPS)")
     ap.add_argument("--oldcuda", action="store_true",
                     help="also programs built for CUDA 12.4 and 11.8 and the oldest-driver mode (gpu_check_oldcuda.py)")
     ap.add_argument("--pycuda-from", default=str(ROOT / ".carry" / "pycuda"),
@@ -313,7 +315,8 @@ def main():
                      ("bench", lambda: bench(log, out, a.bench_suites)),
                      ("tcp", lambda: tcp_check(log, out)),
                      ("python", lambda: python_frameworks(log, out, Path(a.pycuda_from), a.python_steps.split(","))),
-                     ("multigpu", lambda: __import__("gpu_check_multigpu").run(log, out)),
+                     ("multigpu", lambda: __import__("gpu_check_multigpu").run(log, out,
+                                                                               steps=a.multigpu_steps.split(","))),
                      ("oldcuda", lambda: __import__("gpu_check_oldcuda").oldcuda_check(log, out)),
                      ("restlat", lambda: __import__("gpu_check_restlat").run(log, out)),
                      ("real", lambda: real_workloads(log, out, a.real_sizes)),

@@ -80,6 +80,8 @@ int main() {
 
 SINGLE_EXPECTED = ("nonblocking init: 0\n"
                    "one-rank all-reduce: ok\n"
+                   "no-color split on a nonblocking parent: 0\n"
+                   "parent after the split: 0\n"
                    "no-color split gives NULL\n"
                    "rank 3 of 2: 4\n")
 

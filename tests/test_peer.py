@@ -145,3 +145,56 @@ def test_vmm_over_two_devices(vmm_multi, tmp):
         assert r.stderr == "", r.stderr
     finally:
         d.cleanup()
+
+
+DEVNUM_EXPECTED = ("current device 1, ctx device 1, contexts distinct\n"
+                   "pointer devices 0 1\n"
+                   "device 1 reaches device 0: 1\n"
+                   "peer copy of the data from before: equal\n"
+                   "created context: device 1, memory on device 1\n")
+
+
+@pytest.mark.parametrize("dmap", [{0: 1, 1: 0}, {0: 2, 1: 3}], ids=["swapped", "onto-2-3"])
+def test_device_numbers_are_the_apps_after_a_restore_onto_other_devices(dmap, tmp, shim_installed, nvcc):
+    """After a restore with a device map, calls that name a device keep the
+    application's numbering (families/devnum.py): a device first used after
+    the restore is a device of its own, not the one its old number now
+    lands on, and every answer is in the program's numbers; the image of a
+    later dump records where each context really is."""
+    need = max(dmap.values()) + 1
+    if _gpus() < need:
+        pytest.skip(f"needs {need} GPUs")
+    src = Path(__file__).parent / "programs_extra" / "devnum.cu"
+    prog = corpus.Program(name="devnum", source=src.name, link=("-lcuda",), cubins=(), args=(), emu=None,
+                          expected="", driver=None, pace=False, proxy_only=False, source_path=src)
+    b = corpus.build(prog, corpus.default_build_dir() / "programs_extra")
+    d = _daemon(tmp, "proxyd", need)
+    try:
+        ref = subprocess.run(b.argv(), env=d.env_for_client(), capture_output=True, text=True, timeout=120)
+        assert ref.returncode == 0 and ref.stdout == DEVNUM_EXPECTED + "PASS devnum\n", ref.stdout + ref.stderr
+        p = subprocess.Popen(b.argv() + ["wait"], env=d.env_for_client(), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert p.stdout.readline() == "ready\n"
+            st = _ctl(d, "dump", pid=p.pid, dir=str(tmp / "img"))
+            assert st["released"], st
+            d.kill()
+            d = _daemon(tmp, "proxyd2", need)
+            _ctl(d, "restore", dir=str(tmp / "img"), device_map={str(k): v for k, v in dmap.items()})
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            lines = [p.stdout.readline() for _ in range(6)]
+            assert "".join(lines[:5]) == DEVNUM_EXPECTED and lines[5] == "ready again\n", "".join(lines)
+            _ctl(d, "dump", pid=p.pid, dir=str(tmp / "img2"), leave_running=True)
+            out, err = p.communicate("go\n", timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        assert p.returncode == 0 and out == "PASS devnum\n", out + err
+        from gpuproxy.proxyd.checkpoint.image import read_manifest
+        sess = read_manifest(str(tmp / "img2"))[0]["session"]
+        devices = sorted(c["device"] for c in sess["contexts"])
+        assert devices == sorted(dmap[x] for x in (0, 1)), sess["contexts"]
+        assert {int(k): v for k, v in sess["dev_map"].items() if int(k) in (0, 1)} == dmap, sess["dev_map"]
+    finally:
+        d.cleanup()

@@ -299,6 +299,14 @@ SESSION = Obj({
     # made them, [function id, context handle, arguments], replayed by the
     # cuDNN path (which re-checks them); last [0, 0, handles destroyed after]
     "cudnn_backend": List(Tuple(Int(0, 1 << 20), U64, List(Any_(), 1 << 20)), 1 << 22),
+    # the application's device numbers -> physical ones after a restore onto
+    # other devices (proxyd/families/devnum.py)
+    "dev_map": Map(NUM, DEVICE, 1024),
+    # NCCL communicators of a job's consistent cut (proxyd/families/nccl_cut.py):
+    # made again at the restore with a new unique id, as the same rank
+    "nccl_comms": List(Obj({"comm": U64, "ident": Str(32, r"[0-9a-f]{32}", "a communicator identity"),
+                            "nranks": Int(1, 1 << 20), "rank": Int(0, 1 << 20), "ctx": ID, "seq": COUNT,
+                            "blocking": Bool()}), 4096),
 })
 
 MANIFEST = Obj({

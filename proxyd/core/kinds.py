@@ -66,6 +66,8 @@ class Stage(IntEnum):
     CUDNN = 910              # cuDNN backend descriptors: their calls replayed
     REPLAY = 1000            # engine: `restore: replay` settings, now that what they name exists
     LIBCAPTURE = 1100        # library calls captured into graphs, made again from snapshots
+    NCCL = 1200              # NCCL communicators, pending: the job's coordinator makes them again after the
+                             # restore, with a new unique id (families/nccl_cut.py)
     MEMORY = 1500            # engine: the arena's contents uploaded and checked against the image's hashes
                              # (every device allocation lives in the arena: cuMemAlloc's, pools', VMM
                              # mappings, graph memory nodes'), once everything that maps it exists

@@ -100,6 +100,12 @@ class Session:
         self.async_error: tuple[int, int, str] | None = None   # (code, fid, message)
         self.frozen = False
         self.queued: list = []          # messages that arrived while frozen
+        # callable(sess, ops) -> True while a multi-rank checkpoint holds the
+        # message (families/nccl_cut.py), else None
+        self.nccl_hold = None
+        # application device ordinal -> physical, after a restore onto other
+        # devices (families/devnum.py); empty: the same numbers
+        self.dev_map: dict[int, int] = {}
         self.staging_seg: int | None = None
         self.shm = None                 # ShmMap, set by the server
         self.shm_pending: set[int] = set()   # pinned segments to page-lock when the client (re)attaches

@@ -9,7 +9,8 @@ import importlib
 # handlers (core/registry.py) and checkpoint object kinds (core/kinds.py).
 MODULES = ("contexts", "memory", "modules", "launches", "streams", "arrays", "vmm", "mempool", "mempool_ipc", "ipc", "hostmap", "hostfn", "modstore",
            "link", "graphs", "graph_nodes", "graph_mem", "graph_libcapture", "libraries", "cudnn",
-           "sparse_generic", "curand_host", "nccl", "graph_capture_into", "graph_exec_nodes")
+           "sparse_generic", "curand_host", "nccl", "nccl_cut", "devnum", "graph_capture_into",
+           "graph_exec_nodes")
 
 
 def load_all() -> None:

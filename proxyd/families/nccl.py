@@ -32,12 +32,14 @@ consistent cut compares across ranks.
 Locking: execute() runs on the worker's main loop. A communicator's helper
 thread touches only that Comm's fields (real, code, busy), each one plain
 assignment; the main loop reads them and never uses a communicator while its
-thread runs (calls on a busy one answer ncclInvalidUsage, as NCCL answers
-calls on a communicator whose nonblocking init has not completed).
+thread runs (calls on a busy one answer ncclInvalidArgument, as NCCL's
+ncclCommEnsureReady answers a communicator used before its nonblocking
+init, split or finalize is done).
 """
 from __future__ import annotations
 
 import glob
+import hashlib
 import logging
 import os
 import struct
@@ -83,6 +85,12 @@ class Comm:
         self.busy = True
         self.seq = 0                       # collectives issued (the consistent cut compares these)
         self.nocolor = False
+        # job-wide identity, the same in every rank: a digest of the unique
+        # id, or for a split the parent's with its sequence number and color
+        # (nccl_cut.py matches ranks by it)
+        self.ident = ""
+        self.ctx_id = 0                    # the session context it was made on (its device)
+        self.pending = False               # restored; waits to be made again (nccl_cut.py)
 
 
 def comms(sess) -> dict:
@@ -93,14 +101,15 @@ def comms(sess) -> dict:
 
 
 def check_checkpointable(sess):
-    """A dump refuses a session that holds a communicator: its peers live in
-    other processes, and bringing them back needs the consistent cut
-    (docs/multigpu.md), which is not built yet."""
+    """A dump of a session that holds a communicator must be part of the
+    job's consistent cut (nccl_cut.py, docs/multigpu.md): its peers live in
+    other processes and must stop at the same collective. A dump of the
+    session alone is refused."""
     live = [c for c in comms(sess).values() if not c.nocolor]
-    if live:
-        raise RuntimeError(f"the session holds {len(live)} NCCL communicator(s); checkpoints of multi-process "
-                              f"NCCL jobs need the consistent cut (docs/multigpu.md), which gpuproxy does not "
-                              f"have yet")
+    if live and not getattr(sess, "nccl_cut", False):
+        raise RuntimeError(f"the session holds {len(live)} NCCL communicator(s); a multi-process NCCL job is "
+                           f"checkpointed as one consistent cut of all its ranks: proxy-cli dump --job ROOT_PID "
+                           f"or --pids PID,PID,... (docs/multigpu.md)")
 
 
 # a dump check (core/kinds.py): what a checkpoint cannot keep yet
@@ -153,7 +162,10 @@ def _comm(sess, h, ready: bool = True) -> Comm:
     if c is None:
         raise _Fail(NCCL_INVALID_ARGUMENT, f"{int(h or 0):#x} is not a communicator of this process")
     if ready and c.busy:
-        raise _Fail(NCCL_INVALID_USAGE, "the communicator's initialisation (or finalisation) has not completed")
+        # src/init.cc ncclCommEnsureReady: a communicator used before its
+        # previous operation (a nonblocking init, split or finalize) is done
+        raise _Fail(NCCL_INVALID_ARGUMENT, "the communicator is used before its previous operation (init, split or "
+                                           "finalize) returned ncclSuccess")
     if ready and c.code != NCCL_SUCCESS:
         raise _Fail(NCCL_INVALID_USAGE, f"the communicator failed: {c.message or c.code}")
     return c
@@ -232,6 +244,7 @@ def _execute(calls, sess, fn, ctx, args, lib):
         if ctx is None:
             raise _Fail(NCCL_INVALID_USAGE, "no current CUDA context (call cudaSetDevice first)")
         c = comms(sess)[h] = Comm(h, nranks, rank, ctx.device, not cfg or cfg.get("blocking", 1) != 0)
+        c.ident, c.ctx_id = hashlib.sha256(bytes(uid)).hexdigest()[:32], ctx.id
         _in_thread(backend, ctx, c, lambda: lib.init_rank(nranks, bytes(uid), rank, cfg, ctx.device), name)
         return NCCL_IN_PROGRESS, []
     if name == "ncclCommSplit":
@@ -241,11 +254,20 @@ def _execute(calls, sess, fn, ctx, args, lib):
         cfg = parse_config(args[4]) if args[4] is not None else None
         c = comms(sess)[h] = Comm(h, 0, 0, parent.device, not cfg or cfg.get("blocking", 1) != 0)
         parent.seq += 1
+        c.ident = hashlib.sha256(f"{parent.ident}/{parent.seq}/{color}".encode()).hexdigest()[:32]
+        c.ctx_id = parent.ctx_id
         parent.busy = True      # the split is a collective of the parent: nothing else runs on it meanwhile
 
         def split():
             try:
                 new = lib.split(parent.real, color, key, cfg)
+            except Exception as e:
+                if not parent.blocking:
+                    # src/group.cc: a nonblocking group's failure becomes the
+                    # parent's asynchronous error
+                    parent.code = int(getattr(e, "code", NCCL_INTERNAL_ERROR))
+                    parent.message = f"ncclCommSplit: {e}"
+                raise
             finally:
                 parent.busy = False
             if new is None:
@@ -270,7 +292,10 @@ def _execute(calls, sess, fn, ctx, args, lib):
     if name in ("ncclCommDestroy", "ncclCommAbort"):
         c = _comm(sess, args[0], ready=False)
         if c.busy and name == "ncclCommDestroy":
-            raise _Fail(NCCL_INVALID_USAGE, "the communicator's initialisation has not completed (use ncclCommAbort)")
+            # src/init.cc ncclCommDestroy -> ncclCommEnsureReady
+            raise _Fail(NCCL_INVALID_ARGUMENT, "the communicator is destroyed before its previous operation (init, "
+                                               "split or finalize) returned ncclSuccess (poll ncclCommGetAsyncError, "
+                                               "or use ncclCommAbort)")
         if c.real is not None and not c.busy:
             (lib.destroy if name == "ncclCommDestroy" else lib.abort)(c.real)
         # an abort of a communicator whose init still waits for its peers:
@@ -280,7 +305,8 @@ def _execute(calls, sess, fn, ctx, args, lib):
     if name == "ncclCommCount":
         return NCCL_SUCCESS, [_comm(sess, args[0]).nranks]
     if name == "ncclCommCuDevice":
-        return NCCL_SUCCESS, [_comm(sess, args[0]).device]
+        from .devnum import app_device       # the application's number of the device (a remapping restore)
+        return NCCL_SUCCESS, [app_device(sess, _comm(sess, args[0]).device)]
     if name == "ncclCommUserRank":
         return NCCL_SUCCESS, [_comm(sess, args[0]).rank]
     if name == "ncclRedOpCreatePreMulSum":

@@ -60,6 +60,7 @@ ATTACH_GRACE_S = float(os.environ.get("GPUPROXY_ATTACH_GRACE_S", "120"))   # res
 DEAD_KEEP_S = 60.0               # how long a dead session's reason stays for its client to read
 MAX_START_FAILURES = 3
 PARK_SIGNAL = int(os.environ.get("GPUPROXY_PARK_SIGNAL", str(signal.SIGRTMIN + 6)))
+NCCL_CUT_COMMANDS = ("nccl-hold", "nccl-release", "nccl-uid", "nccl-recreate")   # families/nccl_cut.py
 
 
 ADMIN_UIDS = {int(x) for x in os.environ.get("GPUPROXY_ADMIN_UIDS", "").split(",") if x.strip().isdigit()}
@@ -292,6 +293,10 @@ class Supervisor:
             "restore": self.ctl_restore, "park": self.ctl_park, "resume": self.ctl_resume,
             "dump-wait": self.ctl_dump,      # a background image write's end (checkpoint/background.py)
         }
+        # the consistent cut of a multi-rank NCCL job: forwarded to the pid's
+        # worker (proxyd/families/nccl_cut.py; proxyd/checkpoint/orchestrate/multirank.py)
+        for cmd in NCCL_CUT_COMMANDS:
+            self.handlers[cmd] = self.ctl_forward
         from .discard import ctl_discard
         self.handlers["discard"] = lambda rid, seq, args: ctl_discard(self, rid, seq, args)
 
@@ -745,7 +750,7 @@ class Supervisor:
             return None        # status shows each user only their own sessions
         if cmd == "shutdown":
             return "only root or proxyd's own user may stop proxyd"
-        if cmd in ("dump", "pre-dump", "migrate", "park", "resume", "discard", "dump-wait"):
+        if cmd in ("dump", "pre-dump", "migrate", "park", "resume", "discard", "dump-wait") or cmd in NCCL_CUT_COMMANDS:
             e = None
             if cmd in ("resume", "discard") and args.get("token"):
                 e = self.entries.get(str(args["token"]))

@@ -88,6 +88,9 @@ def register(server):
         server.ctl_reply(rid, seq, {"stopping": True})
         server.stopping = True
 
+    from ..families.nccl_cut import register_ctl as nccl_cut_ctl
+    nccl_cut_ctl(server, ctl)      # the consistent cut of a multi-rank job, this rank's part
+
     try:
         from ..checkpoint import commands
     except ImportError:

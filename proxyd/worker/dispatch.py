@@ -25,6 +25,7 @@ from ..core.registry import (  # noqa: F401  (some re-exported: tests use them b
     CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_UNKNOWN, CUDA_SUCCESS, HANDLERS, LIBRARY_IDS, bad_argument, handler,
     norm_scalar)
 from ..core.shm import ShmError
+from ..families.devnum import physical_args
 
 log = logging.getLogger("proxyd")
 
@@ -203,6 +204,8 @@ class Dispatcher:
             # codes are the library's statuses (libraries.py), not CUresult
             return self.libs.run_op(sess, fn, fid, ctxh, args)
         fn = plan.fn
+        if sess.dev_map:
+            args = physical_args(sess, fn, args)     # the app's device numbers after a remapping restore
         if len(args) != plan.nparams:
             return CUDA_ERROR_INVALID_VALUE, None, f"{fn.name}: {len(args)} arguments for {len(fn.params)} parameters"
         if not args_fit(plan.checks, args):

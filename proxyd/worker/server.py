@@ -692,7 +692,9 @@ class Server:
             else:
                 self.send(rid, [seq, 0, None, 0, 0, ""])
             return
-        if s.frozen:
+        if s.frozen or (s.nccl_hold is not None and s.nccl_hold(s, ops)):
+            # frozen for a checkpoint, or held before a collective for a job's
+            # consistent cut (families/nccl_cut.py): answered later, in order
             if all(q[1] != seq for q in s.queued):
                 s.queued.append((rid, seq, ops, via_chan, bytes(raw) if raw is not None else None))
             self.send(rid, [seq, P.REPLY_KEEPALIVE])

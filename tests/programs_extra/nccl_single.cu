@@ -91,7 +91,17 @@ int main(int argc, char **argv)
     ncclComm_t none = (ncclComm_t)1;
     ncclConfig_t blocking = cfg;
     blocking.blocking = 1;
-    NK(ncclCommSplit(comm, -1, 0, &none, &blocking));  // NCCL_SPLIT_NOCOLOR
+    // NCCL_SPLIT_NOCOLOR. The parent is nonblocking, so the split is a job
+    // of a nonblocking group whatever the new communicator's config says
+    // (NCCL src/group.cc): ncclCommSplit answers ncclSuccess and the parent
+    // is ncclInProgress until the split is done; the application polls it
+    // before using the parent again (ncclCommDestroy of a parent still in
+    // progress is ncclInvalidArgument: src/init.cc ncclCommEnsureReady).
+    r = ncclCommSplit(comm, -1, 0, &none, &blocking);
+    printf("no-color split on a nonblocking parent: %d\n", (int)r);
+    for (st = ncclInProgress; st == ncclInProgress;)
+        NK(ncclCommGetAsyncError(comm, &st));
+    printf("parent after the split: %d\n", (int)st);
     printf("no-color split gives %s\n", none ? "a communicator" : "NULL");
     ncclComm_t bad;
     printf("rank 3 of 2: %d\n", (int)ncclCommInitRank(&bad, 2, id, 3));

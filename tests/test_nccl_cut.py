@@ -1,0 +1,188 @@
+"""The consistent cut of a multi-rank NCCL job (issue 22, part 4), on the
+emulated backend with emulated collectives between the ranks' workers.
+
+tests/programs_extra/nccl_loop.cu forks N ranks (each its own process,
+session and worker) that loop over all-reduces on a communicator and on a
+split of it, with their state in device memory. A run is checkpointed in
+the middle with `proxy-cli dump --job ROOT --gpu-only` (every rank held at
+one collective boundary, then dumped); the daemon is killed and a new one
+started while the ranks wait; `proxy-cli restore --dir` brings every rank
+back (optionally onto other devices) and makes the communicators again; the
+job's printed checksums must equal those of an uninterrupted run of the
+same program (the reference is that run, not anything computed here).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import corpus  # noqa: E402
+from proxy import Daemon  # noqa: E402
+
+EXTRA = Path(__file__).parent / "programs_extra"
+CLI = [sys.executable, "-m", "gpuproxy.cli"]
+STEPS = 36
+
+
+@pytest.fixture(scope="module")
+def loop_prog(shim_installed, nvcc):
+    src = EXTRA / "nccl_loop.cu"
+    prog = corpus.Program(name="nccl_loop", source=src.name, link=("-lnccl",), cubins=(), args=(), emu=None,
+                          expected="", driver=None, pace=False, proxy_only=False, source_path=src)
+    return corpus.build(prog, corpus.default_build_dir() / "programs_extra")
+
+
+def _daemon(tmp: Path, name: str) -> Daemon:
+    return Daemon(backend="emu", endpoint=f"ipc://{tmp}/proxyd.sock", extra_args=["--emu-devices", "2"],
+                  log_path=str(tmp / f"{name}.log")).start()
+
+
+def _cli(d: Daemon, *args) -> dict:
+    r = subprocess.run(CLI + ["--endpoint", d.endpoint, *args, "--json"], capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, f"proxy-cli {' '.join(args)}: {r.stdout}\n{r.stderr}\n{d.log()[-3000:]}"
+    return json.loads(r.stdout)
+
+
+class Job:
+    """The launcher running under proxyd; stderr read on a thread (rank 0's
+    step lines)."""
+
+    def __init__(self, prog, d: Daemon, n: int, pace_us: int, gate: Path | None = None):
+        env = d.env_for_client({"GPUPROXY_TIMEOUT_MS": "2000", **({"NCCL_LOOP_GATE": str(gate)} if gate else {})})
+        self.gate = gate
+        self.p = subprocess.Popen(prog.argv() + [str(n), str(STEPS), str(pace_us)], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.step = -1
+        self.err: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stderr:
+            self.err.append(line)
+            if line.startswith("step "):
+                self.step = int(line.split()[1])
+
+    def wait_step(self, k: int, timeout_s: float = 120):
+        t = time.monotonic()
+        while self.step < k:
+            assert self.p.poll() is None, "".join(self.err)
+            assert time.monotonic() - t < timeout_s, f"no step {k}: {''.join(self.err)[-2000:]}"
+            time.sleep(0.01)
+
+    def finish(self, timeout_s: float = 180) -> str:
+        if self.gate is not None:
+            self.gate.touch()
+        out = self.p.stdout.read()
+        self.p.wait(timeout=timeout_s)
+        return out
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
+
+def reference(prog, tmp: Path, n: int) -> str:
+    d = _daemon(tmp, "reference")
+    try:
+        j = Job(prog, d, n, 0)
+        out = j.finish()
+    finally:
+        d.stop()
+    assert j.p.returncode == 0 and out.endswith(f"DONE nccl_loop {n}\n"), out + "".join(j.err)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n,device_map", [(2, None), (4, "0=1,1=0")])
+def test_job_dumped_mid_run_daemon_restarted_restored_equals_uninterrupted(loop_prog, tmp_path, n, device_map):
+    ref = reference(loop_prog, tmp_path, n)
+    d = _daemon(tmp_path, "proxyd")
+    j = Job(loop_prog, d, n, 60000, tmp_path / "gate")
+    try:
+        j.wait_step(STEPS // 3)
+        img = tmp_path / "job"
+        res = _cli(d, "dump", "--job", str(j.p.pid), "--dir", str(img), "--gpu-only")
+        assert len(res["ranks"]) == n and res["released"] and res["communicators"] >= 2, res
+        at = j.step
+        assert at < STEPS - 1, "the job ended before the dump: nothing was tested"
+        job = json.loads((img / "job.json").read_text())
+        # one boundary: every communicator at the same sequence in every rank
+        seqs: dict[str, set] = {}
+        for r in job["ranks"]:
+            for c in r["comms"]:
+                seqs.setdefault(c["ident"], set()).add(c["seq"])
+        assert all(len(v) == 1 for v in seqs.values()), seqs
+        d.kill()
+        d = _daemon(tmp_path, "proxyd2")
+        time.sleep(1.0)
+        assert j.p.poll() is None and j.step <= at + 1, "".join(j.err)    # the ranks wait for their restore
+        args = ["restore", "--dir", str(img), "--gpu-only"] + (["--device-map", device_map] if device_map else [])
+        r = _cli(d, *args)
+        assert sorted(r["ranks"]) == sorted(res["ranks"]) and r["communicators"] == res["communicators"], r
+        out = j.finish()
+        assert j.p.returncode == 0, out + "".join(j.err) + d.log()[-3000:]
+        assert out == ref, f"{out}\nvs uninterrupted\n{ref}"
+        if device_map:
+            st = _cli(d, "status")
+            assert st is not None
+    finally:
+        j.kill()
+        d.stop()
+
+
+@pytest.mark.slow
+def test_job_checkpointed_twice_while_running_goes_on_unchanged(loop_prog, tmp_path):
+    """--leave-running: periodic checkpoints of a running job; the ranks are
+    held only for the cut and the dump, and the result is unchanged."""
+    n = 2
+    ref = reference(loop_prog, tmp_path, n)
+    d = _daemon(tmp_path, "proxyd")
+    j = Job(loop_prog, d, n, 60000, tmp_path / "gate")
+    try:
+        for i, k in enumerate((STEPS // 4, STEPS // 2)):      # both before the gate at 2/3
+            j.wait_step(k)
+            res = _cli(d, "dump", "--pids", ",".join(str(p) for p in _ranks(d, j.p.pid)), "--dir",
+                       str(tmp_path / f"ck{i}"), "--gpu-only", "--leave-running")
+            assert not res["released"] and len(res["ranks"]) == n, res
+        out = j.finish()
+        assert j.p.returncode == 0 and out == ref, out + "".join(j.err)
+    finally:
+        j.kill()
+        d.stop()
+
+
+def _ranks(d: Daemon, root: int) -> list[int]:
+    from gpuproxy.proxyd.checkpoint.orchestrate.multirank import tree_pids
+    from gpuproxy.proxyd.client import ControlClient
+    st = ControlClient(d.endpoint, timeout_s=60).call("status", {})
+    tree = set(tree_pids(root))
+    return [s["pid"] for s in st["sessions"] if s["pid"] in tree]
+
+
+def test_a_dump_of_one_rank_alone_is_refused(loop_prog, tmp_path):
+    """A plain dump of one rank says it needs the job's consistent cut, and
+    the job goes on unharmed."""
+    d = _daemon(tmp_path, "proxyd")
+    j = Job(loop_prog, d, 2, 20000, tmp_path / "gate")
+    try:
+        j.wait_step(2)
+        pid = _ranks(d, j.p.pid)[0]
+        r = subprocess.run(CLI + ["--endpoint", d.endpoint, "dump", "--pid", str(pid), "--dir",
+                                  str(tmp_path / "one"), "--gpu-only"], capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0 and "consistent cut" in r.stderr and "--job" in r.stderr, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr
+        out = j.finish()
+        assert j.p.returncode == 0 and out.endswith("DONE nccl_loop 2\n"), out + "".join(j.err)
+    finally:
+        j.kill()
+        d.stop()
