@@ -73,6 +73,10 @@ def add_checkpoint_parsers(sub) -> None:
             p.add_argument("--concurrent", action="store_true",
                            help="stop the app only for a device-to-device copy, then write in the background "
                                 "(implies --leave-running)")
+            p.add_argument("--no-pre-dump", dest="pre_dump", action="store_const", const=False, default=None,
+                           help="with --leave-running: no CRIU pre-dump before the park (by default, where the "
+                                "kernel tracks dirty memory, CRIU pre-dumps the app as it runs so that the dump "
+                                "made while it is parked writes only what changed)")
         p.add_argument("--json", action="store_true", help="print the report as JSON")
         p.set_defaults(fn=cmd_dump, kind=name)
     r = sub.add_parser("restore", help="restore an app from an image: GPU state, then its processes")
@@ -143,6 +147,9 @@ def _stall_lines(res: dict) -> list[str]:
              ("criu_dump", "CRIU dump"), ("resume", "resume"))
     parts = [f"{n} {st[k]:.1f}" for k, n in names if k in st]
     out = [head, f"  stages (ms): {', '.join(parts)}"] if parts else [head]
+    if "criu_pre_dump" in st:
+        out.append(f"  before the park: CRIU pre-dump {st['criu_pre_dump']:.1f} ms (the app ran on, frozen by "
+                   f"CRIU only while it collected its pages)")
     if "complete_after_resume" in st:
         out.append(f"  written while the app ran: image complete {st['complete_after_resume']:.1f} ms after it "
                    f"went on")
@@ -173,7 +180,7 @@ def cmd_dump(a) -> int:
             if a.kind == "dump":
                 res = W.dump(_client(a), _endpoint(a), a.pid, a.dir, parent=a.parent,
                              leave_running=a.leave_running, concurrent=a.concurrent,
-                             compress=getattr(a, "compress", None), notify=_notify)
+                             compress=getattr(a, "compress", None), notify=_notify, pre_dump=a.pre_dump)
             else:
                 res = W.pre_dump(_client(a), _endpoint(a), a.pid, a.dir, parent=a.parent,
                                  compress=getattr(a, "compress", None))
@@ -185,6 +192,11 @@ def cmd_dump(a) -> int:
             lines[2:3] = _stall_lines(res)       # the worker's freeze alone is not what the app lived
         if res.get("criu"):
             lines.append(_criu_line(res["criu"]))
+        if res.get("pre_dump"):
+            lines.append(f"  process: CRIU pre-dump before the park -> {res['pre_dump']['dir']}/, "
+                         f"{fmt_bytes(res['pre_dump']['size'])}; the parked dump wrote only what changed since")
+        elif res.get("pre_dump_skipped") and res.get("leave_running"):
+            lines.append(f"  process: no CRIU pre-dump: {res['pre_dump_skipped']}")
         if res.get("criu_skipped"):
             lines.append(f"  process: {res['criu_skipped']}")
         if a.kind == "dump":

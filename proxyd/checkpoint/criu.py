@@ -562,6 +562,11 @@ def state(image_dir: str, manifest: dict) -> dict:
     if not any(n.startswith(("pstree", "inventory")) for n in os.listdir(sub)):
         out["problem"] = f"{sub} has no CRIU inventory/pstree image"
         return out
+    prev = rec.get("prev_images_dir")
+    if prev and not os.path.isdir(os.path.join(sub, prev)):
+        # an incremental dump: its unchanged pages are in that folder
+        out["problem"] = (f"the CRIU {rec.get('kind')} in {sub} is incremental on {prev}, which is missing")
+        return out
     out["complete"] = bool(rec.get("complete"))
     return out
 

@@ -117,13 +117,17 @@ def rollback(path: str) -> str:
         # the manifest first, so nothing looks like an image meanwhile
         from gpuproxy.proxyd.checkpoint import criu
         from gpuproxy.proxyd.checkpoint.image import INDEX, MANIFEST, MEMORY, MODULES, SEAL
-        for name in (MANIFEST, SEAL, INDEX, MEMORY, MODULES, criu.SUBDIR):
+
+        from . import predump
+        for name in (MANIFEST, SEAL, INDEX, MEMORY, MODULES, criu.SUBDIR, predump.SUBDIR):
             p = os.path.join(path, name)
             if os.path.isdir(p) and not os.path.islink(p):
                 shutil.rmtree(p, ignore_errors=True)
             elif os.path.lexists(p):
                 os.unlink(p)
         said = f"{path} holds no image (there was none before this dump)"
+    from . import predump
+    predump.discard(path)
     end(path)
     return said
 

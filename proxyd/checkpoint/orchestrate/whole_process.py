@@ -41,7 +41,7 @@ from gpuproxy.proxyd.checkpoint import criu
 from gpuproxy.proxyd.checkpoint.image import Image, ImageError, read_manifest
 
 from ...client import ControlError
-from . import pending
+from . import pending, predump
 
 PARK_TIMEOUT_S = float(os.environ.get("GPUPROXY_PARK_TIMEOUT_S", "60"))
 
@@ -141,7 +141,7 @@ def _prepare(path: str) -> None:
 
 def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None, leave_running: bool = False,
          concurrent: bool = False, compress: str | None = None,
-         notify: Callable[[str], None] | None = None) -> dict:
+         notify: Callable[[str], None] | None = None, pre_dump: bool | None = None) -> dict:
     """Whole-process dump of pid's app into dir (see the module's docstring);
     concurrent implies leave_running. Returns {"gpu": proxyd's dump answer,
     "criu": the CRIU record, "token", "path", "leave_running", "stall_ms":
@@ -154,7 +154,13 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
     memory in host staging or device snapshots, CRIU's dump of the process);
     the GPU image is written after (checkpoint/background.py) and the image
     is complete only once that is durable and the CRIU record is in its
-    manifest (pending.py: an interrupted write puts the previous image back)."""
+    manifest (pending.py: an interrupted write puts the previous image back).
+
+    pre_dump (None: where the kernel tracks dirty memory, with leave_running;
+    False: never; True: always, even where it must fail): CRIU pre-dumps the
+    tree before the park, so that the parked dump writes only what changed
+    since (predump.py). The result then has "pre_dump" (its record), or
+    "pre_dump_skipped" saying why there was none or why it was not used."""
     path = os.path.abspath(dir)
     leave = bool(leave_running or concurrent)
     check_client(client, pid, endpoint)
@@ -164,12 +170,18 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
     _recover_pending(path, notify)
     parent_dir = _parent_dir(path, parent)
     _prepare(path)
-    pending.begin(path, parent_given=bool(parent))     # until the image is complete and durable
     stages: dict = {}
+    pre_rec, pre_why = None, predump.unusable(c, leave, pre_dump)
+    if pre_why is None:     # the app runs (CRIU freezes it briefly); written beside DIR until the GPU dump
+        pre_rec, failed, stages["criu_pre_dump"] = predump.run(c, pid, path)
+        if pre_rec is None:
+            pre_why = f"CRIU's pre-dump failed, so the parked dump saved the process memory whole: {failed}"
+    pending.begin(path, parent_given=bool(parent))     # until the image is complete and durable
     t_park = time.monotonic()      # the app's threads are held from here
     try:
         parked = _park(client, pid)
     except BaseException:
+        predump.discard(path)
         pending.end(path)      # nothing was written
         raise
     token = parked.get("token", "")
@@ -191,8 +203,22 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
         # tree stopped, and it is ended only once that image is durable (a
         # full disk fails the dump, never the app)
         overlap = not leave and bool(gpu.get("captured"))
-        rec = criu.dump(c, pid, path, leave_running=leave, leave_stopped=overlap,
-                        parent_images=_criu_parent(parent_dir) if parent_dir else None)
+        chain = _criu_parent(parent_dir) if parent_dir else None
+        try:
+            rec = criu.dump(c, pid, path, leave_running=leave, leave_stopped=overlap,
+                            parent_images=predump.place(path) if pre_rec else chain)
+        except criu.CriuError as e:
+            if pre_rec is None:
+                raise
+            # still parked: the plain dump is the fallback
+            pre_rec, pre_why = None, f"the parked dump on the pre-dump failed ({e}); it was made again without it"
+            predump.drop_placed(path)
+            rec = criu.dump(c, pid, path, leave_running=leave, leave_stopped=overlap, parent_images=chain)
+        if pre_rec is not None and rec.get("prev_images_dir"):
+            rec["pre_dump"] = predump.summary(pre_rec)
+        elif pre_rec is not None:
+            pre_rec, pre_why = None, "CRIU made the parked dump without memory tracking, so not on the pre-dump"
+            predump.drop_placed(path)
         t3 = time.monotonic()
         stages["criu_dump"] = _ms(t2, t3)
         if overlap:
@@ -206,6 +232,7 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
             stages["gpu_write_wait"] = _ms(t3, t4)
             t3 = t4
     except BaseException as e:
+        predump.discard(path)
         if gpu is not None and gpu.get("captured"):
             try:     # the write finishes first (a final dump's session is released after it)
                 gpu = dict(client.call("dump-wait", {"pid": pid, "dir": path}), capture=gpu)
@@ -246,8 +273,13 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
         criu.make_private(path)
         pending.end(path)
         stages["complete_after_resume"] = _ms(t4, time.monotonic())
-    return {"gpu": gpu, "criu": rec, "token": token, "path": path, "leave_running": leave,
-            "stall_ms": round(stall_ms, 1), "app_stopped_ms": app_stopped, "stages_ms": stages}
+    out = {"gpu": gpu, "criu": rec, "token": token, "path": path, "leave_running": leave,
+           "stall_ms": round(stall_ms, 1), "app_stopped_ms": app_stopped, "stages_ms": stages}
+    if pre_rec is not None:
+        out["pre_dump"] = rec["pre_dump"]
+    else:
+        out["pre_dump_skipped"] = pre_why
+    return out
 
 
 def _ms(t0: float, t1: float) -> float:
