@@ -148,8 +148,10 @@ def _stall_lines(res: dict) -> list[str]:
     parts = [f"{n} {st[k]:.1f}" for k, n in names if k in st]
     out = [head, f"  stages (ms): {', '.join(parts)}"] if parts else [head]
     if "criu_pre_dump" in st:
+        frozen = (f"{st['criu_pre_dump_frozen']:.1f} ms" if "criu_pre_dump_frozen" in st else
+                  "only while it collected its pages")
         out.append(f"  before the park: CRIU pre-dump {st['criu_pre_dump']:.1f} ms (the app ran on, frozen by "
-                   f"CRIU only while it collected its pages)")
+                   f"CRIU {frozen})")
     if "complete_after_resume" in st:
         out.append(f"  written while the app ran: image complete {st['complete_after_resume']:.1f} ms after it "
                    f"went on")

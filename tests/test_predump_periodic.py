@@ -70,6 +70,7 @@ def test_periodic_dump_with_pre_dump_restores_exactly(programs, usable_criu, pro
             assert "pre_dump_skipped" not in res, res.get("pre_dump_skipped")
             st = res["stages_ms"]
             assert "criu_pre_dump" in st and "criu_dump" in st, st       # each reported on its own
+            assert isinstance(st["criu_pre_dump_frozen"], float), st       # CRIU's figure of its freeze
             assert list(st).index("criu_pre_dump") < list(st).index("park")
             m, _ = read_manifest(str(img))
             rec = m["criu"]
@@ -115,9 +116,13 @@ def test_pre_dump_failure_falls_back_and_no_pre_dump_option(programs, usable_cri
         assert app.poll() is None
         assert "pre_dump" not in res and "criu_pre_dump" in res["stages_ms"]
         assert res["pre_dump_skipped"].startswith("CRIU's pre-dump failed"), res["pre_dump_skipped"]
+        if not usable_criu.mem_tracking():      # CRIU really ran and failed: its log is kept, and named
+            log = str(img) + ".pre-dump.log"
+            assert os.path.isfile(log) and log in res["pre_dump_skipped"], res["pre_dump_skipped"]
         assert not os.path.exists(predump.stage_dir(str(img))) and not (img / predump.SUBDIR).exists()
         rec = read_manifest(str(img))[0]["criu"]
         assert "pre_dump" not in rec and rec["complete"]
+        assert isinstance(rec["frozen_ms"], float)       # read from CRIU's stats-dump of the parked dump
         _restore_last(proxy_cli, d, app, pid, img, out, want)
     finally:
         kill(pid)

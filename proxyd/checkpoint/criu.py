@@ -374,6 +374,50 @@ def _failure(what: str, r: subprocess.CompletedProcess, log: str) -> CriuError:
     return CriuError(f"criu {what} failed: {detail} (log: {log})")
 
 
+def _varint(b: bytes, i: int) -> tuple[int, int]:
+    v = shift = 0
+    while True:
+        if i >= len(b) or shift > 63:
+            raise ValueError("truncated varint")
+        x = b[i]
+        i += 1
+        v |= (x & 0x7F) << shift
+        shift += 7
+        if not x & 0x80:
+            return v, i
+
+
+def frozen_ms(images: str) -> float | None:
+    """How long CRIU held the tree frozen, from its stats-dump image (None
+    when absent or unreadable). The file, as CRIU writes it (images/stats.proto,
+    criu/stats.c): two 32-bit magics, a 32-bit length, then a StatsEntry whose
+    field 1 is DumpStatsEntry; its field 2, frozen_time, is in microseconds."""
+    try:
+        with open(os.path.join(images, "stats-dump"), "rb") as f:
+            b = f.read(4096)
+        n = int.from_bytes(b[8:12], "little")
+        msg, i = b[12:12 + n], 0
+        while i < len(msg):
+            key, i = _varint(msg, i)
+            if key & 7 != 2:
+                return None
+            ln, i = _varint(msg, i)
+            if key >> 3 == 1:
+                sub, j = msg[i:i + ln], 0
+                while j < len(sub):
+                    k, j = _varint(sub, j)
+                    if k & 7 != 0:
+                        return None
+                    v, j = _varint(sub, j)
+                    if k >> 3 == 2:
+                        return round(v / 1000.0, 3)
+                return None
+            i += ln
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def make_private(path: str) -> None:
     """Images hold the app's memory: directories 0700, files 0600."""
     os.chmod(path, 0o700)
@@ -445,6 +489,7 @@ def dump(c: Criu, pid: int, image_dir: str, *, leave_running: bool, pre: bool = 
         "written_files": wfiles,
         "log": f"{SUBDIR}/{log}",
         "ms": ms,
+        "frozen_ms": frozen_ms(out),
     }
 
 

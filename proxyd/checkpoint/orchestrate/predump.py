@@ -64,9 +64,13 @@ def unusable(c: criu.Criu, leave_running: bool, wanted: bool | None) -> str | No
 def run(c: criu.Criu, pid: int, path: str) -> tuple[dict | None, str | None, float]:
     """CRIU pre-dump of pid's tree into the staging folder (the app runs on).
     Returns (record, None, ms) or (None, why it failed, ms); a failed
-    pre-dump leaves nothing behind."""
+    pre-dump leaves only CRIU's log, as DIR.pre-dump.log (removed by the
+    next pre-dump)."""
     stage = stage_dir(path)
     shutil.rmtree(stage, ignore_errors=True)      # left by an orchestrator that died
+    kept = os.path.abspath(path).rstrip("/") + ".pre-dump.log"
+    if os.path.lexists(kept) and not os.path.isdir(kept):
+        os.unlink(kept)          # an earlier failure's log: this pre-dump has its own
     os.makedirs(stage, mode=0o700)
     t0 = time.monotonic()
     try:
@@ -74,11 +78,15 @@ def run(c: criu.Criu, pid: int, path: str) -> tuple[dict | None, str | None, flo
     except (criu.CriuError, OSError) as e:
         # keep CRIU's log for the diagnosis, beside the image
         log = os.path.join(stage, criu.SUBDIR, "pre-dump.log")
-        kept = os.path.abspath(path).rstrip("/") + ".pre-dump.log"
         why = str(e)
         try:
-            shutil.copyfile(log, kept)
-            os.chmod(kept, 0o600)
+            with open(log, "rb") as f:
+                data = f.read()
+            if os.path.islink(kept):
+                os.unlink(kept)
+            fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
             why = why.replace(log, kept)
         except OSError:
             pass
@@ -92,7 +100,10 @@ def place(path: str) -> str:
     now); returns that folder."""
     dst = os.path.join(os.path.abspath(path), SUBDIR)
     if os.path.lexists(dst):
-        shutil.rmtree(dst) if os.path.isdir(dst) and not os.path.islink(dst) else os.unlink(dst)
+        if os.path.isdir(dst) and not os.path.islink(dst):
+            shutil.rmtree(dst)
+        else:
+            os.unlink(dst)
     os.rename(os.path.join(stage_dir(path), criu.SUBDIR), dst)
     shutil.rmtree(stage_dir(path), ignore_errors=True)
     return dst
@@ -106,7 +117,7 @@ def discard(path: str) -> None:
 def summary(rec: dict) -> dict:
     """What the CRIU record of the parked dump says of its pre-dump."""
     return {"dir": SUBDIR, "size": rec.get("size"), "files": rec.get("files"), "ms": rec.get("ms"),
-            "log": f"{SUBDIR}/pre-dump.log"}
+            "frozen_ms": rec.get("frozen_ms"), "log": f"{SUBDIR}/pre-dump.log"}
 
 
 def drop_placed(path: str) -> None:

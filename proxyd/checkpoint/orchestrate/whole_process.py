@@ -174,6 +174,8 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
     pre_rec, pre_why = None, predump.unusable(c, leave, pre_dump)
     if pre_why is None:     # the app runs (CRIU freezes it briefly); written beside DIR until the GPU dump
         pre_rec, failed, stages["criu_pre_dump"] = predump.run(c, pid, path)
+        if pre_rec is not None and pre_rec.get("frozen_ms") is not None:
+            stages["criu_pre_dump_frozen"] = pre_rec["frozen_ms"]     # CRIU's own figure (stats-dump)
         if pre_rec is None:
             pre_why = f"CRIU's pre-dump failed, so the parked dump saved the process memory whole: {failed}"
     pending.begin(path, parent_given=bool(parent))     # until the image is complete and durable
