@@ -101,11 +101,11 @@ static void write_ran(long long held, long long ran)
 /* Parks, waits to be resumed, goes on. Called with gp_lock held (taken at
  * held_ns). Returns 0 when the session is connected again, -1 when it did
  * not park, another value when it parked but could not connect again. */
-static int gp_park_here(long long held_ns)
+static int gp_park_here(long long held_ns, int in_call)
 {
     if (!gp_park_requested())
         return -1;
-    if (gp_transport_quiesce() != 0) {
+    if ((in_call ? gp_transport_quiesce_held() : gp_transport_quiesce()) != 0) {
         /* not parked: the supervisor's park command times out and says so */
         __atomic_store_n(&park_requested, 0, __ATOMIC_RELEASE);
         return -1;
@@ -191,7 +191,7 @@ static void *park_thread(void *arg)
                 break;
             if (gp_trylock() == 0) {
                 if (gp_park_requested()) {
-                    int rc = gp_park_here(held);
+                    int rc = gp_park_here(held, 0);
                     gp_resend_unanswered();
                     gp_lock_gate(0);
                     gp_unlock();
@@ -218,6 +218,29 @@ static void on_park_signal(int sig)
         /* nothing to do in a signal handler */
     }
     errno = e;
+}
+
+/* A park inside a call (gp_transport_hooks.park_in_call): the thread that
+ * waits for an answer the worker holds at a job's cut (it holds gp_lock, so
+ * the park thread cannot get it) parks itself, when the supervisor said so
+ * with /dev/shm/gpuproxy-parkheld-<public id> (an ordinary park keeps "the
+ * call in progress finishes first"). Its held messages have not run: they
+ * are sent again after (the caller), to the worker as it is then. */
+static int park_in_call(void)
+{
+    if (!gp_park_requested())
+        return -1;
+    char flag[160];
+    flag_path(flag, sizeof flag, "parkheld");
+    if (access(flag, F_OK) != 0)
+        return -1;
+    unlink(flag);
+    long long held = mono_ns();
+    int rc = gp_park_here(held, 1);
+    if (rc == -1)
+        return -1;
+    write_ran(held, mono_ns());
+    return 0;
 }
 
 /* Called once a session is open (gp_transport_hooks.session_open, set by
@@ -256,4 +279,5 @@ static void park_init(void)
 __attribute__((constructor)) static void register_session_hook(void)
 {
     gp_transport_hooks.session_open = park_init;
+    gp_transport_hooks.park_in_call = park_in_call;
 }
