@@ -83,3 +83,35 @@ def test_job_whole_process_dumped_gone_daemon_restarted_restored_equals_uninterr
         except OSError:
             pass
         d.stop()
+
+
+def test_job_whole_process_checkpointed_twice_while_running_goes_on_unchanged(loop_prog, usable_criu, tmp_path):
+    """--leave-running: periodic whole-process checkpoints of a running job
+    (CRIU leaves the tree running, every rank resumed, holds released); the
+    result is unchanged and each image holds the tree and every rank."""
+    ref = reference(loop_prog, tmp_path, N)
+    d = _daemon(tmp_path, "proxyd")
+    require_park(d)
+    out, err = tmp_path / "job.out", tmp_path / "job.err"
+    env = d.env_for_client({"GPUPROXY_TIMEOUT_MS": "2000", "NCCL_LOOP_GATE": str(tmp_path / "gate")})
+    with open(out, "w") as fo, open(err, "w") as fe:
+        p = subprocess.Popen(loop_prog.argv() + [str(N), str(STEPS), "60000"], env=env, stdin=subprocess.DEVNULL,
+                             stdout=fo, stderr=fe)
+    try:
+        for i, k in enumerate((STEPS // 4, STEPS // 2)):      # both before the gate at 2/3
+            t = time.monotonic()
+            while _step(err) < k:
+                assert p.poll() is None, err.read_text()
+                assert time.monotonic() - t < 60, err.read_text()
+                time.sleep(0.02)
+            res = _cli(d, "dump", "--job", str(p.pid), "--dir", str(tmp_path / f"ck{i}"), "--leave-running")
+            assert res["leave_running"] and len(res["ranks"]) == N and p.pid in res["criu"]["pids"], res
+            assert (tmp_path / f"ck{i}" / "criu").is_dir() and all(
+                (tmp_path / f"ck{i}" / f"rank-{r}" / "manifest").is_file() for r in res["ranks"]), res
+        (tmp_path / "gate").touch()
+        p.wait(timeout=120)
+        assert p.returncode == 0 and out.read_text() == ref, out.read_text() + err.read_text() + d.log()[-3000:]
+    finally:
+        if p.poll() is None:
+            p.kill()
+        d.stop()
