@@ -85,8 +85,9 @@ uint64_t gp_session_epoch(void);
 void gp_resend_unanswered(void);
 /* park.c: around a whole-process checkpoint */
 int gp_transport_quiesce(void);
-/* The same for a thread parking inside a call the worker holds: no wait for
- * answers (the held messages have not run; they are sent again after). */
+/* The same for a session held at a job's cut: what is batched is sent, but
+ * no answer waited for (the held messages have not run; they are sent again
+ * after going on). */
 int gp_transport_quiesce_held(void);
 int gp_transport_park(void);
 int gp_transport_unpark(const char *endpoint);

@@ -1078,7 +1078,9 @@ static int quiesce(int held)
 {
     if (G.state != 1 || !G.sock)
         return -1;
-    if (!held && G.cur_has_ops && send_async_batch() < 0)
+    /* the batch being built is sent either way (unanswered, it is in
+     * G.inflight and sent again after going on: nothing is lost) */
+    if (G.cur_has_ops && send_async_batch() < 0)
         return -1;
     if (!held && pump(NULL, NULL, 0, G.timeout_ms, 1) != 0)
         return -1;
