@@ -223,13 +223,15 @@ def _connect(a):
 
 def _dump_job(a) -> int:
     from gpuproxy.proxyd.checkpoint.orchestrate import multirank as M
-    if not a.gpu_only:
-        print("proxy-cli dump: a job's whole-process checkpoint (CRIU of every rank) is not built yet; use --gpu-only "
-              "(the ranks stay and wait for the restore)", file=sys.stderr)
+    if not a.gpu_only and not a.job:
+        print("proxy-cli dump: a job's whole-process checkpoint takes the job's root pid (--job ROOT: CRIU dumps "
+              "the process tree under it); --pids is for --gpu-only", file=sys.stderr)
         return 2
     if a.parent or a.concurrent:
         print("proxy-cli dump: --parent and --concurrent are not supported for a job", file=sys.stderr)
         return 2
+    if not a.gpu_only:
+        return _dump_job_whole(a)
     try:
         res = M.dump_job(_connect(a), a.dir, root=a.job, pids=a.pids, leave_running=a.leave_running,
                          compress=a.compress, timeout_s=timeout_of(a, CHECKPOINT_TIMEOUT_S))
@@ -244,8 +246,40 @@ def _dump_job(a) -> int:
     return _report(a, res, lines)
 
 
+def _dump_job_whole(a) -> int:
+    from gpuproxy.proxyd.checkpoint.orchestrate import multirank as M
+    from gpuproxy.proxyd.checkpoint.orchestrate import multirank_wp as MW
+    try:
+        res = MW.dump_job_whole(_connect(a), _endpoint(a), a.dir, a.job, leave_running=a.leave_running,
+                                compress=a.compress, timeout_s=timeout_of(a, CHECKPOINT_TIMEOUT_S))
+    except M.JobError as e:
+        print(f"proxy-cli dump: {e}", file=sys.stderr)
+        return 1
+    lines = [f"whole-process dump of a job of {len(res['ranks'])} ranks (pids {', '.join(map(str, res['ranks']))}) "
+             f"-> {res['path']}",
+             f"  {res['communicators']} communicator(s) at one collective boundary after {res['hold_ms']:.1f} ms; "
+             f"GPU {fmt_bytes(res['bytes'])}",
+             _criu_line(res["criu"]),
+             "  job running (resumed)" if res["leave_running"] else
+             f"  job gone (pid {a.job}); restore with: proxy-cli restore --dir {res['path']}"]
+    return _report(a, res, lines)
+
+
 def _restore_job(a, path) -> int:
     from gpuproxy.proxyd.checkpoint.orchestrate import multirank as M
+    from gpuproxy.proxyd.checkpoint.orchestrate import multirank_wp as MW
+    if not a.gpu_only and (M.read_job_quiet(path) or {}).get("criu"):
+        try:
+            res = MW.restore_job_whole(_connect(a), path, a.device_map, allow_foreign=bool(a.allow_foreign),
+                                       rollback_files=bool(a.rollback_files),
+                                       timeout_s=timeout_of(a, CHECKPOINT_TIMEOUT_S))
+        except M.JobError as e:
+            print(f"proxy-cli restore: {e}", file=sys.stderr)
+            return 1
+        return _report(a, res, [f"restored a job of {len(res['ranks'])} ranks from {a.dir}: GPU state in "
+                                f"{res['restore_ms']:.1f} ms, {res['communicators']} communicator(s) made again in "
+                                f"{res['comm_ms']:.1f} ms, process tree (CRIU, pid {res['root']}) in "
+                                f"{res['criu_ms']:.1f} ms; it continues"])
     try:
         res = M.restore_job(_connect(a), path, a.device_map, allow_foreign=bool(a.allow_foreign),
                             timeout_s=timeout_of(a, CHECKPOINT_TIMEOUT_S))

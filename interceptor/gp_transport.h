@@ -62,6 +62,12 @@ struct gp_transport_hooks {
     void (*session_open)(void);
     /* query_cache.c: an op was begun (drops cached answers it may change) */
     void (*op_begun)(uint32_t fid);
+    /* park.c: called by a thread waiting for an answer while a park is
+     * requested; parks that thread there when the supervisor said the
+     * session is held at a job's cut (docs/multigpu.md). 0: it parked and
+     * is connected again (the caller sends its unanswered messages again);
+     * -1: not parked */
+    int (*park_in_call)(void);
 };
 extern struct gp_transport_hooks gp_transport_hooks;
 
@@ -79,6 +85,10 @@ uint64_t gp_session_epoch(void);
 void gp_resend_unanswered(void);
 /* park.c: around a whole-process checkpoint */
 int gp_transport_quiesce(void);
+/* The same for a session held at a job's cut: what is batched is sent, but
+ * no answer waited for (the held messages have not run; they are sent again
+ * after going on). */
+int gp_transport_quiesce_held(void);
 int gp_transport_park(void);
 int gp_transport_unpark(const char *endpoint);
 

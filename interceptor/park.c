@@ -101,11 +101,33 @@ static void write_ran(long long held, long long ran)
 /* Parks, waits to be resumed, goes on. Called with gp_lock held (taken at
  * held_ns). Returns 0 when the session is connected again, -1 when it did
  * not park, another value when it parked but could not connect again. */
-static int gp_park_here(long long held_ns)
+static int parking;      /* under gp_lock: a park in progress (no second one inside it) */
+
+/* /dev/shm/gpuproxy-parkheld-<public id>: the supervisor says the session
+ * is held at a job's cut (park_in_call, below); taken (unlinked) here. */
+static int take_park_held(void)
+{
+    char flag[160];
+    flag_path(flag, sizeof flag, "parkheld");
+    if (access(flag, F_OK) != 0)
+        return 0;
+    unlink(flag);
+    return 1;
+}
+
+static int gp_park_here(long long held_ns, int in_call)
 {
     if (!gp_park_requested())
         return -1;
-    if (gp_transport_quiesce() != 0) {
+    /* held at a cut, the worker does not answer the held messages: do not
+     * wait for them (also when the park thread got the lock between calls
+     * with held async messages out); they are sent again after */
+    if (!in_call)
+        in_call = take_park_held();
+    parking = 1;
+    int q = in_call ? gp_transport_quiesce_held() : gp_transport_quiesce();
+    if (q != 0) {
+        parking = 0;
         /* not parked: the supervisor's park command times out and says so */
         __atomic_store_n(&park_requested, 0, __ATOMIC_RELEASE);
         return -1;
@@ -163,6 +185,7 @@ static int gp_park_here(long long held_ns)
     if (bad)
         gp_log("could not share some host memory with proxyd again after the checkpoint; copies use the socket");
     int rc = gp_transport_unpark(endpoint[0] ? endpoint : NULL);
+    parking = 0;
     if (gp_debug_enabled())
         gp_log("resumed after a checkpoint (%s) in %.1f ms (memory shared again %.1f, reconnect %.1f)",
                rc == 0 ? "connected" : "not connected", (mono_ns() - t_r) / 1e6, (t_s - t_r) / 1e6,
@@ -191,7 +214,7 @@ static void *park_thread(void *arg)
                 break;
             if (gp_trylock() == 0) {
                 if (gp_park_requested()) {
-                    int rc = gp_park_here(held);
+                    int rc = gp_park_here(held, 0);
                     gp_resend_unanswered();
                     gp_lock_gate(0);
                     gp_unlock();
@@ -218,6 +241,24 @@ static void on_park_signal(int sig)
         /* nothing to do in a signal handler */
     }
     errno = e;
+}
+
+/* A park inside a call (gp_transport_hooks.park_in_call): the thread that
+ * waits for an answer the worker holds at a job's cut (it holds gp_lock, so
+ * the park thread cannot get it) parks itself, when the supervisor said so
+ * with /dev/shm/gpuproxy-parkheld-<public id> (an ordinary park keeps "the
+ * call in progress finishes first"). Its held messages have not run: they
+ * are sent again after (the caller), to the worker as it is then. */
+static int park_in_call(void)
+{
+    if (!gp_park_requested() || parking || !take_park_held())
+        return -1;
+    long long held = mono_ns();
+    int rc = gp_park_here(held, 1);
+    if (rc == -1)
+        return -1;
+    write_ran(held, mono_ns());
+    return 0;
 }
 
 /* Called once a session is open (gp_transport_hooks.session_open, set by
@@ -256,4 +297,5 @@ static void park_init(void)
 __attribute__((constructor)) static void register_session_hook(void)
 {
     gp_transport_hooks.session_open = park_init;
+    gp_transport_hooks.park_in_call = park_in_call;
 }

@@ -455,6 +455,13 @@ static void resend_all(gp_msg *sync_msg)
 static int where_probe(void);
 static int send_async_batch(void);
 
+/* A park requested while this thread waits for an answer the worker holds
+ * at a job's cut happens here (park.c); 1 when it did. */
+static int park_in_call(void)
+{
+    return gp_transport_hooks.park_in_call && gp_transport_hooks.park_in_call() == 0;
+}
+
 /* Waits for answers. Returns 0 when the sync message (if given) has been
  * answered (its reply left in *out) or, without one, when at most
  * `max_inflight` async messages remain unanswered. silence_ms: how long a
@@ -471,6 +478,11 @@ static int pump(gp_msg *sync_msg, gp_reply *out, int max_inflight, long silence_
         if (recv_message(&r, wait ? slice : 0) < 0) {
             if (!wait)
                 return 1;
+            if (park_in_call()) {
+                last_heard = last_send = now_us();
+                resend_all(sync_msg);    /* the held messages, to the worker as it is now */
+                continue;
+            }
             uint64_t t = now_us();
             if (t - last_send >= 1000000u) {
                 last_send = t;
@@ -508,6 +520,10 @@ static int pump(gp_msg *sync_msg, gp_reply *out, int max_inflight, long silence_
         }
         if (code == GP_REPLY_KEEPALIVE) {
             gp_reply_done(&r);
+            if (park_in_call()) {
+                last_heard = last_send = now_us();
+                resend_all(sync_msg);
+            }
             continue;
         }
         if (code >= 0 && seq <= G.answered && !(sync_msg && seq == sync_msg->seq)) {
@@ -1053,13 +1069,20 @@ int gp_transport_unpark(const char *endpoint)
  * sync call), then asks the supervisor to have the worker wait until the
  * device is idle, so that nothing proxyd does afterwards writes into memory
  * we share: the bytes we turn private are final. 0 on success. */
-int gp_transport_quiesce(void)
+static int quiesce(int held);
+
+int gp_transport_quiesce(void) { return quiesce(0); }
+int gp_transport_quiesce_held(void) { return quiesce(1); }
+
+static int quiesce(int held)
 {
     if (G.state != 1 || !G.sock)
         return -1;
+    /* the batch being built is sent either way (unanswered, it is in
+     * G.inflight and sent again after going on: nothing is lost) */
     if (G.cur_has_ops && send_async_batch() < 0)
         return -1;
-    if (pump(NULL, NULL, 0, G.timeout_ms, 1) != 0)
+    if (!held && pump(NULL, NULL, 0, G.timeout_ms, 1) != 0)
         return -1;
     gp_buf b;
     gp_buf_init(&b);

@@ -140,11 +140,29 @@ def _fixed_layout():
         pass
 
 
+def _write_park_held(e, path: str) -> None:
+    """park_held_path, owned by the client (it unlinks it in a sticky /dev/shm)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.close(fd)
+        st = os.stat(f"/proc/{e.pid}")
+        os.chown(path, st.st_uid, st.st_gid)
+    except OSError:
+        pass        # the shim then parks after its call, as an ordinary park
+
+
 def resume_path(token: str, shm: str = "/dev/shm") -> str:
     """The file whose appearance lets a parked shim go on (interceptor/park.c);
     shm: the client's /dev/shm (client_view.py)."""
     from ..core.shm_names import public_id
     return f"{shm}/gpuproxy-resume-{public_id(token)}"
+
+
+def park_held_path(token: str, shm: str = "/dev/shm") -> str:
+    """The file that lets a shim park inside a call its worker holds at a
+    job's cut (interceptor/park.c, park_in_call; docs/multigpu.md)."""
+    from ..core.shm_names import public_id
+    return f"{shm}/gpuproxy-parkheld-{public_id(token)}"
 
 
 def parked_path(token: str, shm: str = "/dev/shm") -> str:
@@ -1012,11 +1030,14 @@ class Supervisor:
             self.reply(rid, seq, {"token": e.token, "pid": e.pid, "parked": True})
             return
         e.park_shm = _client_shm(e)
-        for path in (resume_path(e.token, e.park_shm), parked_path(e.token, e.park_shm)):
+        for path in (resume_path(e.token, e.park_shm), parked_path(e.token, e.park_shm),
+                     park_held_path(e.token, e.park_shm)):
             try:
                 os.unlink(path)
             except OSError:
                 pass
+        if args.get("in_call"):
+            _write_park_held(e, park_held_path(e.token, e.park_shm))
         try:
             os.kill(e.pid, PARK_SIGNAL)
         except PermissionError:

@@ -252,15 +252,9 @@ def dump_job(connect: Callable, dir: str, *, root: int | None = None, pids: list
             _release_all(calls, ranks)
             raise
         t_dumped = time.monotonic()
-        job = {"version": JOB_VERSION, "ranks": [{"pid": pid, "dir": f"rank-{pid}", "comms": held[pid]["comms"]}
-                                                 for pid in ranks],
-               "leave_running": bool(leave_running), "targets": figs["targets"]}
-        tmp = os.path.join(dir, JOB_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(job, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(dir, JOB_FILE))
+        write_job(dir, {"version": JOB_VERSION, "ranks": [{"pid": pid, "dir": f"rank-{pid}",
+                                                           "comms": held[pid]["comms"]} for pid in ranks],
+                        "leave_running": bool(leave_running), "targets": figs["targets"]})
         if leave_running:
             errors = _release_all(calls, ranks)
             if errors:
@@ -275,8 +269,26 @@ def dump_job(connect: Callable, dir: str, *, root: int | None = None, pids: list
         calls.close()
 
 
+def write_job(dir: str, job: dict) -> None:
+    """DIR/job.json, durable, replaced whole."""
+    tmp = os.path.join(dir, JOB_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(job, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(dir, JOB_FILE))
+
+
 def is_job_image(dir: str) -> bool:
     return os.path.isfile(os.path.join(dir, JOB_FILE))
+
+
+def read_job_quiet(dir: str) -> dict | None:
+    """read_job, or None where it refuses (the caller's read_job says why)."""
+    try:
+        return read_job(dir)
+    except JobError:
+        return None
 
 
 def read_job(dir: str) -> dict:

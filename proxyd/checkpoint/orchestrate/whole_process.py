@@ -92,9 +92,11 @@ def _usable_criu(what: str) -> criu.Criu:
                                 f"running (--gpu-only checkpoints its GPU state alone)") from None
 
 
-def _park(client, pid: int) -> dict:
+def _park(client, pid: int, in_call: bool = False) -> dict:
+    """in_call: the app may wait inside a call its worker holds at a job's
+    cut, and parks there (multirank_wp.py)."""
     try:
-        res = client.call("park", {"pid": pid, "timeout_s": PARK_TIMEOUT_S})
+        res = client.call("park", {"pid": pid, "timeout_s": PARK_TIMEOUT_S, **({"in_call": True} if in_call else {})})
     except ControlError as e:
         if "unknown command" in str(e):
             raise WholeProcessError(f"this proxyd cannot park its clients ({e}): it predates whole-process "

@@ -1,0 +1,173 @@
+"""The whole-process form of a job's consistent checkpoint (issue 22, part
+4; docs/multigpu.md, "The whole-process form"): multirank.py's cut, then
+every rank's shim parked, GPU state and one CRIU dump of the job's process
+tree; restore of both, communicators made again, the job goes on. A
+library like multirank.py: plain arguments, dicts back, JobError with one
+line, nothing printed.
+
+Dump (`dump_job_whole`, the job named by its root pid):
+ 1. checks before anything is touched: CRIU usable, the caller may dump
+    ROOT, CRIU can dump its tree (whole_process.check_*);
+ 2. multirank.quiesce: every rank held at one collective boundary;
+ 3. every rank parked with the holds in place (`park` with in_call: a rank
+    whose thread waits for an answer its worker holds parks inside that
+    call, interceptor/park.c), then the cut confirmed again;
+ 4. every rank's GPU state into DIR/rank-PID/ (the sessions stay in
+    proxyd: CRIU decides whether the app goes on, as criu_hooks.py does);
+ 5. one `criu dump` of ROOT's tree into DIR/criu (criu.dump): CRIU dumps
+    and restores process trees, and only with the launcher in the same
+    dump do the ranks come back as its children with the pipes between
+    them; its record goes into job.json (under "criu") and into every
+    rank's manifest (criu.record_in_manifest);
+ 6. without leave_running the tree is gone (CRIU ended it; proxyd ends the
+    sessions of the clients it sees die); with it the holds are released
+    and every rank resumed.
+ Any failure before CRIU has finished releases the holds and resumes every
+ parked rank: the job goes on.
+
+Restore (`restore_job_whole`): the pids must be free; multirank.restore_job
+brings every rank's GPU state back (held), makes the communicators again
+and releases the holds; then `criu restore` of the tree (the ranks come back
+parked inside their calls) and every rank resumed with its session's
+token: each shim reconnects and sends its held message again. A CRIU
+restore that fails releases the restored GPU state (discard).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+from typing import Callable
+
+from gpuproxy.proxyd.checkpoint import criu
+
+from ...client import ControlError
+from . import multirank as M
+from . import whole_process as W
+
+
+def _resume_all(connect: Callable, pids: list[int]) -> list[str]:
+    errors = []
+    for pid in pids:
+        try:
+            W._resume(connect(30), pid=pid)
+        except ControlError as e:
+            errors.append(f"pid {pid}: {e}")
+    return errors
+
+
+def _park_all(connect: Callable, pids: list[int]) -> None:
+    """Parks every rank at once (a rank parks inside a held call, so none
+    waits for another); raises JobError after resuming those that parked."""
+    with cf.ThreadPoolExecutor(max_workers=max(1, len(pids)), thread_name_prefix="gpuproxy-job-park") as pool:
+        futs = {pid: pool.submit(W._park, connect(W.PARK_TIMEOUT_S + 30), pid, in_call=True) for pid in pids}
+        errors = []
+        for pid, f in futs.items():
+            try:
+                f.result()
+            except W.WholeProcessError as e:
+                errors.append(str(e))
+    if errors:
+        _resume_all(connect, pids)
+        raise M.JobError(f"park: {'; '.join(errors)}")
+
+
+def dump_job_whole(connect: Callable, endpoint: str, dir: str, root: int, *, leave_running: bool = False,
+                   compress: str | None = None, timeout_s: float = 120.0) -> dict:
+    """A whole-process consistent checkpoint of the job under root into dir
+    (module docstring)."""
+    ranks = M.job_ranks(connect, root=root)
+    try:
+        W.check_owner(root)
+        c = W._usable_criu("dump")
+        W.check_dumpable(root)
+    except W.WholeProcessError as e:
+        raise M.JobError(str(e)) from None
+    dir = os.path.abspath(dir)
+    os.makedirs(dir, mode=0o700, exist_ok=True)
+    calls = M._Calls(connect, max(timeout_s, 30.0))
+    try:
+        try:
+            held, figs = M.quiesce(calls, ranks, timeout_s)
+        except Exception:
+            M._release_all(calls, ranks)
+            raise
+        parked = False
+        try:
+            _park_all(connect, ranks)
+            parked = True
+            cut = calls.all("nccl-hold", {p: {"cut": True} for p in ranks})
+            bad = [f"pid {p}: {a.get('why')}" for p, a in cut.items() if not a.get("cut")]
+            if bad:
+                raise M.JobError(f"the cut did not hold once parked: {'; '.join(bad)}")
+            per = {}
+            for pid in ranks:
+                a = {"dir": os.path.join(dir, f"rank-{pid}"), "leave_running": True}
+                if compress:
+                    a["compress"] = compress
+                per[pid] = a
+            dumps = calls.all("dump", per)
+            rec = criu.dump(c, root, dir, leave_running=bool(leave_running))
+        except BaseException as e:
+            M._release_all(calls, ranks)
+            if parked:
+                _resume_all(connect, ranks)
+            if isinstance(e, (criu.CriuError, ControlError)):
+                raise M.JobError(f"whole-process dump of the job failed: {e}. The job runs on") from None
+            raise
+        for pid in ranks:
+            # each rank's image says its process comes back by CRIU (the
+            # engine then does not ask for a running process at its restore)
+            criu.record_in_manifest(os.path.join(dir, f"rank-{pid}"), rec)
+        M.write_job(dir, {"version": M.JOB_VERSION,
+                          "ranks": [{"pid": pid, "dir": f"rank-{pid}", "comms": cut[pid]["comms"]} for pid in ranks],
+                          "leave_running": bool(leave_running), "targets": figs["targets"], "criu": rec})
+        criu.make_private(dir)
+        if leave_running:
+            errors = M._release_all(calls, ranks) + _resume_all(connect, ranks)
+            if errors:
+                raise M.JobError(f"dumped, but not every rank went on: {'; '.join(errors)}")
+        return {"path": dir, "ranks": ranks, "hold_ms": figs["hold_ms"], "rounds": figs["rounds"],
+                "communicators": len(figs["targets"]), "criu": rec, "leave_running": bool(leave_running),
+                "bytes": sum(int(d.get("bytes", 0)) for d in dumps.values()),
+                "dumps": {str(p): d for p, d in dumps.items()}}
+    finally:
+        calls.close()
+
+
+def restore_job_whole(connect: Callable, dir: str, device_map: dict | None = None, allow_foreign: bool = False,
+                      rollback_files: bool = False, timeout_s: float = 120.0) -> dict:
+    """The job's GPU state and process tree back, the job going on (module
+    docstring)."""
+    dir = os.path.abspath(dir)
+    job = M.read_job(dir)
+    rec = job.get("criu")
+    if (not isinstance(rec, dict) or rec.get("kind") != "dump" or not rec.get("complete")
+            or rec.get("dir") != criu.SUBDIR):
+        raise M.JobError(f"{dir} holds no whole-process dump of the job (restore it with --gpu-only)")
+    try:
+        c = W._usable_criu("restore")
+        W._check_pids_free(rec)
+        W._check_files(rec, rollback_files)
+    except W.WholeProcessError as e:
+        raise M.JobError(str(e)) from None
+    gpu = M.restore_job(connect, dir, device_map, allow_foreign=allow_foreign, timeout_s=timeout_s)
+    tokens = {int(p): r.get("token") for p, r in gpu["restores"].items()}
+    try:
+        root, criu_ms = criu.restore(c, dir, rec)
+    except criu.CriuError as e:
+        for t in tokens.values():
+            try:
+                connect(30).call("discard", {"token": t}) if t else None
+            except ControlError:
+                pass
+        raise M.JobError(f"{e}. The process tree was not restored: the GPU state restored into proxyd was "
+                         f"released again") from None
+    errors = []
+    for pid, t in tokens.items():
+        try:
+            W._resume(connect(30), **({"token": t} if t else {"pid": pid}))
+        except ControlError as e:
+            errors.append(f"pid {pid}: {e}")
+    if errors:
+        raise M.JobError(f"restored, but not every rank went on: {'; '.join(errors)}")
+    return dict(gpu, root=root, criu_ms=criu_ms)

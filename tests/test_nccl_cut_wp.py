@@ -1,0 +1,117 @@
+"""The whole-process form of a job's consistent checkpoint (issue 22, part
+4; docs/multigpu.md): tests/programs_extra/nccl_loop.cu's launcher and its
+2 ranks, dumped mid-run with `proxy-cli dump --job ROOT` (the cut, every
+rank parked inside its held call, GPU state, one CRIU dump of the tree),
+the tree gone, proxyd killed and started again, `proxy-cli restore --dir`
+(GPU state, communicators made again, CRIU restore of the tree, every
+rank resumed): the launcher's printed checksums must equal those of an
+uninterrupted run of the same program.
+
+The job's standard streams are files (stdin /dev/null): CRIU restores files
+at their offsets, while a pipe to the test runner would not reach the
+restored tree; it is a plain child of the test, so CRIU's --shell-job is
+chosen (see tests/test_whole_process.py).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_nccl_cut import STEPS, _cli, _daemon, loop_prog, reference  # noqa: E402,F401
+from wholeproc import require_park  # noqa: E402
+
+N = 2
+
+
+def _step(err: Path) -> int:
+    steps = [int(x.split()[1]) for x in err.read_text(errors="replace").splitlines() if x.startswith("step ")]
+    return max(steps, default=-1)
+
+
+def test_job_whole_process_dumped_gone_daemon_restarted_restored_equals_uninterrupted(loop_prog, usable_criu,
+                                                                                       tmp_path):
+    ref = reference(loop_prog, tmp_path, N)
+    d = _daemon(tmp_path, "proxyd")
+    require_park(d)
+    out, err = tmp_path / "job.out", tmp_path / "job.err"
+    env = d.env_for_client({"GPUPROXY_TIMEOUT_MS": "2000", "NCCL_LOOP_GATE": str(tmp_path / "gate")})
+    with open(out, "w") as fo, open(err, "w") as fe:
+        p = subprocess.Popen(loop_prog.argv() + [str(N), str(STEPS), "60000"], env=env, stdin=subprocess.DEVNULL,
+                             stdout=fo, stderr=fe)
+    root = p.pid
+    try:
+        t = time.monotonic()
+        while _step(err) < STEPS // 3:
+            assert p.poll() is None, err.read_text()
+            assert time.monotonic() - t < 60, err.read_text()
+            time.sleep(0.02)
+        img = tmp_path / "job"
+        res = _cli(d, "dump", "--job", str(root), "--dir", str(img))
+        assert len(res["ranks"]) == N and res["communicators"] >= 2 and not res["leave_running"], res
+        assert root in res["criu"]["pids"] and all(r in res["criu"]["pids"] for r in res["ranks"]), res
+        at = _step(err)
+        assert at < STEPS - 1, "the job ended before the dump: nothing was tested"
+        p.wait(timeout=30)          # CRIU ended the tree
+        t = time.monotonic()        # its ranks, orphaned, are reaped by init
+        while any(os.path.exists(f"/proc/{q}") for q in res["criu"]["pids"]):
+            assert time.monotonic() - t < 20, f"pids {res['criu']['pids']} not freed"
+            time.sleep(0.05)
+        d.kill()
+        d = _daemon(tmp_path, "proxyd2")
+        (tmp_path / "gate").touch()
+        r = _cli(d, "restore", "--dir", str(img))
+        assert sorted(r["ranks"]) == sorted(res["ranks"]) and r["root"] == root, r
+        t = time.monotonic()
+        while os.path.exists(f"/proc/{root}") and not out.read_text().endswith(f"DONE nccl_loop {N}\n"):
+            assert time.monotonic() - t < 60, err.read_text() + d.log()[-3000:]
+            time.sleep(0.05)
+        t = time.monotonic()
+        while os.path.exists(f"/proc/{root}") and time.monotonic() - t < 10:
+            time.sleep(0.05)
+        assert out.read_text() == ref, f"{out.read_text()}\n{err.read_text()}\nvs uninterrupted\n{ref}"
+    finally:
+        if p.poll() is None:
+            p.kill()
+        try:
+            os.kill(root, 9)
+        except OSError:
+            pass
+        d.stop()
+
+
+def test_job_whole_process_checkpointed_twice_while_running_goes_on_unchanged(loop_prog, usable_criu, tmp_path):
+    """--leave-running: periodic whole-process checkpoints of a running job
+    (CRIU leaves the tree running, every rank resumed, holds released); the
+    result is unchanged and each image holds the tree and every rank."""
+    ref = reference(loop_prog, tmp_path, N)
+    d = _daemon(tmp_path, "proxyd")
+    require_park(d)
+    out, err = tmp_path / "job.out", tmp_path / "job.err"
+    env = d.env_for_client({"GPUPROXY_TIMEOUT_MS": "2000", "NCCL_LOOP_GATE": str(tmp_path / "gate")})
+    with open(out, "w") as fo, open(err, "w") as fe:
+        p = subprocess.Popen(loop_prog.argv() + [str(N), str(STEPS), "60000"], env=env, stdin=subprocess.DEVNULL,
+                             stdout=fo, stderr=fe)
+    try:
+        for i, k in enumerate((STEPS // 4, STEPS // 2)):      # both before the gate at 2/3
+            t = time.monotonic()
+            while _step(err) < k:
+                assert p.poll() is None, err.read_text()
+                assert time.monotonic() - t < 60, err.read_text()
+                time.sleep(0.02)
+            res = _cli(d, "dump", "--job", str(p.pid), "--dir", str(tmp_path / f"ck{i}"), "--leave-running")
+            assert res["leave_running"] and len(res["ranks"]) == N and p.pid in res["criu"]["pids"], res
+            assert (tmp_path / f"ck{i}" / "criu").is_dir() and all(
+                (tmp_path / f"ck{i}" / f"rank-{r}" / "manifest").is_file() for r in res["ranks"]), res
+        (tmp_path / "gate").touch()
+        p.wait(timeout=120)
+        assert p.returncode == 0 and out.read_text() == ref, out.read_text() + err.read_text() + d.log()[-3000:]
+    finally:
+        if p.poll() is None:
+            p.kill()
+        d.stop()
