@@ -24,6 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_nccl_cut import STEPS, _cli, _daemon, loop_prog, reference  # noqa: E402,F401
+from test_criu import runner_session_visible  # noqa: E402
 from wholeproc import require_park  # noqa: E402
 
 N = 2
@@ -43,7 +44,9 @@ def test_job_whole_process_dumped_gone_daemon_restarted_restored_equals_uninterr
     env = d.env_for_client({"GPUPROXY_TIMEOUT_MS": "2000", "NCCL_LOOP_GATE": str(tmp_path / "gate")})
     with open(out, "w") as fo, open(err, "w") as fe:
         p = subprocess.Popen(loop_prog.argv() + [str(N), str(STEPS), "60000"], env=env, stdin=subprocess.DEVNULL,
-                             stdout=fo, stderr=fe)
+                             stdout=fo, stderr=fe,
+                             # its own session where the runner's is out of reach (CI: see wholeproc.start)
+                             start_new_session=not runner_session_visible())
     root = p.pid
     try:
         t = time.monotonic()
@@ -96,7 +99,9 @@ def test_job_whole_process_checkpointed_twice_while_running_goes_on_unchanged(lo
     env = d.env_for_client({"GPUPROXY_TIMEOUT_MS": "2000", "NCCL_LOOP_GATE": str(tmp_path / "gate")})
     with open(out, "w") as fo, open(err, "w") as fe:
         p = subprocess.Popen(loop_prog.argv() + [str(N), str(STEPS), "60000"], env=env, stdin=subprocess.DEVNULL,
-                             stdout=fo, stderr=fe)
+                             stdout=fo, stderr=fe,
+                             # its own session where the runner's is out of reach (CI: see wholeproc.start)
+                             start_new_session=not runner_session_visible())
     try:
         for i, k in enumerate((STEPS // 4, STEPS // 2)):      # both before the gate at 2/3
             t = time.monotonic()
