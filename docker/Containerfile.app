@@ -8,13 +8,12 @@
 #   podman build -f docker/Containerfile.app -t gpuproxy-app CTX
 # The node's proxyd writes and reads the GPU part of the image itself, so the checkpoint
 # folder must have the same path in the container as on the node (-v D:D); the node's
-# proxyd socket folder and its key folder (read-only: proxy-cli seals the image again
-# with proxyd's key) are mounted too. The container keeps its own pid namespace (proxyd
+# proxyd socket folder is mounted too (not its key folder: proxyd seals the image
+# itself, the record-criu command). The container keeps its own pid namespace (proxyd
 # knows its client by the socket's credentials) and needs no node /tmp; --ipc host lets
 # the shim share memory with proxyd and a restored shim hear from it (docs/cluster.md):
 #   podman run --privileged --ipc host -v /run/gpuproxy:/run/gpuproxy \
 #       -e GPUPROXY_ENDPOINT=ipc:///run/gpuproxy/proxyd.sock \
-#       -v /etc/gpuproxy/keys:/etc/gpuproxy/keys:ro -e GPUPROXY_KEY_DIR=/etc/gpuproxy/keys \
 #       -v /shared/ckpt/job1:/shared/ckpt/job1 -e GPUPROXY_CKPT_DIR=/shared/ckpt/job1 \
 #       gpuproxy-app /path/to/app args
 FROM scratch

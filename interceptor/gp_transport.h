@@ -91,6 +91,10 @@ int gp_transport_quiesce(void);
 int gp_transport_quiesce_held(void);
 int gp_transport_park(void);
 int gp_transport_unpark(const char *endpoint);
+/* Gives the session up after a park that never ended (park.c: restored,
+ * never resumed): one line naming the endpoint; every later CUDA call of
+ * this process fails at once. */
+void gp_transport_abandon(long waited_s);
 
 /* Entry and exit of a hand-written driver entry point that talks to proxyd:
  * GP_ENTER takes gp_lock and makes sure of a session (returning its error,

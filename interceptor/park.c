@@ -20,7 +20,10 @@
  *     /dev/shm/gpuproxy-parked-<public id>, which tells the supervisor;
  *  4. the parked thread waits for /dev/shm/gpuproxy-resume-<public id>, which
  *     proxyd writes (with its endpoint) when the app may go on: after a
- *     --leave-running dump, or after CRIU restored the process;
+ *     --leave-running dump, or after CRIU restored the process; a restored
+ *     copy (its start time differs) that gets no resume within
+ *     GPUPROXY_RESTORE_WAIT_S (default 600 s) gives its session up: one
+ *     line naming the endpoint, and its CUDA calls fail from then on;
  *  5. going on re-creates the shared segments under their names with their
  *     bytes, mapped at the same addresses, opens a ZeroMQ context and sockets,
  *     asks the supervisor where the session's worker is, re-attaches there
@@ -98,9 +101,44 @@ static void write_ran(long long held, long long ran)
         unlink(tmp);
 }
 
+/* This process's start time (field 22 of /proc/self/stat, clock ticks
+ * since boot; proc(5)): a CRIU restore forks the process anew, so it
+ * differs in the restored copy although the pid is the same. 0 when
+ * unknown. */
+static long long start_ticks(void)
+{
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');      /* the command name may hold spaces */
+    if (!p)
+        return 0;
+    /* after ")": state is field 3, start time field 22 */
+    for (int field = 2; field < 22 && p; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtoll(p + 1, NULL, 10) : 0;
+}
+
+/* How long a restored process waits for its resume:
+ * GPUPROXY_RESTORE_WAIT_S, default 600 s (a restore's GPU part is done
+ * before CRIU forks the tree, so the resume normally follows in seconds). */
+static long restore_wait_s(void)
+{
+    const char *e = getenv("GPUPROXY_RESTORE_WAIT_S");
+    long v = (e && *e) ? atol(e) : 0;
+    return v > 0 ? v : 600;
+}
+
 /* Parks, waits to be resumed, goes on. Called with gp_lock held (taken at
  * held_ns). Returns 0 when the session is connected again, -1 when it did
- * not park, another value when it parked but could not connect again. */
+ * not park, another value when it parked but could not connect again or
+ * was restored and never resumed (the session is then given up). */
 static int parking;      /* under gp_lock: a park in progress (no second one inside it) */
 
 /* /dev/shm/gpuproxy-parkheld-<public id>: the supervisor says the session
@@ -161,7 +199,9 @@ static int gp_park_here(long long held_ns, int in_call)
                (t_u - t_t) / 1e6, resume);
     /* CRIU dumps (and restores) the process while it sleeps here */
     char endpoint[512] = "";
-    for (;;) {
+    long long born = start_ticks(), restored_ns = 0;
+    long wait_s = restore_wait_s();
+    for (unsigned spin = 1;; spin++) {
         int rfd = open(resume, O_RDONLY | O_CLOEXEC);
         if (rfd >= 0) {
             ssize_t n = read(rfd, endpoint, sizeof endpoint - 1);
@@ -172,6 +212,21 @@ static int gp_park_here(long long held_ns, int in_call)
                 *nl = 0;
             unlink(resume);
             break;
+        }
+        /* a restored copy of this process (CRIU forked it anew: its start
+         * time differs) waits at most wait_s for its resume, which the
+         * restore's last step writes; CRIU only logs a failure of that
+         * step, so without this bound the app would wait forever */
+        if (spin % 100 == 0 && born > 0) {
+            if (!restored_ns && start_ticks() != born)
+                restored_ns = mono_ns();
+            if (restored_ns && mono_ns() - restored_ns > wait_s * 1000000000LL) {
+                unlink(parked);
+                __atomic_store_n(&park_requested, 0, __ATOMIC_RELEASE);
+                gp_transport_abandon(wait_s);
+                parking = 0;
+                return 1;
+            }
         }
         /* every millisecond slept here after the resume file appears is
          * stall the app lives through: poll often (an open() a ms is cheap) */

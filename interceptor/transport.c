@@ -1064,6 +1064,16 @@ int gp_transport_unpark(const char *endpoint)
     return -1;
 }
 
+/* A restored process whose resume never came (the restore's last step,
+ * CRIU's RESUME_DEVICES_LATE, failed: CRIU only logs that): the session is
+ * lost as with a dead daemon (lost_daemon's state 4), said once here. */
+void gp_transport_abandon(long waited_s)
+{
+    gp_log("restored from a checkpoint, but proxyd at %s did not resume this process within %ld s "
+           "(GPUPROXY_RESTORE_WAIT_S); its CUDA calls fail from now on", G.endpoint, waited_s);
+    G.state = 4;
+}
+
 /* Before parking: sends the batch being built and waits until proxyd has
  * answered everything (an async failure stays pending for the app's next
  * sync call), then asks the supervisor to have the worker wait until the

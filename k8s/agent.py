@@ -5,6 +5,8 @@ which the controller checkpoints a pod on this node.
         -> 200 {"node", "images": [{"container_pid", "dir", "path", "sizeBytes",
                  "created", "durationMs", "stallMs", "criuMs"}], "time"}
     POST /v1/gc          {"namespace", "pod", "uid", "keep"} -> 200 {"deleted": [paths]}
+    POST /v1/sessions    {"namespace", "pod", "uid"} -> 200 {"node", "sessions": [proxyd's
+                          status of each of the pod's gpuproxy sessions]}  (read-only)
     GET  /healthz        -> 200 "ok"
 
 How a checkpoint is taken: the pod's wrapped containers run
@@ -174,8 +176,9 @@ def _container_path(pid: int, host_path: str, proc: str) -> str:
 
 class Agent:
     def __init__(self, node: str, proc: str = "/proc", poll_s: float = 0.5, kill=os.kill, clock=time.monotonic,
-                 sleep=time.sleep):
+                 sleep=time.sleep, status=None):
         self.node, self.proc, self.poll_s = node, proc, poll_s
+        self._status = status or _proxyd_sessions     # () -> proxyd's `status` sessions of this node
         self._kill, self._clock, self._sleep = kill, clock, sleep
         self._busy: set[str] = set()
         self._lock = threading.Lock()
@@ -256,6 +259,29 @@ class Agent:
         return {"node": self.node, "deleted": deleted}
 
 
+    def sessions_of_pod(self, req: dict) -> dict:
+        """The pod's gpuproxy sessions as this node's proxyd reports them
+        (pod_sessions); reads only."""
+        uid = str(req.get("uid") or "")
+        if not _UID_RE.match(uid):                    # before proxyd is asked
+            raise AgentError(400, f"pod uid {uid!r} is not a uid")
+        try:
+            every = self._status()
+        except Exception as e:
+            raise AgentError(503, f"proxyd on node {self.node} does not answer its status: {e}") from None
+        return {"node": self.node, "sessions": pod_sessions(uid, every, self.proc)}
+
+
+def _proxyd_sessions() -> list[dict]:
+    """proxyd's status sessions, at the node's endpoint (GPUPROXY_ENDPOINT,
+    else the default), as the agent (root: proxyd shows it every session)
+    asks for them."""
+    from gpuproxy.proxyd.client import ControlClient
+    from gpuproxy.proxyd.core import protocol as P
+    ep = os.environ.get("GPUPROXY_ENDPOINT") or P.DEFAULT_ENDPOINT
+    return list(ControlClient(ep, timeout_s=10.0).call("status").get("sessions") or [])
+
+
 class _Handler(JsonHandler):
     name = "gpuproxy-agent"
     max_body = MAX_BODY
@@ -275,6 +301,8 @@ class _Handler(JsonHandler):
                 return self.send_body(200, self.agent.checkpoint_pod(req))
             if self.path == "/v1/gc":
                 return self.send_body(200, self.agent.gc_pod(req))
+            if self.path == "/v1/sessions":
+                return self.send_body(200, self.agent.sessions_of_pod(req))
             return self.send_body(404, {"message": f"no {self.path}"})
         except AgentError as e:
             return self.send_body(e.code, {"message": str(e)})

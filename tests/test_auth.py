@@ -84,6 +84,12 @@ def test_another_user_sees_and_controls_nothing(programs, node_daemon):
             assert not st.get("released")
             r = call_as(NOBODY, d.endpoint, "restore", {"dir": str(tmp / "rootimg")})
             assert "permission denied" in r, r
+            # nor have proxyd add a CRIU record to it and seal it again
+            before = (tmp / "rootimg" / "manifest").read_bytes()
+            r = call_as(NOBODY, d.endpoint, "record-criu", {"dir": str(tmp / "rootimg"), "record": {
+                "dir": "criu", "kind": "dump", "complete": True, "root_pid": run.pid, "pids": [run.pid]}})
+            assert "permission denied" in r, r
+            assert (tmp / "rootimg" / "manifest").read_bytes() == before
             r = call_as(NOBODY, d.endpoint, "shutdown")
             assert "permission denied" in r, r
             assert call_as(NOBODY, d.endpoint, "ping")["version"]

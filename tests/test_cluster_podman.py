@@ -100,16 +100,15 @@ def run_opts(ckpt: Path) -> list[str]:
     privileges, the node's IPC namespace (the shim shares memory with proxyd
     in /dev/shm, and a restored shim waits for proxyd's word there), the
     node's proxyd socket folder, the checkpoint folder at the same path
-    as on the node, and proxyd's key folder (read-only: proxy-cli seals the
-    image again after adding CRIU's part, with proxyd's image-seal key). The container keeps its own pid namespace (proxyd keeps
+    as on the node; not proxyd's key folder (proxyd itself seals the image
+    again after adding CRIU's part: the record-criu command,
+    checkpoint/criu_record.py). The container keeps its own pid namespace (proxyd keeps
     its client under the pid the kernel shows it, and translates the pids
     the container's proxy-cli names) and does not get the node's /tmp (proxyd
     takes proxy-cli's socket credentials as its identity)."""
     return ["--privileged", "--ipc", "host", "--network", "none", *ULIMITS,
             "-v", f"{NODE_PRIVATE}:{NODE_PRIVATE}", "-v", f"{ckpt}:{ckpt}",
-            "-v", f"{os.environ['GPUPROXY_KEY_DIR']}:{os.environ['GPUPROXY_KEY_DIR']}:ro",
-            "-e", f"GPUPROXY_CKPT_DIR={ckpt}", "-e", f"GPUPROXY_ENDPOINT={ENDPOINT}",
-            "-e", f"GPUPROXY_KEY_DIR={os.environ['GPUPROXY_KEY_DIR']}"]
+            "-e", f"GPUPROXY_CKPT_DIR={ckpt}", "-e", f"GPUPROXY_ENDPOINT={ENDPOINT}"]
 
 
 def sessions(c: Cluster, node) -> list[dict]:

@@ -33,8 +33,8 @@ def plugin_dir() -> str:
     return d
 
 
-def criu(c, d, *args) -> subprocess.CompletedProcess:
-    env = dict(os.environ, GPUPROXY_ENDPOINT=d.endpoint)
+def criu(c, d, *args, **extra_env) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GPUPROXY_ENDPOINT=d.endpoint, **extra_env)
     env.pop("LD_PRELOAD", None)
     return subprocess.run(c.argv(*args), env=env, capture_output=True, text=True, timeout=300,
                           stdin=subprocess.DEVNULL)
@@ -69,6 +69,49 @@ def test_criu_dump_and_restore_carry_the_gpu_state(programs, usable_criu, tmp):
         assert r.returncode == 0, [ln for ln in (imgs / "restore.log").read_text().splitlines() if "rror" in ln or "gpuproxy" in ln][-8:]
         wait_gone(pid, 120)
         assert out.read_text() == want
+    finally:
+        kill(pid)
+
+
+def test_failed_last_restore_step_ends_the_wait_with_an_error(programs, usable_criu, tmp):
+    """The restore's last step (RESUME_DEVICES_LATE, which resumes the
+    shim) fails; CRIU only logs that, so the restored app's shim would wait
+    for its resume forever. Instead the restored copy (its start time
+    differs from the dumped one's) gives up after GPUPROXY_RESTORE_WAIT_S:
+    one stderr line naming the endpoint, its CUDA calls fail, and it ends.
+    The failure is injected by the interpreter the plugin runs
+    (GPUPROXY_PYTHON): a wrapper that fails the `restore` action."""
+    b = programs["iterative"]
+    d = daemon(tmp, "first")
+    require_park(d)
+    out = tmp / "run.out"
+    env = dict(d.env_for_client(), GPUPROXY_RESTORE_WAIT_S="2")
+    p = subprocess.Popen(b.argv() + [LONG], env=env, stdin=subprocess.DEVNULL, stdout=open(out, "w"),
+                         stderr=open(str(out) + ".err", "w"), start_new_session=True)
+    pid = p.pid
+    imgs = tmp / "imgs"
+    imgs.mkdir()
+    libdir = plugin_dir()
+    failing = tmp / "failing-python"
+    failing.write_text("#!/bin/sh\n"
+                       "if [ \"$3\" = restore ]; then echo 'injected failure of the restore step' >&2; exit 1; fi\n"
+                       f"exec {sys.executable} \"$@\"\n")
+    failing.chmod(0o755)
+    try:
+        wait_calls(d, pid, 1000)
+        r = criu(usable_criu, d, "dump", "--tree", str(pid), "--images-dir", str(imgs), "--libdir", libdir,
+                 "--log-file", "dump.log", "-v4")
+        assert r.returncode == 0, (imgs / "dump.log").read_text()[-3000:]
+        assert p.wait(30) == -signal.SIGKILL
+        d.kill()
+        d = daemon(tmp, "second", endpoint=d.endpoint)
+        criu(usable_criu, d, "restore", "--images-dir", str(imgs), "--libdir", libdir, "--restore-detached",
+             "--log-file", "restore.log", "-v4", GPUPROXY_PYTHON=str(failing))
+        assert "injected failure of the restore step" in (imgs / "restore.log").read_text()
+        wait_gone(pid, 60)                                     # bounded: 2 s, then its calls fail
+        err = (tmp / "run.out.err").read_text()
+        assert f"proxyd at {d.endpoint} did not resume this process within 2 s" in err, err[-2000:]
+        assert "CUDA calls fail from now on" in err
     finally:
         kill(pid)
 

@@ -214,6 +214,58 @@ def test_http_api(node):
         srv.server_close()
 
 
+def test_http_sessions_of_a_pod(node):
+    """POST /v1/sessions: the gpuproxy sessions of the pod named by a real
+    Pod object (tests/data/k8s/pods-on-node.json), from proxyd's status as
+    it lists them (by the node's pid); bearer token as for the other
+    endpoints; a proxyd that does not answer is a 503 with one message."""
+    proc, _ = node
+    pods = json.loads((Path(__file__).parent / "data" / "k8s" / "pods-on-node.json").read_text())["items"]
+    by_uid = {p["metadata"]["uid"]: p["metadata"] for p in pods}
+    status = [{"pid": 4107, "calls": 10, "exe": "/app/train", "state": "live"},
+              {"pid": 5200, "calls": 3, "exe": "/app/train", "state": "live"},
+              {"pid": 999999, "calls": 1, "exe": "/elsewhere", "state": "live"}]
+    answers = [lambda: status]
+
+    def ask():
+        return answers[0]()
+
+    token = "t0k3n-0123456789abcdef"
+    srv = G.serve(G.Agent("gpu-node-a", str(proc), kill=lambda *x: None, status=ask), token, "127.0.0.1", 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_address[1]}"
+
+    def post(path, body, tok=token):
+        req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Authorization": f"Bearer {tok}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def ask_for(meta, tok=token):
+        return post("/v1/sessions", {"namespace": meta["namespace"], "pod": meta["name"], "uid": meta["uid"]}, tok)
+
+    try:
+        train, plain = by_uid[UID], by_uid[OTHER]
+        assert ask_for(train, tok="wrong")[0] == 401
+        assert ask_for(train) == (200, {"node": "gpu-node-a", "sessions": [status[0]]})
+        assert ask_for(plain) == (200, {"node": "gpu-node-a", "sessions": [status[1]]})
+        assert ask_for(by_uid[OLD]) == (200, {"node": "gpu-node-a", "sessions": []})
+        code, body = post("/v1/sessions", {"uid": "../../etc"})
+        assert code == 400 and "not a uid" in body["message"]
+
+        def dead():
+            raise ConnectionError("no answer at ipc:///run/gpuproxy/proxyd.sock")
+        answers[0] = dead
+        code, body = ask_for(train)
+        assert code == 503 and "ipc:///run/gpuproxy/proxyd.sock" in body["message"]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_a_symlink_in_the_folder_path_is_refused(node):
     """The folder comes from the pod's command line: a symlink planted in it
     would lead the agent out of the container (absolute links under

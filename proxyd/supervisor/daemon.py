@@ -317,6 +317,8 @@ class Supervisor:
             self.handlers[cmd] = self.ctl_forward
         from .discard import ctl_discard
         self.handlers["discard"] = lambda rid, seq, args: ctl_discard(self, rid, seq, args)
+        from .record_criu import ctl_record_criu
+        self.handlers["record-criu"] = lambda rid, seq, args: ctl_record_criu(self, rid, seq, args)
 
     # ------------------------------------------------------------- socket
     def send(self, rid: bytes, obj):

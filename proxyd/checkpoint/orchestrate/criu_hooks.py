@@ -218,8 +218,8 @@ def finish(ret: int, images: str) -> None:
         return
     for v in state["dumped"]:
         if _needs_record(images, v):
-            _use_proxyd_keys(state.get("endpoint"))
-            _record_criu(images, v)
+            _use_proxyd_keys(state.get("endpoint"))      # only for an older proxyd (criu_record_call.py)
+            _record_criu(images, v, state.get("endpoint"))
     if parked:
         # the tokens go with the detached resumer, not into the image
         state["parked"], state["tokens"], state["hosts"] = [], {}, {}
@@ -265,13 +265,14 @@ def _use_proxyd_keys(endpoint: str | None) -> None:
     os.environ["GPUPROXY_KEY_DIR"] = d
 
 
-def _record_criu(images: str, v: int) -> None:
+def _record_criu(images: str, v: int, endpoint: str | None) -> None:
     """The GPU image says that CRIU holds its process (its images are two
     folders up): proxyd then restores it before the process exists, as for
     proxy-cli's whole-process images (engine: a whole-process image's
-    process does not exist yet)."""
-    from gpuproxy.proxyd.checkpoint import criu
-    criu.record_in_manifest(os.path.join(images, SUBDIR, str(v)), {
+    process does not exist yet). proxyd adds the record and seals it
+    (checkpoint/criu_record.py)."""
+    from .criu_record_call import record
+    record(_client(endpoint), os.path.join(images, SUBDIR, str(v)), {
         "dir": os.path.join("..", ".."), "kind": "dump", "complete": True, "root_pid": v, "pids": [v],
         "size": 0, "files": 0, "by": "gpuproxy criu plugin", "options": {}, "written_files": []})
 

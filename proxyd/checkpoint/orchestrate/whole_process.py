@@ -42,6 +42,7 @@ from gpuproxy.proxyd.checkpoint.image import Image, ImageError, read_manifest
 
 from ...client import ControlError
 from . import pending, predump
+from .criu_record_call import record as record_criu
 
 PARK_TIMEOUT_S = float(os.environ.get("GPUPROXY_PARK_TIMEOUT_S", "60"))
 
@@ -253,7 +254,7 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
         stall_ms = (t3 - t_park) * 1000.0     # CRIU ended the app
         if held_ns:
             app_stopped = round((time.monotonic_ns() - int(held_ns)) / 1e6 - (time.monotonic() - t3) * 1000, 3)
-        criu.record_in_manifest(path, rec)
+        record_criu(client, path, rec)     # proxyd seals it (criu_record.py)
         criu.make_private(path)
         pending.end(path)
     else:
@@ -273,7 +274,7 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
                 raise WholeProcessError(f"whole-process dump of pid {pid}: the app runs on, but writing its "
                                         f"GPU image failed ({e}); {said}") from None
             stages["gpu_write_after_resume"] = _ms(t4, time.monotonic())
-        criu.record_in_manifest(path, rec)
+        record_criu(client, path, rec)     # proxyd seals it (criu_record.py)
         criu.make_private(path)
         pending.end(path)
         stages["complete_after_resume"] = _ms(t4, time.monotonic())
@@ -362,7 +363,7 @@ def pre_dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = 
                                     f"stands, the app runs on") from None
         finally:
             _resume(client, pid=pid)
-    criu.record_in_manifest(path, rec)
+    record_criu(client, path, rec)     # proxyd seals it (criu_record.py)
     criu.make_private(path)
     out["criu"] = rec
     return out
