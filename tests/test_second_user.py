@@ -46,7 +46,7 @@ def helpers_dir() -> str:
     folder only root may enter)."""
     if not _HELPERS:
         import tempfile
-        d = tempfile.mkdtemp(prefix="gpx-su-py-")
+        d = tempfile.mkdtemp(prefix="gpx-su-py-", dir="/tmp")       # not $TMPDIR: it may be private
         os.chmod(d, 0o755)
         shutil.copy(TESTS / "fuzzing.py", d)
         os.chmod(os.path.join(d, "fuzzing.py"), 0o644)
@@ -54,25 +54,79 @@ def helpers_dir() -> str:
     return _HELPERS[0]
 
 
+# The interpreter the user nobody runs, and the folder it needs on PYTHONPATH
+# for gpuproxy: this test's own interpreter where nobody can run it; else
+# the system's python3 (with Debian's python3-zmq and python3-msgpack, which
+# scripts/install-cluster-test-deps installs) and a world-readable copy of
+# the installed package. CI's interpreter lives under /root, which nobody
+# may not enter, and these tests skipped there.
+_NOBODY = {"python": sys.executable, "path": ""}
+
+
+def _nobody_imports(python: str, path: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update({"HOME": "/tmp", **({"PYTHONPATH": path} if path else {})})
+    return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python, "-c",
+                           "import gpuproxy.proxyd.core.protocol, zmq, msgpack"], capture_output=True, text=True,
+                          timeout=60, cwd="/tmp", env=env)
+
+
+def _package_copy() -> str:
+    """A copy of the installed gpuproxy package that nobody can read."""
+    import gpuproxy
+    import tempfile
+    d = tempfile.mkdtemp(prefix="gpx-su-pkg-", dir="/tmp")     # not $TMPDIR: it may be private
+    shutil.copytree(list(gpuproxy.__path__)[0], os.path.join(d, "gpuproxy"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for root, dirs, files in os.walk(d):
+        os.chmod(root, 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    return d
+
+
 @pytest.fixture(scope="module", autouse=True)
 def nobody_can_run_python():
-    r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-c",
-                        "import gpuproxy.proxyd.core.protocol, zmq, msgpack"], capture_output=True, text=True, timeout=60,
-                       cwd="/tmp", env={**os.environ, "HOME": "/tmp"})
+    r = _nobody_imports(sys.executable, "")
     if r.returncode != 0:
-        pytest.skip(f"the user nobody cannot run {sys.executable} with gpuproxy installed: {r.stderr[-300:]}")
+        why = f"the user nobody cannot run {sys.executable} with gpuproxy installed: {r.stderr[-300:]}"
+        system = shutil.which("python3", path="/usr/bin:/bin")
+        if not system or os.path.realpath(system) == os.path.realpath(sys.executable):
+            pytest.skip(why)
+        path = _package_copy()
+        r = _nobody_imports(system, path)
+        if r.returncode != 0:
+            shutil.rmtree(path, ignore_errors=True)
+            pytest.skip(f"{why}; nor {system} with a copy of the package: {r.stderr[-300:]}")
+        _NOBODY.update(python=system, path=path)
     yield
-    for d in _HELPERS:
+    for d in _HELPERS + ([_NOBODY["path"]] if _NOBODY["path"] else []):
         shutil.rmtree(d, ignore_errors=True)
     _HELPERS.clear()
+    _NOBODY.update(python=sys.executable, path="")
+
+
+def nobody_pythonpath() -> str:
+    return ":".join(p for p in (helpers_dir(), _NOBODY["path"]) if p)
+
+
+def nobody_env() -> dict:
+    """The shim for nobody's programs: from the package copy where the
+    installed one is out of nobody's reach."""
+    if not _NOBODY["path"]:
+        return {}
+    import gpuproxy
+    from proxy import preload
+    here = list(gpuproxy.__path__)[0]
+    return {"LD_PRELOAD": preload().replace(here, os.path.join(_NOBODY["path"], "gpuproxy"))}
 
 
 def as_nobody(code: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Runs Python code as the user nobody (no groups), with this test's
     interpreter and package; what it prints on stdout is the result."""
     e = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROXY_") and k != "LD_PRELOAD"}
-    e.update({"HOME": "/tmp", "PYTHONPATH": helpers_dir(), "PYTHONDONTWRITEBYTECODE": "1"}, **(env or {}))
-    r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+    e.update({"HOME": "/tmp", "PYTHONPATH": nobody_pythonpath(), "PYTHONDONTWRITEBYTECODE": "1"}, **(env or {}))
+    r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", _NOBODY["python"],
                         "-c", textwrap.dedent(code)], env=e, capture_output=True, text=True, timeout=timeout,
                        cwd="/tmp")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -320,11 +374,12 @@ def test_forged_hellos_refused_and_bounded(programs, node):
     assert [s for s in st["sessions"] if s["pid"] == 1] == [], st["sessions"]
     # many HELLOs of nobody's own process that never open their session:
     # at most GPUPROXY_MAX_PENDING_PER_USER=3 are taken, and they are reaped
-    p = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+    p = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", _NOBODY["python"],
                           "-c", textwrap.dedent(FORGE)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**{k: v for k, v in os.environ.items() if not k.startswith("GPUPROXY_")
-                                 and k != "LD_PRELOAD"},
-                              "HOME": "/tmp", "EP": d.endpoint, "CLAIM": "", "N": "20", "LINGER": "8"}, cwd="/tmp")
+                                 and k not in ("LD_PRELOAD", "PYTHONPATH")},
+                              "HOME": "/tmp", "EP": d.endpoint, "CLAIM": "", "N": "20", "LINGER": "8",
+                              **({"PYTHONPATH": _NOBODY["path"]} if _NOBODY["path"] else {})}, cwd="/tmp")
     try:
         line = p.stdout.readline()
         answers = json.loads(line)
@@ -395,7 +450,7 @@ def test_second_users_program_runs_dumps_and_restores(programs, node):
     d, tmp = node
     b = programs["iterative"]
     img = tmp / "nobody-img"
-    with PacedRun(b, d) as mine, PacedRun(AsNobody(b), d) as theirs:
+    with PacedRun(b, d) as mine, PacedRun(AsNobody(b), d, env=nobody_env()) as theirs:
         mine.step_to(2)
         theirs.step_to(3)
         st = ctl(d, "status")
