@@ -70,7 +70,7 @@ def test_image_complete_only_after_the_background_write(usable_criu, tmp_path, a
         seen["app_ran_before_write"] = p.poll() is None
     px = Engine(p.pid, background=True, hooks={"resume": at_resume, "dump-wait": at_wait})
     res = W.dump(px, "ipc://test", **args(p.pid, img, leave=True))
-    assert px.names() == ["status", "park", "dump", "resume", "dump-wait"]
+    assert px.names() == ["status", "park", "dump", "resume", "dump-wait", "record-criu"]
     assert px.calls[2][1]["background"] is True
     assert seen == {"manifest_at_resume": False, "marked_at_resume": True, "app_ran_before_write": True}
     assert not os.path.exists(pending.marker(str(img)))
@@ -171,7 +171,7 @@ def test_final_dump_ends_the_app_only_once_its_image_is_written(usable_criu, tmp
         seen["state_while_writing"] = _state(p.pid)
     px = Engine(p.pid, background=True, hooks={"dump-wait": at_wait})
     res = W.dump(px, "ipc://test", **args(p.pid, img))
-    assert px.names() == ["status", "park", "dump", "dump-wait"]
+    assert px.names() == ["status", "park", "dump", "dump-wait", "record-criu"]
     assert seen["state_while_writing"] in ("T", "t"), seen        # stopped, not gone, while the image is written
     p.wait(10)
     assert res["criu"]["options"]["leave_running"] is False
