@@ -128,16 +128,19 @@ def test_threads_inside_cuda_calls_at_the_dump(programs, usable_criu, proxy_cli,
     want = reference(b, d, tmp)
     assert want.rstrip().endswith("PASS mt_long")
     out = tmp / "mt.out"
-    app = start(b.argv(), d, out)
+    gate = tmp / "gate"
+    # halfway, the threads go on making CUDA calls until the gate exists: the
+    # dump finds them inside calls however fast the machine runs the app (on
+    # an idle machine it ran to its end before it parked)
+    app = start(b.argv(), d, out, env={"MT_LONG_GATE": str(gate)})
     pid = app.pid
     try:
-        # early in its run (about 32 000 calls in all): under a loaded CI
-        # machine a later start let the app end before it parked
         wait_calls(d, pid, 1000)
         assert len(os.listdir(f"/proc/{pid}/task")) >= 5      # main + 4 workers, all calling CUDA
         ok(cli(proxy_cli, d, "--dump", "--pid", pid, "--dir", tmp / "img"))
         app.wait(30)
         ok(cli(proxy_cli, d, "--restore", "--dir", tmp / "img"))
+        gate.touch()
         wait_gone(pid)
         assert out.read_text() == want
     finally:

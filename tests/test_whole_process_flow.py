@@ -104,7 +104,7 @@ def test_leave_running_resumes(usable_criu, tmp_path):
     px = Proxyd(p.pid)
     try:
         W.dump(px, "ipc://test", **args(p.pid, tmp_path / "img", leave=True))
-        assert px.names() == ["status", "park", "dump", "resume"]
+        assert px.names() == ["status", "park", "dump", "resume", "record-criu"]
         assert px.calls[3][1] == {"pid": p.pid, "wait_ran": True}
         n = len(lines(out))
         wait_lines(out, n + 3)

@@ -113,10 +113,10 @@ def ok(r: subprocess.CompletedProcess) -> str:
     return r.stdout
 
 
-def start(argv, d, out: Path) -> subprocess.Popen:
+def start(argv, d, out: Path, env: dict | None = None) -> subprocess.Popen:
     # an app inherits the runner's session (a shell job) where CRIU can dump
     # that, else it gets its own (see test_criu.runner_session_visible)
-    return subprocess.Popen(argv, env=d.env_for_client(), stdin=subprocess.DEVNULL, stdout=open(out, "w"),
+    return subprocess.Popen(argv, env=d.env_for_client(env), stdin=subprocess.DEVNULL, stdout=open(out, "w"),
                             stderr=open(str(out) + ".err", "w"), start_new_session=not runner_session_visible())
 
 

@@ -7,10 +7,16 @@
 // 2000). The result does not depend on how the threads interleave; the host
 // recomputes it and prints PASS or FAIL.
 //
+// MT_LONG_GATE=PATH: halfway, every thread keeps copying its input to the
+// device and synchronizing (CUDA calls that change no result) until PATH
+// exists, so a test can dump the app while all threads are inside CUDA calls
+// however fast the machine runs it, and let it finish after the restore.
+//
 // The kernel is multithread.cu's accumulate (same signature), so
 // tests/programs/multithread_emu.py emulates it.
 #include <cstdio>
 #include <cstdlib>
+#include <unistd.h>
 #include <thread>
 #include <vector>
 #include <cuda_runtime.h>
@@ -52,8 +58,13 @@ static void worker(int t, int iters)
     CHECK(cudaMalloc(&d_in, kN * sizeof(int)));
     CHECK(cudaMallocHost(&h_buf, kN * sizeof(int)));
     CHECK(cudaMemsetAsync(d_acc, 0, kN * sizeof(int), s));
+    const char *gate = getenv("MT_LONG_GATE");
     for (int it = 0; it < iters; ++it) {
         for (int i = 0; i < kN; ++i) h_buf[i] = input(t, it, i);
+        while (gate && it == iters / 2 && access(gate, F_OK) != 0) {
+            CHECK(cudaMemcpyAsync(d_in, h_buf, kN * sizeof(int), cudaMemcpyHostToDevice, s));
+            CHECK(cudaStreamSynchronize(s));
+        }
         CHECK(cudaMemcpyAsync(d_in, h_buf, kN * sizeof(int), cudaMemcpyHostToDevice, s));
         accumulate<<<4, 128, 0, s>>>(d_acc, d_in, g_total, kN);
         CHECK(cudaGetLastError());
