@@ -24,10 +24,11 @@
 
 #include <pthread.h>
 
-#include <time.h>
 
 static pthread_mutex_t gp_mu;
-static int gate_closed;                 /* atomic: gp_lock_gate */
+static int gate_closed;                 /* atomic: gp_lock_gate; opened under gate_mu */
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;   /* broadcast when the gate opens */
 static __thread int depth;              /* this thread's holds of gp_mu (it is recursive) */
 static pthread_once_t gp_once = PTHREAD_ONCE_INIT;
 static void (*fork_hooks[GP_FORK_HOOKS])(void);
@@ -54,6 +55,8 @@ static void child_after_fork(void)
     make_mutex();
     depth = 0;
     __atomic_store_n(&gate_closed, 0, __ATOMIC_RELEASE);
+    pthread_mutex_init(&gate_mu, NULL);
+    pthread_cond_init(&gate_cv, NULL);
     for (int i = 0; i < nfork_hooks; i++)
         fork_hooks[i]();
 }
@@ -64,15 +67,28 @@ static void init_once(void)
     pthread_atfork(NULL, NULL, child_after_fork);
 }
 
-void gp_lock_gate(int closed) { __atomic_store_n(&gate_closed, closed, __ATOMIC_RELEASE); }
+void gp_lock_gate(int closed)
+{
+    /* opened under gate_mu, so a waiter between its check and its wait
+     * cannot miss the broadcast */
+    pthread_mutex_lock(&gate_mu);
+    __atomic_store_n(&gate_closed, closed, __ATOMIC_RELEASE);
+    if (!closed)
+        pthread_cond_broadcast(&gate_cv);
+    pthread_mutex_unlock(&gate_mu);
+}
 
 void gp_lock(void)
 {
     pthread_once(&gp_once, init_once);
-    /* a thread already holding the lock goes on (it must, to release it) */
-    while (depth == 0 && __atomic_load_n(&gate_closed, __ATOMIC_ACQUIRE)) {
-        struct timespec t = { 0, 100000 };      /* 0.1 ms */
-        nanosleep(&t, NULL);
+    /* a thread already holding the lock goes on (it must, to release it);
+     * the others sleep until the park is over, not polling: a park lasts as
+     * long as the GPU capture and CRIU's dump, which need the CPU */
+    if (depth == 0 && __atomic_load_n(&gate_closed, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&gate_mu);
+        while (__atomic_load_n(&gate_closed, __ATOMIC_ACQUIRE))
+            pthread_cond_wait(&gate_cv, &gate_mu);
+        pthread_mutex_unlock(&gate_mu);
     }
     pthread_mutex_lock(&gp_mu);
     depth++;
