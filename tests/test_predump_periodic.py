@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import wholeproc  # noqa: E402
-from wholeproc import (ITER_LONG, _stop_daemons, cli, daemon, kill, ok, programs, reference,  # noqa: E402,F401
+from wholeproc import (kill_and_forget, ITER_LONG, _stop_daemons, cli, daemon, kill, ok, programs, reference,  # noqa: E402,F401
                        require_park, session, start, tmp, wait_calls, wait_gone)
 
 from gpuproxy.proxyd.checkpoint import criu  # noqa: E402
@@ -38,12 +38,7 @@ def _dump(proxy_cli, d, pid, img, *extra) -> dict:
 
 
 def _restore_last(proxy_cli, d, app, pid, img, out, want):
-    app.kill()
-    app.wait()
-    end = time.monotonic() + 30
-    while session(d, pid) is not None:               # proxyd notices the app is gone
-        assert time.monotonic() < end, "proxyd kept the killed app's session"
-        time.sleep(0.1)
+    kill_and_forget(d, app)
     ok(cli(proxy_cli, d, "--restore", "--rollback-files", "--dir", img))
     wait_gone(pid)
     assert out.read_text() == want

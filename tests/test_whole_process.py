@@ -28,7 +28,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus  # noqa: E402
 import wholeproc  # noqa: E402
-from wholeproc import (dump_mid_run, BACKEND, ITER_LONG, ITER_N, _stop_daemons, ask, assert_private, cli, ctl, daemon, kill,  # noqa: E402,F401
+from wholeproc import (kill_and_forget, dump_mid_run, BACKEND, ITER_LONG, ITER_N, _stop_daemons, ask, assert_private, cli, ctl, daemon, kill,  # noqa: E402,F401
                        ok, programs, reference, released, require_park, session, start, tmp, wait_calls, wait_gone)
 
 from gpuproxy.proxyd.checkpoint import criu  # noqa: E402
@@ -193,12 +193,7 @@ def test_periodic_leave_running_then_restore_last(programs, usable_criu, proxy_c
         # three whole-process images, nested: img -> img/parent -> img/parent/parent
         for p in (img, img / "parent", img / "parent" / "parent"):
             assert "complete" in ok(cli(proxy_cli, d, "inspect", "--no-verify", p))
-        app.kill()
-        app.wait()
-        end = time.monotonic() + 30
-        while session(d, pid) is not None:               # proxyd notices the app is gone
-            assert time.monotonic() < end, "proxyd kept the killed app's session"
-            time.sleep(0.1)
+        kill_and_forget(d, app)
         # its output file grew after the last checkpoint: refused, then rolled back
         r = cli(proxy_cli, d, "--restore", "--dir", img)
         assert r.returncode == 1 and "grew since the dump" in r.stderr and str(out) in r.stderr, r.stderr

@@ -142,6 +142,17 @@ def session(d, pid):
     return None
 
 
+def kill_and_forget(d, app) -> None:
+    """Kills the app (its images are what a restore will use) and waits until
+    proxyd has ended its session, as it must before a restore takes its pid."""
+    app.kill()
+    app.wait()
+    end = time.monotonic() + 30
+    while session(d, app.pid) is not None:           # proxyd notices the app is gone
+        assert time.monotonic() < end, "proxyd kept the killed app's session"
+        time.sleep(0.1)
+
+
 def released(s) -> bool:
     """A session whose GPU state was dumped and released (status, before or
     after proxyd's split into supervisor and workers)."""
