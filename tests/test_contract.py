@@ -93,6 +93,8 @@ def test_sigterm_checkpoints_then_a_new_daemon_restores(programs, usable_criu, p
                                                                                           "latest"]
         job = json.loads((ckpt / "ckpt-1" / "job.json").read_text())
         assert job["argv"] == argv and job["uid"] == os.geteuid() and job["kind"] == "final"
+        # the stall recorded is the one the app's shim measured, not the orchestrator's
+        assert job["stall_from"] == "app" and job["stall_ms"] >= 0, job
         assert out.read_text() != want          # interrupted mid-run
         d.kill()                                 # the node is gone: a fresh proxyd
         d = daemon(tmp, "second", endpoint=d.endpoint)

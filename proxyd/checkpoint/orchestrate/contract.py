@@ -479,9 +479,15 @@ class Runner:
         tmp = os.path.join(self.dir, f"{TMP}{seq}")
         try:
             res = W.dump(self.client(), self.endpoint, self.pid, tmp, leave_running=not final)
-            # the app's own stall (park to resume), not the wrapper's whole dump
+            # the app's stall as its shim measured it (first thread held to
+            # all running again: interceptor/park.c), else (an older shim)
+            # park to resume as the orchestrator saw it; never the wrapper's
+            # whole dump
+            app = res.get("app_stopped_ms")
             job = dict(self.job, version=JOB_VERSION, pipes=self.pipes, host=socket.gethostname(),
-                       time=time.time(), kind="final" if final else "periodic", stall_ms=res["stall_ms"])
+                       time=time.time(), kind="final" if final else "periodic",
+                       stall_ms=app if app is not None else res["stall_ms"],
+                       stall_from="app" if app is not None else "orchestrator")
             path = publish(self.dir, tmp, seq, job)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
