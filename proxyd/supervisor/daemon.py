@@ -140,13 +140,31 @@ def _fixed_layout():
         pass
 
 
-def _write_park_held(e, path: str) -> None:
-    """park_held_path, owned by the client (it unlinks it in a sticky /dev/shm)."""
+def _write_client_file(e, path: str, data: bytes) -> None:
+    """A new file at path, made the client's own (it unlinks it in a sticky
+    /dev/shm). /dev/shm is everyone's: whatever stands at path is removed and
+    the file is created afresh, never through a link another user put there,
+    and handed over by its descriptor. Raises OSError."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, data)
+        try:
+            st = os.stat(f"/proc/{e.pid}")
+            os.fchown(fd, st.st_uid, st.st_gid)
+        except OSError:
+            pass
+    finally:
         os.close(fd)
-        st = os.stat(f"/proc/{e.pid}")
-        os.chown(path, st.st_uid, st.st_gid)
+
+
+def _write_park_held(e, path: str) -> None:
+    """park_held_path, owned by the client."""
+    try:
+        _write_client_file(e, path, b"")
     except OSError:
         pass        # the shim then parks after its call, as an ordinary park
 
@@ -1076,14 +1094,8 @@ class Supervisor:
         e.ran_shm = shm
         stall.forget_ran(e.token, shm)
         try:
-            fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(self.endpoint + "\n")
-            try:
-                st = os.stat(f"/proc/{e.pid}")
-                os.chown(path + ".tmp", st.st_uid, st.st_gid)
-            except OSError:
-                pass
+            # written whole, then named: the parked shim never reads half of it
+            _write_client_file(e, path + ".tmp", (self.endpoint + "\n").encode())
             os.rename(path + ".tmp", path)
         except OSError as x:
             self.reply(rid, seq, error=f"cannot write {path}: {x}")
