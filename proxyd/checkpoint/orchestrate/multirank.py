@@ -12,9 +12,11 @@ Dump (`dump_job`):
     of the communicator reached, so the ranks behind catch up. A worker
     that does not answer is inside a call that waits for its peers (a
     collective the others have not issued yet, or a synchronisation behind
-    one): while it does, a rank that waits for that communicator is let
-    one collective further (at most one step per round), which is what
-    the blocked one waits for;
+    one): while it does, each held rank that shares a communicator with
+    it is let one collective further on the communicator it is held on (at
+    most one step per communicator and STALL_S): that is what the blocked
+    one waits for, or what the held rank must pass first (a split of its
+    own, whose collectives no other rank joins);
  3. cut: every rank confirms that each of its communicators is at its
     target, nothing busy (the dump's synchronisation then completes every
     collective issued: none is in flight);
@@ -174,19 +176,21 @@ def quiesce(calls: _Calls, pids: list[int], timeout_s: float) -> tuple[dict[int,
             targets[ident] = max(targets.get(ident, 0), max(r["seq"] for r in per.values()))
         silent = [p for p in pids if calls.silent_for(p, "nccl-hold") > STALL_S]
         if silent:
-            # a silent rank waits inside a call for its peers: a rank held on
-            # a communicator with a silent member goes one collective further
-            # (once per STALL_S and communicator: what the silent one waits for)
+            # a silent rank waits inside a call for its peers: a held peer
+            # goes one collective further on the communicator it is held on
+            # (once per STALL_S and communicator), which is what the silent
+            # one waits for, or what stands before it in the peer's program
+            # (a peer held on a communicator of its own, e.g. a split of one
+            # rank, must pass it to reach the collective the silent one is in)
             now = time.monotonic()
             for pid, a in answers.items():
                 w = a.get("waiting_on")
                 per = members.get(w) or {}
                 if not a.get("held") or pid in silent or pid not in per or now - crept.get(w, 0) < STALL_S:
                     continue
-                if len(per) < _nranks(members, w) or any(p in silent for p in per):
-                    if per[pid]["seq"] >= targets[w]:
-                        targets[w] = per[pid]["seq"] + 1
-                        crept[w] = now
+                if _peer_of_silent(pid, members, silent) and per[pid]["seq"] >= targets[w]:
+                    targets[w] = per[pid]["seq"] + 1
+                    crept[w] = now
             continue
         if len(answers) < len(pids) or any((p, "nccl-hold") in calls.inflight for p in pids):
             continue
@@ -207,6 +211,15 @@ def quiesce(calls: _Calls, pids: list[int], timeout_s: float) -> tuple[dict[int,
             return cut, {"hold_ms": round((time.monotonic() - t0) * 1000, 3), "rounds": rounds,
                          "targets": targets}
         answers.update(cut)
+
+
+def _peer_of_silent(pid: int, members: dict[str, dict[int, dict]], silent: list[int]) -> bool:
+    """Whether pid shares a communicator with a silent rank, or with a rank
+    that has not answered yet (a communicator with members missing)."""
+    for ident, per in members.items():
+        if pid in per and (any(p in silent for p in per) or len(per) < _nranks(members, ident)):
+            return True
+    return False
 
 
 def _nranks(members: dict, ident: str) -> int:
