@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import corpus  # noqa: E402
 import wholeproc  # noqa: E402
 from wholeproc import (kill_and_forget, dump_mid_run, BACKEND, ITER_LONG, ITER_N, _stop_daemons, ask, assert_private, cli, ctl, daemon, kill,  # noqa: E402,F401
-                       ok, programs, reference, released, require_park, session, start, tmp, wait_calls, wait_gone)
+                       ok, park_files_left, programs, reference, released, require_park, session, start, tmp, wait_calls, wait_gone)
 
 from gpuproxy.proxyd.checkpoint import criu  # noqa: E402
 
@@ -200,6 +200,11 @@ def test_periodic_leave_running_then_restore_last(programs, usable_criu, proxy_c
         ok(cli(proxy_cli, d, "--restore", "--rollback-files", "--dir", img))
         wait_gone(pid)
         assert out.read_text() == want
+        end = time.monotonic() + 30
+        while session(d, pid) is not None:          # proxyd ends the restored app's session
+            assert time.monotonic() < end, "proxyd kept the ended app's session"
+            time.sleep(0.1)
+        assert not park_files_left(d, pid)          # its parks' files went with it
     finally:
         kill(pid)
         d.cleanup()

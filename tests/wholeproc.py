@@ -220,3 +220,15 @@ def assert_private(path: Path):
 
 
 # ------------------------------------------------------------------ checks without CRIU or parking
+
+
+def park_files_left(d, pid: int) -> list[str]:
+    """The /dev/shm files of pid's parks (parked, parkheld, the stall's ran
+    file) still there; its public id (what the names carry) from proxyd's
+    log, which names every session by it."""
+    import glob
+    import re
+    ids = set(re.findall(r"session id ([0-9a-f]+)-%d:" % pid, d.log()))
+    assert ids, f"no session of pid {pid} in proxyd's log"
+    return [f for i in ids for kind in ("parked", "parkheld", "ran")
+            for f in glob.glob(f"/dev/shm/gpuproxy-{kind}-{i}-*") + glob.glob(f"/dev/shm/gpuproxy-{kind}-{i}")]

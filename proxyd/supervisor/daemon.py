@@ -189,6 +189,21 @@ def parked_path(token: str, shm: str = "/dev/shm") -> str:
     return f"{shm}/gpuproxy-parked-{public_id(token)}"
 
 
+def _remove_park_files(e) -> None:
+    """The small files of a session's parks (parked, parkheld, and the stall
+    figure's ran file: stall.py) once its client is gone; nothing else
+    removes them where no resume asked for the figure or the app ended
+    between the supervisor's parkheld and its park. The resume file is left:
+    a restored copy of the process may be waiting for it."""
+    dirs = {d for d in (e.park_shm, e.ran_shm, "/dev/shm") if d}
+    for d in dirs:
+        for path in (parked_path(e.token, d), park_held_path(e.token, d), stall.ran_path(e.token, d)):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
 def _client_shm(e) -> str:
     """The /dev/shm e's client sees, where proxyd can see its pid."""
     from .client_view import shm_dir
@@ -702,6 +717,7 @@ class Supervisor:
             e.worker.exit_reason = "session ended"
             self._stop_worker(e.worker)
         remove_client_segments(e.token)
+        _remove_park_files(e)
         from . import markers
         markers.remove(e.token)
         self._drop(e)
