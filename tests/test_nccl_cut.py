@@ -71,11 +71,12 @@ class Job:
             if line.startswith("step "):
                 self.step = int(line.split()[1])
 
-    def wait_step(self, k: int, timeout_s: float = 120):
+    def wait_step(self, k: int, timeout_s: float = 120, d: Daemon | None = None):
         t = time.monotonic()
         while self.step < k:
             assert self.p.poll() is None, "".join(self.err)
-            assert time.monotonic() - t < timeout_s, f"no step {k}: {''.join(self.err)[-2000:]}"
+            assert time.monotonic() - t < timeout_s, \
+                f"no step {k}: {''.join(self.err)[-2000:]}" + (state(d) if d is not None else "")
             time.sleep(0.01)
 
     def finish(self, timeout_s: float = 180) -> str:
@@ -89,6 +90,18 @@ class Job:
         if self.p.poll() is None:
             self.p.kill()
             self.p.wait()
+
+
+def state(d: Daemon) -> str:
+    """For a failure's message: what proxyd says of the job's sessions (their
+    communicators, holds and queued messages) and the end of its log."""
+    from gpuproxy.proxyd.client import ControlClient
+    try:
+        st = ControlClient(d.endpoint, timeout_s=10).call("status", {})
+        sessions = json.dumps(st.get("sessions"), indent=1, default=str)[-4000:]
+    except Exception as e:        # the message must come out whatever proxyd's state
+        sessions = f"(status failed: {e})"
+    return f"\nproxyd's sessions: {sessions}\nproxyd's log: {d.log()[-3000:]}"
 
 
 def reference(prog, tmp: Path, n: int) -> str:
@@ -150,7 +163,7 @@ def test_job_checkpointed_twice_while_running_goes_on_unchanged(loop_prog, tmp_p
     j = Job(loop_prog, d, n, 60000, tmp_path / "gate")
     try:
         for i, k in enumerate((STEPS // 4, STEPS // 2)):      # both before the gate at 2/3
-            j.wait_step(k)
+            j.wait_step(k, d=d)
             res = _cli(d, "dump", "--pids", ",".join(str(p) for p in _ranks(d, j.p.pid)), "--dir",
                        str(tmp_path / f"ck{i}"), "--gpu-only", "--leave-running")
             assert not res["released"] and len(res["ranks"]) == n, res

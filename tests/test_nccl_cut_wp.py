@@ -14,7 +14,9 @@ chosen (see tests/test_whole_process.py).
 """
 from __future__ import annotations
 
+import glob
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,11 +25,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_nccl_cut import STEPS, _cli, _daemon, loop_prog, reference  # noqa: E402,F401
+from test_nccl_cut import STEPS, _cli, _daemon, loop_prog, reference, state  # noqa: E402,F401
 from test_criu import runner_session_visible  # noqa: E402
 from wholeproc import require_park  # noqa: E402
+from gpuproxy.proxyd.client import ControlClient  # noqa: E402
 
 N = 2
+
+
+def _status(d) -> dict:
+    return ControlClient(d.endpoint, timeout_s=30).call("status", {})
 
 
 def _step(err: Path) -> int:
@@ -107,15 +114,29 @@ def test_job_whole_process_checkpointed_twice_while_running_goes_on_unchanged(lo
             t = time.monotonic()
             while _step(err) < k:
                 assert p.poll() is None, err.read_text()
-                assert time.monotonic() - t < 60, err.read_text()
+                assert time.monotonic() - t < 60, err.read_text() + state(d)
                 time.sleep(0.02)
             res = _cli(d, "dump", "--job", str(p.pid), "--dir", str(tmp_path / f"ck{i}"), "--leave-running")
             assert res["leave_running"] and len(res["ranks"]) == N and p.pid in res["criu"]["pids"], res
             assert (tmp_path / f"ck{i}" / "criu").is_dir() and all(
                 (tmp_path / f"ck{i}" / f"rank-{r}" / "manifest").is_file() for r in res["ranks"]), res
+        # the ranks' public ids (what /dev/shm names carry; the log names them)
+        ids = set(re.findall(r"session id ([0-9a-f]+)-(?:%s):" % "|".join(map(str, res["ranks"])), d.log()))
+        assert len(ids) == N, d.log()[-3000:]
         (tmp_path / "gate").touch()
-        p.wait(timeout=120)
+        try:
+            p.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the job did not end: {err.read_text()[-2000:]}{state(d)}") from None
         assert p.returncode == 0 and out.read_text() == ref, out.read_text() + err.read_text() + d.log()[-3000:]
+        # once proxyd has ended the ranks' sessions, none of their parks'
+        # small files is left in /dev/shm (parked, parkheld, the stall's ran)
+        end = time.monotonic() + 30
+        while any(s["pid"] in res["ranks"] for s in _status(d)["sessions"]):
+            assert time.monotonic() < end, "proxyd kept the ended ranks' sessions"
+            time.sleep(0.1)
+        left = [f for i in ids for f in glob.glob(f"/dev/shm/gpuproxy-*-{i}")]
+        assert not left, left
     finally:
         if p.poll() is None:
             p.kill()

@@ -122,9 +122,15 @@ def status(sess) -> dict:
     cs = [c for c in comms(sess).values() if not c.nocolor]
     if not cs:
         return {}
-    return {"nccl": [{"comm": f"{c.handle:#x}", "nranks": c.nranks, "rank": c.rank, "device": c.device,
-                      "seq": c.seq, "state": "busy" if c.busy else "ready" if c.code == NCCL_SUCCESS else
-                      f"failed ({c.code})"} for c in cs]}
+    out = {"nccl": [{"comm": f"{c.handle:#x}", "nranks": c.nranks, "rank": c.rank, "device": c.device,
+                     "seq": c.seq, "state": "busy" if c.busy else "ready" if c.code == NCCL_SUCCESS else
+                     f"failed ({c.code})"} for c in cs]}
+    hold = getattr(sess, "nccl_hold", None)
+    if hold is not None:
+        # a job's consistent cut holds it (nccl_cut.py): what it waits for
+        out["nccl_hold"] = {"targets": dict(hold.targets), "waiting_on": hold.waiting_on,
+                            "queued": len(sess.queued)}
+    return out
 
 
 def parse_config(raw) -> dict | None:
