@@ -348,7 +348,8 @@ def _collective(calls, sess, fn, args, lib):
             out.append(comm.real)
         else:
             out.append(int(a or 0))
-    comm.seq += 1
+    if not getattr(sess, "lib_capturing", False):
+        comm.seq += 1       # captured into a graph: counted at each launch instead (nccl_cut.py)
     lib.run(fn.name, tuple(out))
     return NCCL_SUCCESS, []
 
