@@ -54,9 +54,11 @@ def add_checkpoint_parsers(sub) -> None:
             who.add_argument("--pid", type=A.pid, help="process whose session to checkpoint")
             who.add_argument("--job", type=A.pid, metavar="ROOT_PID",
                              help="a multi-rank job (NCCL): every gpuproxy client in ROOT_PID's process tree, as "
-                                  "one consistent cut (all ranks at the same collective); needs --gpu-only")
+                                  "one consistent cut (all ranks at the same collective); without --gpu-only CRIU "
+                                  "dumps the tree too")
             who.add_argument("--pids", type=A.pid_list, metavar="PID,PID,...",
-                             help="a multi-rank job given by its ranks' pids (as --job)")
+                             help="a multi-rank job given by its ranks' pids (as --job); without --gpu-only CRIU "
+                                  "dumps the tree of their common parent")
         else:
             p.add_argument("--pid", type=A.pid, required=True, help="process whose session to checkpoint")
         p.add_argument("--dir", required=True,
@@ -223,10 +225,6 @@ def _connect(a):
 
 def _dump_job(a) -> int:
     from gpuproxy.proxyd.checkpoint.orchestrate import multirank as M
-    if not a.gpu_only and not a.job:
-        print("proxy-cli dump: a job's whole-process checkpoint takes the job's root pid (--job ROOT: CRIU dumps "
-              "the process tree under it); --pids is for --gpu-only", file=sys.stderr)
-        return 2
     if a.parent or a.concurrent:
         print("proxy-cli dump: --parent and --concurrent are not supported for a job", file=sys.stderr)
         return 2
@@ -251,7 +249,7 @@ def _dump_job_whole(a) -> int:
     from gpuproxy.proxyd.checkpoint.orchestrate import multirank_wp as MW
     try:
         res = MW.dump_job_whole(_connect(a), _endpoint(a), a.dir, a.job, leave_running=a.leave_running,
-                                compress=a.compress, timeout_s=timeout_of(a, CHECKPOINT_TIMEOUT_S))
+                                compress=a.compress, timeout_s=timeout_of(a, CHECKPOINT_TIMEOUT_S), pids=a.pids)
     except M.JobError as e:
         print(f"proxy-cli dump: {e}", file=sys.stderr)
         return 1
@@ -261,7 +259,7 @@ def _dump_job_whole(a) -> int:
              f"GPU {fmt_bytes(res['bytes'])}",
              _criu_line(res["criu"]),
              "  job running (resumed)" if res["leave_running"] else
-             f"  job gone (pid {a.job}); restore with: proxy-cli restore --dir {res['path']}"]
+             f"  job gone (pid {res['root']}); restore with: proxy-cli restore --dir {res['path']}"]
     return _report(a, res, lines)
 
 

@@ -81,9 +81,9 @@ def test_bad_global_options_are_refused(proxy_cli):
     (["--dump", "--pid", "1", "--dir", "/tmp/x"], ["no proxyd at"]),
     (["--dump", "--pid", "1", "--dir", "/tmp/x", "--gpu-only"], ["no proxyd at"]),
     (["--dump", "--pid", "1", "--dir", "/tmp/x", "--compress", "lz4"], ["lz4"]),
-    # a job's whole-process form takes its root (docs/multigpu.md), refused before anything is touched
+    # a job's whole-process form, by its root or its ranks (docs/multigpu.md)
     (["dump", "--job", "1", "--dir", "/tmp/x"], ["no proxyd at"]),
-    (["--dump", "--pids", "1,2", "--dir", "/tmp/x"], ["--job ROOT", "--gpu-only"]),
+    (["--dump", "--pids", "1,2", "--dir", "/tmp/x"], ["no proxyd at"]),
     (["--pre-dump", "--pid", "abc", "--dir", "/tmp/x"], ["--pid"]),
     (["--pre-dump", "--pid", "1", "--dir", "/tmp/x"], ["no proxyd at"]),
     (["--restore", "--dir", "/nonexistent"], ["no proxyd at"]),

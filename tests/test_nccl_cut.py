@@ -56,8 +56,9 @@ class Job:
     """The launcher running under proxyd; stderr read on a thread (rank 0's
     step lines)."""
 
-    def __init__(self, prog, d: Daemon, n: int, pace_us: int, gate: Path | None = None):
-        env = d.env_for_client({"GPUPROXY_TIMEOUT_MS": "2000", **({"NCCL_LOOP_GATE": str(gate)} if gate else {})})
+    def __init__(self, prog, d: Daemon, n: int, pace_us: int, gate: Path | None = None, env: dict | None = None):
+        env = d.env_for_client({"GPUPROXY_TIMEOUT_MS": "2000", **({"NCCL_LOOP_GATE": str(gate)} if gate else {}),
+                                **(env or {})})
         self.gate = gate
         self.p = subprocess.Popen(prog.argv() + [str(n), str(STEPS), str(pace_us)], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -104,10 +105,10 @@ def state(d: Daemon) -> str:
     return f"\nproxyd's sessions: {sessions}\nproxyd's log: {d.log()[-3000:]}"
 
 
-def reference(prog, tmp: Path, n: int) -> str:
+def reference(prog, tmp: Path, n: int, env: dict | None = None) -> str:
     d = _daemon(tmp, "reference")
     try:
-        j = Job(prog, d, n, 0)
+        j = Job(prog, d, n, 0, env=env)
         out = j.finish()
     finally:
         d.stop()
@@ -148,6 +149,90 @@ def test_job_dumped_mid_run_daemon_restarted_restored_equals_uninterrupted(loop_
         if device_map:
             st = _cli(d, "status")
             assert st is not None
+    finally:
+        j.kill()
+        d.stop()
+
+
+@pytest.mark.slow
+def test_job_launching_captured_all_reduces_dumped_restored_equals_uninterrupted(loop_prog, tmp_path):
+    """$NCCL_LOOP_GRAPH: every step's all-reduce over everyone is a launch
+    of a graph that captured it. The hold counts a graph launch as the
+    collectives its graph holds (nccl_cut.py, "Graph launches"), so the cut
+    is one boundary with the launches counted, and the restored job ends as
+    an uninterrupted one."""
+    n, env = 2, {"NCCL_LOOP_GRAPH": "1"}
+    ref = reference(loop_prog, tmp_path, n, env)
+    d = _daemon(tmp_path, "proxyd")
+    j = Job(loop_prog, d, n, 60000, tmp_path / "gate", env)
+    try:
+        j.wait_step(STEPS // 3)
+        img = tmp_path / "job"
+        res = _cli(d, "dump", "--job", str(j.p.pid), "--dir", str(img), "--gpu-only")
+        assert len(res["ranks"]) == n and res["released"], res
+        at = j.step
+        assert at < STEPS - 1, "the job ended before the dump: nothing was tested"
+        job = json.loads((img / "job.json").read_text())
+        seqs: dict[str, set] = {}
+        for r in job["ranks"]:
+            for c in r["comms"]:
+                seqs.setdefault(c["ident"], set()).add(c["seq"])
+        assert all(len(v) == 1 for v in seqs.values()), seqs
+        # the world communicator counted every launched all-reduce (one per
+        # step, plus the split), not only the one captured
+        assert max(min(v) for v in seqs.values()) >= STEPS // 3, seqs
+        d.kill()
+        d = _daemon(tmp_path, "proxyd2")
+        r = _cli(d, "restore", "--dir", str(img), "--gpu-only")
+        assert sorted(r["ranks"]) == sorted(res["ranks"]), r
+        out = j.finish()
+        assert j.p.returncode == 0, out + "".join(j.err) + d.log()[-3000:]
+        assert out == ref, f"{out}\nvs uninterrupted\n{ref}"
+    finally:
+        j.kill()
+        d.stop()
+
+
+@pytest.mark.gpu
+def test_job_launching_captured_all_reduces_on_gpus_cut_restored_equals_native(loop_prog, tmp_path):
+    """The same on two GPUs with NVIDIA's NCCL in the workers: there the
+    driver's executable graph runs the captured collectives, and the
+    worker counts them at each launch (graph_libcapture.LibCapture.launch);
+    a restore captures them again once the communicators exist
+    (nccl-release). Reference: the program natively."""
+    from gpuproxy.proxyd.backends.cuda import CudaBackend
+    if CudaBackend().device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    n, env = 2, {"NCCL_LOOP_GRAPH": "1", "NCCL_NVLS_ENABLE": "0"}
+    nat_env = dict(os.environ, **env)
+    nat_env.pop("LD_PRELOAD", None)
+    nat = subprocess.run(loop_prog.argv() + [str(n), str(STEPS), "0"], env=nat_env, capture_output=True, text=True,
+                         timeout=300)
+    assert nat.returncode == 0 and nat.stdout.endswith(f"DONE nccl_loop {n}\n"), nat.stdout + nat.stderr
+
+    def cuda_daemon(name):
+        return Daemon(backend="cuda", endpoint=f"ipc://{tmp_path}/proxyd.sock",
+                      env={**os.environ, "GPUPROXY_SESSION_PRIMARY": "1"},
+                      log_path=str(tmp_path / f"{name}.log")).start()
+    d = cuda_daemon("proxyd")
+    j = Job(loop_prog, d, n, 60000, tmp_path / "gate", env)
+    try:
+        j.wait_step(STEPS // 3)
+        img = tmp_path / "job"
+        res = _cli(d, "dump", "--job", str(j.p.pid), "--dir", str(img), "--gpu-only")
+        assert len(res["ranks"]) == n and res["released"], res
+        job = json.loads((img / "job.json").read_text())
+        seqs: dict[str, set] = {}
+        for r in job["ranks"]:
+            for c in r["comms"]:
+                seqs.setdefault(c["ident"], set()).add(c["seq"])
+        assert all(len(v) == 1 for v in seqs.values()) and max(min(v) for v in seqs.values()) >= STEPS // 3, seqs
+        d.kill()
+        d = cuda_daemon("proxyd2")
+        _cli(d, "restore", "--dir", str(img), "--gpu-only")
+        out = j.finish()
+        assert j.p.returncode == 0, out + "".join(j.err) + d.log()[-3000:]
+        assert out == nat.stdout, f"{out}\nvs native\n{nat.stdout}"
     finally:
         j.kill()
         d.stop()

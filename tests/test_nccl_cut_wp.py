@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_nccl_cut import STEPS, _cli, _daemon, loop_prog, reference, state  # noqa: E402,F401
+from test_nccl_cut import STEPS, _cli, _daemon, _ranks, loop_prog, reference, state  # noqa: E402,F401
 from test_criu import runner_session_visible  # noqa: E402
 from wholeproc import require_park  # noqa: E402
 from gpuproxy.proxyd.client import ControlClient  # noqa: E402
@@ -42,8 +42,12 @@ def _step(err: Path) -> int:
     return max(steps, default=-1)
 
 
+@pytest.mark.parametrize("named_by", ["job", "pids"])
 def test_job_whole_process_dumped_gone_daemon_restarted_restored_equals_uninterrupted(loop_prog, usable_criu,
-                                                                                       tmp_path):
+                                                                                       tmp_path, named_by):
+    """named_by pids: `dump --pids RANK,RANK` (no --gpu-only) dumps the
+    tree of the ranks' common parent, the launcher (job_tree.py), as
+    --job LAUNCHER does."""
     ref = reference(loop_prog, tmp_path, N)
     d = _daemon(tmp_path, "proxyd")
     require_park(d)
@@ -62,8 +66,10 @@ def test_job_whole_process_dumped_gone_daemon_restarted_restored_equals_uninterr
             assert time.monotonic() - t < 60, err.read_text()
             time.sleep(0.02)
         img = tmp_path / "job"
-        res = _cli(d, "dump", "--job", str(root), "--dir", str(img))
+        who = ["--job", str(root)] if named_by == "job" else ["--pids", ",".join(map(str, _ranks(d, root)))]
+        res = _cli(d, "dump", *who, "--dir", str(img))
         assert len(res["ranks"]) == N and res["communicators"] >= 2 and not res["leave_running"], res
+        assert res["root"] == root, res
         assert root in res["criu"]["pids"] and all(r in res["criu"]["pids"] for r in res["ranks"]), res
         at = _step(err)
         assert at < STEPS - 1, "the job ended before the dump: nothing was tested"

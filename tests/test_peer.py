@@ -198,3 +198,82 @@ def test_device_numbers_are_the_apps_after_a_restore_onto_other_devices(dmap, tm
         assert {int(k): v for k, v in sess["dev_map"].items() if int(k) in (0, 1)} == dmap, sess["dev_map"]
     finally:
         d.cleanup()
+
+
+DEVLOC_EXPECTED = ("vmm allocation on device 1, access device 0: 3, device 1: 3\n"
+                   "pool access device 0: 3, device 1: 3\n"
+                   "new vmm allocation on device 1, access device 1: 3, granularity ok\n"
+                   "new pool access device 0: 0, device 1: 3\n")
+
+
+def _chunk_device(arena: dict, addr: int) -> int:
+    for start, size, dev, _small in arena["chunks"]:
+        if start <= addr < start + size:
+            return dev
+    raise AssertionError(f"{addr:#x} is in no chunk of the image")
+
+
+def test_device_locations_in_structures_after_a_swapped_restore(tmp, shim_installed, nvcc):
+    """VMM memory and a memory pool on device 1, dumped, restored with
+    --device-map 0=1,1=0: the structures that name a device
+    (CUmemAllocationProp, CUmemAccessDesc, CUmemLocation, cudaMemPoolProps)
+    keep the program's numbering (families/devnum.py). The program computes
+    what it computes uninterrupted, every answer is in its numbers, and the
+    image the worker writes afterwards puts every handle, pool and their
+    memory -- the old ones and those made after the restore -- on physical
+    device 0, which now stands for the program's device 1."""
+    if _gpus() < 2:
+        pytest.skip("needs 2 GPUs")
+    dmap = {0: 1, 1: 0}
+    src = EXTRA / "devloc.cu"
+    prog = corpus.Program(name="devloc", source=src.name, link=("-lcuda",), cubins=(), args=(), emu=None,
+                          expected="", driver=None, pace=False, proxy_only=False, source_path=src)
+    b = corpus.build(prog, corpus.default_build_dir() / "programs_extra")
+    if BACKEND == "cuda":       # the program's own answers natively
+        r = subprocess.run(b.argv(), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.startswith(DEVLOC_EXPECTED), r.stdout + r.stderr
+    d = _daemon(tmp, "proxyd", 2)
+    try:
+        ref = subprocess.run(b.argv(), env=d.env_for_client(), capture_output=True, text=True, timeout=120)
+        assert ref.returncode == 0 and ref.stdout.startswith(DEVLOC_EXPECTED), ref.stdout + ref.stderr
+        result = ref.stdout.splitlines()[4]
+        assert result.startswith("result equal, checksum ") and ref.stdout.endswith("PASS devloc\n"), ref.stdout
+        p = subprocess.Popen(b.argv() + ["wait"], env=d.env_for_client(), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert p.stdout.readline() == "ready\n"
+            st = _ctl(d, "dump", pid=p.pid, dir=str(tmp / "img"))
+            assert st["released"], st
+            d.kill()
+            d = _daemon(tmp, "proxyd2", 2)
+            _ctl(d, "restore", dir=str(tmp / "img"), device_map={str(k): v for k, v in dmap.items()})
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            lines = [p.stdout.readline() for _ in range(6)]
+            assert "".join(lines[:4]) == DEVLOC_EXPECTED, "".join(lines) + d.log()[-2000:]
+            assert lines[4] == result + "\n" and lines[5] == "ready again\n", "".join(lines)
+            _ctl(d, "dump", pid=p.pid, dir=str(tmp / "img2"), leave_running=True)
+            out, err = p.communicate("go\n", timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        assert p.returncode == 0 and out == "PASS devloc\n", out + err
+        # where the worker put everything: the image it wrote after the restore
+        from gpuproxy.proxyd.checkpoint.image import read_manifest
+        sess = read_manifest(str(tmp / "img2"))[0]["session"]
+        phys1 = dmap[1]
+        handles = sess["mem_handles"]
+        assert len(handles) == 2 and all(h["device"] == phys1 for h in handles), handles
+        for h in handles:
+            assert _chunk_device(sess["arena"], h["mapped"]) == phys1, (h, sess["arena"]["chunks"])
+            # the prop it keeps names the physical device too (cuMemGetAllocationPropertiesFromHandle
+            # answers the program's number: checked above)
+            assert int.from_bytes(bytes.fromhex(h["prop"])[12:16], "little") == phys1, h
+        assert sorted(h.get("access", []) for h in handles) == sorted([[], [[dmap[0], 3]]]), handles
+        pools = [p for p in sess["mem_pools"] if not p["default"]]
+        assert len(pools) == 2 and all(p["device"] == phys1 for p in pools), pools
+        assert sorted((p["access"] for p in pools), key=len) == [{}, {str(dmap[0]): 3}], pools
+        allocs = [a for p in pools for a, _n in p["allocs"]]
+        assert len(allocs) == 2 and all(_chunk_device(sess["arena"], a) == phys1 for a in allocs), (allocs, sess)
+    finally:
+        d.cleanup()

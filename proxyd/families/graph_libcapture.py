@@ -47,6 +47,12 @@ from ..core.kinds import Kind, Stage, register
 from ..core.session import CudaError
 
 CUDA_ERROR_LAUNCH_FAILED = 719
+# what a library family adds to its captured work (nccl_cut.py registers
+# both, this module imports no family of its own): LAUNCH_HOOKS(sess, fid,
+# args) after each launch of the driver's executable graph; AFTER_RESTORE
+# (fid) -> True for work a restore captures again only later
+LAUNCH_HOOKS: list = []
+AFTER_RESTORE: list = []
 
 
 def _real_stream(d, sess, st: int):
@@ -107,6 +113,8 @@ class LibCapture:
         fn = FUNCTIONS[self.fid]
         if self.exec is not None:
             self.d.backend.lib_graph_launch(self.exec, _real_stream(self.d, sess, stream))
+            for hook in LAUNCH_HOOKS:
+                hook(sess, self.fid, self.args)     # nccl_cut.launched: a captured collective counts
             return
         if not self.ready:
             raise CudaError(CUDA_ERROR_LAUNCH_FAILED, f"{fn.name}: captured library work not restored")
@@ -249,7 +257,13 @@ def _capture_now(d, sess, fn, fid, ctxh, args, st):
     result = {}
 
     def run():
-        result["r"] = d.libs.run_op(sess, fn, fid, ctxh, list(args))
+        # nccl.py counts a collective when it is issued, and one captured
+        # here is issued at each launch (nccl_cut.py, "Graph launches")
+        prev, sess.lib_capturing = getattr(sess, "lib_capturing", False), True
+        try:
+            result["r"] = d.libs.run_op(sess, fn, fid, ctxh, list(args))
+        finally:
+            sess.lib_capturing = prev
     exec_, err = b.lib_graph_capture(_real_stream(d, sess, st), run)
     code, _outs, msg = result.get("r", (0, None, ""))
     if code or err:
@@ -295,13 +309,26 @@ def from_image(d, sess, fid: int, ctxh: int, args: list, rec: dict):
     return lc
 
 
-def realize_pending(d, sess):
+def realize_pending(d, sess, todo: list | None = None):
     """After a restore has recreated streams and library objects: each
     captured call of the image is made again from its snapshot (module
-    docstring)."""
+    docstring). On the cuda backend a captured NCCL collective waits for
+    its communicator, which the job's restore makes again later: it is
+    kept in sess.lib_captures_after_comms, and nccl_cut.release passes
+    that list here (todo)."""
     from .._generated import FUNCTIONS
     from ..core.kinds import CheckpointError
-    for lc in pending(sess):
+    later = []
+    if todo is None:
+        todo = pending(sess)
+        if hasattr(d.backend, "lib_graph_capture"):
+            def wait(fid):
+                return any(f(fid) for f in AFTER_RESTORE)
+            later = [lc for lc in todo if wait(lc.fid)]
+            todo[:] = [lc for lc in todo if not wait(lc.fid)]
+            if later:
+                sess.lib_captures_after_comms = later
+    for lc in todo:
         fn = FUNCTIONS[lc.fid]
         try:
             run_args, temps = materialize(d, sess, lc.objects, lc.args)
@@ -317,7 +344,7 @@ def realize_pending(d, sess):
         if exec_ is None:
             raise CheckpointError(f"graph: capturing {fn.name} again failed: {msg or code}")
         lc.exec, lc.ready = exec_, True
-    pending(sess).clear()
+    todo.clear()
 
 
 def _nodes_of(o) -> list:

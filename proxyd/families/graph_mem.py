@@ -51,6 +51,7 @@ from ..core.kinds import Kind, Stage, register
 from ..core.arena import ArenaError
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
+from .devnum import app_device, physical
 from .frees import register_claim
 # the memory nodes' markers live with the other nodes (graph_nodes.py); by these names here too
 from .graph_nodes import T_MEM_ALLOC, T_MEM_FREE, add_node_info, alloc_marker, commit_node, free_marker, is_marker, node  # noqa: F401
@@ -234,6 +235,7 @@ def h_alloc_node(d, sess, fn, ctx, args, **kw):
     """cuGraphAddMemAllocNode: [out, graph, [deps], count, params] ->
     [node, dptr]."""
     size, dev = _alloc_params(fn, args[4])
+    dev = physical(sess, dev)        # the app's ordinal after a remapping restore (devnum.py)
     g, info = add_node_info(sess, fn, args, T_MEM_ALLOC)
     addr = new_allocation(d, sess, fn.name, size, dev)
     info["ops"] = [alloc_marker(kw.get("ctxh", 0), addr, size)]
@@ -255,7 +257,7 @@ def h_node_params(d, sess, fn, ctx, args, **kw):
     if want == T_MEM_FREE:
         return CUDA_SUCCESS, [addr]
     r = sess.graph_mem.get(addr, {})
-    return CUDA_SUCCESS, [addr, int(n.info["ops"][0][2][1]), int(r.get("device", 0))]
+    return CUDA_SUCCESS, [addr, int(n.info["ops"][0][2][1]), app_device(sess, int(r.get("device", 0)))]
 
 
 def _device(d, fn, dev) -> int:

@@ -26,8 +26,9 @@ first connection; NCCL_NVLS_ENABLE=0 is always set (no NVLink multicast on
 shared machines, and never cuMulticastCreate).
 
 Every communicator counts the collectives issued on it (`seq`, also for
-each point-to-point call): the per-communicator sequence numbers the
-consistent cut compares across ranks.
+each point-to-point call; one captured into a CUDA graph at each launch of
+the graph, not at the capture: nccl_cut.py, "Graph launches"): the
+per-communicator sequence numbers the consistent cut compares across ranks.
 
 Locking: execute() runs on the worker's main loop. A communicator's helper
 thread touches only that Comm's fields (real, code, busy), each one plain
@@ -354,7 +355,8 @@ def _collective(calls, sess, fn, args, lib):
             out.append(comm.real)
         else:
             out.append(int(a or 0))
-    comm.seq += 1
+    if not getattr(sess, "lib_capturing", False):
+        comm.seq += 1       # captured into a graph: counted at each launch instead (nccl_cut.py)
     lib.run(fn.name, tuple(out))
     return NCCL_SUCCESS, []
 

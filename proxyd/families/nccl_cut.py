@@ -14,6 +14,24 @@ runs whole or not at all, so a rank stops between two messages, never
 inside one. Communicators are matched across ranks by `Comm.ident`
 (nccl.py), the same in every rank.
 
+**Graph launches.** A collective captured into a CUDA graph
+(graph_libcapture.py keeps it as a LibCapture node naming the op and its
+communicator, recorded at capture) runs at every launch of the graph, not
+when it was captured: `Comm.seq` counts it at each launch (the emulated
+backend runs the op again, which counts; on the cuda backend the driver's
+executable graph runs and LibCapture.launch calls launched()), never at
+the capture (nccl.py skips the count while the worker captures), and the
+hold counts a message's cuGraphLaunch as the collectives its executable
+graph runs (graph_collectives: its enabled captured collectives, and
+those of graphs it launches in turn), so a rank stops before a launch
+that would take a communicator past its target, as before a collective.
+The one case that cannot be counted -- an executable graph instantiated
+for device launch (CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: kernels may
+launch it any number of times) that holds collectives -- refuses the cut
+with one line naming it. After a restore on the cuda backend a captured
+collective can be captured again only once its communicator exists, so
+the restore defers it to `nccl-release` (graph_libcapture.realize_pending).
+
 **Cut.** Once every rank of every communicator has issued exactly the
 collectives up to the target, `nccl-hold` with `cut` checks it here
 (nothing busy, no group open, every `seq` at its target) and marks the
@@ -46,7 +64,10 @@ from __future__ import annotations
 import logging
 
 from .._generated import FUNCTIONS
+from ..core import protocol as P
 from ..core.kinds import Kind, Stage, register
+from .graph_exec_state import skipped_positions
+from .graph_libcapture import AFTER_RESTORE, LAUNCH_HOOKS, LibCapture, realize_pending
 from .nccl import COLLECTIVES, NCCL_IN_PROGRESS, NCCL_SUCCESS, Comm, _in_thread, comms
 
 log = logging.getLogger("proxyd")
@@ -69,22 +90,92 @@ def _comm_arg_index() -> dict[int, tuple[str, int]]:
 
 
 _COMM_ARG: dict[int, tuple[str, int]] | None = None
+# cuGraphLaunch(_ptsz): the handler that runs an executable graph (graphs.py)
+_LAUNCH = frozenset(fid for fid, fn in FUNCTIONS.items() if fn.handler == "graph_launch")
+CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH = 4       # cuda.h CUgraphInstantiate_flags
+_NEST = 16                                          # graphs launched from graphs, at most this deep
 
 
-def _comm_ops(ops) -> list[tuple[str, int]]:
-    """(function name, communicator handle) of each NCCL op of a message
-    that needs its communicator, in order."""
+def _comm_arg() -> dict[int, tuple[str, int]]:
     global _COMM_ARG
     if _COMM_ARG is None:
         _COMM_ARG = _comm_arg_index()
+    return _COMM_ARG
+
+
+def graph_collectives(sess, exec_handle, depth: int = 0) -> list[tuple[str, int]]:
+    """(function name, communicator handle) of each collective a launch of
+    the executable graph runs, in order: its enabled captured collectives
+    (LibCapture nodes, recorded at capture) and those of the graphs it
+    launches in turn (a captured cuGraphLaunch node)."""
+    e = sess.objects.get(P.split_handle(int(exec_handle or 0))) if type(exec_handle) is int else None
+    if e is None or e.kind != P.K_GRAPH_EXEC or depth > _NEST:
+        return []           # not an executable graph: the launch fails as usual, running nothing
+    arg, skip, out = _comm_arg(), skipped_positions(e), []
+    for k, node in enumerate(e.info.get("nodes", ())):
+        fid, nargs = node[0], node[2]
+        if k in skip:
+            continue
+        if isinstance(nargs, LibCapture):
+            hit = arg.get(nargs.fid)
+            if hit is not None and hit[0] in COLLECTIVES and len(nargs.args) > hit[1]:
+                h = nargs.args[hit[1]]
+                out.append((hit[0], int(h) if type(h) is int else 0))
+        elif fid in _LAUNCH and nargs:
+            out += graph_collectives(sess, nargs[0], depth + 1)
+    return out
+
+
+def launched(sess, fid: int, args) -> None:
+    """A captured collective ran as part of a graph launch without its op
+    (cuda backend: the driver's executable graph): its communicator counts
+    it as nccl.py counts an issued one."""
+    hit = _comm_arg().get(fid)
+    if hit is not None and hit[0] in COLLECTIVES and len(args) > hit[1]:
+        h = args[hit[1]]
+        c = comms(sess).get(int(h) if type(h) is int else 0)
+        if c is not None:
+            c.seq += 1
+
+
+def needs_communicator(fid: int) -> bool:
+    """Whether captured library work of op fid runs on a communicator (it
+    can be captured again only once the communicator is made again)."""
+    return fid in _comm_arg()
+
+
+LAUNCH_HOOKS.append(launched)
+AFTER_RESTORE.append(needs_communicator)
+
+
+def _comm_ops(ops, sess=None) -> list[tuple[str, int]]:
+    """(function name, communicator handle) of each NCCL op of a message
+    that needs its communicator, in order; a graph launch stands for the
+    collectives its executable graph runs."""
+    arg = _comm_arg()
     out = []
     for op in ops if isinstance(ops, list) else ():
         if type(op) is list and len(op) > 2 and type(op[0]) is int:
-            hit = _COMM_ARG.get(op[0])
+            hit = arg.get(op[0])
             if hit is not None and len(op) > 2 + hit[1]:
                 h = op[2 + hit[1]]
                 out.append((hit[0], int(h) if type(h) is int else 0))
+            elif op[0] in _LAUNCH and sess is not None:
+                out += graph_collectives(sess, op[2])
     return out
+
+
+def uncountable(sess) -> list[str]:
+    """Why the cut cannot count this session's collectives (module
+    docstring, "Graph launches"); [] when it can."""
+    why = []
+    for e in sess.of_kind(P.K_GRAPH_EXEC):
+        if int(e.info.get("flags", 0)) & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH:
+            held = graph_collectives(sess, e.handle)
+            if held:
+                why.append(f"executable graph {e.id} was instantiated for device launch and holds {held[0][0]}: "
+                           f"launches from kernels cannot be counted, so no consistent cut can be taken")
+    return why
 
 
 class Hold:
@@ -99,7 +190,7 @@ class Hold:
             return True                 # an earlier message waits: this one after it
         table = comms(sess)
         adds: dict[str, int] = {}
-        for name, h in _comm_ops(ops):
+        for name, h in _comm_ops(ops, sess):
             c = table.get(h)
             if c is None or c.nocolor:
                 continue                # nccl.py answers the bad handle as usual
@@ -148,6 +239,7 @@ def hold(server, s, targets: dict | None, cut: bool) -> dict:
                 for c in comms(s).values() if not c.nocolor and (c.busy or c.pending)]
         if _group_open(server):
             why.append("an ncclGroupStart is open")
+        why += uncountable(s)
         s.nccl_cut = not why
         out["cut"] = s.nccl_cut
         out["why"] = "; ".join(why)
@@ -158,6 +250,16 @@ def release(server, s) -> dict:
     pend = [c.ident for c in comms(s).values() if c.pending]
     if pend:
         raise ValueError(f"{len(pend)} communicator(s) of pid {s.pid} are not made again yet (nccl-recreate)")
+    later = getattr(s, "lib_captures_after_comms", None)
+    if later:
+        # collectives captured into graphs, captured again now that their
+        # communicators exist (module docstring, "Graph launches")
+        from ..core.kinds import CheckpointError
+        try:
+            realize_pending(server.dispatcher, s, later)
+        except CheckpointError as e:
+            raise ValueError(f"pid {s.pid}: {e}") from None
+        s.lib_captures_after_comms = None
     s.nccl_hold = None
     s.nccl_cut = False
     return {"released": True, "comms": rows(s)}

@@ -25,7 +25,7 @@ from ..core.registry import (  # noqa: F401  (some re-exported: tests use them b
     CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_UNKNOWN, CUDA_SUCCESS, HANDLERS, LIBRARY_IDS, bad_argument, handler,
     norm_scalar)
 from ..core.shm import ShmError
-from ..families.devnum import physical_args
+from ..families.devnum import app_outs, physical_args
 
 log = logging.getLogger("proxyd")
 
@@ -244,6 +244,8 @@ class Dispatcher:
                 code, outs = self.generic(sess, fn, ctx, args, fid, ctxh)
             if code == CUDA_SUCCESS and plan.replay:
                 sess.record_replay(fn, fid, ctxh, args)
+            if sess.dev_map and outs:
+                outs = app_outs(sess, fn, outs)     # device locations in the app's numbers (devnum.py)
             return code, outs, ""
         except CudaError as e:
             return e.code, None, e.message

@@ -12,6 +12,10 @@
 // Rank 0 writes "step K" to stderr at each step (the test dumps mid-run),
 // and with $NCCL_LOOP_GATE set every rank waits at two thirds for that file.
 //
+// With $NCCL_LOOP_GRAPH set, each of the two all-reduces is captured into a
+// CUDA graph once and the steps launch those graphs instead (the cut must
+// count the collectives of graph launches); the results are the same.
+//
 // argv: ranks (2), steps (40), microseconds rank 0 sleeps per step (20000).
 #include <cstdio>
 #include <cstdlib>
@@ -54,12 +58,31 @@ static void run_rank(int n, int steps, int pace_us, int in_fd, const std::vector
     float *x;
     CK(cudaMalloc(&x, N * sizeof(float)));
     CK(cudaMemcpy(x, h.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+    cudaGraphExec_t ar = NULL, ar_sub = NULL;
+    if (getenv("NCCL_LOOP_GRAPH")) {
+        cudaGraph_t g;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        NK(ncclAllReduce(x, x, N, ncclFloat32, ncclSum, comm, s));
+        CK(cudaStreamEndCapture(s, &g));
+        CK(cudaGraphInstantiate(&ar, g, 0));
+        CK(cudaGraphDestroy(g));
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        NK(ncclAllReduce(x, x, N, ncclFloat32, ncclMax, sub, s));
+        CK(cudaStreamEndCapture(s, &g));
+        CK(cudaGraphInstantiate(&ar_sub, g, 0));
+        CK(cudaGraphDestroy(g));
+    }
     for (int k = 0; k < steps; k++) {
         CK(cudaMemcpy(h.data(), x, N * sizeof(float), cudaMemcpyDeviceToHost));
         for (int i = 0; i < N; i++) h[i] = h[i] * 0.25f + 0.001f * (float)((rank + 1) * (k + 1)) + (float)(i % 7);
         CK(cudaMemcpy(x, h.data(), N * sizeof(float), cudaMemcpyHostToDevice));
-        NK(ncclAllReduce(x, x, N, ncclFloat32, ncclSum, comm, s));
-        if (k % 3 == 2)
+        if (ar)
+            CK(cudaGraphLaunch(ar, s));
+        else
+            NK(ncclAllReduce(x, x, N, ncclFloat32, ncclSum, comm, s));
+        if (k % 3 == 2 && ar_sub)
+            CK(cudaGraphLaunch(ar_sub, s));
+        else if (k % 3 == 2)
             NK(ncclAllReduce(x, x, N, ncclFloat32, ncclMax, sub, s));
         CK(cudaStreamSynchronize(s));
         if (rank == 0) {
@@ -84,6 +107,10 @@ static void run_rank(int n, int steps, int pace_us, int in_fd, const std::vector
     char line[128];
     int len = snprintf(line, sizeof line, "rank %d: %08x %.6f\n", rank, hash, sum);
     if (write(res_fd, line, len) != len) FAIL("write result");
+    if (ar) {
+        CK(cudaGraphExecDestroy(ar));
+        CK(cudaGraphExecDestroy(ar_sub));
+    }
     NK(ncclCommDestroy(sub));
     NK(ncclCommDestroy(comm));
     CK(cudaStreamDestroy(s));

@@ -5,7 +5,8 @@ tree; restore of both, communicators made again, the job goes on. A
 library like multirank.py: plain arguments, dicts back, JobError with one
 line, nothing printed.
 
-Dump (`dump_job_whole`, the job named by its root pid):
+Dump (`dump_job_whole`, the job named by its root pid, or by its ranks'
+pids: then the tree of their common parent, job_tree.py):
  1. checks before anything is touched: CRIU usable, the caller may dump
     ROOT, CRIU can dump its tree (whole_process.check_*);
  2. multirank.quiesce: every rank held at one collective boundary;
@@ -71,10 +72,14 @@ def _park_all(connect: Callable, pids: list[int]) -> None:
         raise M.JobError(f"park: {'; '.join(errors)}")
 
 
-def dump_job_whole(connect: Callable, endpoint: str, dir: str, root: int, *, leave_running: bool = False,
-                   compress: str | None = None, timeout_s: float = 120.0) -> dict:
-    """A whole-process consistent checkpoint of the job under root into dir
-    (module docstring)."""
+def dump_job_whole(connect: Callable, endpoint: str, dir: str, root: int | None, *, leave_running: bool = False,
+                   compress: str | None = None, timeout_s: float = 120.0, pids: list[int] | None = None) -> dict:
+    """A whole-process consistent checkpoint of the job under root (or of
+    the ranks pids, as the tree of their common parent) into dir (module
+    docstring)."""
+    if pids:
+        from .job_tree import root_of_pids
+        root = root_of_pids(connect, pids)
     ranks = M.job_ranks(connect, root=root)
     try:
         W.check_owner(root)
@@ -126,7 +131,7 @@ def dump_job_whole(connect: Callable, endpoint: str, dir: str, root: int, *, lea
             errors = M._release_all(calls, ranks) + _resume_all(connect, ranks)
             if errors:
                 raise M.JobError(f"dumped, but not every rank went on: {'; '.join(errors)}")
-        return {"path": dir, "ranks": ranks, "hold_ms": figs["hold_ms"], "rounds": figs["rounds"],
+        return {"path": dir, "ranks": ranks, "root": root, "hold_ms": figs["hold_ms"], "rounds": figs["rounds"],
                 "communicators": len(figs["targets"]), "criu": rec, "leave_running": bool(leave_running),
                 "bytes": sum(int(d.get("bytes", 0)) for d in dumps.values()),
                 "dumps": {str(p): d for p, d in dumps.items()}}
