@@ -220,6 +220,21 @@ def dump_record(secs: float, res: dict, app: App, t0: int, t1: int) -> dict:
     return rec
 
 
+def after_restore(app: App, size: str, last: int, rec: dict, t_restored: float) -> None:
+    """The restored app (CRIU's child, not ours) after a final dump whose last
+    step before it was `last`: into rec how long after t_restored its first
+    step came and its downtime (from the last step before the dump to the
+    first after the restore); then it runs AFTER[size] more steps and ends."""
+    app.p = None
+    app.wait_step(last + 1, 120)
+    rec["first_step_after_s"] = round(time.monotonic() - t_restored, 3)
+    at = dict(app.steps())
+    if last in at and last + 1 in at:
+        rec["app_downtime_s"] = round((at[last + 1] - at[last]) / 1e9, 3)
+    app.stop_at(app.last_step() + AFTER[size])
+    app.wait_gone(120)
+
+
 class Budget:
     def __init__(self, seconds: float):
         self.end = time.monotonic() + seconds
@@ -282,14 +297,7 @@ def gpuproxy_run(size: str, work: Path, images: Path, budget: Budget, out: Path)
         g = res.get("gpu") or {}
         r["restore"] = {"wall_s": secs, "gpu_ms": g.get("total_ms"), "criu_ms": res.get("criu_ms"),
                         "moved_globals": len(g.get("moved_globals") or [])}
-        app.p = None                 # restored by CRIU: not our child
-        app.wait_step(last + 1, 120)
-        r["restore"]["first_step_after_s"] = round(time.monotonic() - t2, 3)
-        at = dict(app.steps())
-        if last in at and last + 1 in at:      # from the last step before the dump to the first after the restore
-            r["restore"]["app_downtime_s"] = round((at[last + 1] - at[last]) / 1e9, 3)
-        app.stop_at(app.last_step() + AFTER[size])
-        app.wait_gone(120)
+        after_restore(app, size, last, r["restore"], t2)
         shutil.rmtree(fin, ignore_errors=True)
     except Skip as e:
         r["skipped"] = str(e)
@@ -367,14 +375,7 @@ def native_run(size: str, work: Path, images: Path, budget: Budget, periodic: bo
         ur = toggle(tool, pid)
         r["restore"] = {"wall_s": round(time.monotonic() - t, 3), "criu_restore_s": cr, "cuda_restore_s": ur}
         t2 = time.monotonic()
-        app.p = None
-        app.wait_step(last + 1, 120)
-        r["restore"]["first_step_after_s"] = round(time.monotonic() - t2, 3)
-        at = dict(app.steps())
-        if last in at and last + 1 in at:
-            r["restore"]["app_downtime_s"] = round((at[last + 1] - at[last]) / 1e9, 3)
-        app.stop_at(app.last_step() + AFTER[size])
-        app.wait_gone(120)
+        after_restore(app, size, last, r["restore"], t2)
         shutil.rmtree(img, ignore_errors=True)
     except Skip as e:
         r["skipped"] = str(e)
