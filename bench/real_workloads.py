@@ -323,6 +323,19 @@ def toggle(tool: str, pid: int) -> float:
     return round(time.monotonic() - t, 3)
 
 
+def native_dump(tool: str, c, app: App, img: Path, leave_running: bool) -> tuple[int, float, dict, float]:
+    """cuda-checkpoint takes the app's GPU state into the process (--toggle),
+    then CRIU dumps the process into img (made afresh): (the start, monotonic
+    ns; the toggle's seconds; CRIU's record; CRIU's dump seconds)."""
+    shutil.rmtree(img, ignore_errors=True)
+    img.mkdir(parents=True)
+    t0 = time.monotonic_ns()
+    lock = toggle(tool, app.pid)
+    t = time.monotonic()
+    rec = criu.dump(c, app.pid, str(img), leave_running=leave_running)
+    return t0, lock, rec, round(time.monotonic() - t, 3)
+
+
 def native_run(size: str, work: Path, images: Path, budget: Budget, periodic: bool) -> dict:
     tool = shutil.which("cuda-checkpoint")
     if BACKEND != "cuda":
@@ -338,13 +351,7 @@ def native_run(size: str, work: Path, images: Path, budget: Budget, periodic: bo
         if periodic:
             budget.need(45 if size == "big" else 8, "cuda-checkpoint periodic (leave running)")
             img = images / f"native-{size}-periodic"
-            shutil.rmtree(img, ignore_errors=True)
-            img.mkdir(parents=True)
-            t0 = time.monotonic_ns()
-            lock = toggle(tool, app.pid)
-            t = time.monotonic()
-            rec = criu.dump(c, app.pid, str(img), leave_running=True)
-            cd = round(time.monotonic() - t, 3)
+            t0, lock, rec, cd = native_dump(tool, c, app, img, leave_running=True)
             unlock = toggle(tool, app.pid)
             t1 = time.monotonic_ns()
             app.wait_step(app.last_step() + BETWEEN[size], 120)
@@ -357,13 +364,7 @@ def native_run(size: str, work: Path, images: Path, budget: Budget, periodic: bo
             r["periodic_leave_running"] = {"skipped": "left out for this size to keep to the budget"}
         budget.need(60 if size == "big" else 8, "cuda-checkpoint final dump + restore")
         img = images / f"native-{size}-final"
-        shutil.rmtree(img, ignore_errors=True)
-        img.mkdir(parents=True)
-        t0 = time.monotonic_ns()
-        lock = toggle(tool, app.pid)
-        t = time.monotonic()
-        rec = criu.dump(c, app.pid, str(img), leave_running=False)
-        cd = round(time.monotonic() - t, 3)
+        t0, lock, rec, cd = native_dump(tool, c, app, img, leave_running=False)
         app.wait_gone(60)
         last = app.last_step()
         f = {"wall_s": round((time.monotonic_ns() - t0) / 1e9, 3), "cuda_checkpoint_s": lock, "criu_dump_s": cd,
