@@ -1591,27 +1591,12 @@ def new_entry(fn: hdr.Prototype, ti: TypeIndex, procs) -> Dict:
 
 try:
     from .specyaml import (ENTRY_KEYS, FILE_KEYS, OBJ_KEYS, PARAM_KEYS, PROC_KEYS, RESTORE_KEYS,  # noqa: F401
-                           _sub_order, flow, ordered_keys, scalar, yaml_load)
+                           _sub_order, entry_lines, flow, ordered_keys, scalar, yaml_load)
 except ImportError:          # run as a script / autogen/ on sys.path
     from specyaml import (ENTRY_KEYS, FILE_KEYS, OBJ_KEYS, PARAM_KEYS, PROC_KEYS, RESTORE_KEYS,  # noqa: F401
-                          _sub_order, flow, ordered_keys, scalar, yaml_load)
+                          _sub_order, entry_lines, flow, ordered_keys, scalar, yaml_load)
 def emit_entry(e: Dict) -> str:
-    lines = []
-    first = True
-    for k in ordered_keys(e, ENTRY_KEYS):
-        v = e[k]
-        prefix = "- " if first else "  "
-        first = False
-        if k == "params":
-            if not v:
-                lines.append(f"{prefix}params: []")
-            else:
-                lines.append(f"{prefix}params:")
-                for q in v:
-                    lines.append("  - " + flow(q, PARAM_KEYS))
-        else:
-            lines.append(f"{prefix}{k}: {flow(v, _sub_order(k))}")
-    return "\n".join(lines)
+    return "\n".join(entry_lines(e, ordered_keys(e, ENTRY_KEYS), PARAM_KEYS, _sub_order))
 
 
 def emit_file(meta: Dict, entries: List[Dict], comments: Dict[str, str]) -> str:

@@ -1002,9 +1002,9 @@ FILE_KEYS = ["api", "family", "library", "soname", "version_node", "header", "do
 
 def emit(meta: Dict, entries: List[Dict]) -> str:
     try:
-        from .specyaml import flow
+        from .specyaml import entry_lines, flow
     except ImportError:
-        from specyaml import flow  # type: ignore
+        from specyaml import entry_lines, flow  # type: ignore
     out = [f"# Generated from {meta['header']} by autogen/bootstrap.py --libraries; see docs/libraries.md.",
            "# Hand annotations (status, roles, objects, sync, shim, restore) are kept when the",
            "# tool is run again; it only adds new functions. `types` is rewritten from the headers."]
@@ -1017,20 +1017,10 @@ def emit(meta: Dict, entries: List[Dict]) -> str:
             out.append(f"{k}: {flow(meta[k], ['min', 'max', 'success', 'not_supported', 'unavailable', 'invalid'])}")
     out.append("functions:")
     for e in entries:
-        first = True
-        for k in [k for k in ENTRY_KEYS if k in e]:
-            v = e[k]
-            prefix = "- " if first else "  "
-            first = False
-            if k == "params":
-                if not v:
-                    out.append(f"{prefix}params: []")
-                else:
-                    out.append(f"{prefix}params:")
-                    for q in v:
-                        out.append("  - " + flow(q, PARAM_KEYS))
-            else:
-                out.append(f"{prefix}{k}: {flow(v, ['kind', 'effect', 'rule', 'key', 'why'])}")
+        # only the keys a library entry has, in ENTRY_KEYS' order; one key
+        # order for every flow value (objects' kind, effect; restore's rule, key, why)
+        out += entry_lines(e, [k for k in ENTRY_KEYS if k in e], PARAM_KEYS,
+                           lambda k: ['kind', 'effect', 'rule', 'key', 'why'])
     return "\n".join(out) + "\n"
 
 

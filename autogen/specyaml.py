@@ -65,3 +65,22 @@ def flow(v, order: Optional[List[str]] = None) -> str:
 def _sub_order(key: str) -> List[str]:
     return {"proc": PROC_KEYS, "objects": OBJ_KEYS, "cuda_version": ["min", "max"],
             "params": PARAM_KEYS, "restore": RESTORE_KEYS}.get(key, [])
+
+
+def entry_lines(e: Dict, keys: List[str], param_keys: List[str], sub_order) -> List[str]:
+    """One function's entry of a spec file, its keys in the order given: the
+    first after "- ", params one a line, every other value as a flow mapping
+    or list whose keys come in sub_order(key)'s order."""
+    lines = []
+    for i, k in enumerate(keys):
+        v = e[k]
+        prefix = "  " if i else "- "
+        if k == "params":
+            if not v:
+                lines.append(f"{prefix}params: []")
+            else:
+                lines.append(f"{prefix}params:")
+                lines += ["  - " + flow(q, param_keys) for q in v]
+        else:
+            lines.append(f"{prefix}{k}: {flow(v, sub_order(k))}")
+    return lines

@@ -220,6 +220,21 @@ def dump_record(secs: float, res: dict, app: App, t0: int, t1: int) -> dict:
     return rec
 
 
+def after_restore(app: App, size: str, last: int, rec: dict, t_restored: float) -> None:
+    """The restored app (CRIU's child, not ours) after a final dump whose last
+    step before it was `last`: into rec how long after t_restored its first
+    step came and its downtime (from the last step before the dump to the
+    first after the restore); then it runs AFTER[size] more steps and ends."""
+    app.p = None
+    app.wait_step(last + 1, 120)
+    rec["first_step_after_s"] = round(time.monotonic() - t_restored, 3)
+    at = dict(app.steps())
+    if last in at and last + 1 in at:
+        rec["app_downtime_s"] = round((at[last + 1] - at[last]) / 1e9, 3)
+    app.stop_at(app.last_step() + AFTER[size])
+    app.wait_gone(120)
+
+
 class Budget:
     def __init__(self, seconds: float):
         self.end = time.monotonic() + seconds
@@ -282,14 +297,7 @@ def gpuproxy_run(size: str, work: Path, images: Path, budget: Budget, out: Path)
         g = res.get("gpu") or {}
         r["restore"] = {"wall_s": secs, "gpu_ms": g.get("total_ms"), "criu_ms": res.get("criu_ms"),
                         "moved_globals": len(g.get("moved_globals") or [])}
-        app.p = None                 # restored by CRIU: not our child
-        app.wait_step(last + 1, 120)
-        r["restore"]["first_step_after_s"] = round(time.monotonic() - t2, 3)
-        at = dict(app.steps())
-        if last in at and last + 1 in at:      # from the last step before the dump to the first after the restore
-            r["restore"]["app_downtime_s"] = round((at[last + 1] - at[last]) / 1e9, 3)
-        app.stop_at(app.last_step() + AFTER[size])
-        app.wait_gone(120)
+        after_restore(app, size, last, r["restore"], t2)
         shutil.rmtree(fin, ignore_errors=True)
     except Skip as e:
         r["skipped"] = str(e)
@@ -315,6 +323,19 @@ def toggle(tool: str, pid: int) -> float:
     return round(time.monotonic() - t, 3)
 
 
+def native_dump(tool: str, c, app: App, img: Path, leave_running: bool) -> tuple[int, float, dict, float]:
+    """cuda-checkpoint takes the app's GPU state into the process (--toggle),
+    then CRIU dumps the process into img (made afresh): (the start, monotonic
+    ns; the toggle's seconds; CRIU's record; CRIU's dump seconds)."""
+    shutil.rmtree(img, ignore_errors=True)
+    img.mkdir(parents=True)
+    t0 = time.monotonic_ns()
+    lock = toggle(tool, app.pid)
+    t = time.monotonic()
+    rec = criu.dump(c, app.pid, str(img), leave_running=leave_running)
+    return t0, lock, rec, round(time.monotonic() - t, 3)
+
+
 def native_run(size: str, work: Path, images: Path, budget: Budget, periodic: bool) -> dict:
     tool = shutil.which("cuda-checkpoint")
     if BACKEND != "cuda":
@@ -330,13 +351,7 @@ def native_run(size: str, work: Path, images: Path, budget: Budget, periodic: bo
         if periodic:
             budget.need(45 if size == "big" else 8, "cuda-checkpoint periodic (leave running)")
             img = images / f"native-{size}-periodic"
-            shutil.rmtree(img, ignore_errors=True)
-            img.mkdir(parents=True)
-            t0 = time.monotonic_ns()
-            lock = toggle(tool, app.pid)
-            t = time.monotonic()
-            rec = criu.dump(c, app.pid, str(img), leave_running=True)
-            cd = round(time.monotonic() - t, 3)
+            t0, lock, rec, cd = native_dump(tool, c, app, img, leave_running=True)
             unlock = toggle(tool, app.pid)
             t1 = time.monotonic_ns()
             app.wait_step(app.last_step() + BETWEEN[size], 120)
@@ -349,13 +364,7 @@ def native_run(size: str, work: Path, images: Path, budget: Budget, periodic: bo
             r["periodic_leave_running"] = {"skipped": "left out for this size to keep to the budget"}
         budget.need(60 if size == "big" else 8, "cuda-checkpoint final dump + restore")
         img = images / f"native-{size}-final"
-        shutil.rmtree(img, ignore_errors=True)
-        img.mkdir(parents=True)
-        t0 = time.monotonic_ns()
-        lock = toggle(tool, app.pid)
-        t = time.monotonic()
-        rec = criu.dump(c, app.pid, str(img), leave_running=False)
-        cd = round(time.monotonic() - t, 3)
+        t0, lock, rec, cd = native_dump(tool, c, app, img, leave_running=False)
         app.wait_gone(60)
         last = app.last_step()
         f = {"wall_s": round((time.monotonic_ns() - t0) / 1e9, 3), "cuda_checkpoint_s": lock, "criu_dump_s": cd,
@@ -367,14 +376,7 @@ def native_run(size: str, work: Path, images: Path, budget: Budget, periodic: bo
         ur = toggle(tool, pid)
         r["restore"] = {"wall_s": round(time.monotonic() - t, 3), "criu_restore_s": cr, "cuda_restore_s": ur}
         t2 = time.monotonic()
-        app.p = None
-        app.wait_step(last + 1, 120)
-        r["restore"]["first_step_after_s"] = round(time.monotonic() - t2, 3)
-        at = dict(app.steps())
-        if last in at and last + 1 in at:
-            r["restore"]["app_downtime_s"] = round((at[last + 1] - at[last]) / 1e9, 3)
-        app.stop_at(app.last_step() + AFTER[size])
-        app.wait_gone(120)
+        after_restore(app, size, last, r["restore"], t2)
         shutil.rmtree(img, ignore_errors=True)
     except Skip as e:
         r["skipped"] = str(e)

@@ -17,45 +17,22 @@ import json
 import os
 import pstats
 import sys
-import tempfile
 import time
 
 import msgpack
 
-from gpuproxy.proxyd._generated import FUNCTIONS
-from gpuproxy.proxyd.backends.select import pick_backend
-from gpuproxy.proxyd.worker.server import Server
-
-FID = {f.name: i for i, f in FUNCTIONS.items()}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from test_native_serve import FID, PyWorker  # noqa: E402
 
 
-class Client:
-    def __init__(self):
-        self.srv = Server(pick_backend("emu", 1), f"ipc://{tempfile.mkdtemp()}/w.sock", worker=True)
-        self.token = f"inproc-{os.getpid()}"
-        self.rid = b"c:" + self.token.encode()
-        self.seq = 0
-        self.sent = []
-        self.srv.sock.send_multipart = lambda frames, **kw: self.sent.append(frames)
-        # what the supervisor's "expect" does before the client's HELLO (proxyd/worker_gate.py)
-        self.srv.expected = {"token": self.token, "uid": os.geteuid()}
-        self.srv.gate.expect(os.geteuid())
-        self.send(0, [{"token": self.token, "pid": os.getpid(), "exe": "inproc"}])
+class Client(PyWorker):
+    """A worker Server with the emulated backend in this process, replies
+    captured (tests/test_native_serve.py); frames() numbers each message
+    afresh, as a client does."""
 
     def frames(self, mtype, body):
         self.seq += 1
         return [msgpack.packb([mtype, self.seq, body], use_bin_type=True)]
-
-    def send(self, mtype, body):
-        self.srv.handle(self.rid, self.frames(mtype, body))
-        r = self.sent[-1][1]
-        return msgpack.unpackb(r if isinstance(r, bytes) else bytes(r))
-
-    def call(self, ops):
-        r = self.send(1, ops)
-        if r[1] != 0:
-            raise RuntimeError(f"call failed: {r}")
-        return r[2]
 
 
 def main(argv=None):

@@ -90,13 +90,8 @@ def _wait_gate(gate: str | None, step: int, gate_step: int):
 
 
 def ddp(steps: int, pace_s: float = 0.0, gate: str | None = None, gate_step: int = 0):
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-    rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", rank))
-    torch.cuda.set_device(local)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    dist, rank, world, local = _dist()
     # collectives with values known in advance (computed here independently)
     t = torch.full((1000,), float(rank + 1), device="cuda")
     dist.all_reduce(t)
@@ -113,14 +108,7 @@ def ddp(steps: int, pace_s: float = 0.0, gate: str | None = None, gate_step: int
     torch.use_deterministic_algorithms(True)
     g = torch.Generator().manual_seed(100 + rank)
     for step in range(1, steps + 1):
-        xb = torch.randn(64, 32, generator=g).cuda()
-        yb = torch.randn(64, 4, generator=g).cuda()
-        loss = torch.nn.functional.mse_loss(model(xb), yb)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        lt = loss.detach().clone()
-        dist.all_reduce(lt)
+        lt = _step(dist, model, opt, g)
         csum = sum(p.detach().double().sum().item() for p in model.parameters())
         if rank == 0:
             print("step", step, "loss", _hex(lt.item() / world), "params", csum.hex(), flush=True)
@@ -128,10 +116,7 @@ def ddp(steps: int, pace_s: float = 0.0, gate: str | None = None, gate_step: int
             import time
             time.sleep(pace_s)
         _wait_gate(gate, step, gate_step)
-    dist.barrier()
-    if rank == 0:
-        print("ddp done", world)
-    dist.destroy_process_group()
+    _done(dist, rank, world, "ddp")
 
 
 def _dist():
@@ -142,6 +127,27 @@ def _dist():
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     return dist, rank, world, local
+
+
+def _step(dist, model, opt, g):
+    """One training step (MSE) on a batch of 64 drawn from g; the loss
+    summed over the ranks (all_reduce)."""
+    xb = torch.randn(64, 32, generator=g).cuda()
+    yb = torch.randn(64, 4, generator=g).cuda()
+    loss = torch.nn.functional.mse_loss(model(xb), yb)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    lt = loss.detach().clone()
+    dist.all_reduce(lt)
+    return lt
+
+
+def _done(dist, rank: int, world: int, mode: str):
+    dist.barrier()
+    if rank == 0:
+        print(mode, "done", world)
+    dist.destroy_process_group()
 
 
 def fsdp(steps: int):
@@ -158,22 +164,12 @@ def fsdp(steps: int):
     torch.use_deterministic_algorithms(True)
     g = torch.Generator().manual_seed(100 + rank)
     for step in range(1, steps + 1):
-        xb = torch.randn(64, 32, generator=g).cuda()
-        yb = torch.randn(64, 4, generator=g).cuda()
-        loss = torch.nn.functional.mse_loss(model(xb), yb)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        lt = loss.detach().clone()
-        dist.all_reduce(lt)
+        lt = _step(dist, model, opt, g)
         # every rank takes part in gathering the full parameters
         csum = sum(p.full_tensor().double().sum().item() for p in model.parameters())
         if rank == 0:
             print("step", step, "loss", _hex(lt.item() / world), "params", csum.hex(), flush=True)
-    dist.barrier()
-    if rank == 0:
-        print("fsdp done", world)
-    dist.destroy_process_group()
+    _done(dist, rank, world, "fsdp")
 
 
 def bench(steps: int):

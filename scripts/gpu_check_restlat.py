@@ -462,16 +462,9 @@ def main():
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-
-    def log(*x):
-        line = " ".join(str(y) for y in x)
-        print(line, flush=True)
-        with open(out / "restlat.log", "a") as f:
-            f.write(line + "\n")
-    res = run(log, out)
-    for what, r in res:
-        log(f"{r:6s} {what}")
-    sys.exit(0 if all(r.startswith(("PASS", "done", "SKIP")) for _, r in res) else 1)
+    from gpu_check_report import appending_log, report_and_exit
+    log = appending_log(out / "restlat.log")
+    report_and_exit(run(log, out), log)
 
 
 if __name__ == "__main__":

@@ -363,17 +363,9 @@ def main():
         os.environ["GPUPROXY_TORCH_PYTHON"] = a.torch_python
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-
-    def log(*x):
-        line = " ".join(str(v) for v in x)
-        print(line, flush=True)
-        with open(out / "torch-check.log", "a") as f:
-            f.write(line + "\n")
-
-    results = run(log, out)
-    for what, res in results:
-        log(f"{res:6s} {what}")
-    sys.exit(0 if all(r.startswith(("PASS", "done", "SKIP")) for _, r in results) else 1)
+    from gpu_check_report import appending_log, report_and_exit     # scripts/: this script's folder
+    log = appending_log(out / "torch-check.log")
+    report_and_exit(run(log, out), log)
 
 
 if __name__ == "__main__":

@@ -28,14 +28,7 @@ pytestmark = [pytest.mark.gpu] if BACKEND == "cuda" else []
 
 
 @pytest.fixture(scope="module")
-def programs():
-    if not corpus.nvcc_path():
-        pytest.skip("nvcc not found")
-    try:
-        from gpuproxy.interceptor import check_built
-        check_built()
-    except Exception as e:   # the package must be installed (README's test command does it)
-        pytest.skip(f"gpuproxy not installed: {e}")
+def programs(nvcc, shim_installed):     # skips without nvcc or the installed shim
     return {n: corpus.build(corpus.get_program(n), corpus.default_build_dir()) for n in ("iterative", "iterative_streams")}
 
 

@@ -59,6 +59,15 @@ def test_program_survives_dump_and_restore(name, tmp, shim_installed):
         from gpuproxy.proxyd.backends.cuda import CudaBackend
         if CudaBackend().device_count() < prog.devices:
             pytest.skip(f"{name} needs {prog.devices} GPUs")
+    dump_restore_at_checkpoints(b, tmp)
+
+
+def dump_restore_at_checkpoints(b, tmp: Path):
+    """The built program b dumped at each of its checkpoints (corpus.yaml),
+    proxyd killed each time and a fresh one restoring the image: the run ends
+    with the program's expected output and only its expected error lines
+    (also tests/test_static_runtime.py, for the static-runtime builds)."""
+    prog = b.program
     d = _daemon(tmp, "proxyd", prog.devices)
     try:
         with PacedRun(b, d) as run:

@@ -31,14 +31,7 @@ pytestmark = [pytest.mark.gpu] if BACKEND == "cuda" else []
 
 
 @pytest.fixture(scope="module")
-def built():
-    if not corpus.nvcc_path():
-        pytest.skip("nvcc not found")
-    try:
-        from gpuproxy.interceptor import check_built
-        check_built()
-    except Exception as e:
-        pytest.skip(f"gpuproxy not installed: {e}")
+def built(nvcc, shim_installed):     # skips without nvcc or the installed shim
     return corpus.build(corpus.get_program("globals_table"), corpus.default_build_dir())
 
 

@@ -2,6 +2,7 @@
 (pods' processes with their cgroup paths, command lines and signal masks,
 and their containers' root folders), with real checkpoint images written by
 the image writer; plus the parts that read the real /proc of this machine."""
+import contextlib
 import json
 import os
 import signal
@@ -183,15 +184,18 @@ def test_unpublished_and_foreign_folders_are_not_images(tmp_path):
     assert I.latest(str(tmp_path)) is None
 
 
-def test_http_api(node):
-    proc, rootfs = node
-    write_image(rootfs / CKDIR.lstrip("/") / "ckpt-1")
-    token = "t0k3n-0123456789abcdef"
-    srv = G.serve(G.Agent("gpu-node-a", str(proc), kill=lambda *x: None), token, "127.0.0.1", 0)
+TOKEN = "t0k3n-0123456789abcdef"
+
+
+@contextlib.contextmanager
+def served(agent):
+    """The agent's HTTP API on a free local port, bearer token TOKEN; yields
+    (its base URL, post(path, body, tok=TOKEN) -> (HTTP status, JSON body))."""
+    srv = G.serve(agent, TOKEN, "127.0.0.1", 0)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{srv.server_address[1]}"
 
-    def post(path, body, tok=token):
+    def post(path, body, tok=TOKEN):
         req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
                                      headers={"Authorization": f"Bearer {tok}", "Content-Type": "application/json"})
         try:
@@ -201,6 +205,16 @@ def test_http_api(node):
             return e.code, json.loads(e.read())
 
     try:
+        yield base, post
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_http_api(node):
+    proc, rootfs = node
+    write_image(rootfs / CKDIR.lstrip("/") / "ckpt-1")
+    with served(G.Agent("gpu-node-a", str(proc), kill=lambda *x: None)) as (base, post):
         with urllib.request.urlopen(base + "/healthz", timeout=10) as r:
             assert r.read() == b"ok"
         assert post("/v1/gc", {"uid": UID, "keep": 1}, tok="wrong")[0] == 401
@@ -209,9 +223,6 @@ def test_http_api(node):
         code, body = post("/v1/checkpoint", {"uid": OLD})
         assert code == 409 and "SIGRTMIN+2" in body["message"]
         assert post("/v1/nothing", {"uid": UID})[0] == 404
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_http_sessions_of_a_pod(node):
@@ -230,24 +241,11 @@ def test_http_sessions_of_a_pod(node):
     def ask():
         return answers[0]()
 
-    token = "t0k3n-0123456789abcdef"
-    srv = G.serve(G.Agent("gpu-node-a", str(proc), kill=lambda *x: None, status=ask), token, "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{srv.server_address[1]}"
+    with served(G.Agent("gpu-node-a", str(proc), kill=lambda *x: None, status=ask)) as (_, post):
+        def ask_for(meta, tok=TOKEN):
+            return post("/v1/sessions", {"namespace": meta["namespace"], "pod": meta["name"], "uid": meta["uid"]},
+                        tok)
 
-    def post(path, body, tok=token):
-        req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Authorization": f"Bearer {tok}", "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
-
-    def ask_for(meta, tok=token):
-        return post("/v1/sessions", {"namespace": meta["namespace"], "pod": meta["name"], "uid": meta["uid"]}, tok)
-
-    try:
         train, plain = by_uid[UID], by_uid[OTHER]
         assert ask_for(train, tok="wrong")[0] == 401
         assert ask_for(train) == (200, {"node": "gpu-node-a", "sessions": [status[0]]})
@@ -261,9 +259,6 @@ def test_http_sessions_of_a_pod(node):
         answers[0] = dead
         code, body = ask_for(train)
         assert code == 503 and "ipc:///run/gpuproxy/proxyd.sock" in body["message"]
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_a_symlink_in_the_folder_path_is_refused(node):

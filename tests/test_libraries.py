@@ -39,6 +39,15 @@ def _run_py(daemon, code: str, timeout=60) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
+def _run_profiled(daemon, code: str, prof) -> tuple[subprocess.CompletedProcess, dict]:
+    """code run as a client of daemon with its call profile written to prof;
+    it must succeed: the run and the JSON it printed."""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=client_env(daemon, {"GPUPROXY_PROFILE": str(prof)}))
+    assert r.returncode == 0, r.stderr
+    return r, json.loads(r.stdout)
+
+
 def _lines_naming(stderr: str, name: str) -> list[str]:
     return [l for l in stderr.splitlines() if re.search(rf"\b{name}\b", l)]
 
@@ -338,10 +347,7 @@ def test_lt_descriptors_are_async_and_heuristics_cached(emu_daemon, tmp_path, pr
     and the heuristic cache (lt_heuristic.c): the round trips a PyTorch
     matmul pays, counted by the shim's own call profile."""
     prof = tmp_path / "calls.prof"
-    r = subprocess.run([sys.executable, "-c", LT_ASYNC_SCRIPT], capture_output=True, text=True, timeout=60,
-                       env=client_env(emu_daemon, {"GPUPROXY_PROFILE": str(prof)}))
-    assert r.returncode == 0, r.stderr
-    o = json.loads(r.stdout)
+    r, o = _run_profiled(emu_daemon, LT_ASYNC_SCRIPT, prof)
     assert o["create"] == 0 and o["creates"] == [0] * 6
     assert all(h >> 32 in (34, 35, 36) and h & 0x80000000 for h in o["handles"]), "shim-chosen handles"
     assert len(set(o["handles"])) == 5
@@ -402,10 +408,7 @@ def test_cublas_settings_are_coalesced(emu_daemon, tmp_path):
     """Stream, workspace and math mode set before every gemm reach proxyd
     only when they change (interceptor/lib_cublas.c)."""
     prof = tmp_path / "c.prof"
-    r = subprocess.run([sys.executable, "-c", COALESCE_SCRIPT], capture_output=True, text=True, timeout=60,
-                       env=client_env(emu_daemon, {"GPUPROXY_PROFILE": str(prof)}))
-    assert r.returncode == 0, r.stderr
-    o = json.loads(r.stdout)
+    r, o = _run_profiled(emu_daemon, COALESCE_SCRIPT, prof)
     assert o["create"] == 0 and o["rc"] == [0] and o["sync"] == 0 and o["destroy"] == 0
     assert o["get_stream"] == [0, True] and o["get_math"] == [0, 3]
     assert o["after"][0] == 1, "a destroyed handle: CUBLAS_STATUS_NOT_INITIALIZED"
@@ -1016,10 +1019,7 @@ def test_cusparse_legacy_matrix_descriptor_lives_in_the_shim(emu_daemon, tmp_pat
     """cusparseMatDescr_t (CuPy makes one per sparse matrix): host fields,
     answered in the application (interceptor/lib_cusparse.c)."""
     prof = tmp_path / "m.prof"
-    r = subprocess.run([sys.executable, "-c", MAT_DESCR_SCRIPT], capture_output=True, text=True, timeout=60,
-                       env=client_env(emu_daemon, {"GPUPROXY_PROFILE": str(prof)}))
-    assert r.returncode == 0, r.stderr
-    o = json.loads(r.stdout)
+    r, o = _run_profiled(emu_daemon, MAT_DESCR_SCRIPT, prof)
     assert o["create"] == 0 and o["defaults"] == [0, 0, 0, 0]
     assert o["set"] == [0, 0, 0, 0] and o["after"] == [1, 1, 1, 1]
     assert o["null"] == 3 and o["destroy"] == 0

@@ -21,8 +21,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import wholeproc  # noqa: E402
-from wholeproc import (kill_and_forget, ITER_LONG, _stop_daemons, cli, daemon, kill, ok, programs, reference,  # noqa: E402,F401
-                       require_park, session, start, tmp, wait_calls, wait_gone)
+from wholeproc import (iterative_app, kill_and_forget, ITER_LONG, _stop_daemons, cli, ok, programs,  # noqa: E402,F401
+                       tmp, wait_gone)
 
 from gpuproxy.proxyd.checkpoint import criu  # noqa: E402
 from gpuproxy.proxyd.checkpoint.image import read_manifest  # noqa: E402
@@ -49,16 +49,9 @@ def test_periodic_dump_with_pre_dump_restores_exactly(programs, usable_criu, pro
         pytest.skip("this kernel does not track dirty memory (`criu check --feature mem_dirty_track` fails): "
                     "CRIU cannot pre-dump here, so periodic dumps are made without it (the fallback test covers "
                     "that)")
-    b = programs["iterative"]
-    d = daemon(tmp)
-    require_park(d)
-    want = reference(b, d, tmp, [ITER_LONG])
-    out = tmp / "run.out"
-    app = start(b.argv() + [ITER_LONG], d, out)
-    pid = app.pid
     img = tmp / "periodic"
-    try:
-        wait_calls(d, pid, 500)
+    with iterative_app(programs, tmp, ITER_LONG) as (d, app, out, want):
+        pid = app.pid
         for i in range(2):
             res = _dump(proxy_cli, d, pid, img)
             assert app.poll() is None
@@ -78,22 +71,12 @@ def test_periodic_dump_with_pre_dump_restores_exactly(programs, usable_criu, pro
         o = ok(cli(proxy_cli, d, "--dump", "--leave-running", "--pid", pid, "--dir", tmp / "text"))
         assert "CRIU pre-dump" in o and "before the park" in o
         _restore_last(proxy_cli, d, app, pid, img, out, want)
-    finally:
-        kill(pid)
-        d.cleanup()
 
 
 def test_pre_dump_failure_falls_back_and_no_pre_dump_option(programs, usable_criu, proxy_cli, tmp, monkeypatch):
-    b = programs["iterative"]
-    d = daemon(tmp)
-    require_park(d)
-    want = reference(b, d, tmp, [ITER_LONG])
-    out = tmp / "run.out"
-    app = start(b.argv() + [ITER_LONG], d, out)
-    pid = app.pid
     img = tmp / "fallback"
-    try:
-        wait_calls(d, pid, 500)
+    with iterative_app(programs, tmp, ITER_LONG) as (d, app, out, want):
+        pid = app.pid
         res = _dump(proxy_cli, d, pid, img, "--no-pre-dump")
         assert res["pre_dump_skipped"].startswith("turned off") and "criu_pre_dump" not in res["stages_ms"]
         if usable_criu.mem_tracking():
@@ -119,6 +102,3 @@ def test_pre_dump_failure_falls_back_and_no_pre_dump_option(programs, usable_cri
         assert "pre_dump" not in rec and rec["complete"]
         assert isinstance(rec["frozen_ms"], float)       # read from CRIU's stats-dump of the parked dump
         _restore_last(proxy_cli, d, app, pid, img, out, want)
-    finally:
-        kill(pid)
-        d.cleanup()

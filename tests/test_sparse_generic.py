@@ -405,42 +405,52 @@ print(json.dumps({"nnz": z.value, "y": host(y, 4, np.float64).tolist(), "want": 
 """
 
 
+def dump_and_restore(script: str, tmp_path, tag: str, check_image) -> dict:
+    """Runs script (a client that prints "ready", then waits for a line) under
+    a daemon, dumps its GPU state once it is ready (check_image asserts on the
+    image's library objects), restores it into a fresh daemon and lets the
+    client go on: returns the JSON of its last output line."""
+    from test_checkpoint import ctl, daemon, restart
+    from gpuproxy.proxyd.checkpoint.image import Image
+    tmp = Path(f"/tmp/gpx-{tag}-{os.getpid()}")
+    tmp.mkdir(exist_ok=True)
+    d = daemon(tmp)
+    p = None
+    try:
+        p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], env=client_env(d),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = p.stdout.readline().strip()
+        assert line == "ready", line + (p.stderr.read() if p.poll() is not None else "")
+        st = ctl(d, "dump", pid=p.pid, dir=str(tmp_path / "img"))
+        assert st["released"]
+        check_image(Image.open(str(tmp_path / "img")).session["libraries"])
+        d = restart(d, tmp, "fresh")
+        ctl(d, "restore", dir=str(tmp_path / "img"))
+        outs, errs = p.communicate("go\n", timeout=120)
+        assert p.returncode == 0, outs + errs
+        return json.loads(outs.strip().splitlines()[-1])
+    finally:
+        if p is not None and p.poll() is None:
+            p.kill()
+        d.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 @pytest.mark.slow
 def test_dense_to_sparse_descriptor_survives_a_restore(tmp_path):
     """The nnz DenseToSparse_analysis set comes back with the descriptor, and
     the restored CSR matrix multiplies as before (its dense input destroyed
     before the dump); the image names the analysis nowhere (its effect is in
     the descriptor's create)."""
-    from test_checkpoint import ctl, daemon, restart
-    from gpuproxy.proxyd.checkpoint.image import Image
     from gpuproxy.proxyd._generated import FUNCTIONS
-    tmp = Path(f"/tmp/gpx-sp-{os.getpid()}")
-    tmp.mkdir(exist_ok=True)
-    d = daemon(tmp)
-    p = None
-    try:
-        p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(RESTORE_PART1)], env=client_env(d),
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = p.stdout.readline().strip()
-        assert line == "ready", line + (p.stderr.read() if p.poll() is not None else "")
-        st = ctl(d, "dump", pid=p.pid, dir=str(tmp_path / "img"))
-        assert st["released"]
-        libs = Image.open(str(tmp_path / "img")).session["libraries"]
+
+    def check_image(libs):
         spmats = [o for o in libs if o["kind"] == "cusparse_spmat"]
         assert len(spmats) == 1 and FUNCTIONS[spmats[0]["create"][0]].name == "cusparseCreateCsr"
         assert spmats[0]["create"][2][3] == 5, "the analysis' nnz is in the recorded create"
-        d = restart(d, tmp, "fresh")
-        ctl(d, "restore", dir=str(tmp_path / "img"))
-        outs, errs = p.communicate("go\n", timeout=120)
-        assert p.returncode == 0, outs + errs
-        o = json.loads(outs.strip().splitlines()[-1])
-        assert o["nnz"] == 5
-        np.testing.assert_allclose(o["y"], o["want"])
-    finally:
-        if p is not None and p.poll() is None:
-            p.kill()
-        d.cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
+    o = dump_and_restore(RESTORE_PART1, tmp_path, "sp", check_image)
+    assert o["nnz"] == 5
+    np.testing.assert_allclose(o["y"], o["want"])
 
 
 RESTORE_SPSV = PRELUDE + r"""
@@ -475,33 +485,12 @@ print(json.dumps({"y": host(y, 3, np.float64).tolist(), "want": np.linalg.solve(
 def test_spsv_analysis_survives_a_restore(tmp_path):
     """An SpSV descriptor analysed before the dump solves after the restore:
     the analysis is replayed as the descriptor's setting."""
-    from test_checkpoint import ctl, daemon, restart
-    from gpuproxy.proxyd.checkpoint.image import Image
     from gpuproxy.proxyd._generated import FUNCTIONS
-    tmp = Path(f"/tmp/gpx-spsv-{os.getpid()}")
-    tmp.mkdir(exist_ok=True)
-    d = daemon(tmp)
-    p = None
-    try:
-        p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(RESTORE_SPSV)], env=client_env(d),
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = p.stdout.readline().strip()
-        assert line == "ready", line + (p.stderr.read() if p.poll() is not None else "")
-        st = ctl(d, "dump", pid=p.pid, dir=str(tmp_path / "img"))
-        assert st["released"]
-        libs = Image.open(str(tmp_path / "img")).session["libraries"]
+
+    def check_image(libs):
         spsv = [o for o in libs if o["kind"] == "cusparse_spsv"]
         assert len(spsv) == 1
         assert [FUNCTIONS[f].name for f, _ in spsv[0]["settings"]] == ["cusparseSpSV_analysis"]
-        d = restart(d, tmp, "fresh")
-        ctl(d, "restore", dir=str(tmp_path / "img"))
-        outs, errs = p.communicate("go\n", timeout=120)
-        assert p.returncode == 0, outs + errs
-        o = json.loads(outs.strip().splitlines()[-1])
-        np.testing.assert_allclose(o["y"], o["want"])
-    finally:
-        if p is not None and p.poll() is None:
-            p.kill()
-        d.cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
+    o = dump_and_restore(RESTORE_SPSV, tmp_path, "spsv", check_image)
+    np.testing.assert_allclose(o["y"], o["want"])
 

@@ -22,18 +22,16 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import corpus
 from conftest import client_env
-from paced import PacedRun
 from proxy import Daemon
+from test_corpus_checkpoint import dump_restore_at_checkpoints, tmp  # noqa: F401  (tmp is a fixture)
 
 PROGRAMS = [p for p in corpus.load_corpus() if p.driver is None]
 BACKEND = os.environ.get("GPUPROXY_TEST_BACKEND", "emu")
@@ -77,50 +75,12 @@ def test_static_runtime_program_under_emu(name, static_built, daemon, request):
         assert len([l for l in r.stderr.splitlines() if l.strip()]) == 2, what
 
 
-def _ctl(d, cmd, **args):
-    from gpuproxy.proxyd.client import ControlClient
-    return ControlClient(d.endpoint, timeout_s=120).call(cmd, args)
-
-
-@pytest.fixture
-def tmp():
-    d = Path(f"/tmp/gps-{os.getpid()}-{time.monotonic_ns() % 10**9}")   # ipc paths must stay short
-    d.mkdir()
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-def _daemon(tmp: Path, name: str, devices: int = 1) -> Daemon:
-    kernels = [str(p.emu_path) for p in corpus.load_corpus() if p.emu_path is not None] if BACKEND == "emu" else ()
-    extra = ["--emu-devices", str(devices)] if BACKEND == "emu" and devices > 1 else []
-    return Daemon(backend=BACKEND, emu_kernels=kernels, endpoint=f"ipc://{tmp}/proxyd.sock",
-                  log_path=str(tmp / f"{name}.log"), extra_args=extra).start()
-
-
 @pytest.mark.parametrize("name", [p.name for p in PROGRAMS if p.checkpoints])
 def test_static_runtime_program_survives_dump_and_restore(name, static_built, tmp):
     """The runtime's state in the process (its context-local storage, loaded
     libraries = modules, kernels = functions) must match the restored
     session: the handles stay the same, so the program goes on unchanged."""
-    built = static_built[name]
-    prog = built.program
-    d = _daemon(tmp, "proxyd", prog.devices)
-    try:
-        with PacedRun(built, d) as run:
-            for i, k in enumerate(prog.checkpoints):
-                run.step_to(k)
-                img = tmp / f"img{k}"
-                assert _ctl(d, "dump", pid=run.pid, dir=str(img))["released"]
-                d.kill()
-                d = _daemon(tmp, f"proxyd{i}", prog.devices)
-                assert _ctl(d, "restore", dir=str(img))["pid"] == run.pid
-            out = run.finish()
-            assert out == prog.expected_output, f"{out}\n--- stderr\n{run.stderr()}\n--- proxyd\n{d.log()[-3000:]}"
-            # only the lines of calls the program makes fail on purpose (corpus.yaml expected_errors)
-            extra = [l for l in run.stderr().splitlines() if not any(x in l for x in prog.expected_errors)]
-            assert extra == [], run.stderr()
-    finally:
-        d.cleanup()
+    dump_restore_at_checkpoints(static_built[name], tmp)
 
 
 def test_md2_rfc1319_vectors(shim_installed):

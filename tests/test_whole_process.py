@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import corpus  # noqa: E402
 import wholeproc  # noqa: E402
-from wholeproc import (kill_and_forget, dump_mid_run, BACKEND, ITER_LONG, ITER_N, _stop_daemons, ask, assert_private, cli, ctl, daemon, kill,  # noqa: E402,F401
-                       ok, park_files_left, programs, reference, released, require_park, session, start, tmp, wait_calls, wait_gone)
+from wholeproc import (kill_and_forget, counter_app, dump_mid_run, iterative_app, ITER_LONG, ITER_N, _stop_daemons, ask,  # noqa: E402,F401
+                       assert_private, cli, daemon, kill, ok, park_files_left, programs, reference, released, require_park, session,
+                       start, tmp, wait_calls, wait_gone)
 
 from gpuproxy.proxyd.checkpoint import criu  # noqa: E402
 
@@ -38,10 +38,7 @@ pytestmark = wholeproc.pytestmark
 
 def test_criu_missing_clear_error_app_untouched(programs, proxy_cli, tmp):
     d = daemon(tmp)
-    port = corpus.free_udp_port()
-    app = start(programs["counter"].argv() + [str(port)], d, tmp / "counter.out")
-    try:
-        assert ask(port) == "101"
+    with counter_app(programs, d, tmp) as (app, port):
         r = cli(proxy_cli, d, "--dump", "--pid", app.pid, "--dir", tmp / "img",
                 env={"GPUPROXY_CRIU": str(tmp / "no" / "criu")})
         assert r.returncode == 1
@@ -51,10 +48,6 @@ def test_criu_missing_clear_error_app_untouched(programs, proxy_cli, tmp):
         s = session(d, app.pid)
         assert s and not s["frozen"] and not released(s)
         assert ask(port) == "102" and app.poll() is None
-    finally:
-        app.kill()
-        app.wait()
-        d.cleanup()
 
 
 def test_refuses_a_pid_that_is_not_a_client(programs, proxy_cli, tmp):
@@ -74,11 +67,8 @@ def test_seed_004_counter_walkthrough(programs, usable_criu, proxy_cli, tmp):
     """101, 102, dump (the process is gone), restore, 103."""
     d = daemon(tmp)
     require_park(d)
-    port = corpus.free_udp_port()
-    app = start(programs["counter"].argv() + [str(port)], d, tmp / "counter.out")
-    pid = app.pid
-    try:
-        assert ask(port) == "101"
+    with counter_app(programs, d, tmp) as (app, port):
+        pid = app.pid
         assert ask(port) == "102"
         img = tmp / "demo"
         out = ok(cli(proxy_cli, d, "--dump", "--pid", pid, "--dir", img))
@@ -94,31 +84,16 @@ def test_seed_004_counter_walkthrough(programs, usable_criu, proxy_cli, tmp):
         assert f"restored pid {pid}" in out
         assert criu.pid_alive(pid)
         assert ask(port) == "103"
-    finally:
-        kill(pid)
-        d.cleanup()
 
 
 def test_iterative_dumped_killed_daemon_restarted_restored(programs, usable_criu, proxy_cli, tmp):
-    b = programs["iterative"]
-    d = daemon(tmp, "ref")
-    require_park(d)
-    want = reference(b, d, tmp, [ITER_N])
-    d.cleanup()
-    d = daemon(tmp, "first")
-    out = tmp / "run.out"
-    app = start(b.argv() + [ITER_N], d, out)
-    pid = app.pid
-    try:
+    with iterative_app(programs, tmp, ITER_N, calls=None, ref_daemon=True) as (d, app, out, want):
         dump_mid_run(d, proxy_cli, app, tmp / "img")
         d.kill()                                       # the daemon dies too
         d = daemon(tmp, "second")
         ok(cli(proxy_cli, d, "--restore", "--dir", tmp / "img"))
-        wait_gone(pid)
+        wait_gone(app.pid)
         assert out.read_text() == want
-    finally:
-        kill(pid)
-        d.cleanup()
 
 
 def test_threads_inside_cuda_calls_at_the_dump(programs, usable_criu, proxy_cli, tmp):
@@ -173,16 +148,9 @@ def test_app_ending_before_it_parks_fails_the_park_at_once(programs, usable_criu
 
 
 def test_periodic_leave_running_then_restore_last(programs, usable_criu, proxy_cli, tmp):
-    b = programs["iterative"]
-    d = daemon(tmp)
-    require_park(d)
-    want = reference(b, d, tmp, [ITER_LONG])
-    out = tmp / "run.out"
-    app = start(b.argv() + [ITER_LONG], d, out)
-    pid = app.pid
     img = tmp / "periodic"
-    try:
-        wait_calls(d, pid, 500)
+    with iterative_app(programs, tmp, ITER_LONG) as (d, app, out, want):
+        pid = app.pid
         calls = []
         for _ in range(3):
             o = ok(cli(proxy_cli, d, "--dump", "--leave-running", "--pid", pid, "--dir", img))
@@ -205,22 +173,12 @@ def test_periodic_leave_running_then_restore_last(programs, usable_criu, proxy_c
             assert time.monotonic() < end, "proxyd kept the ended app's session"
             time.sleep(0.1)
         assert not park_files_left(d, pid)          # its parks' files went with it
-    finally:
-        kill(pid)
-        d.cleanup()
 
 
 def test_pre_dump_then_dump_uses_both_parents(programs, usable_criu, proxy_cli, tmp):
-    b = programs["iterative"]
-    d = daemon(tmp)
-    require_park(d)
-    want = reference(b, d, tmp, [ITER_N])
-    out = tmp / "run.out"
-    app = start(b.argv() + [ITER_N], d, out)
-    pid = app.pid
     img = tmp / "chain"
-    try:
-        wait_calls(d, pid, 500)
+    with iterative_app(programs, tmp, ITER_N) as (d, app, out, want):
+        pid = app.pid
         o = ok(cli(proxy_cli, d, "--pre-dump", "--pid", pid, "--dir", img))
         if usable_criu.mem_tracking():
             assert "CRIU pre-dump" in o
@@ -237,19 +195,13 @@ def test_pre_dump_then_dump_uses_both_parents(programs, usable_criu, proxy_cli, 
         ok(cli(proxy_cli, d, "--restore", "--dir", img))
         wait_gone(pid)
         assert out.read_text() == want
-    finally:
-        kill(pid)
-        d.cleanup()
 
 
 def test_image_moved_and_restored_at_another_endpoint(programs, usable_criu, proxy_cli, tmp):
     d = daemon(tmp, "here")
     require_park(d)
-    port = corpus.free_udp_port()
-    app = start(programs["counter"].argv() + [str(port)], d, tmp / "counter.out")
-    pid = app.pid
-    try:
-        assert ask(port) == "101"
+    with counter_app(programs, d, tmp) as (app, port):
+        pid = app.pid
         ok(cli(proxy_cli, d, "--dump", "--pid", pid, "--dir", tmp / "a"))
         app.wait(30)
         d.kill()
@@ -260,26 +212,16 @@ def test_image_moved_and_restored_at_another_endpoint(programs, usable_criu, pro
         ok(cli(proxy_cli, d, "--restore", "--dir", tmp / "node2" / "moved"))
         assert ask(port) == "102"
         assert session(d, pid) is not None
-    finally:
-        kill(pid)
-        d.cleanup()
 
 
 def test_restore_refused_while_the_app_runs(programs, usable_criu, proxy_cli, tmp):
     d = daemon(tmp)
     require_park(d)
-    port = corpus.free_udp_port()
-    app = start(programs["counter"].argv() + [str(port)], d, tmp / "counter.out")
-    try:
-        assert ask(port) == "101"
+    with counter_app(programs, d, tmp) as (app, port):
         ok(cli(proxy_cli, d, "--dump", "--leave-running", "--pid", app.pid, "--dir", tmp / "img"))
         r = cli(proxy_cli, d, "--restore", "--dir", tmp / "img")
         assert r.returncode == 1 and f"pid {app.pid} is in use" in r.stderr, r.stderr
         assert ask(port) == "102"
-    finally:
-        app.kill()
-        app.wait()
-        d.cleanup()
 
 
 def test_gpu_only_and_incomplete_process_part(programs, proxy_cli, tmp):
@@ -287,11 +229,8 @@ def test_gpu_only_and_incomplete_process_part(programs, proxy_cli, tmp):
     whose CRIU part did not finish is reported by inspect and refused by a
     whole-process restore."""
     d = daemon(tmp)
-    port = corpus.free_udp_port()
-    app = start(programs["counter"].argv() + [str(port)], d, tmp / "counter.out")
     img = tmp / "img"
-    try:
-        assert ask(port) == "101"
+    with counter_app(programs, d, tmp) as (app, port):
         o = ok(cli(proxy_cli, d, "--dump", "--gpu-only", "--pid", app.pid, "--dir", img))
         assert "released" in o and app.poll() is None
         assert_private(img)
@@ -305,7 +244,3 @@ def test_gpu_only_and_incomplete_process_part(programs, proxy_cli, tmp):
         assert released(session(d, app.pid))            # nothing restored
         ok(cli(proxy_cli, d, "--restore", "--gpu-only", "--dir", img))
         assert ask(port) == "102"
-    finally:
-        app.kill()
-        app.wait()
-        d.cleanup()

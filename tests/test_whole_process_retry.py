@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import wholeproc  # noqa: E402
-from wholeproc import (dump_mid_run, ITER_N, _stop_daemons, cli, daemon, kill, ok, programs,  # noqa: E402,F401
-                       reference, require_park, start, tmp, wait_calls, wait_gone)
+from wholeproc import (dump_mid_run, iterative_app, ITER_N, _stop_daemons, cli, ok, programs,  # noqa: E402,F401
+                       tmp, wait_gone)
 from gpuproxy.proxyd.checkpoint import criu  # noqa: E402
 
 pytestmark = wholeproc.pytestmark    # gpu with GPUPROXY_TEST_BACKEND=cuda, as test_whole_process.py
@@ -31,16 +31,8 @@ def failing_criu(tmp: Path, real: str) -> str:
 
 
 def test_failed_restore_can_be_retried_at_once(programs, usable_criu, proxy_cli, tmp):
-    b = programs["iterative"]
-    d = daemon(tmp, "ref")
-    require_park(d)
-    want = reference(b, d, tmp, [ITER_N])
-    d.cleanup()
-    d = daemon(tmp, "first")
-    out = tmp / "run.out"
-    app = start(b.argv() + [ITER_N], d, out)
-    pid = app.pid
-    try:
+    with iterative_app(programs, tmp, ITER_N, calls=None, ref_daemon=True) as (d, app, out, want):
+        pid = app.pid
         dump_mid_run(d, proxy_cli, app, tmp / "img")
         r = cli(proxy_cli, d, "--restore", "--dir", tmp / "img",
                 env={"GPUPROXY_CRIU": failing_criu(tmp, usable_criu.path)})
@@ -51,6 +43,3 @@ def test_failed_restore_can_be_retried_at_once(programs, usable_criu, proxy_cli,
         ok(cli(proxy_cli, d, "--restore", "--dir", tmp / "img"))    # at once: not refused as live
         wait_gone(pid)
         assert out.read_text() == want
-    finally:
-        kill(pid)
-        d.cleanup()

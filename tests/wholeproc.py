@@ -10,6 +10,7 @@ _stop_daemons) and its marks by `pytestmark = wholeproc.pytestmark`
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -196,6 +197,48 @@ def reference(built, d, tmp, args=()) -> str:
         assert p.wait(600) == 0, out.read_text()
         _references[key] = out.read_text()
     return _references[key]
+
+
+@contextlib.contextmanager
+def iterative_app(programs, tmp, iters: str, calls: int | None = 500, ref_daemon: bool = False):
+    """The iterative program (`iters` iterations) started under a daemon that
+    can park, once it has made `calls` CUDA calls (None: at once); yields
+    (daemon, app, its output file, an uninterrupted run's output). With
+    ref_daemon the reference runs under a daemon of its own ("ref"), stopped
+    before the app's ("first") starts. At the end the app's pid is killed (a
+    restored app has the same pid) and the daemon stopped."""
+    b = programs["iterative"]
+    d = daemon(tmp, "ref" if ref_daemon else "proxyd")
+    require_park(d)
+    want = reference(b, d, tmp, [iters])
+    if ref_daemon:
+        d.cleanup()
+        d = daemon(tmp, "first")
+    out = tmp / "run.out"
+    app = start(b.argv() + [iters], d, out)
+    try:
+        if calls is not None:
+            wait_calls(d, app.pid, calls)
+        yield d, app, out, want
+    finally:
+        kill(app.pid)
+        d.cleanup()
+
+
+@contextlib.contextmanager
+def counter_app(programs, d, tmp):
+    """The counter (a UDP service) under d, once it has answered its first
+    request with 101; yields (app, its port). At the end the app's pid is
+    killed (a restored app has the same pid), the app reaped and d stopped."""
+    port = corpus.free_udp_port()
+    app = start(programs["counter"].argv() + [str(port)], d, tmp / "counter.out")
+    try:
+        assert ask(port) == "101"
+        yield app, port
+    finally:
+        kill(app.pid)
+        app.wait()
+        d.cleanup()
 
 
 def ask(port: int, timeout: float = 60.0) -> str:

@@ -645,7 +645,9 @@ class EmuCusolver(EmuLibrary):
             self._info(info, 0)
         return SO_OK, []
 
-    def _getrf(self, m, n, A, lda, ipiv, info, dt):
+    def _getrf(self, m, n, A, lda, ipiv, info, dt, piv_t=np.int32):
+        """piv_t: the pivots' type (int in cusolverDn<t>getrf, int64_t in
+        the 64-bit API's cusolverDnXgetrf)."""
         if min(m, n) < 0 or lda < max(1, m):
             return SO_INVALID, []
         a = self._mat(A, m, n, lda, dt)
@@ -654,16 +656,18 @@ class EmuCusolver(EmuLibrary):
         piv, first_zero = lu_factor(w, pivot=bool(ipiv))
         a[...] = w.astype(dt)
         if ipiv:
-            self.b.resolve(int(ipiv), 4 * max(piv.size, 1)).view(np.int32)[:piv.size] = piv
+            pt = np.dtype(piv_t)
+            self.b.resolve(int(ipiv), pt.itemsize * max(piv.size, 1)).view(pt)[:piv.size] = piv
         if info:
             self._info(info, first_zero)
         return SO_OK, []
 
-    def _getrs(self, trans, n, nrhs, A, lda, ipiv, B, ldb, info, dt):
+    def _getrs(self, trans, n, nrhs, A, lda, ipiv, B, ldb, info, dt, piv_t=np.int32):
         if n < 0 or nrhs < 0 or trans not in (0, 1, 2):
             return SO_INVALID, []
         lu = self._mat(A, n, n, lda, dt).astype(_wide(dt))
-        piv = self.b.resolve(int(ipiv), 4 * max(n, 1)).view(np.int32)[:n].copy() if ipiv else \
+        pt = np.dtype(piv_t)
+        piv = self.b.resolve(int(ipiv), pt.itemsize * max(n, 1)).view(pt)[:n].astype(np.int32) if ipiv else \
             np.arange(1, n + 1, dtype=np.int32)
         b = self._mat(B, n, nrhs, ldb, dt)
         b[...] = lu_solve(lu, piv, b.astype(_wide(dt)), trans).astype(dt)
@@ -888,34 +892,13 @@ class EmuCusolver(EmuLibrary):
 
     def f_cusolverDnXgetrf(self, h, p, m, n, ta, A, lda, ipiv, ct, bd, wd, bh, wh, info):
         self._obj(h)
-        dt = _dtype(ta)
-        if min(m, n) < 0 or lda < max(1, m):
-            return SO_INVALID, []
-        a = self._mat(A, m, n, lda, dt)
-        w = a.astype(_wide(dt))
-        piv, first_zero = lu_factor(w, pivot=bool(ipiv))
-        a[...] = w.astype(dt)
-        if ipiv:
-            self.b.resolve(int(ipiv), 8 * max(piv.size, 1)).view(np.int64)[:piv.size] = piv
-        if info:
-            self._info(info, first_zero)
-        return SO_OK, []
+        return self._getrf(m, n, A, lda, ipiv, info, _dtype(ta), np.int64)
 
     def f_cusolverDnXgetrs(self, h, p, trans, n, nrhs, ta, A, lda, ipiv, tb, B, ldb, info):
         self._obj(h)
         if ta != tb:
             raise CudaError(801, "cusolverDnXgetrs with different types of A and B")
-        dt = _dtype(ta)
-        if n < 0 or nrhs < 0 or trans not in (0, 1, 2):
-            return SO_INVALID, []
-        lu = self._mat(A, n, n, lda, dt).astype(_wide(dt))
-        piv = self.b.resolve(int(ipiv), 8 * max(n, 1)).view(np.int64)[:n].astype(np.int32) if ipiv else \
-            np.arange(1, n + 1, dtype=np.int32)
-        b = self._mat(B, n, nrhs, ldb, dt)
-        b[...] = lu_solve(lu, piv, b.astype(_wide(dt)), trans).astype(dt)
-        if info:
-            self._info(info, 0)
-        return SO_OK, []
+        return self._getrs(trans, n, nrhs, A, lda, ipiv, B, ldb, info, _dtype(ta), np.int64)
 
     def f_cusolverDnXgeqrf_bufferSize(self, h, p, m, n, ta, A, lda, tt, tau, ct, od, oh):
         self._obj(h), _dtype(ta)

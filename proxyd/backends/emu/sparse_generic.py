@@ -579,38 +579,20 @@ class EmuCusparseGeneric(EmuCusparse):
         self._values(vc, r.size, dt)[:] = dense[r, c].astype(npdt)
         return SP_OK, []
 
-    def f_cusparseScsrgeam2_bufferSizeExt(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib,
-                                           dc, vc, rpc, cic, out):
+    def _geam_buffer_size(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc,
+                          cic, out):
         self._obj(h)
         return (SP_OK, [_BUFFER]) if min(m, n, nnza, nnzb) >= 0 else (SP_INVALID, None)
 
-    def f_cusparseScsrgeam2(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc,
-                             cic, buf):
-        return self._geam(0, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc, cic)
 
-    def f_cusparseDcsrgeam2_bufferSizeExt(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib,
-                                           dc, vc, rpc, cic, out):
-        self._obj(h)
-        return (SP_OK, [_BUFFER]) if min(m, n, nnza, nnzb) >= 0 else (SP_INVALID, None)
+def _typed_geam(dt: int):
+    def geam(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc, cic, buf):
+        return self._geam(dt, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc, cic)
+    return geam
 
-    def f_cusparseDcsrgeam2(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc,
-                             cic, buf):
-        return self._geam(1, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc, cic)
 
-    def f_cusparseCcsrgeam2_bufferSizeExt(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib,
-                                           dc, vc, rpc, cic, out):
-        self._obj(h)
-        return (SP_OK, [_BUFFER]) if min(m, n, nnza, nnzb) >= 0 else (SP_INVALID, None)
-
-    def f_cusparseCcsrgeam2(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc,
-                             cic, buf):
-        return self._geam(4, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc, cic)
-
-    def f_cusparseZcsrgeam2_bufferSizeExt(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib,
-                                           dc, vc, rpc, cic, out):
-        self._obj(h)
-        return (SP_OK, [_BUFFER]) if min(m, n, nnza, nnzb) >= 0 else (SP_INVALID, None)
-
-    def f_cusparseZcsrgeam2(self, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc,
-                             cic, buf):
-        return self._geam(5, h, m, n, alpha, da, nnza, va, rpa, cia, beta, db, nnzb, vb, rpb, cib, dc, vc, rpc, cic)
+# cusparse{S,D,C,Z}csrgeam2 and their _bufferSizeExt: one implementation each,
+# the letter fixing the value type (cudaDataType_t: R_32F 0, R_64F 1, C_32F 4, C_64F 5)
+for _t, _dt in (("S", 0), ("D", 1), ("C", 4), ("Z", 5)):
+    setattr(EmuCusparseGeneric, f"f_cusparse{_t}csrgeam2_bufferSizeExt", EmuCusparseGeneric._geam_buffer_size)
+    setattr(EmuCusparseGeneric, f"f_cusparse{_t}csrgeam2", _typed_geam(_dt))
