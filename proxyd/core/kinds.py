@@ -1,17 +1,22 @@
 """Checkpoint object kinds: the table the checkpoint engine walks.
 
 Each API family registers the kinds of objects it owns (families/*.py, at
-import): what to record of them while the session is frozen (`describe`,
-and `capture` for contents kept as image pieces), what makes a dump
-impossible (`check`), and how to build them again (`rebuild`) at which
-point of a restore (`stage`). The engine (checkpoint/engine.py) imports no
-family: it runs `check` and `describe` of every kind at a dump and `rebuild`
-of every kind in ascending stage at a restore (ties: by name), and registers
-its own steps (contexts, the arena, streams and events, context settings,
-replayed settings, the device memory's contents, __device__ variables, the
-client-facing state and its host memory) in the same table: a restore is
-nothing but this walk. A new family adds itself here
-without touching the engine.
+import): what to record of them while the session is frozen (`describe`
+for manifest fields, `capture` for contents kept as image pieces,
+`module_images` for module images, `pieces` for device memory), what makes
+a dump impossible (`check`), and how to build them again (`rebuild`) at
+which point of a restore (`stage`). The engine (checkpoint/engine.py)
+imports no family: at a dump it runs `check`, then `describe`,
+`module_images`, `capture` and `pieces` of every kind in the table's order
+and writes what they return (its own work there is generic: freezing,
+copying, hashing, writing the image); at a restore it runs `rebuild` of
+every kind in ascending stage (ties: by name). It registers its own steps
+(contexts, the globals check, streams and events, context settings,
+replayed settings, the device memory's contents, __device__ variables'
+contents, the client-facing state) in the same table, with the manifest
+fields they describe: the manifest is nothing but the kinds' fields, and a
+restore nothing but this walk. A new family adds itself here without
+touching the engine.
 
 The manifest's fields stay described in one place, checkpoint/
 manifest_schema.py (SESSION), which the supervisor and `proxy-cli inspect`
@@ -108,7 +113,19 @@ class Kind:
     stage: int = Stage.NONE
     keys: tuple[str, ...] = ()                        # manifest `session` fields it writes
     describe: Callable[[Any], dict] | None = None     # sess -> {key: JSON value}, while frozen
-    capture: Callable[[Any, Any], list] | None = None  # (backend, sess) -> [(key, bytes, flags)], while frozen
+    # (backend, sess, desc) -> [(key, bytes, flags)]: contents kept as pieces
+    # of the image (key: a 64-bit number unique in the image, e.g. the
+    # address; the engine adds FLAG_GLOBAL to flags), read while frozen,
+    # after every kind's describe. desc is the manifest's `session` being
+    # made: a kind may complete its own fields there with what it read (the
+    # modules: where each __device__ variable is). Each piece is stored in
+    # full unless the parent image has the same bytes under its key.
+    capture: Callable[[Any, Any, dict], list] | None = None
+    # (sess, desc) -> [(entry, image bytes)]: module images, each to be
+    # stored once in the image's modules folder (by content); the engine
+    # sets entry["image"] to the stored name. entry is the kind's own
+    # element of desc (the "modules" kind's list).
+    module_images: Callable[[Any, dict], list] | None = None
     check: Callable[[Any], None] | None = None        # sess -> None, or RuntimeError: cannot checkpoint
     rebuild: Callable[[Restore], None] | None = None
     # sess -> the device memory it owns, as the engine's pieces (checkpoint/
@@ -124,8 +141,7 @@ class Kind:
 
 KINDS: dict[str, Kind] = {}
 # Single functions a family offers the engine outside the walk (the engine
-# calls them by name): "destroy_context" (release after a dump),
-# "map_fixed_segment" (a GPU-visible host segment back at its address).
+# calls them by name): "destroy_context" (release after a dump).
 SERVICES: dict[str, Callable] = {}
 
 
