@@ -460,7 +460,7 @@ class Engine:
 
     def _read_captures(self, sess: Session, desc: dict) -> list:
         """Contents that kinds keep as pieces of the image (__device__
-        variables, families/modules.py; CUDA arrays, families/arrays.py), as
+        variables, families/device_vars.py; CUDA arrays, families/arrays.py), as
         (key, size, bytes, flags); read while frozen, after describe."""
         out = []
         for k in kinds.ordered():
@@ -997,37 +997,6 @@ class Engine:
             if code:
                 raise CheckpointError(f"cuStreamSetAttribute({aid}) on a restored stream failed ({code})")
             keep[int(aid)] = bytes(val)
-    def _check_globals(self, sess: Session, desc: dict):
-        """Compares every __device__ variable of the reloaded modules with its
-        recorded address. One that moved is translated where the app passes
-        its address to an API call (Session.addr_map), but not where the app
-        stored it in device memory (a pointer table) or passes it inside
-        kernel arguments (a parameter layout gives offsets and sizes, not
-        which parameters are pointers): the restore output lists each moved
-        variable so that this is never silent."""
-        b = self.backend
-        moved = []
-        for md in desc["modules"]:
-            mod = sess.objects[(P.K_MODULE, md["id"])]
-            b.make_current(sess.contexts[md["ctx"]].real)
-            for name, (old_addr, size) in md["globals"].items():
-                addr, nsize = b.module_global(mod.real, name)
-                if nsize != size:
-                    raise CheckpointError(f"__device__ variable {name} changed size ({size} -> {nsize} bytes)")
-                if addr != old_addr:
-                    log.warning("session %s: __device__ variable %s moved from %#x to %#x on restore; API calls "
-                                "that pass its old address are translated, copies of it kept in device memory "
-                                "or passed in kernel arguments are not", sess.token, name, old_addr, addr)
-                    moved.append({"name": name, "old": old_addr, "new": addr, "size": size, "module": md["id"]})
-        self.rstats["globals"] = sum(len(md["globals"]) for md in desc["modules"])
-        self.rstats["moved_globals"] = moved
-        # why they moved, from the pattern (placement.py); the count is in the output either way
-        from .placement import explain
-        self.rstats["moved_globals_why"] = explain(moved, desc["modules"], self.rstats.get("modules_mode"))
-        for line in self.rstats["moved_globals_why"]:
-            log.warning("session %s: %d of %d __device__ variables moved: %s", sess.token, len(moved),
-                        self.rstats["globals"], line)
-
     def _rebuild(self, sess: Session, img: Image, desc: dict, device_map: dict):
         """Every kind's objects, in the declared restore order (core/kinds.py,
         Stage): the engine's own steps (contexts, the arena, memory contents,
@@ -1077,36 +1046,6 @@ class Engine:
         if len(arena_refs) != len(pieces):
             missing = sorted(set(pieces) - {r.addr for r in arena_refs})
             raise CheckpointError(f"image lacks {len(missing)} chunks, first at {missing[0]:#x}")
-
-    def _write_device_vars(self, sess: Session, img: Image, desc: dict) -> None:
-        """__device__ variables' contents (Stage.DEVICE_VARS): by name into
-        the reloaded modules."""
-        b = self.backend
-        ctxs = sess.contexts
-        gl = {r.addr: r for r in img.chunks() if r.flags & FLAG_GLOBAL}
-        for md in desc["modules"]:
-            mod = sess.objects[(P.K_MODULE, md["id"])]
-            b.make_current(ctxs[md["ctx"]].real)
-            for name, (old_addr, size) in md["globals"].items():
-                r = gl.get(old_addr)
-                if r is None:
-                    raise CheckpointError(f"image lacks the contents of __device__ variable {name}")
-                data = bytes(img.read_chunk(r))
-                if hashing.gp64(data) != r.hash:
-                    raise CheckpointError(f"__device__ variable {name} is corrupt in the image")
-                addr, nsize = b.module_global(mod.real, name)
-                if size:
-                    b.htod(addr, data, size, 0, True)
-                mod.info["globals"][name] = (addr, size)
-                # the client may hold this variable's address from before this
-                # restore, or from before an earlier one: all lead here now
-                if addr != old_addr:
-                    sess.addr_map.append((old_addr, size, addr))
-                for orig, osize, mid in desc.get("addr_map", []):
-                    if mid == old_addr and orig != addr:
-                        sess.addr_map.append((orig, osize, addr))
-        for c in list(sess.contexts.values()):
-            b.ctx_sync(c.real)
 
 
 # ------------------------------------------------- the engine's own steps
@@ -1210,7 +1149,6 @@ def _rebuild_session_state(r: kinds.Restore) -> None:
 
 for _k in (kinds.Kind("contexts", Stage.CONTEXTS, ("contexts",), describe=_describe_contexts,
                       rebuild=_rebuild_contexts),
-           kinds.Kind("globals", Stage.GLOBALS, rebuild=lambda r: r.engine._check_globals(r.sess, r.desc)),
            kinds.Kind("streams_events", Stage.STREAMS_EVENTS, ("streams", "events"), describe=_describe_streams_events,
                       rebuild=_rebuild_streams_events),
            kinds.Kind("context_settings", Stage.CONTEXT_SETTINGS, rebuild=_rebuild_context_settings),
@@ -1218,10 +1156,6 @@ for _k in (kinds.Kind("contexts", Stage.CONTEXTS, ("contexts",), describe=_descr
                       rebuild=_rebuild_replay),
            kinds.Kind("memory", Stage.MEMORY, pieces=pieces_of,
                       rebuild=lambda r: r.engine._upload_memory(r.sess, r.img)),
-           # addresses of __device__ variables that earlier restores moved
-           kinds.Kind("device_vars", Stage.DEVICE_VARS, ("addr_map",),
-                      describe=lambda sess: {"addr_map": [list(x) for x in sess.addr_map]},
-                      rebuild=lambda r: r.engine._write_device_vars(r.sess, r.img, r.desc)),
            kinds.Kind("session_state", Stage.SESSION_STATE,
                       ("token", "pid", "exe", "slot", "last_seq", "last_reply", "next_id", "async_error", "pidns",
                        "start_time", "uid", "owner_uid"),

@@ -11,10 +11,9 @@ imports no family: at a dump it runs `check`, then `describe`,
 and writes what they return (its own work there is generic: freezing,
 copying, hashing, writing the image); at a restore it runs `rebuild` of
 every kind in ascending stage (ties: by name). It registers its own steps
-(contexts, the globals check, streams and events, context settings,
-replayed settings, the device memory's contents, __device__ variables'
-contents, the client-facing state) in the same table, with the manifest
-fields they describe: the manifest is nothing but the kinds' fields, and a
+(contexts, streams and events, context settings, replayed settings, the
+device memory's contents, the client-facing state) in the same table, with
+the manifest fields they describe: the manifest is nothing but the kinds' fields, and a
 restore nothing but this walk. A new family adds itself here without
 touching the engine.
 
@@ -57,8 +56,8 @@ class Stage(IntEnum):
     CONTEXTS = 100           # engine: contexts with their flags, under their ids
     MODULES = 200            # modules in the app's load order, before any memory is mapped: the
                              # driver then places __device__ variables where it placed them before
-    GLOBALS = 250            # engine: every __device__ variable checked against its recorded address
-    ARENA = 300              # engine: the arena's chunks mapped again at their addresses
+    GLOBALS = 250            # every __device__ variable checked against its recorded address (families/device_vars.py)
+    ARENA = 300              # the arena's chunks mapped again at their addresses (families/memory.py)
     POOLS = 400              # stream-ordered pools (their allocations are arena allocations)
     VMM = 410                # the app's physical allocations (cuMemCreate) and their mappings
     GRAPH_MEM = 420          # graph memory nodes' allocations (in the arena)
@@ -76,11 +75,11 @@ class Stage(IntEnum):
     MEMORY = 1500            # engine: the arena's contents uploaded and checked against the image's hashes
                              # (every device allocation lives in the arena: cuMemAlloc's, pools', VMM
                              # mappings, graph memory nodes'), once everything that maps it exists
-    DEVICE_VARS = 1600       # engine: __device__ variables' contents written into the reloaded modules
+    DEVICE_VARS = 1600       # __device__ variables' contents written into the reloaded modules (families/device_vars.py)
     AFTER_MEMORY = 2000      # kinds whose rebuild reads device memory (cuSPARSE analyses replayed)
     SESSION_STATE = 3000     # engine: the client-facing state (sequence number, last reply, ids, async error)
-    HOST_MEMORY = 3100       # engine: the client's shared segments registered again, GPU-visible host
-                             # memory mapped at its address (families/hostmap.py), the fast channel
+    HOST_MEMORY = 3100       # the client's shared segments registered again, GPU-visible host memory
+                             # mapped at its address, the fast channel (families/hostmap.py)
 
 
 @dataclass

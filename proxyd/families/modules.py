@@ -17,6 +17,7 @@ from ..core import protocol as P
 from ..core.kinds import CheckpointError, Kind, Stage, register
 from ..core.registry import CUDA_SUCCESS, handler, need_ctx
 from ..core.session import CudaError
+from . import device_vars     # __device__ variables: captured with the modules, checked and written back
 from .contexts import release_object
 
 log = logging.getLogger("proxyd")
@@ -219,31 +220,7 @@ def _module_images(sess, desc: dict) -> list:
     return list(zip(desc["modules"], [o.info["image"] for o in sess.of_kind(P.K_MODULE)], strict=True))
 
 
-def _capture_globals(backend, sess, desc: dict) -> list:
-    """Contents of every __device__ variable of every loaded module, as
-    image pieces keyed by address (flags 0: the engine's FLAG_GLOBAL), read
-    while frozen; where each is goes into its module's entry ("globals":
-    {name: [address, size]}), which a restore checks and writes back by
-    name (checkpoint/engine.py, Stage.GLOBALS and Stage.DEVICE_VARS)."""
-    out = []
-    for md, o in zip(desc["modules"], sess.of_kind(P.K_MODULE)):
-        ctx = sess.contexts.get(o.ctx)
-        if ctx is not None:
-            backend.make_current(ctx.real)
-        for name in sorted(o.info["parsed"].globals):
-            try:
-                addr, size = backend.module_global(o.real, name)
-            except CudaError:
-                continue     # declared but not kept in this image (e.g. optimised out)
-            buf = bytearray(size)
-            if size:
-                backend.dtoh(buf, addr, size, 0, True)
-            md["globals"][name] = [addr, size]
-            out.append((addr, bytes(buf), 0))
-    return out
-
-
 register(Kind("modules", Stage.MODULES, ("modules",), describe=_describe_modules, rebuild=_rebuild_modules,
-              module_images=_module_images, capture=_capture_globals, owner=__name__))
+              module_images=_module_images, capture=device_vars.capture, owner=__name__))
 register(Kind("functions", Stage.FUNCTIONS, ("functions",), describe=_describe_functions,
               rebuild=_rebuild_functions, owner=__name__))
