@@ -386,22 +386,34 @@ static void one_row(CUDA_MEMCPY3D *c, size_t bytes)
     c->Depth = 1;
 }
 
+/* Host memory to an array and back, for the synchronous and the stream-
+ * ordered entry points alike. */
+static CUresult htoa(CUarray dst, size_t off, const void *src, size_t n, CUstream s, int async, int pt)
+{
+    CUDA_MEMCPY3D c;
+    one_row(&c, n);
+    c.srcMemoryType = CU_MEMORYTYPE_HOST; c.srcHost = src;
+    c.dstMemoryType = CU_MEMORYTYPE_ARRAY; c.dstArray = dst; c.dstXInBytes = off;
+    return array_copy3d(&c, s, async, pt);
+}
+
+static CUresult atoh(void *dst, CUarray src, size_t off, size_t n, CUstream s, int async, int pt)
+{
+    CUDA_MEMCPY3D c;
+    one_row(&c, n);
+    c.srcMemoryType = CU_MEMORYTYPE_ARRAY; c.srcArray = src; c.srcXInBytes = off;
+    c.dstMemoryType = CU_MEMORYTYPE_HOST; c.dstHost = dst;
+    return array_copy3d(&c, s, async, pt);
+}
+
 #define ARRAY_COPIES(SFX, PT)                                                                                   \
     CUresult gpo_cuMemcpyHtoA_v2##SFX(CUarray dst, size_t off, const void *src, size_t n)                       \
     {                                                                                                            \
-        CUDA_MEMCPY3D c;                                                                                         \
-        one_row(&c, n);                                                                                          \
-        c.srcMemoryType = CU_MEMORYTYPE_HOST; c.srcHost = src;                                                   \
-        c.dstMemoryType = CU_MEMORYTYPE_ARRAY; c.dstArray = dst; c.dstXInBytes = off;                            \
-        return array_copy3d(&c, NULL, 0, PT);                                                                    \
+        return htoa(dst, off, src, n, NULL, 0, PT);                                                              \
     }                                                                                                            \
     CUresult gpo_cuMemcpyAtoH_v2##SFX(void *dst, CUarray src, size_t off, size_t n)                             \
     {                                                                                                            \
-        CUDA_MEMCPY3D c;                                                                                         \
-        one_row(&c, n);                                                                                          \
-        c.srcMemoryType = CU_MEMORYTYPE_ARRAY; c.srcArray = src; c.srcXInBytes = off;                            \
-        c.dstMemoryType = CU_MEMORYTYPE_HOST; c.dstHost = dst;                                                   \
-        return array_copy3d(&c, NULL, 0, PT);                                                                    \
+        return atoh(dst, src, off, n, NULL, 0, PT);                                                              \
     }                                                                                                            \
     CUresult gpo_cuMemcpyDtoA_v2##SFX(CUarray dst, size_t off, CUdeviceptr src, size_t n)                       \
     {                                                                                                            \
@@ -433,19 +445,11 @@ ARRAY_COPIES(_ptds, 1)
 #define ARRAY_ASYNC(SFX, PT)                                                                                    \
     CUresult gpo_cuMemcpyHtoAAsync_v2##SFX(CUarray dst, size_t off, const void *src, size_t n, CUstream s)      \
     {                                                                                                            \
-        CUDA_MEMCPY3D c;                                                                                         \
-        one_row(&c, n);                                                                                          \
-        c.srcMemoryType = CU_MEMORYTYPE_HOST; c.srcHost = src;                                                   \
-        c.dstMemoryType = CU_MEMORYTYPE_ARRAY; c.dstArray = dst; c.dstXInBytes = off;                            \
-        return array_copy3d(&c, s, 1, PT);                                                                       \
+        return htoa(dst, off, src, n, s, 1, PT);                                                                 \
     }                                                                                                            \
     CUresult gpo_cuMemcpyAtoHAsync_v2##SFX(void *dst, CUarray src, size_t off, size_t n, CUstream s)            \
     {                                                                                                            \
-        CUDA_MEMCPY3D c;                                                                                         \
-        one_row(&c, n);                                                                                          \
-        c.srcMemoryType = CU_MEMORYTYPE_ARRAY; c.srcArray = src; c.srcXInBytes = off;                            \
-        c.dstMemoryType = CU_MEMORYTYPE_HOST; c.dstHost = dst;                                                   \
-        return array_copy3d(&c, s, 1, PT);                                                                       \
+        return atoh(dst, src, off, n, s, 1, PT);                                                                 \
     }
 ARRAY_ASYNC(, 0)
 ARRAY_ASYNC(_ptsz, 1)

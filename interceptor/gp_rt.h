@@ -24,6 +24,14 @@ cudaError_t gp_rt_from_cu(CUresult r);
 /* Makes sure the calling thread has a current context (the primary context of
  * its current device) and returns cudaSuccess or the error. */
 cudaError_t gp_rt_init_thread(void);
+/* The first step of a runtime entry point that needs a context: returns
+ * the error (recorded as the thread's last) where there is none. */
+#define RT_INIT()                                   \
+    do {                                            \
+        cudaError_t e_ = gp_rt_init_thread();       \
+        if (e_ != cudaSuccess)                      \
+            return gp_rt_ret(e_);                   \
+    } while (0)
 int gp_rt_device(void);
 /* The device's primary context, retained on first use (rt_state.c). */
 cudaError_t gp_rt_primary_ctx(int dev, CUcontext *out);

@@ -421,6 +421,17 @@ CUresult gp_graph_add_value_node(uint32_t fid, uint32_t nparams, CUgraphNode *ou
     return add_node(fid, nparams, out, g, deps, ndeps, NULL, (const void *)(uintptr_t)value);
 }
 
+/* The add call of a payload just built (rc: how building it went), then
+ * what the payload owns freed. Caller holds the lock and has a session. */
+static CUresult add_built(uint32_t fid, uint32_t nparams, CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
+                          size_t ndeps, payload *p, CUresult rc)
+{
+    if (rc == CUDA_SUCCESS)
+        rc = add_node(fid, nparams, out, g, deps, ndeps, p, NULL);
+    pl_done(p);
+    return rc;
+}
+
 static CUresult add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n, CUfunction f,
                            const CUDA_KERNEL_NODE_PARAMS *kp)
 {
@@ -428,10 +439,7 @@ static CUresult add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
     payload p = { 0 };
     CUresult rc = p_kernel(&p, f, kp->gridDimX, kp->gridDimY, kp->gridDimZ, kp->blockDimX, kp->blockDimY,
                            kp->blockDimZ, kp->sharedMemBytes, kp->kernelParams, kp->extra);
-    if (rc == CUDA_SUCCESS)
-        rc = add_node(GP_FID_cuGraphAddKernelNode_v2, 5, out, g, deps, n, &p, NULL);
-    pl_done(&p);
-    GP_LEAVE(rc);
+    GP_LEAVE(add_built(GP_FID_cuGraphAddKernelNode_v2, 5, out, g, deps, n, &p, rc));
 }
 
 CUresult gpo_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -464,9 +472,7 @@ CUresult gpo_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, cons
     GP_ENTER();
     payload p = { 0 };
     CUresult rc = p_memcpy(&p, "cuGraphAddMemcpyNode", copyParams);
-    if (rc == CUDA_SUCCESS)
-        rc = add_node(GP_FID_cuGraphAddMemcpyNode, 6, phGraphNode, hGraph, dependencies, numDependencies, &p, NULL);
-    GP_LEAVE(rc);
+    GP_LEAVE(add_built(GP_FID_cuGraphAddMemcpyNode, 6, phGraphNode, hGraph, dependencies, numDependencies, &p, rc));
 }
 
 CUresult gpo_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -479,9 +485,7 @@ CUresult gpo_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, cons
     payload p = { 0 };
     CUresult rc = p_memset(&p, "cuGraphAddMemsetNode", m->dst, m->pitch, m->value, m->elementSize, m->width,
                            m->height);
-    if (rc == CUDA_SUCCESS)
-        rc = add_node(GP_FID_cuGraphAddMemsetNode, 6, phGraphNode, hGraph, dependencies, numDependencies, &p, NULL);
-    GP_LEAVE(rc);
+    GP_LEAVE(add_built(GP_FID_cuGraphAddMemsetNode, 6, phGraphNode, hGraph, dependencies, numDependencies, &p, rc));
 }
 
 CUresult gpo_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -492,9 +496,7 @@ CUresult gpo_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     GP_ENTER();
     payload p = { 0 };
     CUresult rc = p_host(&p, hp->fn, hp->userData);
-    if (rc == CUDA_SUCCESS)
-        rc = add_node(GP_FID_cuGraphAddHostNode, 5, phGraphNode, hGraph, dependencies, numDependencies, &p, NULL);
-    GP_LEAVE(rc);
+    GP_LEAVE(add_built(GP_FID_cuGraphAddHostNode, 5, phGraphNode, hGraph, dependencies, numDependencies, &p, rc));
 }
 
 CUresult gpo_cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -561,6 +563,17 @@ static CUresult set_params(uint32_t fid, uint32_t nparams, CUgraphExec exec, CUg
     return rc;
 }
 
+/* set_params with a payload just built (rc: how building it went), then
+ * what the payload owns freed. Caller holds the lock and has a session. */
+static CUresult set_built(uint32_t fid, uint32_t nparams, CUgraphExec exec, CUgraphNode node, payload *p,
+                          CUresult rc)
+{
+    if (rc == CUDA_SUCCESS)
+        rc = set_params(fid, nparams, exec, node, p);
+    pl_done(p);
+    return rc;
+}
+
 static CUresult kernel_params(uint32_t fid, uint32_t nparams, CUgraphExec exec, CUgraphNode node,
                               const CUDA_KERNEL_NODE_PARAMS *kp)
 {
@@ -572,10 +585,7 @@ static CUresult kernel_params(uint32_t fid, uint32_t nparams, CUgraphExec exec, 
     payload p = { 0 };
     CUresult rc = p_kernel(&p, f, kp->gridDimX, kp->gridDimY, kp->gridDimZ, kp->blockDimX, kp->blockDimY,
                            kp->blockDimZ, kp->sharedMemBytes, kp->kernelParams, kp->extra);
-    if (rc == CUDA_SUCCESS)
-        rc = set_params(fid, nparams, exec, node, &p);
-    pl_done(&p);
-    GP_LEAVE(rc);
+    GP_LEAVE(set_built(fid, nparams, exec, node, &p, rc));
 }
 
 CUresult gpo_cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
@@ -595,9 +605,7 @@ static CUresult memcpy_params(uint32_t fid, uint32_t nparams, CUgraphExec exec, 
     GP_ENTER();
     payload p = { 0 };
     CUresult rc = p_memcpy(&p, api, c);
-    if (rc == CUDA_SUCCESS)
-        rc = set_params(fid, nparams, exec, node, &p);
-    GP_LEAVE(rc);
+    GP_LEAVE(set_built(fid, nparams, exec, node, &p, rc));
 }
 
 CUresult gpo_cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
@@ -624,9 +632,7 @@ static CUresult memset_params(uint32_t fid, uint32_t nparams, CUgraphExec exec, 
     GP_ENTER();
     payload p = { 0 };
     CUresult rc = p_memset(&p, api, m->dst, m->pitch, m->value, m->elementSize, m->width, m->height);
-    if (rc == CUDA_SUCCESS)
-        rc = set_params(fid, nparams, exec, node, &p);
-    GP_LEAVE(rc);
+    GP_LEAVE(set_built(fid, nparams, exec, node, &p, rc));
 }
 
 CUresult gpo_cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams)
@@ -653,9 +659,7 @@ static CUresult host_params(uint32_t fid, uint32_t nparams, CUgraphExec exec, CU
     GP_ENTER();
     payload p = { 0 };
     CUresult rc = p_host(&p, hp->fn, hp->userData);
-    if (rc == CUDA_SUCCESS)
-        rc = set_params(fid, nparams, exec, node, &p);
-    GP_LEAVE(rc);
+    GP_LEAVE(set_built(fid, nparams, exec, node, &p, rc));
 }
 
 CUresult gpo_cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
@@ -672,6 +676,14 @@ CUresult gpo_cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hN
 }
 
 /* ------------------------------------------------------------- topology */
+
+/* What a node or edge query answers in *count (cuda.h, cuGraphGetNodes,
+ * cuGraphGetEdges, cuGraphNodeGetDependencies): with an array (nodes not
+ * NULL), how many of the total it holds, at most cap; without, the total. */
+static size_t fitted_count(size_t total, size_t cap, const void *nodes)
+{
+    return nodes ? (total < cap ? total : cap) : total;
+}
 
 /* Copies a reply's packed handles (little-endian u64 each) into out, at
  * most cap of them. */
@@ -703,8 +715,7 @@ static CUresult get_nodes(uint32_t fid, CUgraph g, CUgraphNode *nodes, size_t *n
     if (rc == CUDA_SUCCESS && r.have_outs && r.nouts >= 2) {
         size_t cap = *numNodes;
         copy_handles(&r, nodes, cap);
-        size_t total = (size_t)gp_out_int(&r);
-        *numNodes = nodes ? (total < cap ? total : cap) : total;
+        *numNodes = fitted_count((size_t)gp_out_int(&r), cap, nodes);
     }
     gp_reply_done(&r);
     GP_LEAVE(rc);
@@ -739,6 +750,20 @@ static CUresult copy_edge_data(const uint8_t *ed, size_t nb, CUgraphEdgeData *ou
     return CUDA_SUCCESS;
 }
 
+/* The rest of an edge query's reply once its node lists are read: the
+ * edges' data (copy_edge_data) and the count (fitted_count, *count being
+ * the caller's capacity until it is set). */
+static CUresult edge_reply(gp_reply *r, const void *nodes, CUgraphEdgeData *edgeData, size_t *count)
+{
+    size_t nb = 0;
+    const uint8_t *ed = gp_out_bytes(r, &nb);
+    size_t n = fitted_count((size_t)gp_out_int(r), *count, nodes);
+    CUresult rc = copy_edge_data(ed, nb, edgeData, nodes ? n : 0);
+    if (rc == CUDA_SUCCESS)
+        *count = n;
+    return rc;
+}
+
 CUresult gpo_cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData,
                                 size_t *numEdges)
 {
@@ -754,16 +779,9 @@ CUresult gpo_cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *
     gp_reply r;
     CUresult rc = gp_op_sync(&r);
     if (rc == CUDA_SUCCESS && r.have_outs && r.nouts >= 4) {
-        size_t cap = *numEdges;
-        copy_handles(&r, from, cap);
-        copy_handles(&r, to, cap);
-        size_t nb = 0;
-        const uint8_t *ed = gp_out_bytes(&r, &nb);
-        size_t total = (size_t)gp_out_int(&r);
-        size_t n = from ? (total < cap ? total : cap) : total;
-        rc = copy_edge_data(ed, nb, edgeData, from ? n : 0);
-        if (rc == CUDA_SUCCESS)
-            *numEdges = n;
+        copy_handles(&r, from, *numEdges);
+        copy_handles(&r, to, *numEdges);
+        rc = edge_reply(&r, from, edgeData, numEdges);
     }
     gp_reply_done(&r);
     GP_LEAVE(rc);
@@ -841,15 +859,8 @@ static CUresult neighbours(uint32_t fid, CUgraphNode node, CUgraphNode *nodes, C
     gp_reply r;
     CUresult rc = gp_op_sync(&r);
     if (rc == CUDA_SUCCESS && r.have_outs && r.nouts >= 3) {
-        size_t cap = *count;
-        copy_handles(&r, nodes, cap);
-        size_t nb = 0;
-        const uint8_t *ed = gp_out_bytes(&r, &nb);
-        size_t total = (size_t)gp_out_int(&r);
-        size_t n = nodes ? (total < cap ? total : cap) : total;
-        rc = copy_edge_data(ed, nb, edgeData, nodes ? n : 0);
-        if (rc == CUDA_SUCCESS)
-            *count = n;
+        copy_handles(&r, nodes, *count);
+        rc = edge_reply(&r, nodes, edgeData, count);
     }
     gp_reply_done(&r);
     GP_LEAVE(rc);

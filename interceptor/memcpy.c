@@ -46,6 +46,41 @@ static void put_stream(gp_buf *b, int has_stream, CUstream s)
         gp_put_handle(b, s);
 }
 
+/* The last arguments of a one-op copy (byte count, stream) and its sending:
+ * queued (async) or answered. */
+static CUresult send_copy(gp_buf *b, size_t n, CUstream s, int has_stream, int async)
+{
+    mp_uint(b, n);
+    put_stream(b, has_stream, s);
+    if (async)
+        return gp_op_async();
+    gp_reply r;
+    CUresult rc = gp_op_sync(&r);
+    gp_reply_done(&r);
+    return rc;
+}
+
+/* The next of the two staging slots, once the daemon has read (htod) or
+ * answered (dtoh) the last message that used it. */
+static CUresult take_slot(int *h)
+{
+    *h = next_slot;
+    next_slot ^= 1;
+    return slot_seq[*h] ? gp_wait_acked(slot_seq[*h]) : CUDA_SUCCESS;
+}
+
+/* Sends a staged chunk's op (byte count and stream still to add) at once
+ * and records it as slot h's last user; 0 if it could not be sent. */
+static uint64_t send_staged(gp_buf *b, size_t len, CUstream s, int has_stream, int h)
+{
+    mp_uint(b, len);
+    put_stream(b, has_stream, s);
+    uint64_t seq = gp_send_now();
+    if (seq)
+        slot_seq[h] = seq;
+    return seq;
+}
+
 CUresult gp_copy_htod(uint32_t fid, CUdeviceptr dst, const void *src, size_t n, CUstream s, int has_stream, int async)
 {
     if (n == 0)
@@ -59,14 +94,7 @@ CUresult gp_copy_htod(uint32_t fid, CUdeviceptr dst, const void *src, size_t n, 
         b = gp_op_begin(fid, nargs_for(has_stream));
         mp_uint(b, dst);
         gp_put_shm(b, seg, off, n);
-        mp_uint(b, n);
-        put_stream(b, has_stream, s);
-        if (async)
-            return gp_op_async();
-        gp_reply r;
-        CUresult rc = gp_op_sync(&r);
-        gp_reply_done(&r);
-        return rc;
+        return send_copy(b, n, s, has_stream, async);
     }
     CUresult crc;
     if (has_stream && async && gp_capture_copy(fid, (void *)src, dst, n, s, 1, &crc))
@@ -76,36 +104,23 @@ CUresult gp_copy_htod(uint32_t fid, CUdeviceptr dst, const void *src, size_t n, 
         b = gp_op_begin(fid, nargs_for(has_stream));
         mp_uint(b, dst);
         gp_put_data(b, src, n, async);
-        mp_uint(b, n);
-        put_stream(b, has_stream, s);
-        if (async)
-            return gp_op_async();
-        gp_reply r;
-        CUresult rc = gp_op_sync(&r);
-        gp_reply_done(&r);
-        return rc;
+        return send_copy(b, n, s, has_stream, async);
     }
     uint8_t *stage = gp_staging_base();
     uint64_t last = 0;
     for (size_t done = 0; done < n; done += chunk) {
         size_t len = n - done < chunk ? n - done : chunk;
-        int h = next_slot;
-        next_slot ^= 1;
-        if (slot_seq[h]) {
-            CUresult rc = gp_wait_acked(slot_seq[h]);
-            if (rc != CUDA_SUCCESS)
-                return rc;
-        }
+        int h;
+        CUresult rc = take_slot(&h);
+        if (rc != CUDA_SUCCESS)
+            return rc;
         gp_pmemcpy(stage + (size_t)h * chunk, (const uint8_t *)src + done, len);
         b = gp_op_begin(fid, nargs_for(has_stream));
         mp_uint(b, dst + done);
         gp_put_shm(b, gp_staging_id(), (uint64_t)h * chunk, len);
-        mp_uint(b, len);
-        put_stream(b, has_stream, s);
-        last = gp_send_now();
+        last = send_staged(b, len, s, has_stream, h);
         if (last == 0)
             return CUDA_ERROR_DEVICE_UNAVAILABLE;
-        slot_seq[h] = last;
     }
     /* Pageable copies return once the source has been consumed (CUDA does the
      * same); proxyd answers a staged chunk only after reading it. */
@@ -128,14 +143,7 @@ CUresult gp_copy_dtoh(uint32_t fid, void *dst, CUdeviceptr src, size_t n, CUstre
         b = gp_op_begin(fid, nargs_for(has_stream));
         gp_put_shm(b, seg, off, n);
         mp_uint(b, src);
-        mp_uint(b, n);
-        put_stream(b, has_stream, s);
-        if (async)
-            return gp_op_async();
-        gp_reply r;
-        CUresult rc = gp_op_sync(&r);
-        gp_reply_done(&r);
-        return rc;
+        return send_copy(b, n, s, has_stream, async);
     }
     CUresult crc;
     if (has_stream && async && gp_capture_copy(fid, dst, src, n, s, 0, &crc))
@@ -162,19 +170,15 @@ CUresult gp_copy_dtoh(uint32_t fid, void *dst, CUdeviceptr src, size_t n, CUstre
     CUresult rc = CUDA_SUCCESS;
     for (size_t done = 0; done < n; done += chunk) {
         size_t len = n - done < chunk ? n - done : chunk;
-        int h = next_slot;
-        next_slot ^= 1;
-        if (slot_seq[h] && (rc = gp_wait_acked(slot_seq[h])) != CUDA_SUCCESS)
+        int h;
+        if ((rc = take_slot(&h)) != CUDA_SUCCESS)
             return rc;
         b = gp_op_begin(fid, nargs_for(has_stream));
         gp_put_shm(b, gp_staging_id(), (uint64_t)h * chunk, len);
         mp_uint(b, src + done);
-        mp_uint(b, len);
-        put_stream(b, has_stream, s);
-        uint64_t seq = gp_send_now();
+        uint64_t seq = send_staged(b, len, s, has_stream, h);
         if (seq == 0)
             return CUDA_ERROR_DEVICE_UNAVAILABLE;
-        slot_seq[h] = seq;
         if (pend_seq) {
             if ((rc = gp_wait_acked(pend_seq)) != CUDA_SUCCESS)
                 return rc;

@@ -21,13 +21,6 @@ void gp_rt_forget_primary(int dev);
 cudaError_t gp_rt_last_error(int reset);
 int gp_rt_ctx_device(void);
 
-#define RT_INIT()                                   \
-    do {                                            \
-        cudaError_t e_ = gp_rt_init_thread();       \
-        if (e_ != cudaSuccess)                      \
-            return gp_rt_ret(e_);                   \
-    } while (0)
-
 /* ------------------------------------------------------ device management */
 
 cudaError_t gpo_cudaGetDeviceCount(int *count)
@@ -700,52 +693,49 @@ static cudaError_t symbol_range(const void *symbol, size_t count, size_t offset,
     return cudaSuccess;
 }
 
-cudaError_t gpo_cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset,
-                                   enum cudaMemcpyKind kind)
+/* cudaMemcpy{To,From}Symbol[Async]: `count` bytes at `offset` into the
+ * variable, to it from host_side (to_symbol) or from it into host_side. The
+ * synchronous forms refuse a direction that does not fit (the kinds their
+ * documentation allows, cuda_runtime_api.h); the asynchronous forms pass
+ * the kind on to memcpy_kind as they always did. */
+static cudaError_t symbol_copy(const void *symbol, void *other, size_t count, size_t offset,
+                               enum cudaMemcpyKind kind, int to_symbol, cudaStream_t stream, int async)
 {
     RT_INIT();
     CUdeviceptr d;
     cudaError_t e = symbol_range(symbol, count, offset, &d);
     if (e != cudaSuccess)
         return gp_rt_ret(e);
-    if (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToDevice && kind != cudaMemcpyDefault)
+    if (!async && kind != cudaMemcpyDeviceToDevice && kind != cudaMemcpyDefault &&
+        kind != (to_symbol ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost))
         return gp_rt_ret(cudaErrorInvalidMemcpyDirection);
-    return memcpy_kind((void *)(uintptr_t)d, src, count, kind, NULL, 0);
+    void *sym = (void *)(uintptr_t)d;
+    return to_symbol ? memcpy_kind(sym, other, count, kind, stream, async)
+                     : memcpy_kind(other, sym, count, kind, stream, async);
+}
+
+cudaError_t gpo_cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset,
+                                   enum cudaMemcpyKind kind)
+{
+    return symbol_copy(symbol, (void *)src, count, offset, kind, 1, NULL, 0);
 }
 
 cudaError_t gpo_cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, size_t offset,
                                      enum cudaMemcpyKind kind)
 {
-    RT_INIT();
-    CUdeviceptr d;
-    cudaError_t e = symbol_range(symbol, count, offset, &d);
-    if (e != cudaSuccess)
-        return gp_rt_ret(e);
-    if (kind != cudaMemcpyDeviceToHost && kind != cudaMemcpyDeviceToDevice && kind != cudaMemcpyDefault)
-        return gp_rt_ret(cudaErrorInvalidMemcpyDirection);
-    return memcpy_kind(dst, (const void *)(uintptr_t)d, count, kind, NULL, 0);
+    return symbol_copy(symbol, dst, count, offset, kind, 0, NULL, 0);
 }
 
 cudaError_t gpo_cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t count, size_t offset,
                                         enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    RT_INIT();
-    CUdeviceptr d;
-    cudaError_t e = symbol_range(symbol, count, offset, &d);
-    if (e != cudaSuccess)
-        return gp_rt_ret(e);
-    return memcpy_kind((void *)(uintptr_t)d, src, count, kind, stream, 1);
+    return symbol_copy(symbol, (void *)src, count, offset, kind, 1, stream, 1);
 }
 
 cudaError_t gpo_cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t count, size_t offset,
                                           enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    RT_INIT();
-    CUdeviceptr d;
-    cudaError_t e = symbol_range(symbol, count, offset, &d);
-    if (e != cudaSuccess)
-        return gp_rt_ret(e);
-    return memcpy_kind(dst, (const void *)(uintptr_t)d, count, kind, stream, 1);
+    return symbol_copy(symbol, dst, count, offset, kind, 0, stream, 1);
 }
 
 cudaError_t gpo_cudaGetSymbolAddress(void **devPtr, const void *symbol)

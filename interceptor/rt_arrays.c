@@ -17,13 +17,6 @@
 
 #include "gp_rt.h"
 
-#define RT_INIT()                                   \
-    do {                                            \
-        cudaError_t e_ = gp_rt_init_thread();       \
-        if (e_ != cudaSuccess)                      \
-            return gp_rt_ret(e_);                   \
-    } while (0)
-
 CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *);
 CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *, CUstream);
 
@@ -91,19 +84,29 @@ static int is_float_format(CUarray_format f) { return f == CU_AD_FORMAT_HALF || 
 
 /* ------------------------------------------------------------- arrays */
 
+/* The driver's descriptor of an array (or of a mipmapped array's level 0):
+ * 0, or the channel descriptor has no CUarray_format. */
+static int array_desc(const struct cudaChannelFormatDesc *desc, struct cudaExtent extent, unsigned int flags,
+                      CUDA_ARRAY3D_DESCRIPTOR *a)
+{
+    memset(a, 0, sizeof *a);
+    if (!to_format(desc, &a->Format, &a->NumChannels))
+        return 0;
+    a->Width = extent.width;
+    a->Height = extent.height;
+    a->Depth = extent.depth;
+    a->Flags = flags;     /* cudaArrayLayered/SurfaceLoadStore/TextureGather are CUDA_ARRAY3D_* */
+    return 1;
+}
+
 static cudaError_t malloc_array(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, size_t w, size_t h,
                                 size_t d, unsigned int flags)
 {
     if (!array || !desc)
         return gp_rt_ret(cudaErrorInvalidValue);
     CUDA_ARRAY3D_DESCRIPTOR a;
-    memset(&a, 0, sizeof a);
-    if (!to_format(desc, &a.Format, &a.NumChannels))
+    if (!array_desc(desc, (struct cudaExtent){ w, h, d }, flags, &a))
         return gp_rt_ret(cudaErrorInvalidChannelDescriptor);
-    a.Width = w;
-    a.Height = h;
-    a.Depth = d;
-    a.Flags = flags;     /* cudaArrayLayered/SurfaceLoadStore/TextureGather are CUDA_ARRAY3D_* */
     RT_INIT();
     RT_RETURN_CU(cuArray3DCreate((CUarray *)array, &a));
 }
@@ -129,13 +132,8 @@ cudaError_t gpo_cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray, c
     if (!mipmappedArray || !desc)
         return gp_rt_ret(cudaErrorInvalidValue);
     CUDA_ARRAY3D_DESCRIPTOR a;
-    memset(&a, 0, sizeof a);
-    if (!to_format(desc, &a.Format, &a.NumChannels))
+    if (!array_desc(desc, extent, flags, &a))
         return gp_rt_ret(cudaErrorInvalidChannelDescriptor);
-    a.Width = extent.width;
-    a.Height = extent.height;
-    a.Depth = extent.depth;
-    a.Flags = flags;
     RT_INIT();
     RT_RETURN_CU(cuMipmappedArrayCreate((CUmipmappedArray *)mipmappedArray, &a, numLevels));
 }
@@ -245,6 +243,23 @@ static void set_linear_dst(CUDA_MEMCPY3D *c, void *p, int dev, size_t pitch, siz
     c->dstHeight = height;
 }
 
+/* An array side of a copy: x in bytes, y in rows. */
+static void set_array_src(CUDA_MEMCPY3D *c, cudaArray_const_t a, size_t x, size_t y)
+{
+    c->srcMemoryType = CU_MEMORYTYPE_ARRAY;
+    c->srcArray = (CUarray)a;
+    c->srcXInBytes = x;
+    c->srcY = y;
+}
+
+static void set_array_dst(CUDA_MEMCPY3D *c, cudaArray_const_t a, size_t x, size_t y)
+{
+    c->dstMemoryType = CU_MEMORYTYPE_ARRAY;
+    c->dstArray = (CUarray)a;
+    c->dstXInBytes = x;
+    c->dstY = y;
+}
+
 static cudaError_t run_copy(CUDA_MEMCPY3D *c, int async, cudaStream_t stream)
 {
     int pt = gp_rt_ptds();
@@ -265,10 +280,7 @@ static cudaError_t to_array(cudaArray_t dst, size_t wOffset, size_t hOffset, con
     CUDA_MEMCPY3D c;
     memset(&c, 0, sizeof c);
     set_linear_src(&c, src, sdev, spitch, height);
-    c.dstMemoryType = CU_MEMORYTYPE_ARRAY;
-    c.dstArray = (CUarray)dst;
-    c.dstXInBytes = wOffset;
-    c.dstY = hOffset;
+    set_array_dst(&c, dst, wOffset, hOffset);
     c.WidthInBytes = width;
     c.Height = height;
     c.Depth = 1;
@@ -286,10 +298,7 @@ static cudaError_t from_array(void *dst, size_t dpitch, cudaArray_const_t src, s
         return gp_rt_ret(cudaErrorInvalidPitchValue);
     CUDA_MEMCPY3D c;
     memset(&c, 0, sizeof c);
-    c.srcMemoryType = CU_MEMORYTYPE_ARRAY;
-    c.srcArray = (CUarray)src;
-    c.srcXInBytes = wOffset;
-    c.srcY = hOffset;
+    set_array_src(&c, src, wOffset, hOffset);
     set_linear_dst(&c, dst, ddev, dpitch, height);
     c.WidthInBytes = width;
     c.Height = height;
@@ -332,14 +341,8 @@ cudaError_t gpo_cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wOffsetDst, siz
         return gp_rt_ret(cudaErrorInvalidMemcpyDirection);
     CUDA_MEMCPY3D c;
     memset(&c, 0, sizeof c);
-    c.srcMemoryType = CU_MEMORYTYPE_ARRAY;
-    c.srcArray = (CUarray)src;
-    c.srcXInBytes = wOffsetSrc;
-    c.srcY = hOffsetSrc;
-    c.dstMemoryType = CU_MEMORYTYPE_ARRAY;
-    c.dstArray = (CUarray)dst;
-    c.dstXInBytes = wOffsetDst;
-    c.dstY = hOffsetDst;
+    set_array_src(&c, src, wOffsetSrc, hOffsetSrc);
+    set_array_dst(&c, dst, wOffsetDst, hOffsetDst);
     c.WidthInBytes = width;
     c.Height = height;
     c.Depth = 1;
@@ -481,24 +484,20 @@ static cudaError_t memcpy3d(const struct cudaMemcpy3DParms *p, int async, cudaSt
     CUDA_MEMCPY3D c;
     memset(&c, 0, sizeof c);
     if (p->srcArray) {
-        c.srcMemoryType = CU_MEMORYTYPE_ARRAY;
-        c.srcArray = (CUarray)p->srcArray;
-        c.srcXInBytes = p->srcPos.x * elem;
+        set_array_src(&c, p->srcArray, p->srcPos.x * elem, p->srcPos.y);
     } else {
         set_linear_src(&c, p->srcPtr.ptr, sdev, p->srcPtr.pitch, p->srcPtr.ysize);
         c.srcXInBytes = p->srcPos.x;
+        c.srcY = p->srcPos.y;
     }
-    c.srcY = p->srcPos.y;
     c.srcZ = p->srcPos.z;
     if (p->dstArray) {
-        c.dstMemoryType = CU_MEMORYTYPE_ARRAY;
-        c.dstArray = (CUarray)p->dstArray;
-        c.dstXInBytes = p->dstPos.x * elem;
+        set_array_dst(&c, p->dstArray, p->dstPos.x * elem, p->dstPos.y);
     } else {
         set_linear_dst(&c, p->dstPtr.ptr, ddev, p->dstPtr.pitch, p->dstPtr.ysize);
         c.dstXInBytes = p->dstPos.x;
+        c.dstY = p->dstPos.y;
     }
-    c.dstY = p->dstPos.y;
     c.dstZ = p->dstPos.z;
     c.WidthInBytes = p->extent.width * elem;
     c.Height = p->extent.height;

@@ -17,13 +17,6 @@ cudaError_t gpo_cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_
 cudaError_t gpo_cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
                                         const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dptr);
 
-#define RT_INIT()                                   \
-    do {                                            \
-        cudaError_t e_ = gp_rt_init_thread();       \
-        if (e_ != cudaSuccess)                      \
-            return gp_rt_ret(e_);                   \
-    } while (0)
-
 cudaError_t gpo_cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
     RT_INIT();
@@ -325,6 +318,12 @@ cudaError_t gpo_cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphExec, cud
 }
 
 /* cudaHostNodeParams and CUDA_HOST_NODE_PARAMS: { fn, userData } */
+static CUDA_HOST_NODE_PARAMS host_params(const struct cudaHostNodeParams *p)
+{
+    CUDA_HOST_NODE_PARAMS h = { (CUhostFn)p->fn, p->userData };
+    return h;
+}
+
 cudaError_t gpo_cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
                                      const cudaGraphNode_t *pDependencies, size_t numDependencies,
                                      const struct cudaHostNodeParams *pNodeParams)
@@ -332,7 +331,7 @@ cudaError_t gpo_cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cudaGraph_t gr
     if (!pNodeParams)
         return gp_rt_ret(cudaErrorInvalidValue);
     RT_INIT();
-    CUDA_HOST_NODE_PARAMS h = { (CUhostFn)pNodeParams->fn, pNodeParams->userData };
+    CUDA_HOST_NODE_PARAMS h = host_params(pNodeParams);
     RT_RETURN_CU(cuGraphAddHostNode((CUgraphNode *)pGraphNode, (CUgraph)graph, (const CUgraphNode *)pDependencies,
                                     numDependencies, &h));
 }
@@ -342,7 +341,7 @@ cudaError_t gpo_cudaGraphHostNodeSetParams(cudaGraphNode_t node, const struct cu
     if (!pNodeParams)
         return gp_rt_ret(cudaErrorInvalidValue);
     RT_INIT();
-    CUDA_HOST_NODE_PARAMS h = { (CUhostFn)pNodeParams->fn, pNodeParams->userData };
+    CUDA_HOST_NODE_PARAMS h = host_params(pNodeParams);
     RT_RETURN_CU(cuGraphHostNodeSetParams((CUgraphNode)node, &h));
 }
 
@@ -352,7 +351,7 @@ cudaError_t gpo_cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphExec, cudaG
     if (!pNodeParams)
         return gp_rt_ret(cudaErrorInvalidValue);
     RT_INIT();
-    CUDA_HOST_NODE_PARAMS h = { (CUhostFn)pNodeParams->fn, pNodeParams->userData };
+    CUDA_HOST_NODE_PARAMS h = host_params(pNodeParams);
     RT_RETURN_CU(cuGraphExecHostNodeSetParams((CUgraphExec)hGraphExec, (CUgraphNode)node, &h));
 }
 

@@ -11,13 +11,6 @@
 #include "gp_gen.h"
 #include "gp_rt.h"
 
-#define RT_INIT()                                   \
-    do {                                            \
-        cudaError_t e_ = gp_rt_init_thread();       \
-        if (e_ != cudaSuccess)                      \
-            return gp_rt_ret(e_);                   \
-    } while (0)
-
 cudaError_t gpo_cudaHostRegister(void *ptr, size_t size, unsigned int flags)
 {
     RT_INIT();

@@ -9,13 +9,6 @@
 #include "gp_gen.h"
 #include "gp_rt.h"
 
-#define RT_INIT()                                   \
-    do {                                            \
-        cudaError_t e_ = gp_rt_init_thread();       \
-        if (e_ != cudaSuccess)                      \
-            return gp_rt_ret(e_);                   \
-    } while (0)
-
 _Static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle), "IPC handles differ in size");
 
 cudaError_t gpo_cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)

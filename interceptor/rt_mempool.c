@@ -8,13 +8,6 @@
  * Locking: each driver call takes gp_lock itself. */
 #include "gp_rt.h"
 
-#define RT_INIT()                                   \
-    do {                                            \
-        cudaError_t e_ = gp_rt_init_thread();       \
-        if (e_ != cudaSuccess)                      \
-            return gp_rt_ret(e_);                   \
-    } while (0)
-
 cudaError_t gpo_cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
 {
     if (!devPtr)

@@ -1,5 +1,5 @@
 """__device__ variables come back at their addresses (issue 23, target 5;
-proxyd/families/modrestore.py, proxyd/checkpoint/placement.py).
+proxyd/families/modrestore.py, proxyd/families/placement.py).
 
 tests/programs/globals_table.cu loads one module four times, looking up and
 launching kernels of each before loading the next (as a framework loading
@@ -24,7 +24,7 @@ import corpus  # noqa: E402
 from paced import PacedRun  # noqa: E402
 from test_checkpoint import BACKEND, ctl, daemon, tmp  # noqa: E402,F401
 
-from gpuproxy.proxyd.checkpoint.placement import explain
+from gpuproxy.proxyd.families.placement import explain
 from gpuproxy.proxyd.families.modrestore import placement_order
 
 pytestmark = [pytest.mark.gpu] if BACKEND == "cuda" else []

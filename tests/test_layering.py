@@ -137,21 +137,48 @@ def test_restore_order_is_the_engines(kinds):
                      "memory", "device_vars", "sparse_after_memory", "session_state",
                      "host_memory"]
     assert [k.name for k in kinds.ordered() if k.check is not None] == ["ipc", "link", "nccl"]
-    assert [k.name for k in kinds.ordered() if k.capture is not None] == ["arrays"]
+    assert [k.name for k in kinds.ordered() if k.capture is not None] == ["modules", "arrays"]
+    assert [k.name for k in kinds.ordered() if k.module_images is not None] == ["modules"]
     assert [k.name for k in kinds.ordered() if k.pieces is not None] == ["memory"]
-    assert set(kinds.SERVICES) == {"destroy_context", "map_fixed_segment"}
+    assert set(kinds.SERVICES) == {"destroy_context"}
 
 
 def test_every_manifest_field_has_an_owner_and_a_schema(kinds):
-    from gpuproxy.proxyd.checkpoint import engine
     from gpuproxy.proxyd.checkpoint.manifest_schema import SESSION
     schema = set(SESSION.fields) | set(SESSION.optional)
-    owned = {key: k.name for k in kinds.KINDS.values() for key in k.keys}
-    for key in engine.ENGINE_KEYS:
-        assert key not in owned, f"session.{key} claimed by the engine and by kind {owned[key]}"
-        owned[key] = "engine"
+    owned = {}
+    for k in kinds.KINDS.values():
+        for key in k.keys:
+            assert key not in owned, f"session.{key} claimed by kinds {owned[key]} and {k.name}"
+            owned[key] = k.name
     assert not set(owned) - schema, f"fields without a schema entry (manifest_schema.SESSION): {set(owned) - schema}"
     assert not schema - set(owned), f"schema entries no kind or the engine writes: {schema - set(owned)}"
+
+
+def test_a_dumps_manifest_is_the_kinds_fields(kinds):
+    """The engine writes no manifest field itself: describe() is the walk of
+    the kinds' describe hooks, each writing only fields it declares,
+    and what it makes of a live session (emulated backend: a context, an
+    allocation, a stream) passes the schema a restore applies."""
+    from gpuproxy.emu.backend import EmuBackend
+    from gpuproxy.proxyd.checkpoint import engine
+    from gpuproxy.proxyd.checkpoint.manifest_schema import validate_session
+    from gpuproxy.proxyd.core import protocol as P
+    from gpuproxy.proxyd.core.arena import Arena
+    from gpuproxy.proxyd.core.session import Session
+    from gpuproxy.proxyd.worker.server import ARENA_BASE, SLOT_SIZE
+    b = EmuBackend()
+    s = Session("t-1", 1, "x", 0, Arena(ARENA_BASE, SLOT_SIZE, b.map_chunk, b.unmap_chunk))
+    ctx = s.add_context(0, b.ctx_create(0, 0), primary=True)
+    s.arena.alloc(1 << 16, 0)
+    s.add(P.K_STREAM, 1, ctx.id, {}, create=(0, 0, []))      # as the generic create path records one
+    for k in kinds.ordered():
+        if k.describe is not None:
+            assert set(k.describe(s)) <= set(k.keys), f"kind {k.name} writes fields it does not declare"
+    desc = engine.describe(s)
+    # every required field is there (optional ones: where a session has them, e.g. dev_map)
+    validate_session(desc, strict=True)
+    assert desc["arena"]["chunks"] and len(desc["streams"]) == 1 and desc["token"] == "t-1"
 
 
 def test_a_kind_name_is_registered_once(kinds):

@@ -48,7 +48,7 @@ from ..core import protocol as P
 from ..core.kinds import CheckpointError, Stage
 from ..core.kinds import jsonable as _jsonable
 from ..core.kinds import unjson as _unjson
-from ..core.session import CudaError, Session
+from ..core.session import Session
 from . import hashing
 from .image import FLAG_GLOBAL, Image, ImageError, ImageWriter
 from .manifest_schema import SESSION, SchemaError, validate_session
@@ -67,7 +67,21 @@ def _ms(t0: float, t1: float) -> float:
 # ---------------------------------------------------------------- describing
 
 def describe(sess: Session) -> dict:
-    """The session's live objects as a JSON-ready dict (manifest 'session')."""
+    """The session's live objects as a JSON-ready dict (manifest 'session'):
+    the fields of every kind (core/kinds.py), the engine's own steps'
+    (contexts, streams and events, the client-facing state ...) and the
+    families' (modules and kernels, the arena, pools, graphs, arrays,
+    library handles, host memory ...)."""
+    out = {}
+    for k in kinds.ordered():
+        if k.describe is not None:
+            out.update(k.describe(sess))
+    return out
+
+
+def _describe_session_state(sess: Session) -> dict:
+    """The client-facing state (rebuilt at Stage.SESSION_STATE) and who the
+    client is."""
     out = {
         "token": sess.token,
         "pid": sess.pid,
@@ -77,30 +91,7 @@ def describe(sess: Session) -> dict:
         "last_reply": [base64.b64encode(bytes(f)).decode() for f in sess.last_reply] if sess.last_reply else None,
         "next_id": {str(k): v for k, v in sess.next_id.items()},
         "async_error": list(sess.async_error) if sess.async_error else None,
-        "contexts": [{"id": c.id, "device": c.device, "primary": c.primary, "flags": c.flags,
-                      "refcount": c.refcount, "limits": {str(k): v for k, v in c.limits.items()},
-                      "stream_attrs": _attrs_json(c.stream_attrs)}
-                     for c in sorted(sess.contexts.values(), key=lambda c: c.id)],
-        "streams": [],
-        "events": [],
-        "arena": sess.arena.describe(),
-        "shm": {"staging": sess.staging_seg, "registered": sorted(set(sess.shm.registered) | sess.shm_pending) if sess.shm else [],
-                # GPU-visible host segments: [segment, address, length, kind, flags]
-                "maps": [[seg, *v] for seg, v in sorted(sess.shm.fixed.items())] if sess.shm else []},
-        "channel": sess.chan.name if sess.chan is not None else None,
-        # addresses of __device__ variables that earlier restores moved
-        "addr_map": [list(x) for x in sess.addr_map],
-        # settings made through `restore: replay` calls, in the order to replay them
-        "replay": [[fid, ctxh, [_jsonable(a) for a in args]] for fid, ctxh, args in sess.replay.values()],
-        "primary_flags": {str(d): f for d, f in sess.primary_flags.items()},
     }
-    # the objects the API families own (core/kinds.py): modules and kernels,
-    # pools, physical allocations, graphs, arrays, library handles ...
-    for k in kinds.ordered():
-        if k.describe is not None:
-            out.update(k.describe(sess))
-    out["capture"] = {str(k): v for k, v in sess.capture.items()}
-    out["capture_events"] = {str(k): v for k, v in sess.capture_events.items()}
     # who the process is, where this proxyd can tell (its pid namespace):
     # a restore refuses a process that is gone or whose pid now names
     # another process, and a root dump gives the image to the process's user
@@ -116,6 +107,18 @@ def describe(sess: Session) -> dict:
     # the user whose messages its worker read (worker_gate.py): a restore by
     # an admin gives the session back to that user, also where "uid" is unknown
     out["owner_uid"] = getattr(sess, "owner_uid", None)
+    return out
+
+
+def _describe_contexts(sess: Session) -> dict:
+    return {"contexts": [{"id": c.id, "device": c.device, "primary": c.primary, "flags": c.flags,
+                          "refcount": c.refcount, "limits": {str(k): v for k, v in c.limits.items()},
+                          "stream_attrs": _attrs_json(c.stream_attrs)}
+                         for c in sorted(sess.contexts.values(), key=lambda c: c.id)]}
+
+
+def _describe_streams_events(sess: Session) -> dict:
+    out = {"streams": [], "events": []}
     for kind, key in ((P.K_STREAM, "streams"), (P.K_EVENT, "events")):
         for o in sess.of_kind(kind):
             fid, ctxh, args = o.create
@@ -128,21 +131,15 @@ def describe(sess: Session) -> dict:
     return out
 
 
+def _describe_replay(sess: Session) -> dict:
+    # settings made through `restore: replay` calls, in the order to replay them
+    return {"replay": [[fid, ctxh, [_jsonable(a) for a in args]] for fid, ctxh, args in sess.replay.values()],
+            "primary_flags": {str(d): f for d, f in sess.primary_flags.items()}}
+
+
 def _attrs_json(stream_attrs: dict) -> dict:
     """{stream value: {attribute id: value bytes}} as JSON."""
     return {str(s): {str(k): _jsonable(v) for k, v in a.items()} for s, a in stream_attrs.items()}
-
-
-def _jsonable(a):
-    if isinstance(a, (bytes, bytearray, memoryview)):
-        return {"bytes": base64.b64encode(bytes(a)).decode()}
-    return a
-
-
-def _unjson(a):
-    if isinstance(a, dict) and "bytes" in a:
-        return base64.b64decode(a["bytes"])
-    return a
 
 
 # ------------------------------------------------------------------ pieces
@@ -208,6 +205,17 @@ def memory_pieces(sess: Session) -> list[Piece]:
     for k in kinds.ordered():
         if k.pieces is not None:
             out += k.pieces(sess)
+    return out
+
+
+def module_images(sess: Session, desc: dict) -> list:
+    """(manifest entry, image bytes) of every module image the kinds keep
+    (core/kinds.py, Kind.module_images), taken while frozen: the app may
+    load or unload modules once it runs again."""
+    out = []
+    for k in kinds.ordered():
+        if k.module_images is not None:
+            out += k.module_images(sess, desc)
     return out
 
 
@@ -350,9 +358,8 @@ class Engine:
             desc = describe(sess)
             # everything written later comes from here, taken while frozen:
             # the app may load or unload modules once it runs again
-            modules = [o.info["image"] for o in sess.of_kind(P.K_MODULE)]
-            globals_ = self._read_globals(sess, desc)
-            globals_ += self._read_captures(sess)
+            modules = module_images(sess, desc)
+            globals_ = self._read_captures(sess, desc)
             pieces = memory_pieces(sess)
             total = sum(p.n for p in pieces)
             stats.update(bytes=total, chunks=len(pieces), quiesce_ms=_ms(t0, t_quiet))
@@ -451,34 +458,14 @@ class Engine:
         os.makedirs(path, exist_ok=True)
         return parent_img, path
 
-    def _read_globals(self, sess: Session, desc: dict) -> list:
-        """Contents of every __device__ variable of every loaded module."""
-        b = self.backend
-        out = []
-        for md, o in zip(desc["modules"], sess.of_kind(P.K_MODULE)):
-            ctx = sess.contexts.get(o.ctx)
-            if ctx is not None:
-                b.make_current(ctx.real)
-            for name in sorted(o.info["parsed"].globals):
-                try:
-                    addr, size = b.module_global(o.real, name)
-                except CudaError:
-                    continue     # declared but not kept in this image (e.g. optimised out)
-                buf = bytearray(size)
-                if size:
-                    b.dtoh(buf, addr, size, 0, True)
-                md["globals"][name] = [addr, size]
-                out.append((addr, size, bytes(buf)))
-        return out
-
-    def _read_captures(self, sess: Session) -> list:
-        """Contents that kinds keep as pieces of the image (CUDA arrays,
-        families/arrays.py), as (key, size, bytes, flags); read while frozen,
-        like the __device__ variables."""
+    def _read_captures(self, sess: Session, desc: dict) -> list:
+        """Contents that kinds keep as pieces of the image (__device__
+        variables, families/device_vars.py; CUDA arrays, families/arrays.py), as
+        (key, size, bytes, flags); read while frozen, after describe."""
         out = []
         for k in kinds.ordered():
             if k.capture is not None:
-                for key, data, flags in k.capture(self.backend, sess):
+                for key, data, flags in k.capture(self.backend, sess, desc):
                     out.append((key, len(data), data, FLAG_GLOBAL | flags))
         return out
 
@@ -648,15 +635,14 @@ class Engine:
         }
         w = ImageWriter(path, kind, meta, parent=parent_img, chunk_size=CHUNK, seal_key=self.seal_key(),
                         owner=self.image_owner(desc, key_uid), compress=compress)
-        for md, image in zip(desc["modules"], modules, strict=True):
-            md["image"] = w.add_module(image)
+        for entry, image in modules:
+            entry["image"] = w.add_module(image)
         for p in pieces:
             if not p.changed and parent_img is not None:
                 w.add_unchanged(p.addr, p.n, p.hash)
         w.add_chunks([(p.addr, p.host, p.hash, 0) for p in pieces if p.changed or parent_img is None],
                      workers=self.WRITERS)
-        for addr, size, data, *fl in globals_:
-            flags = fl[0] if fl else FLAG_GLOBAL       # __device__ variables, or array pieces
+        for addr, size, data, flags in globals_:      # the kinds' pieces (__device__ variables, arrays)
             h = hashing.gp64(data)
             if parent_img is not None and parent_img.hash_of(addr) == h:
                 w.add_unchanged(addr, size, h, flags=flags)
@@ -1011,37 +997,6 @@ class Engine:
             if code:
                 raise CheckpointError(f"cuStreamSetAttribute({aid}) on a restored stream failed ({code})")
             keep[int(aid)] = bytes(val)
-    def _check_globals(self, sess: Session, desc: dict):
-        """Compares every __device__ variable of the reloaded modules with its
-        recorded address. One that moved is translated where the app passes
-        its address to an API call (Session.addr_map), but not where the app
-        stored it in device memory (a pointer table) or passes it inside
-        kernel arguments (a parameter layout gives offsets and sizes, not
-        which parameters are pointers): the restore output lists each moved
-        variable so that this is never silent."""
-        b = self.backend
-        moved = []
-        for md in desc["modules"]:
-            mod = sess.objects[(P.K_MODULE, md["id"])]
-            b.make_current(sess.contexts[md["ctx"]].real)
-            for name, (old_addr, size) in md["globals"].items():
-                addr, nsize = b.module_global(mod.real, name)
-                if nsize != size:
-                    raise CheckpointError(f"__device__ variable {name} changed size ({size} -> {nsize} bytes)")
-                if addr != old_addr:
-                    log.warning("session %s: __device__ variable %s moved from %#x to %#x on restore; API calls "
-                                "that pass its old address are translated, copies of it kept in device memory "
-                                "or passed in kernel arguments are not", sess.token, name, old_addr, addr)
-                    moved.append({"name": name, "old": old_addr, "new": addr, "size": size, "module": md["id"]})
-        self.rstats["globals"] = sum(len(md["globals"]) for md in desc["modules"])
-        self.rstats["moved_globals"] = moved
-        # why they moved, from the pattern (placement.py); the count is in the output either way
-        from .placement import explain
-        self.rstats["moved_globals_why"] = explain(moved, desc["modules"], self.rstats.get("modules_mode"))
-        for line in self.rstats["moved_globals_why"]:
-            log.warning("session %s: %d of %d __device__ variables moved: %s", sess.token, len(moved),
-                        self.rstats["globals"], line)
-
     def _rebuild(self, sess: Session, img: Image, desc: dict, device_map: dict):
         """Every kind's objects, in the declared restore order (core/kinds.py,
         Stage): the engine's own steps (contexts, the arena, memory contents,
@@ -1092,36 +1047,6 @@ class Engine:
             missing = sorted(set(pieces) - {r.addr for r in arena_refs})
             raise CheckpointError(f"image lacks {len(missing)} chunks, first at {missing[0]:#x}")
 
-    def _write_device_vars(self, sess: Session, img: Image, desc: dict) -> None:
-        """__device__ variables' contents (Stage.DEVICE_VARS): by name into
-        the reloaded modules."""
-        b = self.backend
-        ctxs = sess.contexts
-        gl = {r.addr: r for r in img.chunks() if r.flags & FLAG_GLOBAL}
-        for md in desc["modules"]:
-            mod = sess.objects[(P.K_MODULE, md["id"])]
-            b.make_current(ctxs[md["ctx"]].real)
-            for name, (old_addr, size) in md["globals"].items():
-                r = gl.get(old_addr)
-                if r is None:
-                    raise CheckpointError(f"image lacks the contents of __device__ variable {name}")
-                data = bytes(img.read_chunk(r))
-                if hashing.gp64(data) != r.hash:
-                    raise CheckpointError(f"__device__ variable {name} is corrupt in the image")
-                addr, nsize = b.module_global(mod.real, name)
-                if size:
-                    b.htod(addr, data, size, 0, True)
-                mod.info["globals"][name] = (addr, size)
-                # the client may hold this variable's address from before this
-                # restore, or from before an earlier one: all lead here now
-                if addr != old_addr:
-                    sess.addr_map.append((old_addr, size, addr))
-                for orig, osize, mid in desc.get("addr_map", []):
-                    if mid == old_addr and orig != addr:
-                        sess.addr_map.append((orig, osize, addr))
-        for c in list(sess.contexts.values()):
-            b.ctx_sync(c.real)
-
 
 # ------------------------------------------------- the engine's own steps
 # Registered in the kinds table with the families' kinds, so that the whole
@@ -1138,7 +1063,7 @@ def _kinds_complete() -> None:
     to write and rebuild it: the API families were not loaded (the
     dispatcher loads them; families.load_all), and an image made now would
     silently lack their objects."""
-    owned = set(ENGINE_KEYS).union(*(k.keys for k in kinds.KINDS.values()))
+    owned = set().union(*(k.keys for k in kinds.KINDS.values()))
     missing = sorted(set(SESSION.fields) - owned)
     if missing:
         raise CheckpointError(f"no checkpoint object kind writes the manifest fields {', '.join(missing)}: the API "
@@ -1152,12 +1077,6 @@ def _rebuild_contexts(r: kinds.Restore) -> None:
                                                                     primary=c["primary"]),
                                  c["primary"], c["flags"], ident=c["id"])
         ctx.refcount = c["refcount"]
-
-
-def _rebuild_arena(r: kinds.Restore) -> None:
-    arena_desc = dict(r.desc["arena"])
-    arena_desc["chunks"] = [[s, n, r.dmap(d), small] for s, n, d, small in r.desc["arena"]["chunks"]]
-    r.sess.arena.rebuild(arena_desc)
 
 
 def _rebuild_streams_events(r: kinds.Restore) -> None:
@@ -1228,48 +1147,17 @@ def _rebuild_session_state(r: kinds.Restore) -> None:
         sess.async_error = tuple(desc["async_error"])
 
 
-def _rebuild_host_memory(r: kinds.Restore) -> None:
-    """The client's shared segments (Stage.HOST_MEMORY): the staging segment,
-    page-locked ones registered again, GPU-visible host memory mapped at the
-    client's address (families/hostmap.py); then the fast channel."""
-    b, sess, desc = r.backend, r.sess, r.desc
-    sess.staging_seg = desc["shm"]["staging"]
-    for seg, addr, length, kind, flags in desc["shm"].get("maps", []):
-        sess.shm.fixed[int(seg)] = (int(addr), int(length), int(kind), int(flags))
-    for seg in desc["shm"]["registered"]:
-        try:
-            if int(seg) in sess.shm.fixed:
-                kinds.service("map_fixed_segment")(b, sess, int(seg))       # at the client's address (families/hostmap.py)
-                continue
-            view = memoryview(sess.shm.open(int(seg)))
-            sess.shm.registered[int(seg)] = b.host_register(view)
-        except Exception as e:
-            # the client re-creates it when it attaches (after parking)
-            sess.shm_pending.add(int(seg))
-            log.info("session %s: client segment %s not mapped yet (%s)", sess.token, seg, e)
-    sess.shm_ok = sess.staging_seg is not None and int(sess.staging_seg) in sess.shm.maps
-    if desc.get("channel") and sess.shm_ok:
-        from ..core.channel import Channel, SIZE
-        try:
-            sess.chan = Channel(desc["channel"], SIZE)
-        except Exception as e:
-            log.info("session %s: fast channel not reopened (%s)", sess.token, e)
-
-
-# the manifest fields describe() writes itself (the rest come from kinds)
-ENGINE_KEYS = ("token", "pid", "exe", "slot", "last_seq", "last_reply", "next_id", "async_error", "arena", "shm",
-               "channel", "addr_map", "primary_flags", "capture", "capture_events", "pidns", "start_time", "uid",
-               "owner_uid")
-for _k in (kinds.Kind("contexts", Stage.CONTEXTS, ("contexts",), rebuild=_rebuild_contexts),
-           kinds.Kind("globals", Stage.GLOBALS, rebuild=lambda r: r.engine._check_globals(r.sess, r.desc)),
-           kinds.Kind("arena", Stage.ARENA, rebuild=_rebuild_arena),
-           kinds.Kind("streams_events", Stage.STREAMS_EVENTS, ("streams", "events"), rebuild=_rebuild_streams_events),
+for _k in (kinds.Kind("contexts", Stage.CONTEXTS, ("contexts",), describe=_describe_contexts,
+                      rebuild=_rebuild_contexts),
+           kinds.Kind("streams_events", Stage.STREAMS_EVENTS, ("streams", "events"), describe=_describe_streams_events,
+                      rebuild=_rebuild_streams_events),
            kinds.Kind("context_settings", Stage.CONTEXT_SETTINGS, rebuild=_rebuild_context_settings),
-           kinds.Kind("replay", Stage.REPLAY, ("replay",), rebuild=_rebuild_replay),
+           kinds.Kind("replay", Stage.REPLAY, ("replay", "primary_flags"), describe=_describe_replay,
+                      rebuild=_rebuild_replay),
            kinds.Kind("memory", Stage.MEMORY, pieces=pieces_of,
                       rebuild=lambda r: r.engine._upload_memory(r.sess, r.img)),
-           kinds.Kind("device_vars", Stage.DEVICE_VARS,
-                      rebuild=lambda r: r.engine._write_device_vars(r.sess, r.img, r.desc)),
-           kinds.Kind("session_state", Stage.SESSION_STATE, rebuild=_rebuild_session_state),
-           kinds.Kind("host_memory", Stage.HOST_MEMORY, rebuild=_rebuild_host_memory)):
+           kinds.Kind("session_state", Stage.SESSION_STATE,
+                      ("token", "pid", "exe", "slot", "last_seq", "last_reply", "next_id", "async_error", "pidns",
+                       "start_time", "uid", "owner_uid"),
+                      describe=_describe_session_state, rebuild=_rebuild_session_state)):
     kinds.register(dataclasses.replace(_k, owner=__name__))

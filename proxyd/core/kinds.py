@@ -1,17 +1,21 @@
 """Checkpoint object kinds: the table the checkpoint engine walks.
 
 Each API family registers the kinds of objects it owns (families/*.py, at
-import): what to record of them while the session is frozen (`describe`,
-and `capture` for contents kept as image pieces), what makes a dump
-impossible (`check`), and how to build them again (`rebuild`) at which
-point of a restore (`stage`). The engine (checkpoint/engine.py) imports no
-family: it runs `check` and `describe` of every kind at a dump and `rebuild`
-of every kind in ascending stage at a restore (ties: by name), and registers
-its own steps (contexts, the arena, streams and events, context settings,
-replayed settings, the device memory's contents, __device__ variables, the
-client-facing state and its host memory) in the same table: a restore is
-nothing but this walk. A new family adds itself here
-without touching the engine.
+import): what to record of them while the session is frozen (`describe`
+for manifest fields, `capture` for contents kept as image pieces,
+`module_images` for module images, `pieces` for device memory), what makes
+a dump impossible (`check`), and how to build them again (`rebuild`) at
+which point of a restore (`stage`). The engine (checkpoint/engine.py)
+imports no family: at a dump it runs `check`, then `describe`,
+`module_images`, `capture` and `pieces` of every kind in the table's order
+and writes what they return (its own work there is generic: freezing,
+copying, hashing, writing the image); at a restore it runs `rebuild` of
+every kind in ascending stage (ties: by name). It registers its own steps
+(contexts, streams and events, context settings, replayed settings, the
+device memory's contents, the client-facing state) in the same table, with
+the manifest fields they describe: the manifest is nothing but the kinds' fields, and a
+restore nothing but this walk. A new family adds itself here without
+touching the engine.
 
 The manifest's fields stay described in one place, checkpoint/
 manifest_schema.py (SESSION), which the supervisor and `proxy-cli inspect`
@@ -52,8 +56,8 @@ class Stage(IntEnum):
     CONTEXTS = 100           # engine: contexts with their flags, under their ids
     MODULES = 200            # modules in the app's load order, before any memory is mapped: the
                              # driver then places __device__ variables where it placed them before
-    GLOBALS = 250            # engine: every __device__ variable checked against its recorded address
-    ARENA = 300              # engine: the arena's chunks mapped again at their addresses
+    GLOBALS = 250            # every __device__ variable checked against its recorded address (families/device_vars.py)
+    ARENA = 300              # the arena's chunks mapped again at their addresses (families/memory.py)
     POOLS = 400              # stream-ordered pools (their allocations are arena allocations)
     VMM = 410                # the app's physical allocations (cuMemCreate) and their mappings
     GRAPH_MEM = 420          # graph memory nodes' allocations (in the arena)
@@ -71,11 +75,11 @@ class Stage(IntEnum):
     MEMORY = 1500            # engine: the arena's contents uploaded and checked against the image's hashes
                              # (every device allocation lives in the arena: cuMemAlloc's, pools', VMM
                              # mappings, graph memory nodes'), once everything that maps it exists
-    DEVICE_VARS = 1600       # engine: __device__ variables' contents written into the reloaded modules
+    DEVICE_VARS = 1600       # __device__ variables' contents written into the reloaded modules (families/device_vars.py)
     AFTER_MEMORY = 2000      # kinds whose rebuild reads device memory (cuSPARSE analyses replayed)
     SESSION_STATE = 3000     # engine: the client-facing state (sequence number, last reply, ids, async error)
-    HOST_MEMORY = 3100       # engine: the client's shared segments registered again, GPU-visible host
-                             # memory mapped at its address (families/hostmap.py), the fast channel
+    HOST_MEMORY = 3100       # the client's shared segments registered again, GPU-visible host memory
+                             # mapped at its address, the fast channel (families/hostmap.py)
 
 
 @dataclass
@@ -108,7 +112,19 @@ class Kind:
     stage: int = Stage.NONE
     keys: tuple[str, ...] = ()                        # manifest `session` fields it writes
     describe: Callable[[Any], dict] | None = None     # sess -> {key: JSON value}, while frozen
-    capture: Callable[[Any, Any], list] | None = None  # (backend, sess) -> [(key, bytes, flags)], while frozen
+    # (backend, sess, desc) -> [(key, bytes, flags)]: contents kept as pieces
+    # of the image (key: a 64-bit number unique in the image, e.g. the
+    # address; the engine adds FLAG_GLOBAL to flags), read while frozen,
+    # after every kind's describe. desc is the manifest's `session` being
+    # made: a kind may complete its own fields there with what it read (the
+    # modules: where each __device__ variable is). Each piece is stored in
+    # full unless the parent image has the same bytes under its key.
+    capture: Callable[[Any, Any, dict], list] | None = None
+    # (sess, desc) -> [(entry, image bytes)]: module images, each to be
+    # stored once in the image's modules folder (by content); the engine
+    # sets entry["image"] to the stored name. entry is the kind's own
+    # element of desc (the "modules" kind's list).
+    module_images: Callable[[Any, dict], list] | None = None
     check: Callable[[Any], None] | None = None        # sess -> None, or RuntimeError: cannot checkpoint
     rebuild: Callable[[Restore], None] | None = None
     # sess -> the device memory it owns, as the engine's pieces (checkpoint/
@@ -124,8 +140,7 @@ class Kind:
 
 KINDS: dict[str, Kind] = {}
 # Single functions a family offers the engine outside the walk (the engine
-# calls them by name): "destroy_context" (release after a dump),
-# "map_fixed_segment" (a GPU-visible host segment back at its address).
+# calls them by name): "destroy_context" (release after a dump).
 SERVICES: dict[str, Callable] = {}
 
 

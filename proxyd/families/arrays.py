@@ -562,7 +562,7 @@ def rebuild(d, sess, arrays: list, objs: list, read_key):
             raise RuntimeError(e.message) from e
 
 
-def _capture(backend, sess) -> list:
+def _capture(backend, sess, desc=None) -> list:
     """Contents of every CUDA array as image pieces (key, bytes, FLAG_ARRAY),
     read while the session is frozen."""
     out = []

@@ -424,7 +424,12 @@ def h_capture_info(d, sess, fn, ctx, args, **kw):
     return CUDA_SUCCESS, outs
 
 
-register(Kind("graphs", Stage.GRAPHS, ("graphs",), describe=lambda sess: {"graphs": describe(sess)},
+# with the graphs, the streams being captured into them and the events
+# recorded in a capture ({stream or event value: graph id})
+register(Kind("graphs", Stage.GRAPHS, ("graphs", "capture", "capture_events"),
+              describe=lambda sess: {"graphs": describe(sess),
+                                     "capture": {str(k): v for k, v in sess.capture.items()},
+                                     "capture_events": {str(k): v for k, v in sess.capture_events.items()}},
               rebuild=lambda r: rebuild(r.sess, r.desc.get("graphs", []), r.desc.get("capture", {}),
                                         r.desc.get("capture_events", {}), r.dispatcher),
               owner=__name__))

@@ -9,15 +9,16 @@ every such segment, interceptor/hostmap_api.c) and host_unmap
 (cuMemHostUnregister's op). map_again() maps a known segment after a
 restore or after the client re-created it (parking).
 
-Locking: the worker's main loop; the checkpoint engine calls map_again()
-while the session is being restored (not yet served).
+Locking: the worker's main loop; the checkpoint engine runs this module's
+kind (below) on its thread while the session is frozen (dump) or not yet
+served (restore).
 """
 from __future__ import annotations
 
 import logging
 
 from ..core import protocol as P
-from ..core.kinds import provide
+from ..core.kinds import Kind, Stage, register
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
 from ..core.shm import AddressInUse, ShmError
@@ -99,4 +100,50 @@ def h_host_unmap(d, sess, fn, ctx, args, **kw):
     return CUDA_SUCCESS, []
 
 
-provide("map_fixed_segment", map_again)      # the engine, restoring a session's GPU-visible host segments
+# ------------------------------------------------------------ checkpoints
+# The client's shared host memory as a checkpoint object kind (core/kinds.py):
+# the staging segment, page-locked segments (memory.py's cuMemHostAlloc),
+# GPU-visible ones mapped at the client's address (this module), and the
+# fast channel's segment. The client's own mappings come back with the
+# process (CRIU, or it never left); a restore opens them again here, last,
+# once the session's GPU state is complete.
+
+def _describe(sess) -> dict:
+    return {"shm": {"staging": sess.staging_seg,
+                    "registered": sorted(set(sess.shm.registered) | sess.shm_pending) if sess.shm else [],
+                    # GPU-visible host segments: [segment, address, length, kind, flags]
+                    "maps": [[seg, *v] for seg, v in sorted(sess.shm.fixed.items())] if sess.shm else []},
+            "channel": sess.chan.name if sess.chan is not None else None}
+
+
+def _rebuild(r) -> None:
+    """Stage.HOST_MEMORY: the staging segment, page-locked segments
+    registered again, GPU-visible host memory mapped at the client's
+    address; then the fast channel. A segment the client has not
+    re-created yet (it was parked) is registered when it attaches."""
+    b, sess, desc = r.backend, r.sess, r.desc
+    sess.staging_seg = desc["shm"]["staging"]
+    for seg, addr, length, kind, flags in desc["shm"].get("maps", []):
+        sess.shm.fixed[int(seg)] = (int(addr), int(length), int(kind), int(flags))
+    for seg in desc["shm"]["registered"]:
+        try:
+            if int(seg) in sess.shm.fixed:
+                map_again(b, sess, int(seg))       # at the client's address
+                continue
+            view = memoryview(sess.shm.open(int(seg)))
+            sess.shm.registered[int(seg)] = b.host_register(view)
+        except Exception as e:
+            # the client re-creates it when it attaches (after parking)
+            sess.shm_pending.add(int(seg))
+            log.info("session %s: client segment %s not mapped yet (%s)", sess.token, seg, e)
+    sess.shm_ok = sess.staging_seg is not None and int(sess.staging_seg) in sess.shm.maps
+    if desc.get("channel") and sess.shm_ok:
+        from ..core.channel import SIZE, Channel
+        try:
+            sess.chan = Channel(desc["channel"], SIZE)
+        except Exception as e:
+            log.info("session %s: fast channel not reopened (%s)", sess.token, e)
+
+
+register(Kind("host_memory", Stage.HOST_MEMORY, ("shm", "channel"), describe=_describe, rebuild=_rebuild,
+              owner=__name__))

@@ -15,6 +15,7 @@ from . import hostmap
 from . import ipc
 from ..core import protocol as P
 from ..core.arena import ArenaError
+from ..core.kinds import Kind, Stage, register
 from ..core.registry import CUDA_SUCCESS, handler, need_ctx, stream_of
 from ..core.session import CudaError
 
@@ -251,3 +252,20 @@ def h_host_free(d, sess, fn, ctx, args, **kw):
         d.backend.host_unregister(tok)
     sess.shm.close(ref.seg)
     return CUDA_SUCCESS, []
+
+
+# ------------------------------------------------------------ checkpoints
+# The arena as a checkpoint object kind (core/kinds.py): its chunks and
+# allocations (every device allocation lives there: cuMemAlloc's, pools',
+# VMM mappings', graph memory nodes'), mapped again at their addresses
+# before the families that allocate in it rebuild. Its contents are the
+# engine's "memory" kind (pieces, uploaded at Stage.MEMORY).
+
+def _rebuild_arena(r) -> None:
+    arena_desc = dict(r.desc["arena"])
+    arena_desc["chunks"] = [[s, n, r.dmap(d), small] for s, n, d, small in r.desc["arena"]["chunks"]]
+    r.sess.arena.rebuild(arena_desc)
+
+
+register(Kind("arena", Stage.ARENA, ("arena",), describe=lambda sess: {"arena": sess.arena.describe()},
+              rebuild=_rebuild_arena, owner=__name__))

@@ -17,6 +17,7 @@ from ..core import protocol as P
 from ..core.kinds import CheckpointError, Kind, Stage, register
 from ..core.registry import CUDA_SUCCESS, handler, need_ctx
 from ..core.session import CudaError
+from . import device_vars     # __device__ variables: captured with the modules, checked and written back
 from .contexts import release_object
 
 log = logging.getLogger("proxyd")
@@ -214,7 +215,12 @@ def _rebuild_functions(r) -> None:
             _restore_function(r, f)
 
 
+def _module_images(sess, desc: dict) -> list:
+    """Each module's image with its manifest entry (describe's order)."""
+    return list(zip(desc["modules"], [o.info["image"] for o in sess.of_kind(P.K_MODULE)], strict=True))
+
+
 register(Kind("modules", Stage.MODULES, ("modules",), describe=_describe_modules, rebuild=_rebuild_modules,
-              owner=__name__))
+              module_images=_module_images, capture=device_vars.capture, owner=__name__))
 register(Kind("functions", Stage.FUNCTIONS, ("functions",), describe=_describe_functions,
               rebuild=_rebuild_functions, owner=__name__))
