@@ -80,12 +80,19 @@ class Job:
                 f"no step {k}: {''.join(self.err)[-2000:]}" + (state(d) if d is not None else "")
             time.sleep(0.01)
 
-    def finish(self, timeout_s: float = 180) -> str:
+    def finish(self, timeout_s: float = 180, d: Daemon | None = None) -> str:
+        """The job's stdout once it has ended (its few lines fit the pipe);
+        a job that does not end within timeout_s is killed and fails the
+        test with what proxyd says of it, never a runner waiting for good."""
         if self.gate is not None:
             self.gate.touch()
-        out = self.p.stdout.read()
-        self.p.wait(timeout=timeout_s)
-        return out
+        try:
+            self.p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"the job did not end within {timeout_s:.0f} s: {''.join(self.err)[-2000:]}"
+                                 + (state(d) if d is not None else "")) from None
+        return self.p.stdout.read()
 
     def kill(self):
         if self.p.poll() is None:
@@ -109,7 +116,7 @@ def reference(prog, tmp: Path, n: int, env: dict | None = None) -> str:
     d = _daemon(tmp, "reference")
     try:
         j = Job(prog, d, n, 0, env=env)
-        out = j.finish()
+        out = j.finish(d=d)
     finally:
         d.stop()
     assert j.p.returncode == 0 and out.endswith(f"DONE nccl_loop {n}\n"), out + "".join(j.err)
@@ -143,7 +150,7 @@ def test_job_dumped_mid_run_daemon_restarted_restored_equals_uninterrupted(loop_
         args = ["restore", "--dir", str(img), "--gpu-only"] + (["--device-map", device_map] if device_map else [])
         r = _cli(d, *args)
         assert sorted(r["ranks"]) == sorted(res["ranks"]) and r["communicators"] == res["communicators"], r
-        out = j.finish()
+        out = j.finish(d=d)
         assert j.p.returncode == 0, out + "".join(j.err) + d.log()[-3000:]
         assert out == ref, f"{out}\nvs uninterrupted\n{ref}"
         if device_map:
@@ -185,7 +192,7 @@ def test_job_launching_captured_all_reduces_dumped_restored_equals_uninterrupted
         d = _daemon(tmp_path, "proxyd2")
         r = _cli(d, "restore", "--dir", str(img), "--gpu-only")
         assert sorted(r["ranks"]) == sorted(res["ranks"]), r
-        out = j.finish()
+        out = j.finish(d=d)
         assert j.p.returncode == 0, out + "".join(j.err) + d.log()[-3000:]
         assert out == ref, f"{out}\nvs uninterrupted\n{ref}"
     finally:
@@ -230,7 +237,7 @@ def test_job_launching_captured_all_reduces_on_gpus_cut_restored_equals_native(l
         d.kill()
         d = cuda_daemon("proxyd2")
         _cli(d, "restore", "--dir", str(img), "--gpu-only")
-        out = j.finish()
+        out = j.finish(d=d)
         assert j.p.returncode == 0, out + "".join(j.err) + d.log()[-3000:]
         assert out == nat.stdout, f"{out}\nvs native\n{nat.stdout}"
     finally:
@@ -252,7 +259,7 @@ def test_job_checkpointed_twice_while_running_goes_on_unchanged(loop_prog, tmp_p
             res = _cli(d, "dump", "--pids", ",".join(str(p) for p in _ranks(d, j.p.pid)), "--dir",
                        str(tmp_path / f"ck{i}"), "--gpu-only", "--leave-running")
             assert not res["released"] and len(res["ranks"]) == n, res
-        out = j.finish()
+        out = j.finish(d=d)
         assert j.p.returncode == 0 and out == ref, out + "".join(j.err)
     finally:
         j.kill()
@@ -279,7 +286,7 @@ def test_a_dump_of_one_rank_alone_is_refused(loop_prog, tmp_path):
                                   str(tmp_path / "one"), "--gpu-only"], capture_output=True, text=True, timeout=120)
         assert r.returncode != 0 and "consistent cut" in r.stderr and "--job" in r.stderr, r.stdout + r.stderr
         assert "Traceback" not in r.stderr
-        out = j.finish()
+        out = j.finish(d=d)
         assert j.p.returncode == 0 and out.endswith("DONE nccl_loop 2\n"), out + "".join(j.err)
     finally:
         j.kill()
