@@ -46,6 +46,7 @@ import zmq
 from .. import __version__
 from . import bounds as B
 from . import stall
+from . import park_lease
 from ..core import curve
 from ..core import peercred
 from ..core import protocol as P
@@ -708,6 +709,8 @@ class Supervisor:
 
     def _drop(self, e: Entry):
         self.entries.pop(e.token, None)
+        if e.park_shm:
+            park_lease.stop(e, e.park_shm)
         self._fail_park_waiters(e, f"pid {e.pid} ended before it parked (its session is gone): nothing to dump")
         if e.pidfd is not None:
             os.close(e.pidfd)
@@ -750,6 +753,8 @@ class Supervisor:
                     self.reply(r, s, {"token": e.token, "pid": e.pid, "parked": True, "held_ns": held})
                 e.park_waiters = []
             stall.tick(self, e, now)
+            if e.parked or e.park_waiters:
+                park_lease.renew(e, e.park_shm or "/dev/shm", now)
             for r, s, dl in list(e.park_waiters):
                 if now > dl:
                     e.park_waiters.remove((r, s, dl))
@@ -1056,6 +1061,7 @@ class Supervisor:
                 os.unlink(path)
             except OSError:
                 pass
+        park_lease.start(e, e.park_shm, e.pidns == OWN_PIDNS)     # before the signal: the shim reads it
         if args.get("in_call"):
             _write_park_held(e, park_held_path(e.token, e.park_shm))
         try:
@@ -1101,6 +1107,7 @@ class Supervisor:
             self.reply(rid, seq, error=f"cannot write {path}: {x}")
             return
         e.parked = False
+        park_lease.stop(e, e.park_shm or shm)
         if args.get("wait_ran"):      # answer with the app's own stall figure (stall.py)
             stall.wait_ran(e, rid, seq, {"token": e.token, "pid": e.pid, "resumed": True})
             return

@@ -1,0 +1,90 @@
+"""The park lease: how a parked shim learns that the supervisor holding its
+park is gone (interceptor/park.c, "lease").
+
+A parked app waits for its resume file. If proxyd dies meanwhile (killed,
+crashed, its node's daemon restarted) nobody will ever write it: the dump
+that parked the app fails with proxyd, and the app would wait for good. The
+developers' guide wants a dead daemon to fail the blocked call within
+seconds, naming the endpoint. So for every park the supervisor creates
+/dev/shm/gpuproxy-lease-<public id> in the client's /dev/shm, before it
+signals the app:
+
+  - its content is "<pid> <start ticks>" of the supervisor when the client
+    shares proxyd's pid namespace (the shim then checks that the pid still
+    exists: a kill -9 is seen within the shim's check interval), "0 0" when
+    it does not (a container with its own pid namespace);
+  - its modification time is renewed every RENEW_S while the park lasts
+    (the supervisor's tick), so a shim that cannot see the pid gives up
+    once it is older than its GPUPROXY_PARK_LEASE_S (default 10 s);
+  - it is removed when the app is resumed or its session ends.
+
+The file is proxyd's own (not handed to the client: only proxyd renews
+it), 0644, created afresh (O_EXCL, O_NOFOLLOW) after removing whatever had
+its name, so a link left there by another user is never followed. A shim
+finds no lease with an older proxyd and then waits as before.
+
+Nothing of this runs outside a park: the normal path costs nothing.
+Main-loop only (the supervisor's tick), like the park waiters.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+RENEW_S = 1.0
+
+
+def lease_path(token: str, shm: str = "/dev/shm") -> str:
+    from ..core.shm_names import public_id
+    return f"{shm}/gpuproxy-lease-{public_id(token)}"
+
+
+def _own_start_ticks() -> int:
+    """Field 22 of /proc/self/stat (proc(5)), as the shim reads it."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            s = f.read()
+        return int(s[s.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def start(e, shm: str, same_pidns: bool) -> None:
+    """Creates e's lease in shm (the client's /dev/shm) before the park
+    signal. A failure only leaves the shim without a lease (it then waits
+    as with an older proxyd)."""
+    path = lease_path(e.token, shm)
+    stop(e, shm)
+    body = f"{os.getpid()} {_own_start_ticks()}\n" if same_pidns else "0 0\n"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return
+    try:
+        os.fchmod(fd, 0o644)      # whatever the umask: the client only stats and reads it
+        os.write(fd, body.encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    e.lease_renewed = time.monotonic()
+
+
+def renew(e, shm: str, now: float) -> None:
+    """Called each tick for an entry being parked or parked."""
+    if now - getattr(e, "lease_renewed", 0.0) < RENEW_S:
+        return
+    e.lease_renewed = now
+    try:
+        os.utime(lease_path(e.token, shm), follow_symlinks=False)
+    except OSError:
+        pass
+
+
+def stop(e, shm: str) -> None:
+    """At the resume or the end of e's session."""
+    e.lease_renewed = 0.0
+    try:
+        os.unlink(lease_path(e.token, shm))
+    except OSError:
+        pass
