@@ -918,6 +918,8 @@ class Supervisor:
                 # its GPU state is in the image and released: the worker goes
                 # (and with it the CUDA context); the client waits for a restore
                 e.state, e.since = "released", time.monotonic()
+                if e.park_shm:      # a parked app now waits for a restore, by whatever daemon (park_lease.py)
+                    park_lease.stop(e, e.park_shm)
                 from . import markers
                 if self.entries.get(e.token) is e:      # (not if its process ended meanwhile)
                     markers.mark_released(e.token, e.pid, self.endpoint,    # survives this daemon (markers.py)

@@ -16,7 +16,11 @@ signals the app:
   - its modification time is renewed every RENEW_S while the park lasts
     (the supervisor's tick), so a shim that cannot see the pid gives up
     once it is older than its GPUPROXY_PARK_LEASE_S (default 10 s);
-  - it is removed when the app is resumed or its session ends.
+  - it is removed when the app is resumed, when its session ends, and when
+    its GPU state is in an image and released (a final dump's GPU part is
+    done): the app may then wait for a restore by whatever daemon comes,
+    as a released session does (docs/checkpoint.md), so a lost lease must
+    not end its wait.
 
 The file is proxyd's own (not handed to the client: only proxyd renews
 it), 0644, created afresh (O_EXCL, O_NOFOLLOW) after removing whatever had
