@@ -162,6 +162,13 @@ def _write_client_file(e, path: str, data: bytes) -> None:
         os.close(fd)
 
 
+@dataclass
+class _PidOnly:
+    """What _write_client_file needs of a client: its pid (a restored one
+    proxyd knows by another pid until it calls back)."""
+    pid: int
+
+
 def _write_park_held(e, path: str) -> None:
     """park_held_path, owned by the client."""
     try:
@@ -1093,17 +1100,27 @@ class Supervisor:
             return
         shm = _client_shm(e)
         here = args.get("pid_here")
+        if here and isinstance(here, int) and self.asker_ns:
+            # a container's proxy-cli names the app it restored by its own
+            # namespace's pid (whole_process.restore; pidview.py)
+            from ..core.pidview import in_ns
+            here = in_ns(self.asker_ns, here)
+        owner = e
         if here and isinstance(here, int) and here > 0 and (self.is_admin(self.asker) or _uid_of(here) == self.asker):
             # a restored client that proxyd does not know by pid yet (CRIU's
             # plugin names the task it restored, as proxyd's namespace sees it)
-            from .client_view import shm_dir
-            shm = shm_dir(here)
+            from .client_view import shm_dir, unreachable
+            why = unreachable(here)
+            if why:
+                self.reply(rid, seq, error=why)
+                return
+            shm, owner = shm_dir(here), _PidOnly(here)     # (the file is that process's user's)
         path = resume_path(e.token, shm)
         e.ran_shm = shm
         stall.forget_ran(e.token, shm)
         try:
             # written whole, then named: the parked shim never reads half of it
-            _write_client_file(e, path + ".tmp", (self.endpoint + "\n").encode())
+            _write_client_file(owner, path + ".tmp", (self.endpoint + "\n").encode())
             os.rename(path + ".tmp", path)
         except OSError as x:
             self.reply(rid, seq, error=f"cannot write {path}: {x}")

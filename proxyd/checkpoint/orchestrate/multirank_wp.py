@@ -191,7 +191,7 @@ def restore_job_whole(connect: Callable, dir: str, device_map: dict | None = Non
     errors = []
     for pid, t in tokens.items():
         try:
-            W._resume(connect(30), **({"token": t} if t else {"pid": pid}))
+            W._resume(connect(30), **({"token": t, "pid_here": pid} if t else {"pid": pid}))     # (whole_process.restore)
         except ControlError as e:
             errors.append(f"pid {pid}: {e}")
     if errors:

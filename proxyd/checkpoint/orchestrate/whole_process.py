@@ -465,8 +465,11 @@ def restore(client, endpoint: str, path: str, device_map: dict, st: dict, rollba
             after = (f"the GPU state was restored into proxyd at {endpoint} but could not be released ({x}); "
                      f"proxyd ends it after GPUPROXY_ATTACH_GRACE_S")
         raise WholeProcessError(f"{e}. The process was not restored: {after}") from None
+    # pid_here: where the restored app waits (its /dev/shm may be a
+    # container's own, which proxyd reaches through /proc/PID/root)
+    here = {"pid_here": pid} if isinstance(pid, int) and pid > 0 else {}
     if token:
-        _resume(client, token=token)
+        _resume(client, token=token, **here)
     else:
         _resume(client, pid=pid)
     return {"gpu": gpu, "pid": pid, "criu_ms": ms, "token": token, "path": path,
