@@ -86,3 +86,52 @@ def test_parked_app_goes_on_when_proxyd_dies_mid_dump(programs, usable_criu, pro
         assert "no usable whole-process image" in cerr and d.endpoint in cerr, cerr
     finally:
         W.kill(app.pid)
+
+
+class _InPidNs:
+    """A built program run in a pid namespace of its own (`unshare --pid
+    --fork`), as in a container: proxyd's pid means nothing there, so the
+    shim goes by the lease's age alone."""
+
+    def __init__(self, built):
+        self.built = built
+
+    def argv(self):
+        return ["unshare", "--pid", "--fork", "--kill-child", *self.built.argv()]
+
+
+@pytest.mark.slow
+def test_parked_app_in_its_own_pid_namespace_goes_by_the_lease_age(programs, tmp):
+    import shutil
+
+    from paced import PacedRun
+    if shutil.which("unshare") is None or W.os.geteuid() != 0:
+        pytest.skip("needs root and unshare (a pid namespace of its own)")
+    b = programs["iterative"]
+    d = W.daemon(tmp)
+    W.require_park(d)
+    lease_s = 3
+    with PacedRun(_InPidNs(b), d, env={"GPUPROXY_PARK_LEASE_S": str(lease_s)}) as run:
+        run.step_to(5)
+        pid, = [s["pid"] for s in W.ctl(d, "status")["sessions"]]       # its pid as proxyd sees it
+        assert pid != run.pid
+        # parked longer than the lease's age limit while proxyd lives and renews it: it stays parked
+        assert W.ctl(d, "park", pid=pid, timeout_s=20)["parked"]
+        time.sleep(lease_s + 3)
+        assert [s["state"] for s in W.ctl(d, "status")["sessions"]] == ["parked"]
+        W.ctl(d, "resume", pid=pid)
+        run.step_to(10)
+        # parked again, proxyd killed: it goes on within the lease's age limit and a little
+        assert W.ctl(d, "park", pid=pid, timeout_s=20)["parked"]
+        run.release(50)
+        t = time.monotonic()
+        d.kill()
+        rc = run.proc.wait(lease_s + 15)
+        took = time.monotonic() - t
+        assert rc == 1 and took < lease_s + 10, (rc, took)
+        time.sleep(0.2)         # the reader threads take the last lines
+        err = run.stderr()
+        assert err.count("ended while this process was parked") == 1 and d.endpoint in err, err
+        out = [ln for ln in run.lines if not ln.startswith("step ")]
+        assert out and out[-1].startswith("FAIL iterative:"), out[-3:]
+        assert b.program.expected_output.splitlines(keepends=True)[:len(out) - 1] == out[:-1], out

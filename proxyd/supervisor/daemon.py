@@ -1070,7 +1070,7 @@ class Supervisor:
                 os.unlink(path)
             except OSError:
                 pass
-        park_lease.start(e, e.park_shm, e.pidns == OWN_PIDNS)     # before the signal: the shim reads it
+        park_lease.start(e, e.park_shm)     # before the signal: the shim reads it
         if args.get("in_call"):
             _write_park_held(e, park_held_path(e.token, e.park_shm))
         try:

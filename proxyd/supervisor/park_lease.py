@@ -53,13 +53,22 @@ def _own_start_ticks() -> int:
         return 0
 
 
-def start(e, shm: str, same_pidns: bool) -> None:
+def sees_us(pid: int) -> bool:
+    """Whether process pid is in proxyd's own pid namespace, so that
+    proxyd's pid means proxyd to it. A client in a container proxyd
+    adopted under its kernel pid (client_view.adopt_kernel_pid) is not:
+    there proxyd's pid is no process or another one."""
+    from ..core.pidview import OWN_PIDNS, pidns_of
+    return bool(OWN_PIDNS) and pidns_of(pid) == OWN_PIDNS
+
+
+def start(e, shm: str) -> None:
     """Creates e's lease in shm (the client's /dev/shm) before the park
     signal. A failure only leaves the shim without a lease (it then waits
     as with an older proxyd)."""
     path = lease_path(e.token, shm)
     stop(e, shm)
-    body = f"{os.getpid()} {_own_start_ticks()}\n" if same_pidns else "0 0\n"
+    body = f"{os.getpid()} {_own_start_ticks()}\n" if sees_us(e.pid) else "0 0\n"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError:
