@@ -293,8 +293,10 @@ static int gp_park_here(long long held_ns, int in_call)
         /* the original process whose supervisor died (mid-dump: nobody
          * will resume it) goes on, its session lost as with any dead
          * daemon: one line naming the endpoint, its CUDA calls fail. A
-         * restored copy is the restore's business (above). */
-        if (spin % 250 == 0 && !restored_ns && lease_lost(&lease, stale_s)) {
+         * restored copy is the restore's business (above): every 200th
+         * spin is also a 100th, so a copy (whose spin count CRIU restored
+         * too) is known as one before its old lease is looked at. */
+        if (spin % 200 == 0 && !restored_ns && lease_lost(&lease, stale_s)) {
             unlink(parked);
             __atomic_store_n(&park_requested, 0, __ATOMIC_RELEASE);
             gp_transport_daemon_gone();
