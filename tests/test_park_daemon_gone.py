@@ -84,6 +84,7 @@ def test_parked_app_goes_on_when_proxyd_dies_mid_dump(programs, usable_criu, pro
         cout, cerr = cli.communicate(timeout=120)
         assert cli.returncode != 0 and "Traceback" not in cerr, (cout, cerr)
         assert "no usable whole-process image" in cerr and d.endpoint in cerr, cerr
+        assert "goes on by itself" in cerr and "(resumed)" not in cerr, cerr
     finally:
         W.kill(app.pid)
 
