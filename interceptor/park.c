@@ -140,8 +140,9 @@ static long restore_wait_s(void)
 
 /* Parks, waits to be resumed, goes on. Called with gp_lock held (taken at
  * held_ns). Returns 0 when the session is connected again, -1 when it did
- * not park, another value when it parked but could not connect again or
- * was restored and never resumed (the session is then given up). */
+ * not park, 1 when it parked but could not connect again or was restored
+ * and never resumed, 2 when its proxyd died meanwhile (the session is then
+ * given up; with 2 nobody waits for its "ran" figure). */
 static int parking;      /* under gp_lock: a park in progress (no second one inside it) */
 
 /* /dev/shm/gpuproxy-parkheld-<public id>: the supervisor says the session
@@ -298,10 +299,11 @@ static int gp_park_here(long long held_ns, int in_call)
          * too) is known as one before its old lease is looked at. */
         if (spin % 200 == 0 && !restored_ns && lease_lost(&lease, stale_s)) {
             unlink(parked);
+            unlink(lease.path);         /* ours (park_lease.py): nobody else will remove it */
             __atomic_store_n(&park_requested, 0, __ATOMIC_RELEASE);
             gp_transport_daemon_gone();
             parking = 0;
-            return 1;
+            return 2;
         }
         /* every millisecond slept here after the resume file appears is
          * stall the app lives through: poll often (an open() a ms is cheap) */
@@ -348,7 +350,7 @@ static void *park_thread(void *arg)
                     gp_resend_unanswered();
                     gp_lock_gate(0);
                     gp_unlock();
-                    if (rc != -1)
+                    if (rc != -1 && rc != 2)
                         write_ran(held, mono_ns());
                     break;
                 }
@@ -387,7 +389,8 @@ static int park_in_call(void)
     int rc = gp_park_here(held, 1);
     if (rc == -1)
         return -1;
-    write_ran(held, mono_ns());
+    if (rc != 2)
+        write_ran(held, mono_ns());
     return 0;
 }
 

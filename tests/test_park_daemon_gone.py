@@ -14,6 +14,7 @@ image.
 """
 from __future__ import annotations
 
+import glob
 import subprocess
 import sys
 import time
@@ -80,6 +81,9 @@ def test_parked_app_goes_on_when_proxyd_dies_mid_dump(programs, usable_criu, pro
         err = Path(str(out) + ".err").read_text()
         lines = [ln for ln in err.splitlines() if "ended while this process was parked" in ln]
         assert len(lines) == 1 and d.endpoint in lines[0], err
+        # nothing of its park is left in /dev/shm (the lease, the parked and "ran" files, segments)
+        left = glob.glob(f"/dev/shm/gpuproxy-*-{app.pid}") + glob.glob(f"/dev/shm/gpuproxy-*-{app.pid}-*")
+        assert left == [], left
         # proxy-cli: its dump failed, with a line, no traceback, and no image was left as complete
         cout, cerr = cli.communicate(timeout=120)
         assert cli.returncode != 0 and "Traceback" not in cerr, (cout, cerr)

@@ -22,10 +22,15 @@ signals the app:
     as a released session does (docs/checkpoint.md), so a lost lease must
     not end its wait.
 
-The file is proxyd's own (not handed to the client: only proxyd renews
-it), 0644, created afresh (O_EXCL, O_NOFOLLOW) after removing whatever had
-its name, so a link left there by another user is never followed. A shim
-finds no lease with an older proxyd and then waits as before.
+The file is created afresh (O_EXCL, O_NOFOLLOW) after removing whatever
+had its name, so a link left there by another user is never followed, and
+handed to the client's user by its descriptor, as the resume file is: a
+shim that finds its proxyd gone removes it itself (in the sticky /dev/shm
+only its owner may), so a killed proxyd leaves no file behind. proxyd
+still renews it (root may set any file's times; a proxyd of the client's
+own user owns it). A client that touches its own lease only keeps itself
+waiting. A shim finds no lease with an older proxyd and then waits as
+before.
 
 Nothing of this runs outside a park: the normal path costs nothing.
 Main-loop only (the supervisor's tick), like the park waiters.
@@ -74,8 +79,10 @@ def start(e, shm: str) -> None:
     except OSError:
         return
     try:
-        os.fchmod(fd, 0o644)      # whatever the umask: the client only stats and reads it
+        os.fchmod(fd, 0o644)      # whatever the umask: the client stats and reads it
         os.write(fd, body.encode())
+        st = os.stat(f"/proc/{e.pid}")
+        os.fchown(fd, st.st_uid, st.st_gid)
     except OSError:
         pass
     finally:
