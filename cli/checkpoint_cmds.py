@@ -258,9 +258,26 @@ def _dump_job_whole(a) -> int:
              f"  {res['communicators']} communicator(s) at one collective boundary after {res['hold_ms']:.1f} ms; "
              f"GPU {fmt_bytes(res['bytes'])}",
              _criu_line(res["criu"]),
+             *_job_stall_lines(res),
              "  job running (resumed)" if res["leave_running"] else
              f"  job gone (pid {res['root']}); restore with: proxy-cli restore --dir {res['path']}"]
     return _report(a, res, lines)
+
+
+def _job_stall_lines(res: dict) -> list[str]:
+    """A whole-process job dump's stall: the slowest rank's as its shim
+    measured it, each rank's, and the coordinator's (job_stall.py)."""
+    if res.get("stall_ms") is None:
+        return []
+    per = res.get("ranks_app_stopped_ms") or {}
+    ranks = ", ".join(f"pid {p} {v:.1f} ms" if v is not None else f"pid {p} unknown" for p, v in per.items())
+    end = "all running again" if res.get("leave_running") else "the end of CRIU's dump; gone"
+    coord = f"proxy-cli saw {res['stall_ms']:.1f} ms from the start of the cut"
+    if res.get("stall_from") == "app":
+        return [f"  app stopped {res['app_stopped_ms']:.1f} ms (the slowest rank's own threads: first held at its "
+                f"park to {end}); ranks: {ranks}; {coord}"]
+    return [f"  job stopped {res['stall_ms']:.1f} ms (from the start of the cut, measured by proxy-cli: not every "
+            f"rank's shim gave its own figure)" + (f"; ranks: {ranks}" if per else "")]
 
 
 def _restore_job(a, path) -> int:

@@ -10,9 +10,10 @@
 # folder must have the same path in the container as on the node (-v D:D); the node's
 # proxyd socket folder is mounted too (not its key folder: proxyd seals the image
 # itself, the record-criu command). The container keeps its own pid namespace (proxyd
-# knows its client by the socket's credentials) and needs no node /tmp; --ipc host lets
-# the shim share memory with proxyd and a restored shim hear from it (docs/cluster.md):
-#   podman run --privileged --ipc host -v /run/gpuproxy:/run/gpuproxy \
+# knows its client by the socket's credentials) and its own IPC namespace (proxyd reaches
+# its /dev/shm through /proc; --ipc host only lets the shim share memory with proxyd, which
+# is faster) and needs no node /tmp (docs/cluster.md):
+#   podman run --privileged -v /run/gpuproxy:/run/gpuproxy \
 #       -e GPUPROXY_ENDPOINT=ipc:///run/gpuproxy/proxyd.sock \
 #       -v /shared/ckpt/job1:/shared/ckpt/job1 -e GPUPROXY_CKPT_DIR=/shared/ckpt/job1 \
 #       gpuproxy-app /path/to/app args

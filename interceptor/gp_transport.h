@@ -95,6 +95,7 @@ int gp_transport_unpark(const char *endpoint);
  * never resumed): one line naming the endpoint; every later CUDA call of
  * this process fails at once. */
 void gp_transport_abandon(long waited_s);
+void gp_transport_daemon_gone(void);   /* park.c: the supervisor holding the park died */
 
 /* Entry and exit of a hand-written driver entry point that talks to proxyd:
  * GP_ENTER takes gp_lock and makes sure of a session (returning its error,

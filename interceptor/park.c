@@ -23,7 +23,10 @@
  *     --leave-running dump, or after CRIU restored the process; a restored
  *     copy (its start time differs) that gets no resume within
  *     GPUPROXY_RESTORE_WAIT_S (default 600 s) gives its session up: one
- *     line naming the endpoint, and its CUDA calls fail from then on;
+ *     line naming the endpoint, and its CUDA calls fail from then on; the
+ *     original process does the same within a second or so when the
+ *     supervisor that parked it dies (its lease, below: nobody would
+ *     resume it);
  *  5. going on re-creates the shared segments under their names with their
  *     bytes, mapped at the same addresses, opens a ZeroMQ context and sockets,
  *     asks the supervisor where the session's worker is, re-attaches there
@@ -137,8 +140,9 @@ static long restore_wait_s(void)
 
 /* Parks, waits to be resumed, goes on. Called with gp_lock held (taken at
  * held_ns). Returns 0 when the session is connected again, -1 when it did
- * not park, another value when it parked but could not connect again or
- * was restored and never resumed (the session is then given up). */
+ * not park, 1 when it parked but could not connect again or was restored
+ * and never resumed, 2 when its proxyd died meanwhile (the session is then
+ * given up; with 2 nobody waits for its "ran" figure). */
 static int parking;      /* under gp_lock: a park in progress (no second one inside it) */
 
 /* /dev/shm/gpuproxy-parkheld-<public id>: the supervisor says the session
@@ -151,6 +155,62 @@ static int take_park_held(void)
         return 0;
     unlink(flag);
     return 1;
+}
+
+/* The park lease (proxyd/supervisor/park_lease.py): the supervisor that
+ * asked for this park made /dev/shm/gpuproxy-lease-<public id> before its
+ * signal, with its pid (0 when this process cannot see it: another pid
+ * namespace) and renews its modification time while the park lasts. Read
+ * once here, before the parked file tells the supervisor (CRIU may dump
+ * the process from then on, so the wait below opens no file that could be
+ * caught open: it only stats and signals). No lease: an older proxyd, the
+ * wait is as before. */
+struct park_lease {
+    int known;
+    pid_t pid;
+    char path[160];
+};
+
+static void lease_read(struct park_lease *l)
+{
+    memset(l, 0, sizeof *l);
+    flag_path(l->path, sizeof l->path, "lease");
+    int fd = open(l->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return;
+    char buf[64];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = 0;
+    l->pid = (pid_t)atol(buf);
+    l->known = 1;
+}
+
+/* GPUPROXY_PARK_LEASE_S (default 10 s): a lease not renewed for that long
+ * means its supervisor is gone, where its pid cannot be checked (or is a
+ * zombie). The supervisor renews it every second. */
+static long lease_s(void)
+{
+    const char *e = getenv("GPUPROXY_PARK_LEASE_S");
+    long v = (e && *e) ? atol(e) : 0;
+    return v > 0 ? v : 10;
+}
+
+/* 1 when the supervisor holding the park is gone: its pid no longer
+ * exists, or its lease went stale. A lease removed is not a death (the
+ * supervisor removes it as it resumes the app: the resume file is there). */
+static int lease_lost(const struct park_lease *l, long stale_s)
+{
+    if (!l->known)
+        return 0;
+    struct stat st;
+    if (stat(l->path, &st) != 0)
+        return 0;
+    if (l->pid > 0 && kill(l->pid, 0) < 0 && errno == ESRCH)
+        return 1;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return now.tv_sec - st.st_mtim.tv_sec > stale_s;
 }
 
 static int gp_park_here(long long held_ns, int in_call)
@@ -179,6 +239,9 @@ static int gp_park_here(long long held_ns, int in_call)
     gp_hostmem_unshare();
     gp_chan_unshare();
     long long t_u = mono_ns();
+    struct park_lease lease;
+    lease_read(&lease);
+    long stale_s = lease_s();
     /* the file carries held_ns; written before it is named, so the
      * supervisor never reads it half written */
     char ptmp[176], hl[32];
@@ -228,6 +291,20 @@ static int gp_park_here(long long held_ns, int in_call)
                 return 1;
             }
         }
+        /* the original process whose supervisor died (mid-dump: nobody
+         * will resume it) goes on, its session lost as with any dead
+         * daemon: one line naming the endpoint, its CUDA calls fail. A
+         * restored copy is the restore's business (above): every 200th
+         * spin is also a 100th, so a copy (whose spin count CRIU restored
+         * too) is known as one before its old lease is looked at. */
+        if (spin % 200 == 0 && !restored_ns && lease_lost(&lease, stale_s)) {
+            unlink(parked);
+            unlink(lease.path);         /* ours (park_lease.py): nobody else will remove it */
+            __atomic_store_n(&park_requested, 0, __ATOMIC_RELEASE);
+            gp_transport_daemon_gone();
+            parking = 0;
+            return 2;
+        }
         /* every millisecond slept here after the resume file appears is
          * stall the app lives through: poll often (an open() a ms is cheap) */
         sleep_ms(1);
@@ -273,7 +350,7 @@ static void *park_thread(void *arg)
                     gp_resend_unanswered();
                     gp_lock_gate(0);
                     gp_unlock();
-                    if (rc != -1)
+                    if (rc != -1 && rc != 2)
                         write_ran(held, mono_ns());
                     break;
                 }
@@ -312,7 +389,8 @@ static int park_in_call(void)
     int rc = gp_park_here(held, 1);
     if (rc == -1)
         return -1;
-    write_ran(held, mono_ns());
+    if (rc != 2)
+        write_ran(held, mono_ns());
     return 0;
 }
 

@@ -1074,6 +1074,15 @@ void gp_transport_abandon(long waited_s)
     G.state = 4;
 }
 
+/* A parked process whose supervisor died before resuming it (park.c's
+ * lease): the session is lost as with a dead daemon, said once here. */
+void gp_transport_daemon_gone(void)
+{
+    gp_log("proxyd at %s ended while this process was parked for a checkpoint; it goes on, "
+           "but its CUDA calls fail from now on", G.endpoint);
+    G.state = 4;
+}
+
 /* Before parking: sends the batch being built and waits until proxyd has
  * answered everything (an async failure stays pending for the app's next
  * sync call), then asks the supervisor to have the worker wait until the

@@ -97,16 +97,17 @@ def podman(shim_installed, nvcc, usable_criu):
 
 def run_opts(ckpt: Path) -> list[str]:
     """What a job container needs (docker/Containerfile.app says why): CRIU's
-    privileges, the node's IPC namespace (the shim shares memory with proxyd
-    in /dev/shm, and a restored shim waits for proxyd's word there), the
-    node's proxyd socket folder, the checkpoint folder at the same path
+    privileges, the node's proxyd socket folder, the checkpoint folder at the same path
     as on the node; not proxyd's key folder (proxyd itself seals the image
     again after adding CRIU's part: the record-criu command,
     checkpoint/criu_record.py). The container keeps its own pid namespace (proxyd keeps
     its client under the pid the kernel shows it, and translates the pids
-    the container's proxy-cli names) and does not get the node's /tmp (proxyd
-    takes proxy-cli's socket credentials as its identity)."""
-    return ["--privileged", "--ipc", "host", "--network", "none", *ULIMITS,
+    the container's proxy-cli names) and its own IPC namespace, so its own
+    /dev/shm (proxyd reaches it through /proc/PID/root: the park and resume
+    files, also the restored app's, named by the container's proxy-cli;
+    the data goes through the socket), and does not get the node's /tmp
+    (proxyd takes proxy-cli's socket credentials as its identity)."""
+    return ["--privileged", "--network", "none", *ULIMITS,
             "-v", f"{NODE_PRIVATE}:{NODE_PRIVATE}", "-v", f"{ckpt}:{ckpt}",
             "-e", f"GPUPROXY_CKPT_DIR={ckpt}", "-e", f"GPUPROXY_ENDPOINT={ENDPOINT}"]
 

@@ -15,6 +15,7 @@ chosen (see tests/test_whole_process.py).
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import subprocess
@@ -40,6 +41,19 @@ def _status(d) -> dict:
 def _step(err: Path) -> int:
     steps = [int(x.split()[1]) for x in err.read_text(errors="replace").splitlines() if x.startswith("step ")]
     return max(steps, default=-1)
+
+
+def _check_stall(res: dict, img: Path) -> None:
+    """Every rank's shim gave its own stall (job_stall.py): the job's is the
+    largest, within the coordinator's window (the park and the resume lie
+    inside it: one clock, CLOCK_MONOTONIC), and job.json says the same."""
+    per = res["ranks_app_stopped_ms"]
+    assert res["stall_from"] == "app" and sorted(map(int, per)) == sorted(res["ranks"]), res
+    assert all(isinstance(v, float) and v > 0 for v in per.values()), per
+    assert res["app_stopped_ms"] == max(per.values()) <= res["stall_ms"] + 0.1, res
+    job = json.loads((img / "job.json").read_text())
+    assert job["stall_from"] == "app" and job["stall_ms"] == res["app_stopped_ms"], job
+    assert job["ranks_app_stopped_ms"] == per and job["coordinator_stall_ms"] == res["stall_ms"], job
 
 
 @pytest.mark.parametrize("named_by", ["job", "pids"])
@@ -71,6 +85,7 @@ def test_job_whole_process_dumped_gone_daemon_restarted_restored_equals_uninterr
         assert len(res["ranks"]) == N and res["communicators"] >= 2 and not res["leave_running"], res
         assert res["root"] == root, res
         assert root in res["criu"]["pids"] and all(r in res["criu"]["pids"] for r in res["ranks"]), res
+        _check_stall(res, img)
         at = _step(err)
         assert at < STEPS - 1, "the job ended before the dump: nothing was tested"
         p.wait(timeout=30)          # CRIU ended the tree
@@ -124,6 +139,7 @@ def test_job_whole_process_checkpointed_twice_while_running_goes_on_unchanged(lo
                 time.sleep(0.02)
             res = _cli(d, "dump", "--job", str(p.pid), "--dir", str(tmp_path / f"ck{i}"), "--leave-running")
             assert res["leave_running"] and len(res["ranks"]) == N and p.pid in res["criu"]["pids"], res
+            _check_stall(res, tmp_path / f"ck{i}")
             assert (tmp_path / f"ck{i}" / "criu").is_dir() and all(
                 (tmp_path / f"ck{i}" / f"rank-{r}" / "manifest").is_file() for r in res["ranks"]), res
         # the ranks' public ids (what /dev/shm names carry; the log names them)

@@ -9,12 +9,15 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 
 from ..core.ratelog import RATE
 from .background import BackgroundWrites
 from .engine import CheckpointError, Engine
 
 log = logging.getLogger("proxyd")
+# for tests only: a dump that waits this long before it starts (its proxyd is killed meanwhile)
+TEST_DUMP_DELAY_S = float(os.environ.get("GPUPROXY_TEST_DUMP_DELAY_S", "0"))
 
 
 def register(server, ctl):
@@ -85,6 +88,8 @@ def register(server, ctl):
                 server.ctl_reply(rid, seq, dict(stats, captured=True, background=True), threaded=True)
 
             def run():
+                if TEST_DUMP_DELAY_S:       # tests: a dump that stalls (its proxyd killed meanwhile)
+                    time.sleep(TEST_DUMP_DELAY_S)
                 try:
                     res = engine.dump(s, args["dir"], kind=kind, leave_running=bool(args.get("leave_running")),
                                       concurrent=bool(args.get("concurrent")), parent=args.get("parent"),

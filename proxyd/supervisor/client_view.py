@@ -9,7 +9,10 @@ reaches the client's /dev/shm there, as long as it may look into that
 process (root, or its own user). That is also what lets a container be
 checkpointed by its runtime (`podman container checkpoint`, runc): with
 --ipc host the runtime would take the node's whole /dev/shm into the
-container's archive.
+container's archive. And it is what lets the preemption contract restore
+an app into a container of its own IPC namespace: the restored app waits
+in its own /dev/shm for its resume (unreachable() says when proxyd cannot
+look there).
 
 Locking: none (pure functions of /proc)."""
 from __future__ import annotations
@@ -31,6 +34,22 @@ def shm_dir(pid: int | None) -> str:
     except OSError:
         return HOST_SHM
     return HOST_SHM if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) else p
+
+
+def unreachable(pid: int) -> str | None:
+    """Why proxyd cannot reach the /dev/shm of live process pid (None: it
+    can). A restored app waits there for its resume; proxyd looks into a
+    container's own /dev/shm through /proc/PID/root, which the kernel shows
+    only to root or to the process's own user (ptrace access)."""
+    try:
+        os.stat(f"/proc/{pid}/root{HOST_SHM}")
+        return None
+    except FileNotFoundError:
+        return None         # gone, or no /dev/shm there: the caller's own errors say so
+    except OSError as x:
+        return (f"proxyd (uid {os.geteuid()}) cannot look into the /dev/shm of pid {pid} ({x.strerror}), where the "
+                f"restored app waits for its resume: run proxyd as root or as the app's user, or give the app's "
+                f"container the node's IPC namespace (--ipc host)")
 
 
 def adopt_kernel_pid(e, cred, pid: int, pidns: str) -> None:

@@ -46,6 +46,7 @@ import zmq
 from .. import __version__
 from . import bounds as B
 from . import stall
+from . import park_lease
 from ..core import curve
 from ..core import peercred
 from ..core import protocol as P
@@ -159,6 +160,13 @@ def _write_client_file(e, path: str, data: bytes) -> None:
             pass
     finally:
         os.close(fd)
+
+
+@dataclass
+class _PidOnly:
+    """What _write_client_file needs of a client: its pid (a restored one
+    proxyd knows by another pid until it calls back)."""
+    pid: int
 
 
 def _write_park_held(e, path: str) -> None:
@@ -724,6 +732,8 @@ class Supervisor:
 
     def _drop(self, e: Entry):
         self.entries.pop(e.token, None)
+        if e.park_shm:
+            park_lease.stop(e, e.park_shm)
         self._fail_park_waiters(e, f"pid {e.pid} ended before it parked (its session is gone): nothing to dump")
         if e.pidfd is not None:
             os.close(e.pidfd)
@@ -766,6 +776,8 @@ class Supervisor:
                     self.reply(r, s, {"token": e.token, "pid": e.pid, "parked": True, "held_ns": held})
                 e.park_waiters = []
             stall.tick(self, e, now)
+            if e.parked or e.park_waiters:
+                park_lease.renew(e, e.park_shm or "/dev/shm", now)
             for r, s, dl in list(e.park_waiters):
                 if now > dl:
                     e.park_waiters.remove((r, s, dl))
@@ -929,6 +941,8 @@ class Supervisor:
                 # its GPU state is in the image and released: the worker goes
                 # (and with it the CUDA context); the client waits for a restore
                 e.state, e.since = "released", time.monotonic()
+                if e.park_shm:      # a parked app now waits for a restore, by whatever daemon (park_lease.py)
+                    park_lease.stop(e, e.park_shm)
                 from . import markers
                 if self.entries.get(e.token) is e:      # (not if its process ended meanwhile)
                     markers.mark_released(e.token, e.pid, self.endpoint,    # survives this daemon (markers.py)
@@ -1072,6 +1086,7 @@ class Supervisor:
                 os.unlink(path)
             except OSError:
                 pass
+        park_lease.start(e, e.park_shm)     # before the signal: the shim reads it
         if args.get("in_call"):
             _write_park_held(e, park_held_path(e.token, e.park_shm))
         try:
@@ -1101,22 +1116,33 @@ class Supervisor:
             return
         shm = _client_shm(e)
         here = args.get("pid_here")
+        if here and isinstance(here, int) and self.asker_ns:
+            # a container's proxy-cli names the app it restored by its own
+            # namespace's pid (whole_process.restore; pidview.py)
+            from ..core.pidview import in_ns
+            here = in_ns(self.asker_ns, here)
+        owner = e
         if here and isinstance(here, int) and here > 0 and (self.is_admin(self.asker) or _uid_of(here) == self.asker):
             # a restored client that proxyd does not know by pid yet (CRIU's
             # plugin names the task it restored, as proxyd's namespace sees it)
-            from .client_view import shm_dir
-            shm = shm_dir(here)
+            from .client_view import shm_dir, unreachable
+            why = unreachable(here)
+            if why:
+                self.reply(rid, seq, error=why)
+                return
+            shm, owner = shm_dir(here), _PidOnly(here)     # (the file is that process's user's)
         path = resume_path(e.token, shm)
         e.ran_shm = shm
         stall.forget_ran(e.token, shm)
         try:
             # written whole, then named: the parked shim never reads half of it
-            _write_client_file(e, path + ".tmp", (self.endpoint + "\n").encode())
+            _write_client_file(owner, path + ".tmp", (self.endpoint + "\n").encode())
             os.rename(path + ".tmp", path)
         except OSError as x:
             self.reply(rid, seq, error=f"cannot write {path}: {x}")
             return
         e.parked = False
+        park_lease.stop(e, e.park_shm or shm)
         if args.get("wait_ran"):      # answer with the app's own stall figure (stall.py)
             stall.wait_ran(e, rid, seq, {"token": e.token, "pid": e.pid, "resumed": True})
             return

@@ -275,6 +275,7 @@ def dump_job(connect: Callable, dir: str, *, root: int | None = None, pids: list
         return {"path": dir, "ranks": ranks, "hold_ms": figs["hold_ms"], "rounds": figs["rounds"],
                 "dump_ms": round((t_dumped - t_held) * 1000, 3),
                 "stall_ms": round((time.monotonic() - t0) * 1000, 3),
+                "stall_from": "orchestrator",      # no rank parks: no shim measures (job_stall.py)
                 "bytes": sum(int(d.get("bytes", 0)) for d in dumps.values()),
                 "communicators": len(figs["targets"]), "released": not leave_running,
                 "dumps": {str(p): d for p, d in dumps.items()}}

@@ -37,39 +37,56 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import time
 from typing import Callable
 
 from gpuproxy.proxyd.checkpoint import criu
 
 from ...client import ControlError
+from . import job_stall
 from . import multirank as M
 from . import whole_process as W
 
 
-def _resume_all(connect: Callable, pids: list[int]) -> list[str]:
-    errors = []
-    for pid in pids:
-        try:
-            W._resume(connect(30), pid=pid)
-        except ControlError as e:
-            errors.append(f"pid {pid}: {e}")
-    return errors
-
-
-def _park_all(connect: Callable, pids: list[int]) -> None:
-    """Parks every rank at once (a rank parks inside a held call, so none
-    waits for another); raises JobError after resuming those that parked."""
-    with cf.ThreadPoolExecutor(max_workers=max(1, len(pids)), thread_name_prefix="gpuproxy-job-park") as pool:
-        futs = {pid: pool.submit(W._park, connect(W.PARK_TIMEOUT_S + 30), pid, in_call=True) for pid in pids}
+def _resume_all(connect: Callable, pids: list[int], ran: dict | None = None) -> list[str]:
+    """Resumes every rank; with ran (a dict), each rank's resume waits for
+    its shim's own figure (stall.py), put into ran[pid]."""
+    if ran is None:
+        errors = []
+        for pid in pids:
+            try:
+                W._resume(connect(30), pid=pid)
+            except ControlError as e:
+                errors.append(f"pid {pid}: {e}")
+        return errors
+    # at once: no rank stays parked while another's figure is awaited
+    with cf.ThreadPoolExecutor(max_workers=max(1, len(pids)), thread_name_prefix="gpuproxy-job-resume") as pool:
+        futs = {pid: pool.submit(W._resume, connect(30), pid=pid, wait_ran=True) for pid in pids}
         errors = []
         for pid, f in futs.items():
             try:
-                f.result()
+                ran[pid] = f.result() or {}
+            except ControlError as e:
+                errors.append(f"pid {pid}: {e}")
+    return errors
+
+
+def _park_all(connect: Callable, pids: list[int]) -> dict:
+    """Parks every rank at once (a rank parks inside a held call, so none
+    waits for another); raises JobError after resuming those that parked.
+    Returns every rank's park answer (held_ns: when its shim held it)."""
+    with cf.ThreadPoolExecutor(max_workers=max(1, len(pids)), thread_name_prefix="gpuproxy-job-park") as pool:
+        futs = {pid: pool.submit(W._park, connect(W.PARK_TIMEOUT_S + 30), pid, in_call=True) for pid in pids}
+        errors, answers = [], {}
+        for pid, f in futs.items():
+            try:
+                answers[pid] = f.result() or {}
             except W.WholeProcessError as e:
                 errors.append(str(e))
     if errors:
         _resume_all(connect, pids)
         raise M.JobError(f"park: {'; '.join(errors)}")
+    return answers
 
 
 def dump_job_whole(connect: Callable, endpoint: str, dir: str, root: int | None, *, leave_running: bool = False,
@@ -90,6 +107,7 @@ def dump_job_whole(connect: Callable, endpoint: str, dir: str, root: int | None,
     dir = os.path.abspath(dir)
     os.makedirs(dir, mode=0o700, exist_ok=True)
     calls = M._Calls(connect, max(timeout_s, 30.0))
+    t0 = time.monotonic()      # the coordinator's stall: from here to the resume (to CRIU's end without it)
     try:
         try:
             held, figs = M.quiesce(calls, ranks, timeout_s)
@@ -98,7 +116,7 @@ def dump_job_whole(connect: Callable, endpoint: str, dir: str, root: int | None,
             raise
         parked = False
         try:
-            _park_all(connect, ranks)
+            parks = _park_all(connect, ranks)
             parked = True
             cut = calls.all("nccl-hold", {p: {"cut": True} for p in ranks})
             bad = [f"pid {p}: {a.get('why')}" for p, a in cut.items() if not a.get("cut")]
@@ -112,6 +130,7 @@ def dump_job_whole(connect: Callable, endpoint: str, dir: str, root: int | None,
                 per[pid] = a
             dumps = calls.all("dump", per)
             rec = criu.dump(c, root, dir, leave_running=bool(leave_running))
+            t_criu, t_criu_ns = time.monotonic(), time.monotonic_ns()
         except BaseException as e:
             M._release_all(calls, ranks)
             if parked:
@@ -123,15 +142,22 @@ def dump_job_whole(connect: Callable, endpoint: str, dir: str, root: int | None,
             # each rank's image says its process comes back by CRIU (the
             # engine then does not ask for a running process at its restore)
             criu.record_in_manifest(os.path.join(dir, f"rank-{pid}"), rec)
-        M.write_job(dir, {"version": M.JOB_VERSION,
-                          "ranks": [{"pid": pid, "dir": f"rank-{pid}", "comms": cut[pid]["comms"]} for pid in ranks],
-                          "leave_running": bool(leave_running), "targets": figs["targets"], "criu": rec})
-        criu.make_private(dir)
+        job = {"version": M.JOB_VERSION,
+               "ranks": [{"pid": pid, "dir": f"rank-{pid}", "comms": cut[pid]["comms"]} for pid in ranks],
+               "leave_running": bool(leave_running), "targets": figs["targets"], "criu": rec}
+        ran: dict = {}
         if leave_running:
-            errors = M._release_all(calls, ranks) + _resume_all(connect, ranks)
+            M.write_job(dir, job)
+            criu.make_private(dir)
+            errors = M._release_all(calls, ranks) + _resume_all(connect, ranks, ran)
             if errors:
                 raise M.JobError(f"dumped, but not every rank went on: {'; '.join(errors)}")
-        return {"path": dir, "ranks": ranks, "root": root, "hold_ms": figs["hold_ms"], "rounds": figs["rounds"],
+            stall = job_stall.figures(ranks, parks, ran, None, (time.monotonic() - t0) * 1000.0)
+        else:
+            stall = job_stall.figures(ranks, parks, None, t_criu_ns, (t_criu - t0) * 1000.0)
+        M.write_job(dir, dict(job, **job_stall.for_job(stall)))      # (again, with the stall, after the resume)
+        criu.make_private(dir)
+        return {**stall, "path": dir, "ranks": ranks, "root": root, "hold_ms": figs["hold_ms"], "rounds": figs["rounds"],
                 "communicators": len(figs["targets"]), "criu": rec, "leave_running": bool(leave_running),
                 "bytes": sum(int(d.get("bytes", 0)) for d in dumps.values()),
                 "dumps": {str(p): d for p, d in dumps.items()}}
@@ -170,7 +196,7 @@ def restore_job_whole(connect: Callable, dir: str, device_map: dict | None = Non
     errors = []
     for pid, t in tokens.items():
         try:
-            W._resume(connect(30), **({"token": t} if t else {"pid": pid}))
+            W._resume(connect(30), **({"token": t, "pid_here": pid} if t else {"pid": pid}))     # (whole_process.restore)
         except ControlError as e:
             errors.append(f"pid {pid}: {e}")
     if errors:

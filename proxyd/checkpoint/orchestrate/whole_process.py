@@ -243,11 +243,14 @@ def dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None
                 gpu = dict(client.call("dump-wait", {"pid": pid, "dir": path}), capture=gpu)
             except ControlError:
                 pass
-        _recover(client, pid, path, gpu, notify)
+        resumed = _recover(client, pid, path, gpu, notify)
         _settle_failed(path, notify)
         if isinstance(e, (criu.CriuError, ControlError)):
-            raise WholeProcessError(f"whole-process dump of pid {pid} failed: {e}. The app runs on "
-                                    f"(resumed); {path} holds no usable whole-process image") from None
+            # not resumed: proxyd is gone, and the parked app goes on by itself (park_lease.py)
+            goes_on = ("The app runs on (resumed)" if resumed else "The app was not resumed from here; a parked "
+                       "app whose proxyd is gone goes on by itself within seconds, its CUDA calls failing")
+            raise WholeProcessError(f"whole-process dump of pid {pid} failed: {e}. {goes_on}; {path} holds no "
+                                    f"usable whole-process image") from None
         raise
     app_stopped = None
     if not leave:
@@ -308,10 +311,10 @@ def _settle_failed(path: str, notify) -> None:
         notify(said)
 
 
-def _recover(client, pid: int, path: str, gpu: dict | None, notify=None) -> None:
+def _recover(client, pid: int, path: str, gpu: dict | None, notify=None) -> bool:
     """After a failure before CRIU finished: the app must go on. If the GPU
     dump released the session's GPU state, put it back from the image just
-    written, then let the app reconnect."""
+    written, then let the app reconnect. False when it could not."""
     try:
         if gpu is not None and gpu.get("released"):
             client.call("restore", {"dir": path, "device_map": {}})
@@ -319,6 +322,8 @@ def _recover(client, pid: int, path: str, gpu: dict | None, notify=None) -> None
     except ControlError as e:
         if notify is not None:
             notify(f"could not resume pid {pid} after the failure: {e}")
+        return False
+    return True
 
 
 def pre_dump(client, endpoint: str, pid: int, dir: str, *, parent: str | None = None,
@@ -465,8 +470,11 @@ def restore(client, endpoint: str, path: str, device_map: dict, st: dict, rollba
             after = (f"the GPU state was restored into proxyd at {endpoint} but could not be released ({x}); "
                      f"proxyd ends it after GPUPROXY_ATTACH_GRACE_S")
         raise WholeProcessError(f"{e}. The process was not restored: {after}") from None
+    # pid_here: where the restored app waits (its /dev/shm may be a
+    # container's own, which proxyd reaches through /proc/PID/root)
+    here = {"pid_here": pid} if isinstance(pid, int) and pid > 0 else {}
     if token:
-        _resume(client, token=token)
+        _resume(client, token=token, **here)
     else:
         _resume(client, pid=pid)
     return {"gpu": gpu, "pid": pid, "criu_ms": ms, "token": token, "path": path,
