@@ -78,7 +78,8 @@ def test_dump_then_restore_order(usable_criu, tmp_path):
     px = Proxyd(p.pid)
     img = tmp_path / "img"
     res = W.dump(px, "ipc://test", **args(p.pid, img))
-    assert px.names() == ["status", "park", "dump"]          # parked before anything is dumped
+    # parked before anything is dumped; proxyd seals CRIU's record after
+    assert px.names() == ["status", "park", "dump", "record-criu"]
     assert px.calls[2][1]["leave_running"] is False
     p.wait(10)
     assert not criu.pid_alive(p.pid)
@@ -91,8 +92,9 @@ def test_dump_then_restore_order(usable_criu, tmp_path):
     st = W.restore_state(str(img))
     r = W.restore(px, "ipc://test", str(img), {}, st)
     try:
-        assert px.names() == ["restore", "resume"] and px.calls[1][1] == {"token": "tok-1"}
         assert r["pid"] == p.pid
+        # the resume names the process CRIU restored (its /dev/shm gets the file)
+        assert px.names() == ["restore", "resume"] and px.calls[1][1] == {"token": "tok-1", "pid_here": p.pid}
         wait_lines(out, n + 3)
         assert [i for _, i in lines(out)] == list(range(1, len(lines(out)) + 1))
     finally:
