@@ -1,0 +1,337 @@
+"""Conditional graph nodes (cuda.h, CUDA 12.3+: cuGraphConditionalHandleCreate,
+CU_GRAPH_NODE_TYPE_CONDITIONAL with CUDA_CONDITIONAL_NODE_PARAMS through
+cuGraphAddNode; cuda_device_runtime_api.h, cudaGraphSetConditional). XLA's
+command buffers build `while` and `conditional` commands from them.
+
+Handles. cuGraphConditionalHandleCreate(graph, ctx, default, flags) gives a
+64-bit value that kernels pass to cudaGraphSetConditional on the device, so
+the application must get the backend's own value, unchanged (never a proxyd
+handle). A graph keeps its handles in info["conds"]: [value, default, flags,
+context handle]. With CU_GRAPH_COND_ASSIGN_DEFAULT the default is written at
+the start of every launch of the graph (cuda.h) and, for a handle made on a
+body graph, at every start of that body.
+
+Nodes. A conditional node is a graph node (graph_nodes.py) of type 13 with
+info["cond"] = {"handle", "ctype", "size", "bodies": [graph ids]}; its body
+graphs are graphs of the session made when the node is added (cuda.h: the
+driver creates them and returns them in phGraph_out), each with
+info["body_of"] = the node's id, which the application fills with the usual
+add calls or a capture into them (graph_capture_into.py). cuda.h limits a
+body to kernel, empty, child graph, memset, memcpy and conditional nodes;
+other nodes in a body are refused (invalid value) when the graph is
+instantiated. A graph with conditional nodes cannot be a child graph or be
+cloned (cuda.h, CU_GRAPH_NODE_TYPE_CONDITIONAL): invalid value.
+
+Launch. graph_nodes.flatten turns the node into one op, [cuGraphAddNode's
+id, ctx, [handle, type, [[defaults, ops] per body]]], the bodies flattened as
+they are at instantiation; graphs.run_ops hands that op to run_cond, which
+reads the condition from the backend after the ops before it have run and
+runs the chosen body's ops (IF: body 0 when non-zero, body 1 when zero and
+size is 2; WHILE: body 0 as long as it is non-zero, read again after each
+pass; SWITCH: body n when the value is n < size). This needs a backend that
+can read a condition between two ops: the emulated one, whose kernels set
+conditions with `k.set_conditional(handle, value)` (backends/emu/
+conditionals.py) and run to completion in order. The CUDA backend cannot
+(the value lives in driver storage that only a driver conditional node
+reads, and a kernel's write reaches it only inside a driver graph launch):
+there cuGraphConditionalHandleCreate answers CUDA_ERROR_NOT_SUPPORTED with
+one line (docs/compatibility.md, conditional nodes: what remains).
+
+Checkpoint (kind `graphs_cond`, after `graphs` at Stage.GRAPHS): the
+handles of each graph (value, default, flags, context) and their current
+values, each conditional node's parameters and bodies, each body's node, and
+each executable graph's defaults. A restore registers every handle again
+under its recorded value (the kernels' parameters and device memory hold
+it); a backend that would give another value fails the restore, naming it.
+
+Locking: the worker's main loop only (dispatch.py).
+"""
+from __future__ import annotations
+
+import struct
+
+from ..core import protocol as P
+from ..core.kinds import Kind, Stage, register
+from ..core.registry import CUDA_SUCCESS, handler
+from ..core.session import CudaError
+from . import graph_nodes as GN
+from . import graphs as G
+
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_NOT_SUPPORTED = 801
+T_CONDITIONAL = 13
+COND_IF, COND_WHILE, COND_SWITCH = 0, 1, 2                 # CUgraphConditionalNodeType
+ASSIGN_DEFAULT = 0x1                                      # CU_GRAPH_COND_ASSIGN_DEFAULT
+# cuda.h, CUDA_CONDITIONAL_NODE_PARAMS "phGraph_out": what a body may hold
+BODY_TYPES = {GN.T_KERNEL, GN.T_MEMCPY, GN.T_MEMSET, GN.T_GRAPH, GN.T_EMPTY, T_CONDITIONAL}
+BODY_CAPTURED = {"launch_kernel", "launch_kernel_ex", "launch_cooperative", "memcpy_dtod", "memcpy_htod",
+                 "memcpy_dtoh", "memset", "memset2d"}
+# CUgraphNodeParams (cuda.h): type, reserved0[3], then the union; the
+# conditional member: handle (u64), type (u32), size (u32), phGraph_out, ctx
+_NP_HEAD = struct.Struct("<i12x")
+_NP_COND = struct.Struct("<QIIQQ")
+MAX_SWITCH = 1 << 16
+# the worker's backend (one session per worker), which the checkpoint's
+# describe reads the conditions from; set by the first handle or a restore
+_BACKEND = [None]
+
+
+def _backend_op(d, name: str):
+    f = getattr(d.backend, name, None)
+    if f is None:
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                        "conditional graph nodes are not supported on this backend (the worker cannot read a "
+                        "condition a kernel sets on the GPU; docs/compatibility.md)")
+    return f
+
+
+def _handles(g) -> list:
+    return g.info.setdefault("conds", [])
+
+
+def _ctx_arg(sess, v):
+    if v:
+        return sess.context(int(v))
+    return None
+
+
+@handler("graph_cond_handle")
+def h_cond_handle(d, sess, fn, ctx, args, ctxh=0, **kw):
+    """[out, graph, ctx, default, flags] -> [handle value]."""
+    g = GN.graph(sess, args[1])
+    c = _ctx_arg(sess, args[2]) or ctx
+    flags = int(args[4] or 0)
+    if flags & ~ASSIGN_DEFAULT:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: flags {flags:#x} (only "
+                                                  "CU_GRAPH_COND_ASSIGN_DEFAULT is defined)")
+    default = int(args[3] or 0) & 0xFFFFFFFF
+    value = int(_backend_op(d, "cond_create")(c, default, flags))
+    _BACKEND[0] = d.backend
+    ch = int(args[2] or 0) or int(ctxh or 0)
+    _handles(g).append([value, default, flags, ch])
+    d.backend.cond_set(value, default)      # cuda.h: the handle's initial value
+    return CUDA_SUCCESS, [value if args[0] else None]
+
+
+def _owner(sess, handle: int):
+    for g in sess.of_kind(P.K_GRAPH):
+        for h in g.info.get("conds", ()):
+            if h[0] == handle:
+                return g
+    return None
+
+
+@handler("graph_add_conditional")
+def h_add_conditional(d, sess, fn, ctx, args, **kw):
+    """cuGraphAddNode of a conditional node: [out, graph, [deps], count,
+    CUgraphNodeParams bytes] -> [node, body graph handles (u64 each)]
+    (interceptor/graph_cond.c; the shim hands every other type to its own add
+    call)."""
+    raw = args[4]
+    if not isinstance(raw, (bytes, bytearray, memoryview)) or len(raw) < _NP_HEAD.size + _NP_COND.size:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: malformed node parameters")
+    raw = bytes(raw)
+    (ntype,) = _NP_HEAD.unpack_from(raw, 0)
+    if ntype != T_CONDITIONAL:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: node type {ntype} is added by its own call")
+    handle, ctype, size, _out, cctx = _NP_COND.unpack_from(raw, _NP_HEAD.size)
+    g, info = GN.add_node_info(sess, fn, args, T_CONDITIONAL)
+    owner = _owner(sess, handle)
+    if owner is None or owner.id != g.id:
+        # cuda.h, cuGraphConditionalHandleCreate: hGraph is the "graph which
+        # will contain the conditional node using this handle"
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: conditional handle {handle:#x} was not made "
+                                                  "for this graph")
+    ok = {COND_IF: size in (1, 2), COND_WHILE: size == 1, COND_SWITCH: 1 <= size <= MAX_SWITCH}
+    if not ok.get(ctype, False):
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: conditional type {ctype} with size {size}")
+    _ctx_arg(sess, cctx)
+    info["cond"] = {"handle": int(handle), "ctype": int(ctype), "size": int(size), "bodies": []}
+    n = GN.commit_node(sess, g, info)
+    for _ in range(size):
+        b = sess.add(P.K_GRAPH, None, g.ctx, {"nodes": [], "origin": 0, "capturing": False, "xnodes": [],
+                                              "body_of": n.id})
+        info["cond"]["bodies"].append(b.id)
+    bodies = [P.make_handle(P.K_GRAPH, i) for i in info["cond"]["bodies"]]
+    return CUDA_SUCCESS, [n.handle if args[0] else None, struct.pack(f"<{len(bodies)}Q", *bodies)]
+
+
+def has_conditionals(sess, g) -> bool:
+    return any(sess.objects[(GN.K_GRAPH_NODE, i)].info["type"] == T_CONDITIONAL
+               for i in g.info.get("xnodes", ()))
+
+
+def _defaults(g) -> list:
+    return [[h[0], h[1]] for h in g.info.get("conds", ()) if h[2] & ASSIGN_DEFAULT]
+
+
+def _check_body(sess, b, depth: int):
+    for op in b.info.get("nodes", ()):
+        from .._generated import FUNCTIONS
+        f = FUNCTIONS.get(op[0])
+        if f is None or f.handler not in BODY_CAPTURED:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"conditional body graph {b.id}: "
+                                                      f"{getattr(f, 'name', op[0])} cannot be in a body (cuda.h)")
+    for i in b.info.get("xnodes", ()):
+        t = sess.objects[(GN.K_GRAPH_NODE, i)].info["type"]
+        if t not in BODY_TYPES:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"conditional body graph {b.id}: a node of type {t} "
+                                                      "cannot be in a body (cuda.h)")
+    if depth > 64:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, "conditional nodes nested more than 64 deep")
+
+
+def expand(sess, n, depth: int = 0) -> list:
+    """The op that stands for conditional node n in a flattened graph."""
+    c = n.info["cond"]
+    bodies = []
+    for gid in c["bodies"]:
+        b = sess.objects.get((P.K_GRAPH, gid))
+        if b is None:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"conditional node {n.id}: its body graph {gid} is gone")
+        if b.info.get("capturing"):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"conditional body graph {gid} is still being captured")
+        _check_body(sess, b, depth)
+        ops, _index = GN.flatten(sess, b)
+        bodies.append([_defaults(b), ops])
+    ctxh = P.make_handle(P.K_CONTEXT, n.ctx) if n.ctx else 0
+    return [GN._fid("cuGraphAddNode"), ctxh, [c["handle"], c["ctype"], bodies]]
+
+
+def _apply(d, defaults):
+    for h, v in defaults:
+        d.backend.cond_set(int(h), int(v))
+
+
+def run_cond(d, sess, api, ctxh, args, stream):
+    """A conditional node at launch (graphs.run_ops)."""
+    handle, ctype, bodies = int(args[0]), int(args[1]), args[2]
+    get = _backend_op(d, "cond_get")
+
+    def body(k):
+        defaults, ops = bodies[k]
+        _apply(d, defaults)
+        G.run_ops(d, sess, api, ops, stream)
+    if ctype == COND_WHILE:
+        while get(handle):
+            body(0)
+    elif ctype == COND_IF:
+        if get(handle):
+            body(0)
+        elif len(bodies) > 1:
+            body(1)
+    else:
+        v = get(handle)
+        if v < len(bodies):
+            body(v)
+
+
+def at_launch(d, sess, e):
+    if e.info.get("cond_defaults"):
+        _apply(d, e.info["cond_defaults"])
+
+
+def on_instantiate(sess, g) -> dict:
+    return {"cond_defaults": _defaults(g)} if g.info.get("conds") else {}
+
+
+def refuse_in(sess, g, what: str):
+    """A graph with conditional nodes as a child graph or a clone (cuda.h)."""
+    if has_conditionals(sess, g):
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"a graph with conditional nodes {what} (cuda.h)")
+
+
+def on_drop_node(sess, n):
+    """A conditional node's bodies go with it (they are the driver's, cuda.h)."""
+    c = n.info.get("cond")
+    for gid in (c or {}).get("bodies", ()):
+        b = sess.objects.get((P.K_GRAPH, gid))
+        if b is not None:
+            GN.drop_nodes(sess, b)
+            sess.drop(b)
+
+
+# ------------------------------------------------------------ checkpoints
+
+def describe(sess, backend) -> dict:
+    graphs, nodes, bodies, execs, values = [], [], [], [], []
+    get = getattr(backend, "cond_get", None)
+    for g in sess.of_kind(P.K_GRAPH):
+        if g.info.get("conds"):
+            graphs.append([g.id, [list(h) for h in g.info["conds"]]])
+            for h in g.info["conds"]:
+                if get is not None:
+                    values.append([h[0], int(get(h[0]))])
+        if "body_of" in g.info:
+            bodies.append([g.id, g.info["body_of"]])
+    for n in sess.of_kind(GN.K_GRAPH_NODE):
+        if "cond" in n.info:
+            c = n.info["cond"]
+            nodes.append([n.id, c["handle"], c["ctype"], c["size"], list(c["bodies"])])
+    for e in sess.of_kind(P.K_GRAPH_EXEC):
+        if e.info.get("cond_defaults"):
+            execs.append([e.id, [list(x) for x in e.info["cond_defaults"]]])
+    return {"graph_conds": {"graphs": graphs, "nodes": nodes, "bodies": bodies, "execs": execs,
+                            "values": values}}
+
+
+def _bad(msg: str):
+    raise CudaError(CUDA_ERROR_INVALID_VALUE, f"image: conditional nodes: {msg}")
+
+
+def rebuild(r):
+    desc = r.desc.get("graph_conds") or {}
+    sess, be = r.sess, r.backend
+    _BACKEND[0] = be
+    restore = getattr(be, "cond_restore", None)
+    if desc.get("graphs") and restore is None:
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED, "the image has conditional graph nodes, which this backend "
+                                                  "cannot run")
+    seen = set()
+    for gid, conds in desc.get("graphs", []):
+        g = sess.objects.get((P.K_GRAPH, int(gid))) or _bad(f"graph {gid} is not in the image")
+        g.info["conds"] = []
+        for value, default, flags, ch in conds:
+            value, ch = int(value), int(ch)
+            if value in seen:
+                _bad(f"handle {value:#x} twice")
+            seen.add(value)
+            c = sess.context(ch) if ch else None
+            got = int(restore(c, value, int(default), int(flags)))
+            if got != value:
+                # kernels hold the old value (in their parameters, in device memory)
+                raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"conditional handle {value:#x} came back as {got:#x}")
+            g.info["conds"].append([value, int(default) & 0xFFFFFFFF, int(flags), ch])
+    for nid, handle, ctype, size, bodies in desc.get("nodes", []):
+        n = sess.objects.get((GN.K_GRAPH_NODE, int(nid))) or _bad(f"node {nid} is not in the image")
+        if n.info["type"] != T_CONDITIONAL or int(handle) not in seen or len(bodies) != int(size):
+            _bad(f"node {nid} does not match its graph")
+        for b in bodies:
+            if (P.K_GRAPH, int(b)) not in sess.objects:
+                _bad(f"body graph {b} of node {nid} is not in the image")
+        n.info["cond"] = {"handle": int(handle), "ctype": int(ctype), "size": int(size),
+                          "bodies": [int(b) for b in bodies]}
+    for gid, nid in desc.get("bodies", []):
+        g = sess.objects.get((P.K_GRAPH, int(gid))) or _bad(f"body graph {gid} is not in the image")
+        g.info["body_of"] = int(nid)
+    for eid, defaults in desc.get("execs", []):
+        e = sess.objects.get((P.K_GRAPH_EXEC, int(eid))) or _bad(f"executable graph {eid} is not in the image")
+        e.info["cond_defaults"] = [[int(h), int(v)] for h, v in defaults if int(h) in seen]
+    for h, v in desc.get("values", []):
+        if int(h) in seen:
+            be.cond_set(int(h), int(v))
+    for n in sess.of_kind(GN.K_GRAPH_NODE):
+        if n.info["type"] == T_CONDITIONAL and "cond" not in n.info:
+            _bad(f"node {n.id} has no parameters")
+
+
+GN.EXPAND[T_CONDITIONAL] = expand
+GN.INSTANTIATE.append(on_instantiate)
+GN.DROP_NODE.append(on_drop_node)
+GN.NO_CHILD.append(refuse_in)
+G.LAUNCH_OPS["cuGraphAddNode"] = run_cond
+G.LAUNCH_START.append(at_launch)
+
+register(Kind("graphs_cond", Stage.GRAPHS, ("graph_conds",),
+              describe=lambda sess: describe(sess, _BACKEND[0]),
+              rebuild=rebuild, owner=__name__))
