@@ -24,18 +24,29 @@ cloned (cuda.h, CU_GRAPH_NODE_TYPE_CONDITIONAL): invalid value.
 
 Launch. graph_nodes.flatten turns the node into one op, [cuGraphAddNode's
 id, ctx, [handle, type, [[defaults, ops] per body]]], the bodies flattened as
-they are at instantiation; graphs.run_ops hands that op to run_cond, which
-reads the condition from the backend after the ops before it have run and
-runs the chosen body's ops (IF: body 0 when non-zero, body 1 when zero and
-size is 2; WHILE: body 0 as long as it is non-zero, read again after each
-pass; SWITCH: body n when the value is n < size). This needs a backend that
-can read a condition between two ops: the emulated one, whose kernels set
-conditions with `k.set_conditional(handle, value)` (backends/emu/
-conditionals.py) and run to completion in order. The CUDA backend cannot
-(the value lives in driver storage that only a driver conditional node
-reads, and a kernel's write reaches it only inside a driver graph launch):
-there cuGraphConditionalHandleCreate answers CUDA_ERROR_NOT_SUPPORTED with
-one line (docs/compatibility.md, conditional nodes: what remains).
+they are at instantiation.
+
+- Emulated backend: graphs.run_ops hands that op to run_cond, which reads
+  the condition after the ops before it have run and runs the chosen body's
+  ops (IF: body 0 when non-zero, body 1 when zero and size is 2; WHILE: body
+  0 as long as it is non-zero, read again after each pass; SWITCH: body n
+  when the value is n < size). Kernels set conditions with
+  `k.set_conditional(handle, value)` (backends/emu/conditionals.py) and run
+  to completion in order.
+- GPU: the condition lives in driver storage that only a driver
+  conditional node reads, written by a kernel only inside a driver graph
+  launch; the worker cannot read it between two ops. So a graph's handles
+  are made on a driver graph of its own (the values kernels get are the
+  driver's), and the first launch of an executable graph with conditional
+  nodes records its ops into that driver graph (stream capture of the same
+  ops a launch would run, conditional nodes added between the captured
+  pieces, bodies captured into the driver's body graphs:
+  backends/cuda_cond.py), instantiates it and launches it; later launches
+  launch it again. On the GPU such a graph may hold kernels, copies,
+  memsets and conditional nodes (what cuda.h allows in a body, and what
+  XLA's command buffers hold besides library calls); anything else there,
+  and handles of body graphs (nested conditional nodes), answer
+  CUDA_ERROR_NOT_SUPPORTED with one line.
 
 Checkpoint (kind `graphs_cond`, after `graphs` at Stage.GRAPHS): the
 handles of each graph (value, default, flags, context) and their current
@@ -105,11 +116,20 @@ def h_cond_handle(d, sess, fn, ctx, args, ctxh=0, **kw):
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: flags {flags:#x} (only "
                                                   "CU_GRAPH_COND_ASSIGN_DEFAULT is defined)")
     default = int(args[3] or 0) & 0xFFFFFFFF
-    value = int(_backend_op(d, "cond_create")(c, default, flags))
+    drv = _driver(d)
+    if drv is not None:
+        if "body_of" in g.info:
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: a handle of a conditional body graph (nested "
+                                                      "conditional nodes) is not supported on the GPU backend")
+        if c is None:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: no context")
+        value = drv.handle_create(_driver_graph(drv, g.id), c.real, default, flags)
+    else:
+        value = int(_backend_op(d, "cond_create")(c, default, flags))
+        d.backend.cond_set(value, default)      # cuda.h: the handle's initial value
     _BACKEND[0] = d.backend
     ch = int(args[2] or 0) or int(ctxh or 0)
     _handles(g).append([value, default, flags, ch])
-    d.backend.cond_set(value, default)      # cuda.h: the handle's initial value
     return CUDA_SUCCESS, [value if args[0] else None]
 
 
@@ -226,9 +246,129 @@ def run_cond(d, sess, api, ctxh, args, stream):
             body(v)
 
 
-def at_launch(d, sess, e):
-    if e.info.get("cond_defaults"):
-        _apply(d, e.info["cond_defaults"])
+def at_launch(d, sess, e, stream) -> bool:
+    """Before an executable graph's ops run (graphs.h_launch): the handles'
+    defaults; on the GPU, a graph with conditional nodes is launched as a
+    driver graph instead (True)."""
+    drv = _driver(d)
+    if drv is None:
+        if e.info.get("cond_defaults"):
+            _apply(d, e.info["cond_defaults"])
+        return False
+    if not any(_is_cond(op[0]) for op in e.info["nodes"]):
+        return False
+    gid = e.info["graph"]
+    ctx = sess.contexts.get(e.ctx)
+    if ctx is not None:
+        d.backend.make_current(ctx.real)
+    built = _BUILT.get(gid)
+    if built is None or built[0] != e.id:
+        _build(d, sess, drv, e, ctx)
+    real = d.backend.stream(stream) if stream < 3 else sess.get(P.K_STREAM, stream).real
+    drv.launch(_BUILT[gid][1], real)
+    return True
+
+
+# ------------------------------------------------- the GPU: driver graphs
+
+# One session per worker: graph id -> the driver graph its handles belong
+# to (backends/cuda_cond.py), and graph id -> (executable graph id, driver
+# executable graph) recorded into it (cuda.h: one instantiation at a time).
+_DG: dict = {}
+_BUILT: dict = {}
+
+
+def _driver(d):
+    f = getattr(d.backend, "cond_driver", None)
+    return f() if f is not None else None
+
+
+def _driver_graph(drv, gid: int) -> int:
+    if gid not in _DG:
+        _DG[gid] = drv.graph_create()
+    return _DG[gid]
+
+
+def _is_cond(fid) -> bool:
+    from .._generated import NAMES
+    return NAMES.get(fid) == "cuGraphAddNode"
+
+
+def _build(d, sess, drv, e, ctx):
+    """Records executable graph e into its graph's driver graph
+    (backends/cuda_cond.py) and instantiates it."""
+    from .graph_exec_state import skipped_positions
+    gid = e.info["graph"]
+    dg = _DG.get(gid)
+    if dg is None:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"executable graph {e.id}: its conditional handles are gone")
+    old = _BUILT.pop(gid, None)
+    if old is not None:
+        drv.exec_destroy(old[1])
+    drv.clear(dg)
+    s = drv.stream_create()
+    so = sess.add(P.K_STREAM, s, e.ctx, {"flags": 1, "cond_build": True})
+    try:
+        _record(d, sess, drv, dg, [], e.info["nodes"], so, s, ctx.real if ctx else 0, skipped_positions(e))
+        _BUILT[gid] = (e.id, drv.instantiate(dg))
+    finally:
+        sess.drop(so)
+        drv.stream_destroy(s)
+
+
+def _record(d, sess, drv, graph, deps, ops, so, s, ctx, skip) -> list:
+    """Records ops into driver graph `graph` after nodes `deps`; returns the
+    nodes recorded last."""
+    from .._generated import FUNCTIONS
+    seg: list = []
+
+    def flush(deps):
+        if not seg:
+            return deps
+        drv.begin(s, graph, deps)
+        try:
+            G.run_ops(d, sess, "cuGraphLaunch", seg, so.handle)
+            deps = drv.deps(s)
+        finally:
+            drv.end(s)
+        seg.clear()
+        return deps
+    for k, op in enumerate(ops):
+        if k in skip:
+            continue
+        fid, _ctxh, args = op
+        if _is_cond(fid):
+            deps = flush(deps)
+            handle, ctype, bodies = int(args[0]), int(args[1]), args[2]
+            node, dbodies = drv.add_conditional(graph, deps, handle, ctype, len(bodies), ctx)
+            for (_defaults, bops), db in zip(bodies, dbodies):
+                _record(d, sess, drv, db, [], bops, so, s, ctx, ())
+            deps = [node]
+            continue
+        f = FUNCTIONS.get(fid)
+        if f is None or f.handler not in BODY_CAPTURED or not isinstance(args, list):
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                            f"cuGraphLaunch: {getattr(f, 'name', fid)} in a graph with conditional nodes is not "
+                            "supported on the GPU backend (kernels, copies, memsets and conditional nodes are)")
+        seg.append(op)
+    return flush(deps)
+
+
+def _exec_gone(d, sess, e):
+    gid = e.info.get("graph")
+    b = _BUILT.get(gid)
+    if b is not None and b[0] == e.id:
+        del _BUILT[gid]
+        drv = _driver(d)
+        if drv is not None:
+            drv.exec_destroy(b[1])
+
+
+def _graph_gone(d, sess, g):
+    dg = _DG.pop(g.id, None)
+    drv = _driver(d)
+    if dg is not None and drv is not None:
+        drv.graph_destroy(dg)       # an executable graph made from it stays valid (cuda.h)
 
 
 def on_instantiate(sess, g) -> dict:
@@ -283,11 +423,24 @@ def rebuild(r):
     desc = r.desc.get("graph_conds") or {}
     sess, be = r.sess, r.backend
     _BACKEND[0] = be
+    drv = getattr(be, "cond_driver", None)
+    drv = drv() if drv is not None else None
     restore = getattr(be, "cond_restore", None)
+    if drv is not None:
+        def restore(c, value, default, flags, gid):
+            if c is None:
+                _bad(f"handle {value:#x} has no context")
+            return drv.handle_create(_driver_graph(drv, gid), c.real, default, flags)
+    elif restore is not None:
+        emu_restore = restore
+
+        def restore(c, value, default, flags, gid):
+            return emu_restore(c, value, default, flags)
     if desc.get("graphs") and restore is None:
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED, "the image has conditional graph nodes, which this backend "
                                                   "cannot run")
     seen = set()
+    made = []
     for gid, conds in desc.get("graphs", []):
         g = sess.objects.get((P.K_GRAPH, int(gid))) or _bad(f"graph {gid} is not in the image")
         g.info["conds"] = []
@@ -296,12 +449,19 @@ def rebuild(r):
             if value in seen:
                 _bad(f"handle {value:#x} twice")
             seen.add(value)
-            c = sess.context(ch) if ch else None
-            got = int(restore(c, value, int(default), int(flags)))
-            if got != value:
-                # kernels hold the old value (in their parameters, in device memory)
-                raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"conditional handle {value:#x} came back as {got:#x}")
             g.info["conds"].append([value, int(default) & 0xFFFFFFFF, int(flags), ch])
+            made.append((value, g))
+    # made again in the order of their values, which is the order they were
+    # made in where the backend numbers them as it goes (the emulated one
+    # does; whether the driver does, the GPU run of the corpus tells)
+    for value, g in sorted(made, key=lambda x: x[0]):
+        _v, default, flags, ch = next(h for h in g.info["conds"] if h[0] == value)
+        c = sess.context(ch) if ch else None
+        got = int(restore(c, value, default, flags, g.id))
+        if got != value:
+            # kernels hold the old value (in their parameters, in device memory)
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"conditional handle {value:#x} came back as {got:#x}; "
+                                                      "the image's kernels hold the old value")
     for nid, handle, ctype, size, bodies in desc.get("nodes", []):
         n = sess.objects.get((GN.K_GRAPH_NODE, int(nid))) or _bad(f"node {nid} is not in the image")
         if n.info["type"] != T_CONDITIONAL or int(handle) not in seen or len(bodies) != int(size):
@@ -318,7 +478,7 @@ def rebuild(r):
         e = sess.objects.get((P.K_GRAPH_EXEC, int(eid))) or _bad(f"executable graph {eid} is not in the image")
         e.info["cond_defaults"] = [[int(h), int(v)] for h, v in defaults if int(h) in seen]
     for h, v in desc.get("values", []):
-        if int(h) in seen:
+        if int(h) in seen and hasattr(be, "cond_set"):
             be.cond_set(int(h), int(v))
     for n in sess.of_kind(GN.K_GRAPH_NODE):
         if n.info["type"] == T_CONDITIONAL and "cond" not in n.info:
@@ -331,6 +491,8 @@ GN.DROP_NODE.append(on_drop_node)
 GN.NO_CHILD.append(refuse_in)
 G.LAUNCH_OPS["cuGraphAddNode"] = run_cond
 G.LAUNCH_START.append(at_launch)
+G.EXEC_DESTROY.append(_exec_gone)
+G.GRAPH_DESTROY.append(_graph_gone)
 
 register(Kind("graphs_cond", Stage.GRAPHS, ("graph_conds",),
               describe=lambda sess: describe(sess, _BACKEND[0]),

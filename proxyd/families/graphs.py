@@ -252,9 +252,13 @@ def h_instantiate(d, sess, fn, ctx, args, **kw):
 
 # Ops that a higher family runs itself at launch, by function name:
 # (d, sess, api name, ctxh, args, stream) -> None (graph_cond.py: conditional
-# nodes); and what it does before a launch runs any op: (d, sess, exec) -> None.
+# nodes); what it does before a launch runs any op: (d, sess, exec, stream)
+# -> True when it launched the graph itself (then no op runs here); and when
+# an executable graph or a graph goes: (d, sess, obj) -> None.
 LAUNCH_OPS: dict = {}
 LAUNCH_START: list = []
+EXEC_DESTROY: list = []
+GRAPH_DESTROY: list = []
 
 
 @handler("graph_launch")
@@ -267,7 +271,8 @@ def h_launch(d, sess, fn, ctx, args, **kw):
     from .graph_exec_state import skipped_positions
     skip = skipped_positions(e)     # nodes disabled by cuGraphNodeSetEnabled
     for hook in LAUNCH_START:
-        hook(d, sess, e)
+        if hook(d, sess, e, stream):
+            return CUDA_SUCCESS, []
     run_ops(d, sess, fn.name, e.info["nodes"], stream, skip)
     return CUDA_SUCCESS, []
 
@@ -308,6 +313,8 @@ def h_destroy(d, sess, fn, ctx, args, **kw):
     for s, x in list(sess.capture.items()):
         if x == g.id:
             del sess.capture[s]
+    for hook in GRAPH_DESTROY:
+        hook(d, sess, g)
     from .graph_nodes import drop_nodes
     drop_nodes(sess, g)
     sess.drop(g)
@@ -319,6 +326,8 @@ def h_destroy(d, sess, fn, ctx, args, **kw):
 @handler("graph_exec_destroy")
 def h_exec_destroy(d, sess, fn, ctx, args, **kw):
     e = sess.remove(P.K_GRAPH_EXEC, int(args[0] or 0))
+    for hook in EXEC_DESTROY:
+        hook(d, sess, e)
     from .graph_mem import release_unused
     release_unused(d, sess, e.info.get("mem", ()))
     return CUDA_SUCCESS, []
