@@ -1,0 +1,218 @@
+"""Conditional graph nodes (proxyd/families/graph_cond.py).
+
+On the wire, emulated backend: what cuda.h refuses is refused (flags, a
+handle of another graph, sizes, a graph with conditional nodes as a child
+graph or cloned), body graphs are graphs of the session, and an IF node
+runs its bodies by the value a memset-free graph leaves (the handle's
+default). The whole feature through the shim, with kernels setting
+conditions, and across a checkpoint is the corpus program graph_conditional
+(tests/programs/graph_conditional.cu).
+
+GPU path without a GPU: the order of driver calls that records a graph with
+conditional nodes into a driver graph (stream capture of the plain ops,
+conditional nodes added after what the capture recorded, bodies captured
+into the body graphs), against a stand-in for backends/cuda_cond.py."""
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from wire import FID, WireClient
+
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_NOT_SUPPORTED = 801
+T_CONDITIONAL = 13
+IF, WHILE, SWITCH = 0, 1, 2
+
+
+@pytest.fixture
+def client(emu_daemon):
+    with WireClient(emu_daemon.endpoint) as c:
+        c.hello()
+        c.ctx = c.context()
+        yield c
+        c.bye()
+
+
+def ok(c, name, *args):
+    code, outs, msg = c.call(name, *args, ctx=c.ctx)
+    assert code == 0, (name, code, msg)
+    return outs
+
+
+def node_params(handle, ctype, size, ctx=0):
+    """CUgraphNodeParams (cuda.h) of a conditional node, 256 bytes."""
+    b = bytearray(256)
+    struct.pack_into("<i", b, 0, T_CONDITIONAL)
+    struct.pack_into("<QIIQQ", b, 16, handle, ctype, size, 0, ctx)
+    return bytes(b)
+
+
+def add_cond(c, g, deps, handle, ctype, size):
+    return c.call("cuGraphAddNode", True, g, list(deps), len(deps), node_params(handle, ctype, size, c.ctx),
+                  ctx=c.ctx)
+
+
+def memset_op(c, dst, value, n):
+    return [FID["cuMemsetD8Async"], c.ctx, dst, value, n, 0]
+
+
+def test_handles_and_nodes_are_checked(client):
+    c = client
+    g = ok(c, "cuGraphCreate", True, 0)[0]
+    other = ok(c, "cuGraphCreate", True, 0)[0]
+    code, _, msg = c.call("cuGraphConditionalHandleCreate", True, g, c.ctx, 0, 2, ctx=c.ctx)
+    assert code == CUDA_ERROR_INVALID_VALUE and "flags" in msg, (code, msg)
+    h = ok(c, "cuGraphConditionalHandleCreate", True, g, c.ctx, 1, 1)[0]
+    h2 = ok(c, "cuGraphConditionalHandleCreate", True, g, c.ctx, 0, 0)[0]
+    assert h and h2 and h != h2
+    # cuda.h: the handle belongs to the graph that will hold its node
+    code, _, msg = add_cond(c, other, [], h, IF, 1)
+    assert code == CUDA_ERROR_INVALID_VALUE and "not made for this graph" in msg, (code, msg)
+    # sizes: WHILE 1, IF 1 or 2, SWITCH at least 1; types 0..2
+    for ctype, size in ((WHILE, 2), (IF, 3), (SWITCH, 0), (3, 1)):
+        code, _, msg = add_cond(c, g, [], h, ctype, size)
+        assert code == CUDA_ERROR_INVALID_VALUE, (ctype, size, code, msg)
+    code, outs, msg = add_cond(c, g, [], h, SWITCH, 3)
+    assert code == 0, msg
+    bodies = struct.unpack("<3Q", outs[1])
+    assert len(set(bodies)) == 3
+    # the bodies are graphs of the session: nodes go in with the usual calls
+    ok(c, "cuGraphAddEmptyNode", True, bodies[0], [], 0)
+    code, outs2, _ = c.call("cuGraphGetNodes", bodies[0], True, True, ctx=c.ctx)
+    assert code == 0 and outs2[1] == 1
+    code, outs2, _ = c.call("cuGraphGetNodes", g, True, True, ctx=c.ctx)
+    assert code == 0 and outs2[1] == 1
+    # cuda.h: a graph with conditional nodes is never a child graph nor cloned
+    parent = ok(c, "cuGraphCreate", True, 0)[0]
+    code, _, msg = c.call("cuGraphAddChildGraphNode", True, parent, [], 0, g, ctx=c.ctx)
+    assert code == CUDA_ERROR_INVALID_VALUE and "conditional" in msg, (code, msg)
+    code, _, msg = c.call("cuGraphClone", True, g, ctx=c.ctx)
+    assert code == CUDA_ERROR_INVALID_VALUE and "conditional" in msg, (code, msg)
+    # a body holds what cuda.h allows: a host node there fails instantiation
+    ev = ok(c, "cuEventCreate", True, 0)[0]
+    ok(c, "cuGraphAddEventRecordNode", True, bodies[1], [], 0, ev)
+    code, _, msg = c.call("cuGraphInstantiateWithFlags", True, g, 0, ctx=c.ctx)
+    assert code == CUDA_ERROR_INVALID_VALUE and "cannot be in a body" in msg, (code, msg)
+    ok(c, "cuGraphDestroy", g)
+
+
+def test_if_else_and_switch_follow_the_default(client):
+    """No kernel sets the conditions here: each launch starts from the
+    handles' defaults (CU_GRAPH_COND_ASSIGN_DEFAULT), so the branches taken
+    are the defaults' (the corpus program has kernels set them)."""
+    c = client
+    buf = ok(c, "cuMemAlloc_v2", True, 16)[0]
+    g = ok(c, "cuGraphCreate", True, 0)[0]
+    hi = ok(c, "cuGraphConditionalHandleCreate", True, g, c.ctx, 0, 1)[0]
+    hs = ok(c, "cuGraphConditionalHandleCreate", True, g, c.ctx, 2, 1)[0]
+    code, outs, msg = add_cond(c, g, [], hi, IF, 2)
+    assert code == 0, msg
+    n_if = outs[0]
+    then_, else_ = struct.unpack("<2Q", outs[1])
+    ok(c, "cuGraphAddMemsetNode", True, then_, [], 0, memset_op(c, buf, 1, 8), None)
+    ok(c, "cuGraphAddMemsetNode", True, else_, [], 0, memset_op(c, buf, 2, 8), None)
+    code, outs, msg = add_cond(c, g, [n_if], hs, SWITCH, 3)
+    assert code == 0, msg
+    sb = struct.unpack("<3Q", outs[1])
+    for k, b in enumerate(sb):
+        ok(c, "cuGraphAddMemsetNode", True, b, [], 0, memset_op(c, buf + 8, 10 + k, 8), None)
+    e = ok(c, "cuGraphInstantiateWithFlags", True, g, 0)[0]
+    ok(c, "cuGraphLaunch", e, 0)
+    ok(c, "cuCtxSynchronize")
+    got = ok(c, "cuMemcpyDtoH_v2", None, buf, 16)[0]
+    assert got == b"\x02" * 8 + b"\x0c" * 8, got      # else (default 0), switch body 2 (default 2)
+    ok(c, "cuGraphExecDestroy", e)
+    ok(c, "cuGraphDestroy", g)
+
+
+# ---------------------------------------------- the GPU's recording, stand-in driver
+
+class FakeDriver:
+    """Records the calls graph_cond._record makes (backends/cuda_cond.py's API)."""
+
+    def __init__(self):
+        self.calls = []
+        self.next = 100
+        self.capturing = None
+
+    def _new(self):
+        self.next += 1
+        return self.next
+
+    def begin(self, stream, graph, deps):
+        self.capturing = graph
+        self.calls.append(("begin", graph, tuple(deps)))
+
+    def deps(self, stream):
+        return [self.last]
+
+    def end(self, stream):
+        self.calls.append(("end", self.capturing))
+        self.capturing = None
+
+    def add_conditional(self, graph, deps, handle, ctype, size, ctx):
+        n = self._new()
+        bodies = [self._new() for _ in range(size)]
+        self.calls.append(("cond", graph, tuple(deps), handle, ctype, n, tuple(bodies)))
+        return n, bodies
+
+
+class FakeDispatcher:
+    def __init__(self, drv):
+        self.drv = drv
+
+    def run_op(self, sess, op):
+        n = self.drv._new()
+        self.drv.last = n
+        self.drv.calls.append(("op", self.drv.capturing, op[2][0], n))
+        return 0, [], ""
+
+
+class FakeSession:
+    graph_replay = False
+
+
+def test_gpu_recording_order(monkeypatch):
+    from gpuproxy.proxyd._generated import NAMES
+    from gpuproxy.proxyd.families import graph_cond, graphs
+    fid = {v: k for k, v in NAMES.items()}
+    memset = fid["cuMemsetD8Async"]
+    cond = fid["cuGraphAddNode"]
+    monkeypatch.setattr(graphs, "_stream_slot", lambda fn, args: (-1, None))
+
+    def op(tag):
+        return [memset, 0, [tag, 0, 8, 0]]
+    # a; WHILE(h=7) { b; IF(h=7) { c } }; d
+    inner = [cond, 0, [7, IF, [[[], [op("c")]]]]]
+    ops = [op("a"), [cond, 0, [7, WHILE, [[[], [op("b"), inner]]]]], op("d")]
+    drv = FakeDriver()
+    last = graph_cond._record(FakeDispatcher(drv), FakeSession(), drv, 1, [], ops, type("S", (), {"handle": 5}),
+                              5, 0, ())
+    kinds = [c[0] for c in drv.calls]
+    a = next(c for c in drv.calls if c[0] == "op" and c[2] == "a")
+    w = next(c for c in drv.calls if c[0] == "cond" and c[4] == WHILE)
+    b = next(c for c in drv.calls if c[0] == "op" and c[2] == "b")
+    i = next(c for c in drv.calls if c[0] == "cond" and c[4] == IF)
+    cc = next(c for c in drv.calls if c[0] == "op" and c[2] == "c")
+    d = next(c for c in drv.calls if c[0] == "op" and c[2] == "d")
+    assert a[1] == 1 and w[1] == 1 and w[2] == (a[3],)         # the loop follows a, in the top graph
+    assert b[1] == w[6][0]                                      # b is captured into the loop's body
+    assert i[1] == w[6][0] and i[2] == (b[3],)                  # the IF follows b, in the body
+    assert cc[1] == i[6][0]                                     # c goes into the IF's body
+    assert d[1] == 1 and ("begin", 1, (w[5],)) in drv.calls     # d is captured after the loop node
+    assert last == [d[3]]
+    assert drv.capturing is None and kinds.count("begin") == kinds.count("end")
+
+
+def test_gpu_refuses_what_it_cannot_record():
+    from gpuproxy.proxyd._generated import NAMES
+    from gpuproxy.proxyd.core.session import CudaError
+    from gpuproxy.proxyd.families import graph_cond
+    fid = {v: k for k, v in NAMES.items()}
+    drv = FakeDriver()
+    host = [fid["cuLaunchHostFunc"], 0, [0, 1, 2]]
+    with pytest.raises(CudaError) as ei:
+        graph_cond._record(FakeDispatcher(drv), FakeSession(), drv, 1, [], [host], None, 5, 0, ())
+    assert ei.value.code == CUDA_ERROR_NOT_SUPPORTED and "cuLaunchHostFunc" in ei.value.message
