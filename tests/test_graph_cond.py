@@ -216,3 +216,63 @@ def test_gpu_refuses_what_it_cannot_record():
     with pytest.raises(CudaError) as ei:
         graph_cond._record(FakeDispatcher(drv), FakeSession(), drv, 1, [], [host], None, 5, 0, ())
     assert ei.value.code == CUDA_ERROR_NOT_SUPPORTED and "cuLaunchHostFunc" in ei.value.message
+
+
+class _FakeBackend:
+    """What backends/cuda_cond.py uses of CudaBackend, over a Python stand-in
+    for libcuda's graph calls (real cffi types, so the casts are the real ones)."""
+
+    def __init__(self, lib):
+        FFI = pytest.importorskip("cffi").FFI
+        self.ffi = FFI()
+        self.lib = lib
+        lib.ffi = self.ffi
+
+    def check(self, r, what):
+        assert r == 0, what
+
+    def ptr(self, cdata):
+        return int(self.ffi.cast("uintptr_t", cdata))
+
+    def vp(self, v):
+        return self.ffi.cast("void *", v or 0)
+
+
+class _FakeLib:
+    def __init__(self):
+        self.seen = {}
+        self.keep = []
+
+    def cuGraphAddNode_v2(self, node, graph, deps, edata, n, params):
+        raw = bytes(self.ffi.buffer(params, 256))
+        self.seen = {"type": struct.unpack_from("<i", raw, 0)[0], "cond": struct.unpack_from("<QII", raw, 16),
+                     "ctx": struct.unpack_from("<Q", raw, 40)[0], "graph": int(self.ffi.cast("uintptr_t", graph)),
+                     "deps": [int(self.ffi.cast("uintptr_t", deps[i])) for i in range(n)], "edata": edata}
+        size = self.seen["cond"][2]
+        bodies = self.ffi.new("void *[]", [self.ffi.cast("void *", 0x500 + i) for i in range(size)])
+        self.keep.append(bodies)
+        self.ffi.buffer(params, 256)[32:40] = struct.pack("<Q", int(self.ffi.cast("uintptr_t", bodies)))
+        node[0] = self.ffi.cast("void *", 0x77)
+        return 0
+
+    def cuStreamGetCaptureInfo_v3(self, stream, status, cid, graph, deps, edata, n):
+        arr = self.ffi.new("void *[]", [self.ffi.cast("void *", 0x31), self.ffi.cast("void *", 0x32)])
+        self.keep.append(arr)
+        deps[0] = arr
+        n[0] = 2
+        return 0
+
+
+def test_driver_conditional_node_layout():
+    """cuda.h's CUgraphNodeParams: type at 0, the conditional parameters at
+    16 (handle, type, size), phGraph_out at 32 (written by the driver), ctx
+    at 40; 256 bytes."""
+    from gpuproxy.proxyd.backends.cuda_cond import DriverConds
+    lib = _FakeLib()
+    drv = DriverConds(_FakeBackend(lib))
+    node, bodies = drv.add_conditional(0x40, [0x11, 0x12], 0xABCDEF0123, SWITCH, 3, 0x9000)
+    assert node == 0x77 and bodies == [0x500, 0x501, 0x502]
+    s = lib.seen
+    assert s["type"] == T_CONDITIONAL and s["cond"] == (0xABCDEF0123, SWITCH, 3) and s["ctx"] == 0x9000
+    assert s["graph"] == 0x40 and s["deps"] == [0x11, 0x12]
+    assert drv.deps(0x5) == [0x31, 0x32]
