@@ -171,7 +171,15 @@ class FakeDispatcher:
 
 
 class FakeSession:
+    """Holds body snapshot graphs (graph_cond.expand) by id."""
     graph_replay = False
+
+    def __init__(self, snaps=()):
+        from types import SimpleNamespace
+
+        from gpuproxy.proxyd.core import protocol as P
+        self.objects = {(P.K_GRAPH, gid): SimpleNamespace(id=gid, info={"nodes": ops, "snap": []})
+                        for gid, ops in snaps}
 
 
 def test_gpu_recording_order(monkeypatch):
@@ -184,12 +192,12 @@ def test_gpu_recording_order(monkeypatch):
 
     def op(tag):
         return [memset, 0, [tag, 0, 8, 0]]
-    # a; WHILE(h=7) { b; IF(h=7) { c } }; d
-    inner = [cond, 0, [7, IF, [[[], [op("c")]]]]]
-    ops = [op("a"), [cond, 0, [7, WHILE, [[[], [op("b"), inner]]]]], op("d")]
+    # a; WHILE(h=7) { b; IF(h=7) { c } }; d -- bodies are snapshot graphs 51 and 52
+    inner = [cond, 0, [7, IF, [52]]]
+    ops = [op("a"), [cond, 0, [7, WHILE, [51]]], op("d")]
+    sess = FakeSession([(51, [op("b"), inner]), (52, [op("c")])])
     drv = FakeDriver()
-    last = graph_cond._record(FakeDispatcher(drv), FakeSession(), drv, 1, [], ops, type("S", (), {"handle": 5}),
-                              5, 0, ())
+    last = graph_cond._record(FakeDispatcher(drv), sess, drv, 1, [], ops, type("S", (), {"handle": 5}), 5, 0, ())
     kinds = [c[0] for c in drv.calls]
     a = next(c for c in drv.calls if c[0] == "op" and c[2] == "a")
     w = next(c for c in drv.calls if c[0] == "cond" and c[4] == WHILE)
@@ -276,3 +284,126 @@ def test_driver_conditional_node_layout():
     assert s["type"] == T_CONDITIONAL and s["cond"] == (0xABCDEF0123, SWITCH, 3) and s["ctx"] == 0x9000
     assert s["graph"] == 0x40 and s["deps"] == [0x11, 0x12]
     assert drv.deps(0x5) == [0x31, 0x32]
+
+
+# ------------------------------- a library call in a body, through the shim, across a restore
+
+COND_CUBLAS_SCRIPT = r"""
+import ctypes, json, struct, sys
+from ctypes import byref, c_float, c_void_p, c_ulonglong
+cb = ctypes.CDLL("libcublas.so.13")
+rt = ctypes.CDLL("libcudart.so.13")
+out = {}
+h, st, g, e, hnd = c_void_p(), c_void_p(), c_void_p(), c_void_p(), c_ulonglong()
+A, B, C, D = c_void_p(), c_void_p(), c_void_p(), c_void_p()
+out["create"] = cb.cublasCreate_v2(byref(h))
+rt.cudaStreamCreate(byref(st))
+for p in (A, B, C, D):
+    rt.cudaMalloc(byref(p), 16)
+def put(p, vals):
+    buf = (c_float * 4)(*vals)
+    rt.cudaMemcpy(p, buf, 16, 1)
+def get(p):
+    buf = (c_float * 4)()
+    rt.cudaMemcpy(buf, p, 16, 2)
+    return list(buf)
+put(A, [1, 2, 3, 4]); put(B, [5, 6, 7, 8]); put(C, [0, 0, 0, 0]); put(D, [0, 0, 0, 0])
+one, zero = c_float(1.0), c_float(0.0)
+out["set_stream"] = cb.cublasSetStream_v2(h, st)
+out["graph"] = rt.cudaGraphCreate(byref(g), 0)
+# default 1, assigned at every launch (cudaGraphCondAssignDefault): the IF takes its then-body
+out["handle"] = rt.cudaGraphConditionalHandleCreate(byref(hnd), g, 1, 1)
+params = ctypes.create_string_buffer(256)                 # struct cudaGraphNodeParams (driver_types.h)
+struct.pack_into("<i", params, 0, 13)                     # cudaGraphNodeTypeConditional
+struct.pack_into("<QII", params, 16, hnd.value, 0, 2)     # handle, cudaGraphCondTypeIf, size 2
+node = c_void_p()
+rt.cudaGraphAddNode.argtypes = [c_void_p, c_void_p, c_void_p, c_void_p, ctypes.c_size_t, c_void_p]
+out["add"] = rt.cudaGraphAddNode(byref(node), g, None, None, 0, params)
+arr = struct.unpack_from("<Q", params, 32)[0]
+bodies = [ctypes.c_void_p.from_address(arr + 8 * i).value for i in range(2)]
+for body, dst in zip(bodies, (C, D)):
+    rt.cudaStreamBeginCaptureToGraph.argtypes = [c_void_p, c_void_p, c_void_p, c_void_p, ctypes.c_size_t, ctypes.c_int]
+    out.setdefault("begin", []).append(rt.cudaStreamBeginCaptureToGraph(st, body, None, None, 0, 0))
+    out.setdefault("gemm", []).append(cb.cublasSgemm_v2(h, 0, 0, 2, 2, 2, byref(one), A, 2, B, 2, byref(zero), dst, 2))
+    g2 = c_void_p()
+    out.setdefault("end", []).append(rt.cudaStreamEndCapture(st, byref(g2)))
+out["inst"] = rt.cudaGraphInstantiateWithFlags(byref(e), g, ctypes.c_ulonglong(0))
+out["launch1"] = rt.cudaGraphLaunch(e, st)
+out["sync1"] = rt.cudaStreamSynchronize(st)
+out["c1"], out["d1"] = get(C), get(D)
+print(json.dumps(out), flush=True)
+print("waiting", flush=True)
+sys.stdin.readline()
+put(A, [2, 0, 0, 2])
+out2 = {"launch2": rt.cudaGraphLaunch(e, st), "sync2": rt.cudaStreamSynchronize(st)}
+out2["c2"], out2["d2"] = get(C), get(D)
+out2["exec_destroy"] = rt.cudaGraphExecDestroy(e)
+out2["graph_destroy"] = rt.cudaGraphDestroy(g)
+print(json.dumps(out2), flush=True)
+"""
+
+
+def test_cublas_in_a_conditional_body_across_restore(tmp_path, proxy_cli, shim_installed, emu_kernel_files):
+    """cudaGraphConditionalHandleCreate and cudaGraphAddNode through the
+    shim, a cuBLAS call captured into each body of an IF
+    (cudaStreamBeginCaptureToGraph), the default value choosing the
+    then-body at every launch; a GPU-only dump, proxyd killed and a restore
+    into a fresh proxyd keep the graph and its handle working. Emulated in
+    CI; GPUPROXY_TEST_BACKEND=cuda runs it on the GPU (the graph then runs as
+    a driver graph, the cuBLAS call recorded into its body, and the handle
+    must come back under its value)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from conftest import client_env
+    from proxy import Daemon
+    from test_graph_libcapture import BACKEND, _colmajor_mm, _Lines
+    tmp = __import__("pathlib").Path(f"/tmp/gpx-cd-{os.getpid()}-{time.monotonic_ns() % 10**9}")
+    tmp.mkdir()
+    ep = f"ipc://{tmp}/proxyd.sock"
+    kernels = emu_kernel_files if BACKEND == "emu" else ()
+    d = Daemon(backend=BACKEND, emu_kernels=kernels, endpoint=ep, log_path=str(tmp / "a.log")).start()
+    d2 = None
+    proc = subprocess.Popen([sys.executable, "-c", COND_CUBLAS_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=client_env(d))
+    env = {**os.environ, "GPUPROXY_ENDPOINT": ep}
+    try:
+        lines = _Lines(proc)
+        line = lines.get("the first launch's results", 120, d)
+        assert line, proc.stderr.read() if proc.poll() is not None else "no output"
+        o = json.loads(line)
+        assert lines.get("'waiting'", 30, d) == "waiting\n"
+        for k in ("create", "set_stream", "graph", "handle", "add", "inst", "launch1", "sync1"):
+            assert o[k] == 0, (k, o, d.log()[-3000:])
+        assert o["begin"] == [0, 0] and o["gemm"] == [0, 0] and o["end"] == [0, 0], o
+        assert o["c1"] == _colmajor_mm([1, 2, 3, 4], [5, 6, 7, 8]), "the then-body's gemm"
+        assert o["d1"] == [0, 0, 0, 0], "the else-body must not run"
+        r = subprocess.run([*proxy_cli, "--dump", "--gpu-only", "--pid", str(proc.pid), "--dir", str(tmp / "img")],
+                           capture_output=True, text=True, timeout=90, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr + d.log()[-2000:]
+        d.kill()
+        d2 = Daemon(backend=BACKEND, emu_kernels=kernels, endpoint=ep, log_path=str(tmp / "b.log")).start()
+        r = subprocess.run([*proxy_cli, "--restore", "--gpu-only", "--dir", str(tmp / "img")],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr + d2.log()[-2000:]
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        o2 = json.loads(lines.get("the restored graph's results", 120, d, d2))
+        assert o2["launch2"] == 0 and o2["sync2"] == 0, (o2, d2.log()[-3000:])
+        assert o2["c2"] == _colmajor_mm([2, 0, 0, 2], [5, 6, 7, 8]), "the restored graph reads A anew"
+        assert o2["d2"] == [0, 0, 0, 0]
+        assert o2["exec_destroy"] == 0 and o2["graph_destroy"] == 0
+        proc.wait(60)
+        assert proc.returncode == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        d.cleanup()
+        if d2 is not None:
+            d2.cleanup()
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)

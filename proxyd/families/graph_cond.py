@@ -43,10 +43,13 @@ they are at instantiation.
   pieces, bodies captured into the driver's body graphs:
   backends/cuda_cond.py), instantiates it and launches it; later launches
   launch it again. On the GPU such a graph may hold kernels, copies,
-  memsets and conditional nodes (what cuda.h allows in a body, and what
-  XLA's command buffers hold besides library calls); anything else there,
-  and handles of body graphs (nested conditional nodes), answer
-  CUDA_ERROR_NOT_SUPPORTED with one line.
+  memsets, captured math-library calls (run again under a capture into
+  the driver graph, with their objects made from the snapshot taken when
+  they were captured: graph_libcapture.py) and conditional nodes (what
+  cuda.h allows in a body, and what XLA's command buffers hold); anything
+  else there (host, event and memory nodes), and handles of body graphs
+  (nested conditional nodes), answer CUDA_ERROR_NOT_SUPPORTED with one
+  line.
 
 Checkpoint (kind `graphs_cond`, after `graphs` at Stage.GRAPHS): the
 handles of each graph (value, default, flags, context) and their current
@@ -189,7 +192,9 @@ def _check_body(sess, b, depth: int):
     for op in b.info.get("nodes", ()):
         from .._generated import FUNCTIONS
         f = FUNCTIONS.get(op[0])
-        if f is None or f.handler not in BODY_CAPTURED:
+        # a library call captured into a body is kernels, memsets and copies
+        # natively (graph_libcapture.py keeps it as one op)
+        if f is None or (f.handler not in BODY_CAPTURED and f.handler != "library"):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"conditional body graph {b.id}: "
                                                       f"{getattr(f, 'name', op[0])} cannot be in a body (cuda.h)")
     for i in b.info.get("xnodes", ()):
@@ -202,9 +207,15 @@ def _check_body(sess, b, depth: int):
 
 
 def expand(sess, n, depth: int = 0) -> list:
-    """The op that stands for conditional node n in a flattened graph."""
+    """The op that stands for conditional node n in a flattened graph:
+    [cuGraphAddNode's id, ctx, [handle, type, [snapshot graph ids]]]. Each
+    body is copied, as it is now, into a graph of the session that only
+    the executable graph names ("snap": its defaults), holding the body's
+    ops flattened, so that later changes to the body do not reach the
+    executable graph (as instantiation copies natively) and the image keeps
+    it like any graph (captured library calls included: graphs.describe)."""
     c = n.info["cond"]
-    bodies = []
+    snaps = []
     for gid in c["bodies"]:
         b = sess.objects.get((P.K_GRAPH, gid))
         if b is None:
@@ -213,9 +224,31 @@ def expand(sess, n, depth: int = 0) -> list:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"conditional body graph {gid} is still being captured")
         _check_body(sess, b, depth)
         ops, _index = GN.flatten(sess, b)
-        bodies.append([_defaults(b), ops])
+        snap = sess.add(P.K_GRAPH, None, b.ctx, {"nodes": ops, "origin": 0, "capturing": False,
+                                                 "snap": _defaults(b)})
+        snaps.append(snap.id)
     ctxh = P.make_handle(P.K_CONTEXT, n.ctx) if n.ctx else 0
-    return [GN._fid("cuGraphAddNode"), ctxh, [c["handle"], c["ctype"], bodies]]
+    return [GN._fid("cuGraphAddNode"), ctxh, [c["handle"], c["ctype"], snaps]]
+
+
+def _snap(sess, gid):
+    g = sess.objects.get((P.K_GRAPH, int(gid)))
+    if g is None or "snap" not in g.info:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"conditional body {gid} of an executable graph is gone")
+    return g
+
+
+def _snaps_of(sess, ops) -> list:
+    """The snapshot graphs the conditional ops of `ops` name, nested ones too."""
+    out = []
+    for fid, _c, args in ops:
+        if _is_cond(fid) and isinstance(args, list):
+            for gid in args[2]:
+                g = sess.objects.get((P.K_GRAPH, int(gid)))
+                if g is not None and "snap" in g.info:
+                    out.append(g)
+                    out += _snaps_of(sess, g.info["nodes"])
+    return out
 
 
 def _apply(d, defaults):
@@ -229,9 +262,9 @@ def run_cond(d, sess, api, ctxh, args, stream):
     get = _backend_op(d, "cond_get")
 
     def body(k):
-        defaults, ops = bodies[k]
-        _apply(d, defaults)
-        G.run_ops(d, sess, api, ops, stream)
+        b = _snap(sess, bodies[k])
+        _apply(d, b.info["snap"])
+        G.run_ops(d, sess, api, b.info["nodes"], stream)
     if ctype == COND_WHILE:
         while get(handle):
             body(0)
@@ -246,10 +279,25 @@ def run_cond(d, sess, api, ctxh, args, stream):
             body(v)
 
 
+def _sweep(sess, e):
+    """cuGraphExecUpdate gives an executable graph new ops (graph_nodes.
+    h_exec_update), with new body snapshots: the ones it no longer names go."""
+    ref = e.info.get("cond_ref")
+    if ref is not None and ref[0] == id(e.info["nodes"]):
+        return
+    now = {g.id for g in _snaps_of(sess, e.info["nodes"])}
+    for gid in (ref[1] if ref is not None else ()):
+        g = sess.objects.get((P.K_GRAPH, gid))
+        if gid not in now and g is not None and "snap" in g.info:
+            sess.drop(g)
+    e.info["cond_ref"] = (id(e.info["nodes"]), sorted(now))
+
+
 def at_launch(d, sess, e, stream) -> bool:
     """Before an executable graph's ops run (graphs.h_launch): the handles'
     defaults; on the GPU, a graph with conditional nodes is launched as a
     driver graph instead (True)."""
+    _sweep(sess, e)
     drv = _driver(d)
     if drv is None:
         if e.info.get("cond_defaults"):
@@ -262,7 +310,7 @@ def at_launch(d, sess, e, stream) -> bool:
     if ctx is not None:
         d.backend.make_current(ctx.real)
     built = _BUILT.get(gid)
-    if built is None or built[0] != e.id:
+    if built is None or built[0] != e.id or built[2] != _fingerprint(e):
         _build(d, sess, drv, e, ctx)
     real = d.backend.stream(stream) if stream < 3 else sess.get(P.K_STREAM, stream).real
     drv.launch(_BUILT[gid][1], real)
@@ -310,7 +358,7 @@ def _build(d, sess, drv, e, ctx):
     so = sess.add(P.K_STREAM, s, e.ctx, {"flags": 1, "cond_build": True})
     try:
         _record(d, sess, drv, dg, [], e.info["nodes"], so, s, ctx.real if ctx else 0, skipped_positions(e))
-        _BUILT[gid] = (e.id, drv.instantiate(dg))
+        _BUILT[gid] = (e.id, drv.instantiate(dg), _fingerprint(e))
     finally:
         sess.drop(so)
         drv.stream_destroy(s)
@@ -341,20 +389,61 @@ def _record(d, sess, drv, graph, deps, ops, so, s, ctx, skip) -> list:
             deps = flush(deps)
             handle, ctype, bodies = int(args[0]), int(args[1]), args[2]
             node, dbodies = drv.add_conditional(graph, deps, handle, ctype, len(bodies), ctx)
-            for (_defaults, bops), db in zip(bodies, dbodies):
-                _record(d, sess, drv, db, [], bops, so, s, ctx, ())
+            for gid, db in zip(bodies, dbodies):
+                _record(d, sess, drv, db, [], _snap(sess, gid).info["nodes"], so, s, ctx, ())
             deps = [node]
             continue
         f = FUNCTIONS.get(fid)
+        if f is not None and f.handler == "library" and not isinstance(args, list):
+            deps = _record_library(d, sess, drv, graph, flush(deps), f, args)
+            continue
         if f is None or f.handler not in BODY_CAPTURED or not isinstance(args, list):
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                             f"cuGraphLaunch: {getattr(f, 'name', fid)} in a graph with conditional nodes is not "
-                            "supported on the GPU backend (kernels, copies, memsets and conditional nodes are)")
+                            "supported on the GPU backend (kernels, copies, memsets, library calls and "
+                            "conditional nodes are)")
         seg.append(op)
     return flush(deps)
 
 
+def _record_library(d, sess, drv, graph, deps, fn, lc) -> list:
+    """A captured math-library call (graph_libcapture.LibCapture) recorded
+    into driver graph `graph` after `deps`: the call runs again under a
+    capture of its own stream into that graph, with temporary copies of the
+    library objects it named, made from the snapshot taken when it was
+    captured (as a restore makes it again: graph_libcapture.realize_pending);
+    its kernels become the graph's nodes, as natively."""
+    from .graph_libcapture import _destroy_temps, _real_stream, materialize
+    if lc.objects is None:
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"cuGraphLaunch: {fn.name} in a graph with conditional nodes: "
+                                                  "its library objects cannot be made again (cuDNN backend plans)")
+    run_args, temps = materialize(d, sess, lc.objects, lc.args)
+    st = _real_stream(d, sess, lc.stream)
+    try:
+        drv.begin(st, graph, deps)
+        try:
+            code, _outs, msg = d.libs.run_op(sess, fn, lc.fid, lc.ctxh, list(run_args))
+            deps = drv.deps(st)
+        finally:
+            drv.end(st)
+    finally:
+        _destroy_temps(d, sess, temps)
+    if code:
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"cuGraphLaunch: recording {fn.name} into a graph with "
+                                                  f"conditional nodes failed: {msg or code}")
+    return deps
+
+
+def _fingerprint(e) -> tuple:
+    """What changes when the executable graph's ops change (cuGraphExecUpdate
+    gives it a new list, the exec-node setters new ops, enabling a node
+    the disabled set): then the driver graph is recorded again."""
+    return (id(e.info["nodes"]), tuple(id(op) for op in e.info["nodes"]), tuple(sorted(e.info.get("disabled", ()))))
+
+
 def _exec_gone(d, sess, e):
+    for g in _snaps_of(sess, e.info.get("nodes", ())):
+        sess.drop(g)        # its body snapshots (expand)
     gid = e.info.get("graph")
     b = _BUILT.get(gid)
     if b is not None and b[0] == e.id:
@@ -394,7 +483,7 @@ def on_drop_node(sess, n):
 # ------------------------------------------------------------ checkpoints
 
 def describe(sess, backend) -> dict:
-    graphs, nodes, bodies, execs, values = [], [], [], [], []
+    graphs, nodes, bodies, execs, values, snaps = [], [], [], [], [], []
     get = getattr(backend, "cond_get", None)
     for g in sess.of_kind(P.K_GRAPH):
         if g.info.get("conds"):
@@ -404,6 +493,8 @@ def describe(sess, backend) -> dict:
                     values.append([h[0], int(get(h[0]))])
         if "body_of" in g.info:
             bodies.append([g.id, g.info["body_of"]])
+        if "snap" in g.info:
+            snaps.append([g.id, [list(x) for x in g.info["snap"]]])
     for n in sess.of_kind(GN.K_GRAPH_NODE):
         if "cond" in n.info:
             c = n.info["cond"]
@@ -412,7 +503,7 @@ def describe(sess, backend) -> dict:
         if e.info.get("cond_defaults"):
             execs.append([e.id, [list(x) for x in e.info["cond_defaults"]]])
     return {"graph_conds": {"graphs": graphs, "nodes": nodes, "bodies": bodies, "execs": execs,
-                            "values": values}}
+                            "values": values, "snaps": snaps}}
 
 
 def _bad(msg: str):
@@ -474,6 +565,18 @@ def rebuild(r):
     for gid, nid in desc.get("bodies", []):
         g = sess.objects.get((P.K_GRAPH, int(gid))) or _bad(f"body graph {gid} is not in the image")
         g.info["body_of"] = int(nid)
+    for gid, defaults in desc.get("snaps", []):
+        g = sess.objects.get((P.K_GRAPH, int(gid))) or _bad(f"body snapshot {gid} is not in the image")
+        g.info["snap"] = [[int(h), int(v)] for h, v in defaults if int(h) in seen]
+    snap_ids = {int(y[0]) for y in desc.get("snaps", [])}
+    for g in sess.of_kind(P.K_GRAPH) + sess.of_kind(P.K_GRAPH_EXEC):
+        for fid, _c, args in g.info.get("nodes", ()):
+            if not _is_cond(fid):
+                continue
+            ok = isinstance(args, list) and len(args) == 3 and isinstance(args[2], list) and \
+                all(type(x) is int and x in snap_ids for x in args[2])
+            if not ok:
+                _bad(f"graph {g.id}: a conditional node's bodies are not in the image")
     for eid, defaults in desc.get("execs", []):
         e = sess.objects.get((P.K_GRAPH_EXEC, int(eid))) or _bad(f"executable graph {eid} is not in the image")
         e.info["cond_defaults"] = [[int(h), int(v)] for h, v in defaults if int(h) in seen]
