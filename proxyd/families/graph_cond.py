@@ -23,8 +23,10 @@ instantiated. A graph with conditional nodes cannot be a child graph or be
 cloned (cuda.h, CU_GRAPH_NODE_TYPE_CONDITIONAL): invalid value.
 
 Launch. graph_nodes.flatten turns the node into one op, [cuGraphAddNode's
-id, ctx, [handle, type, [[defaults, ops] per body]]], the bodies flattened as
-they are at instantiation.
+id, ctx, [handle, type, [snapshot graph ids]]]: each body copied at
+instantiation into a graph only the executable graph names (info["snap"]:
+the body's own handles' defaults), dropped with the executable graph
+(expand, _sweep).
 
 - Emulated backend: graphs.run_ops hands that op to run_cond, which reads
   the condition after the ops before it have run and runs the chosen body's
@@ -53,8 +55,9 @@ they are at instantiation.
 
 Checkpoint (kind `graphs_cond`, after `graphs` at Stage.GRAPHS): the
 handles of each graph (value, default, flags, context) and their current
-values, each conditional node's parameters and bodies, each body's node, and
-each executable graph's defaults. A restore registers every handle again
+values (emulated), each conditional node's parameters and bodies, each
+body's node, each executable graph's defaults and each body snapshot's (the
+snapshots' ops are graphs of the image: graphs.describe). A restore registers every handle again
 under its recorded value (the kernels' parameters and device memory hold
 it); a backend that would give another value fails the restore, naming it.
 
