@@ -14,11 +14,16 @@ conditional nodes added after what the capture recorded, bodies captured
 into the body graphs), against a stand-in for backends/cuda_cond.py."""
 from __future__ import annotations
 
+import os
 import struct
 
 import pytest
 
 from wire import FID, WireClient
+
+BACKEND = os.environ.get("GPUPROXY_TEST_BACKEND", "emu")
+# the tests through the shim run on the GPU too (scripts/gpu-check's pytest step: -m gpu)
+GPU_TOO = pytest.mark.gpu if BACKEND == "cuda" else (lambda f: f)
 
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_NOT_SUPPORTED = 801
@@ -343,6 +348,7 @@ print(json.dumps(out2), flush=True)
 """
 
 
+@GPU_TOO
 def test_cublas_in_a_conditional_body_across_restore(tmp_path, proxy_cli, shim_installed, emu_kernel_files):
     """cudaGraphConditionalHandleCreate and cudaGraphAddNode through the
     shim, a cuBLAS call captured into each body of an IF
@@ -353,14 +359,13 @@ def test_cublas_in_a_conditional_body_across_restore(tmp_path, proxy_cli, shim_i
     a driver graph, the cuBLAS call recorded into its body, and the handle
     must come back under its value)."""
     import json
-    import os
     import subprocess
     import sys
     import time
 
     from conftest import client_env
     from proxy import Daemon
-    from test_graph_libcapture import BACKEND, _colmajor_mm, _Lines
+    from test_graph_libcapture import _colmajor_mm, _Lines
     tmp = __import__("pathlib").Path(f"/tmp/gpx-cd-{os.getpid()}-{time.monotonic_ns() % 10**9}")
     tmp.mkdir()
     ep = f"ipc://{tmp}/proxyd.sock"
