@@ -132,6 +132,36 @@ def test_if_else_and_switch_follow_the_default(client):
     ok(c, "cuGraphDestroy", g)
 
 
+def test_executable_graph_keeps_its_bodies_and_takes_body_node_updates(client):
+    """Instantiation copies the bodies: a node added to a body afterwards
+    does not reach the executable graph; cuGraphExecMemsetNodeSetParams of a
+    node inside a body changes the executable graph's copy (XLA updates its
+    loop bodies' kernels so), not the graph's."""
+    c = client
+    buf = ok(c, "cuMemAlloc_v2", True, 8)[0]
+    g = ok(c, "cuGraphCreate", True, 0)[0]
+    h = ok(c, "cuGraphConditionalHandleCreate", True, g, c.ctx, 1, 1)[0]
+    code, outs, msg = add_cond(c, g, [], h, IF, 1)
+    assert code == 0, msg
+    (body,) = struct.unpack("<Q", outs[1])
+    m = ok(c, "cuGraphAddMemsetNode", True, body, [], 0, memset_op(c, buf, 3, 8), None)[0]
+    e = ok(c, "cuGraphInstantiateWithFlags", True, g, 0)[0]
+    ok(c, "cuGraphAddMemsetNode", True, body, [m], 1, memset_op(c, buf, 9, 8), None)   # after instantiation
+    ok(c, "cuGraphLaunch", e, 0)
+    ok(c, "cuCtxSynchronize")
+    assert ok(c, "cuMemcpyDtoH_v2", None, buf, 8)[0] == b"\x03" * 8
+    ok(c, "cuGraphExecMemsetNodeSetParams", e, m, memset_op(c, buf, 5, 8), None)
+    ok(c, "cuGraphLaunch", e, 0)
+    ok(c, "cuCtxSynchronize")
+    assert ok(c, "cuMemcpyDtoH_v2", None, buf, 8)[0] == b"\x05" * 8
+    # a fresh instantiation takes the graph as it is: both body nodes, the second last
+    ok(c, "cuGraphExecDestroy", e)
+    e2 = ok(c, "cuGraphInstantiateWithFlags", True, g, 0)[0]
+    ok(c, "cuGraphLaunch", e2, 0)
+    ok(c, "cuCtxSynchronize")
+    assert ok(c, "cuMemcpyDtoH_v2", None, buf, 8)[0] == b"\x09" * 8
+
+
 # ---------------------------------------------- the GPU's recording, stand-in driver
 
 class FakeDriver:

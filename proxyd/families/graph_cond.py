@@ -226,9 +226,10 @@ def expand(sess, n, depth: int = 0) -> list:
         if b.info.get("capturing"):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"conditional body graph {gid} is still being captured")
         _check_body(sess, b, depth)
-        ops, _index = GN.flatten(sess, b)
+        ops, index = GN.flatten(sess, b)
+        # index: where each body node's ops are, for the exec-node setters (exec_node_at)
         snap = sess.add(P.K_GRAPH, None, b.ctx, {"nodes": ops, "origin": 0, "capturing": False,
-                                                 "snap": _defaults(b)})
+                                                 "snap": _defaults(b), "snap_index": index})
         snaps.append(snap.id)
     ctxh = P.make_handle(P.K_CONTEXT, n.ctx) if n.ctx else 0
     return [GN._fid("cuGraphAddNode"), ctxh, [c["handle"], c["ctype"], snaps]]
@@ -252,6 +253,17 @@ def _snaps_of(sess, ops) -> list:
                     out.append(g)
                     out += _snaps_of(sess, g.info["nodes"])
     return out
+
+
+def exec_node_at(sess, e, n):
+    """cuGraphExec*NodeSetParams of a node inside a conditional body (XLA
+    updates the kernels of its loop bodies so): the op list of the body
+    snapshot of e that holds it, and its positions there."""
+    for g in _snaps_of(sess, e.info.get("nodes", ())):
+        pos = g.info.get("snap_index", {}).get(n.id)
+        if pos is not None:
+            return g.info["nodes"], pos
+    return None
 
 
 def _apply(d, defaults):
@@ -313,7 +325,7 @@ def at_launch(d, sess, e, stream) -> bool:
     if ctx is not None:
         d.backend.make_current(ctx.real)
     built = _BUILT.get(gid)
-    if built is None or built[0] != e.id or built[2] != _fingerprint(e):
+    if built is None or built[0] != e.id or built[2] != _fingerprint(sess, e):
         _build(d, sess, drv, e, ctx)
     real = d.backend.stream(stream) if stream < 3 else sess.get(P.K_STREAM, stream).real
     drv.launch(_BUILT[gid][1], real)
@@ -361,7 +373,7 @@ def _build(d, sess, drv, e, ctx):
     so = sess.add(P.K_STREAM, s, e.ctx, {"flags": 1, "cond_build": True})
     try:
         _record(d, sess, drv, dg, [], e.info["nodes"], so, s, ctx.real if ctx else 0, skipped_positions(e))
-        _BUILT[gid] = (e.id, drv.instantiate(dg), _fingerprint(e))
+        _BUILT[gid] = (e.id, drv.instantiate(dg), _fingerprint(sess, e))
     finally:
         sess.drop(so)
         drv.stream_destroy(s)
@@ -437,11 +449,14 @@ def _record_library(d, sess, drv, graph, deps, fn, lc) -> list:
     return deps
 
 
-def _fingerprint(e) -> tuple:
+def _fingerprint(sess, e) -> tuple:
     """What changes when the executable graph's ops change (cuGraphExecUpdate
-    gives it a new list, the exec-node setters new ops, enabling a node
-    the disabled set): then the driver graph is recorded again."""
-    return (id(e.info["nodes"]), tuple(id(op) for op in e.info["nodes"]), tuple(sorted(e.info.get("disabled", ()))))
+    gives it a new list, the exec-node setters new ops, in its list or in a
+    body snapshot, enabling a node the disabled set): then the driver graph
+    is recorded again."""
+    snaps = tuple(id(op) for g in _snaps_of(sess, e.info["nodes"]) for op in g.info["nodes"])
+    return (id(e.info["nodes"]), tuple(id(op) for op in e.info["nodes"]), snaps,
+            tuple(sorted(e.info.get("disabled", ()))))
 
 
 def _exec_gone(d, sess, e):
@@ -497,7 +512,8 @@ def describe(sess, backend) -> dict:
         if "body_of" in g.info:
             bodies.append([g.id, g.info["body_of"]])
         if "snap" in g.info:
-            snaps.append([g.id, [list(x) for x in g.info["snap"]]])
+            snaps.append([g.id, [list(x) for x in g.info["snap"]],
+                          [[k, list(v)] for k, v in sorted(g.info.get("snap_index", {}).items())]])
     for n in sess.of_kind(GN.K_GRAPH_NODE):
         if "cond" in n.info:
             c = n.info["cond"]
@@ -568,9 +584,12 @@ def rebuild(r):
     for gid, nid in desc.get("bodies", []):
         g = sess.objects.get((P.K_GRAPH, int(gid))) or _bad(f"body graph {gid} is not in the image")
         g.info["body_of"] = int(nid)
-    for gid, defaults in desc.get("snaps", []):
+    for gid, defaults, index in desc.get("snaps", []):
         g = sess.objects.get((P.K_GRAPH, int(gid))) or _bad(f"body snapshot {gid} is not in the image")
         g.info["snap"] = [[int(h), int(v)] for h, v in defaults if int(h) in seen]
+        g.info["snap_index"] = {int(k): [int(x) for x in v] for k, v in index}
+        if any(x >= len(g.info["nodes"]) for v in g.info["snap_index"].values() for x in v):
+            _bad(f"body snapshot {gid}: a node's position is out of range")
     snap_ids = {int(y[0]) for y in desc.get("snaps", [])}
     for g in sess.of_kind(P.K_GRAPH) + sess.of_kind(P.K_GRAPH_EXEC):
         for fid, _c, args in g.info.get("nodes", ()):
@@ -595,6 +614,7 @@ GN.EXPAND[T_CONDITIONAL] = expand
 GN.INSTANTIATE.append(on_instantiate)
 GN.DROP_NODE.append(on_drop_node)
 GN.NO_CHILD.append(refuse_in)
+GN.EXEC_NODE_AT.append(exec_node_at)
 G.LAUNCH_OPS["cuGraphAddNode"] = run_cond
 G.LAUNCH_START.append(at_launch)
 G.EXEC_DESTROY.append(_exec_gone)

@@ -92,6 +92,9 @@ INSTANTIATE: list = []
 # CudaError, for a graph about to be a child graph or cloned
 DROP_NODE: list = []
 NO_CHILD: list = []
+# (sess, exec, node) -> (op list, positions) for a node an executable graph
+# holds outside its own list (graph_cond.py: nodes of conditional bodies), or None
+EXEC_NODE_AT: list = []
 
 
 def _fid(name: str) -> int:
@@ -358,6 +361,12 @@ def h_exec_set_params(d, sess, fn, ctx, args, **kw):
     e = sess.get(P.K_GRAPH_EXEC, int(args[0] or 0))
     n = node(sess, args[1])
     pos = e.info.get("index", {}).get(n.id)
+    target = e.info["nodes"]
+    for hook in EXEC_NODE_AT if pos is None else ():
+        found = hook(sess, e, n)
+        if found is not None:
+            target, pos = found
+            break
     if pos is None or n.info["type"] not in OP_HANDLERS:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the node is not one of the executable graph's")
     ops = _check_ops(sess, n.info["type"], args[2], fn.name)
@@ -367,7 +376,7 @@ def h_exec_set_params(d, sess, fn, ctx, args, **kw):
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: the new parameters change between page-locked and "
                                                   "pageable host memory; update the graph and instantiate it again")
     for k, op in zip(pos, ops):
-        e.info["nodes"][k] = op
+        target[k] = op
     return CUDA_SUCCESS, []
 
 
