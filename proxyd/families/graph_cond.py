@@ -294,31 +294,35 @@ def run_cond(d, sess, api, ctxh, args, stream):
             body(v)
 
 
-def _sweep(sess, e):
-    """cuGraphExecUpdate gives an executable graph new ops (graph_nodes.
-    h_exec_update), with new body snapshots: the ones it no longer names go."""
+def _sweep(sess, e) -> bool:
+    """Whether executable graph e has conditional nodes, worked out once per
+    op list (a launch of any graph asks; the answer is cached on e). When
+    cuGraphExecUpdate gave e new ops (graph_nodes.h_exec_update), with new
+    body snapshots, the snapshots it no longer names go."""
     ref = e.info.get("cond_ref")
-    if ref is not None and ref[0] == id(e.info["nodes"]):
-        return
-    now = {g.id for g in _snaps_of(sess, e.info["nodes"])}
+    if ref is not None and ref[0] is e.info["nodes"]:
+        return ref[2]
+    has = any(_is_cond(op[0]) for op in e.info["nodes"])
+    now = {g.id for g in _snaps_of(sess, e.info["nodes"])} if has else set()
     for gid in (ref[1] if ref is not None else ()):
         g = sess.objects.get((P.K_GRAPH, gid))
         if gid not in now and g is not None and "snap" in g.info:
             sess.drop(g)
-    e.info["cond_ref"] = (id(e.info["nodes"]), sorted(now))
+    e.info["cond_ref"] = (e.info["nodes"], sorted(now), has)
+    return has
 
 
 def at_launch(d, sess, e, stream) -> bool:
     """Before an executable graph's ops run (graphs.h_launch): the handles'
     defaults; on the GPU, a graph with conditional nodes is launched as a
     driver graph instead (True)."""
-    _sweep(sess, e)
+    has = _sweep(sess, e)
     drv = _driver(d)
     if drv is None:
         if e.info.get("cond_defaults"):
             _apply(d, e.info["cond_defaults"])
         return False
-    if not any(_is_cond(op[0]) for op in e.info["nodes"]):
+    if not has:
         return False
     gid = e.info["graph"]
     ctx = sess.contexts.get(e.ctx)
@@ -352,9 +356,13 @@ def _driver_graph(drv, gid: int) -> int:
     return _DG[gid]
 
 
+_COND_FID: list = []
+
+
 def _is_cond(fid) -> bool:
-    from .._generated import NAMES
-    return NAMES.get(fid) == "cuGraphAddNode"
+    if not _COND_FID:
+        _COND_FID.append(GN._fid("cuGraphAddNode"))
+    return fid == _COND_FID[0]
 
 
 def _build(d, sess, drv, e, ctx):
