@@ -162,6 +162,33 @@ def test_executable_graph_keeps_its_bodies_and_takes_body_node_updates(client):
     assert ok(c, "cuMemcpyDtoH_v2", None, buf, 8)[0] == b"\x09" * 8
 
 
+def test_an_endless_emulated_loop_fails_the_launch(tmp_path):
+    """A WHILE whose condition never clears hangs a GPU; the emulated one
+    fails with a line after GPUPROXY_EMU_WHILE_MAX passes (here 50)."""
+    from proxy import Daemon
+    d = Daemon(backend="emu", endpoint=f"ipc://{tmp_path}/p.sock", env={**os.environ, "GPUPROXY_EMU_WHILE_MAX": "50"}).start()
+    try:
+        with WireClient(d.endpoint) as c:
+            c.hello()
+            c.ctx = c.context()
+            buf = ok(c, "cuMemAlloc_v2", True, 8)[0]
+            g = ok(c, "cuGraphCreate", True, 0)[0]
+            h = ok(c, "cuGraphConditionalHandleCreate", True, g, c.ctx, 1, 1)[0]
+            code, outs, msg = add_cond(c, g, [], h, WHILE, 1)
+            assert code == 0, msg
+            (body,) = struct.unpack("<Q", outs[1])
+            ok(c, "cuGraphAddMemsetNode", True, body, [], 0, memset_op(c, buf, 1, 8), None)
+            e = ok(c, "cuGraphInstantiateWithFlags", True, g, 0)[0]
+            # an asynchronous op's failure comes back with its message (the shim
+            # reports it at the next synchronising call)
+            _code, _, msg = c.call("cuGraphLaunch", e, 0, ctx=c.ctx)
+            assert "GPUPROXY_EMU_WHILE_MAX" in msg, msg
+            assert "condition never cleared" in d.log()
+            c.bye()
+    finally:
+        d.cleanup()
+
+
 # ---------------------------------------------- the GPU's recording, stand-in driver
 
 class FakeDriver:

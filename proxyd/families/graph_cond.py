@@ -65,6 +65,7 @@ Locking: the worker's main loop only (dispatch.py).
 """
 from __future__ import annotations
 
+import os
 import struct
 
 from ..core import protocol as P
@@ -76,6 +77,7 @@ from . import graphs as G
 
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_NOT_SUPPORTED = 801
+CUDA_ERROR_LAUNCH_FAILED = 719
 T_CONDITIONAL = 13
 COND_IF, COND_WHILE, COND_SWITCH = 0, 1, 2                 # CUgraphConditionalNodeType
 ASSIGN_DEFAULT = 0x1                                      # CU_GRAPH_COND_ASSIGN_DEFAULT
@@ -281,7 +283,14 @@ def run_cond(d, sess, api, ctxh, args, stream):
         _apply(d, b.info["snap"])
         G.run_ops(d, sess, api, b.info["nodes"], stream)
     if ctype == COND_WHILE:
+        # a loop whose condition never clears hangs a GPU; the emulation
+        # fails the launch instead, after GPUPROXY_EMU_WHILE_MAX passes
+        cap, n = int(os.environ.get("GPUPROXY_EMU_WHILE_MAX", str(1 << 24))), 0
         while get(handle):
+            n += 1
+            if n > cap:
+                raise CudaError(CUDA_ERROR_LAUNCH_FAILED, f"{api}: a conditional WHILE node ran {cap} passes "
+                                                          "(GPUPROXY_EMU_WHILE_MAX); its condition never cleared")
             body(0)
     elif ctype == COND_IF:
         if get(handle):
