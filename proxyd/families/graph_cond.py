@@ -163,6 +163,11 @@ def h_add_conditional(d, sess, fn, ctx, args, **kw):
     if ntype != T_CONDITIONAL:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: node type {ntype} is added by its own call")
     handle, ctype, size, _out, cctx = _NP_COND.unpack_from(raw, _NP_HEAD.size)
+    if GN.graph(sess, args[1]).info.get("capturing"):
+        # CUDA's way of putting a conditional node into a stream capture
+        # (cuStreamGetCaptureInfo's graph, then cuStreamUpdateCaptureDependencies)
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: a conditional node in a graph being captured is not "
+                                                  "supported (build it explicitly, or capture into its bodies)")
     g, info = GN.add_node_info(sess, fn, args, T_CONDITIONAL)
     owner = _owner(sess, handle)
     if owner is None or owner.id != g.id:
