@@ -858,6 +858,7 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     # issue 10, group 3: graphs built explicitly (proxyd/families/graph_nodes.py, interceptor/graph_build.c)
     "cuGraphDebugDotPrint": P("hGraph=handle:graph; path=in_buffer@strlen(path) + 1; flags=scalar", "graph:use"),
     "cuGraphCreate": P("phGraph=out_value:graph; flags=scalar", "graph:create"),
+    "cuGraphConditionalHandleCreate": P("pHandle_out=out_value:graph_conditional; hGraph=handle:graph; ctx=handle:context; defaultLaunchValue=scalar; flags=scalar", "graph_conditional:create; graph:use; context:use"),
     "cuGraphAddKernelNode": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUDA_KERNEL_NODE_PARAMS_v1)", "graph_node:create; graph:use; graph_node:use"),
     "cuGraphAddKernelNode_v2": P("phGraphNode=out_value:graph_node; hGraph=handle:graph; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; nodeParams=in_buffer@sizeof(CUDA_KERNEL_NODE_PARAMS)", "graph_node:create; graph:use; graph_node:use"),
     "cuGraphKernelNodeSetParams_v2": P("hNode=handle:graph_node; nodeParams=in_buffer@sizeof(CUDA_KERNEL_NODE_PARAMS)", "graph_node:use"),
@@ -951,7 +952,7 @@ DRIVER_SHIM_LOCAL = {
     "cuLinkCreate", "cuLinkAddData", "cuLinkAddFile", "cuLinkAddFile_v2",
     "cuStreamGetCaptureInfo_v2",   # on cuStreamGetCaptureInfo_v3 (interceptor/capture.c)
     # on the other graph calls (interceptor/graph_build.c)
-    "cuGraphDebugDotPrint", "cuGraphAddKernelNode", "cuGraphGetEdges", "cuGraphAddDependencies", "cuGraphRemoveDependencies", "cuGraphInstantiateWithParams", "cuGraphAddNode", "cuGraphAddNode_v2",
+    "cuGraphDebugDotPrint", "cuGraphAddKernelNode", "cuGraphGetEdges", "cuGraphAddDependencies", "cuGraphRemoveDependencies", "cuGraphInstantiateWithParams", "cuGraphAddNode_v2",
     "cuGraphNodeGetDependencies", "cuGraphNodeGetDependentNodes",
 }
 
@@ -1049,12 +1050,15 @@ DRIVER_HANDLERS = {
     "cuMemGetAllocationGranularity": "vmm_granularity", "cuMemGetAllocationPropertiesFromHandle": "vmm_get_prop",
     "cuStreamBeginCapture_v2": "graph_begin_capture", "cuStreamEndCapture": "graph_end_capture",
     "cuStreamBeginCaptureToGraph": "graph_begin_capture_to_graph",
+    # the conditional node type (interceptor/graph_cond.c); other types go to their own add calls
+    "cuGraphAddNode": "graph_add_conditional",
     "cuGraphExecChildGraphNodeSetParams": "graph_exec_child_set_params",
     "cuGraphNodeSetEnabled": "graph_node_enabled", "cuGraphNodeGetEnabled": "graph_node_enabled",
     "cuStreamIsCapturing": "graph_is_capturing", "cuStreamGetCaptureInfo_v3": "graph_capture_info", "cuGraphInstantiateWithFlags": "graph_instantiate",
     "cuGraphInstantiate_v2": "graph_instantiate", "cuGraphLaunch": "graph_launch", "cuGraphDestroy": "graph_destroy",
     "cuGraphExecDestroy": "graph_exec_destroy",
     "cuGraphCreate": "graph_create",
+    "cuGraphConditionalHandleCreate": "graph_cond_handle",
     "cuGraphAddKernelNode_v2": "graph_add_node",
     "cuGraphKernelNodeSetParams_v2": "graph_node_set_params",
     "cuGraphAddMemcpyNode": "graph_add_node",
@@ -1351,6 +1355,7 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     # graphs built explicitly (interceptor/rt_graph.c)
     "cudaGraphDebugDotPrint": P("graph=handle:graph; path=in_buffer@strlen(path) + 1; flags=scalar", "graph:use"),
     "cudaGraphCreate": P("pGraph=out_value:graph; flags=scalar", "graph:create"),
+    "cudaGraphConditionalHandleCreate": P("pHandle_out=out_value:graph_conditional; graph=handle:graph; defaultLaunchValue=scalar; flags=scalar", "graph_conditional:create; graph:use"),
     "cudaGraphAddKernelNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); numDependencies=scalar; pNodeParams=in_buffer@sizeof(struct cudaKernelNodeParams)", "graph_node:create; graph:use; graph_node:use"),
     "cudaGraphKernelNodeSetParams": P("node=handle:graph_node; pNodeParams=in_buffer@sizeof(struct cudaKernelNodeParams)", "graph_node:use"),
     "cudaGraphAddMemcpyNode": P("pGraphNode=out_value:graph_node; graph=handle:graph; pDependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); numDependencies=scalar; pCopyParams=in_buffer@sizeof(struct cudaMemcpy3DParms)", "graph_node:create; graph:use; graph_node:use"),

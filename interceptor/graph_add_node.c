@@ -20,6 +20,10 @@ static CUresult refuse(const char *fn, const char *why)
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+/* graph_cond.c */
+CUresult gp_graph_add_conditional(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                                  CUgraphNodeParams *np);
+
 static CUresult add_by_type(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                             size_t numDependencies, CUgraphNodeParams *np);
 
@@ -106,9 +110,9 @@ static CUresult add_by_type(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgr
     }
     case CU_GRAPH_NODE_TYPE_MEM_FREE:
         return gpo_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, np->free.dptr);
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+        return gp_graph_add_conditional(phGraphNode, hGraph, dependencies, numDependencies, np);
     default: {
-        /* conditional nodes (13) among them: proxyd runs a graph as a list of
-         * stream operations and cannot evaluate a condition set on the GPU */
         char why[96];
         snprintf(why, sizeof why, "node type %d is not supported", (int)np->type);
         return refuse("cuGraphAddNode", why);

@@ -17,6 +17,11 @@ cudaError_t gpo_cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_
 cudaError_t gpo_cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
                                         const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dptr);
 
+/* rt_graph_cond.c */
+cudaError_t gp_rt_graph_add_conditional(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                        const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                        struct cudaGraphNodeParams *nodeParams);
+
 cudaError_t gpo_cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
     RT_INIT();
@@ -448,6 +453,8 @@ cudaError_t gpo_cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
     case cudaGraphNodeTypeMemFree:
         return gpo_cudaGraphAddMemFreeNode(pGraphNode, graph, pDependencies, numDependencies,
                                            nodeParams->free.dptr);
+    case cudaGraphNodeTypeConditional:
+        return gp_rt_graph_add_conditional(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
     default:
         gp_warn_unsupported("cudaGraphAddNode (this node type)");
         return gp_rt_ret(cudaErrorNotSupported);

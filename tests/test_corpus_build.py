@@ -63,7 +63,7 @@ def test_manifest_fields():
                                                   "vmm_app", "graph_capture", "graph_explicit", "cublas_gemm",
                                                   "cudnn_conv", "textures", "mathlibs", "graph_memory",
                                                   "graph_pageable", "linalg", "memset2d", "mipmap", "peer_copy",
-                                                  "globals_table"}
+                                                  "globals_table", "graph_conditional"}
     for p in PROGRAMS:
         assert all(isinstance(k, int) and k > 0 for k in p.checkpoints) and (p.pace or not p.checkpoints), p.name
 

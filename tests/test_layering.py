@@ -131,7 +131,7 @@ def test_restore_order_is_the_engines(kinds):
     order = [k.name for k in kinds.ordered() if k.rebuild is not None]
     # a restore is nothing but this walk: every kind that rebuilds has a stage
     assert all(k.stage > kinds.Stage.NONE for k in kinds.ordered() if k.rebuild is not None)
-    assert order == ["contexts", "device_numbers", "modules", "globals", "arena", "mem_pools", "mem_handles", "graph_mem", "graphs",
+    assert order == ["contexts", "device_numbers", "modules", "globals", "arena", "mem_pools", "mem_handles", "graph_mem", "graphs", "graphs_cond",
                      "arrays", "functions", "streams_events", "context_settings", "libraries", "cudnn_backend",
                      "replay", "graph_libcapture", "nccl_comms",
                      "memory", "device_vars", "sparse_after_memory", "session_state",

@@ -364,7 +364,7 @@ def test_unsupported_functions_return_801_without_daemon(lib_dir, specs, tmp_pat
             for f in specs.functions if f.status == "unsupported" and f.returns in _RET]
     todo += [["driver", n, 0, "int"] for n in undocumented_exports()]
     names = [t[1] for t in todo]
-    assert "cudaGraphConditionalHandleCreate" in names and "cuTexRefCreate" in names
+    assert "cudaGraphKernelNodeGetParams" in names and "cuTexRefCreate" in names
     assert sum(t[0] == "driver" for t in todo) >= 10 and sum(t[0] == "runtime" for t in todo) >= 10
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROXY_") and k != "LD_PRELOAD"}
     env["GPUPROXY_ENDPOINT"] = f"ipc://{tmp_path}/no-daemon.sock"

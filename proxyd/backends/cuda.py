@@ -1096,6 +1096,13 @@ class CudaBackend(Backend):
             return None, f"cuGraphInstantiateWithFlags: {self.err_name(r)}"
         return self.ptr(e[0]), None
 
+    def cond_driver(self):
+        """The driver calls of conditional graph nodes (cuda_cond.py)."""
+        if getattr(self, "_cond", None) is None:
+            from .cuda_cond import DriverConds
+            self._cond = DriverConds(self)
+        return self._cond
+
     def lib_graph_launch(self, exec_, stream):
         self.check(self.lib.cuGraphLaunch(self.vp(exec_), self.vp(stream)), "cuGraphLaunch")
 

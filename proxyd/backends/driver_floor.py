@@ -40,6 +40,11 @@ NEWER = {
     "cuCtxSetFlags": 12010,
     "cuFuncGetParamInfo": 12040,
     "cuFuncLoad": 12040,
+    # conditional graph nodes on the GPU (cuda_cond.py)
+    "cuGraphAddNode_v2": 12030,
+    "cuGraphConditionalHandleCreate": 12030,
+    "cuStreamBeginCaptureToGraph": 12030,
+    "cuStreamGetCaptureInfo_v3": 12030,
     "cuLaunchKernelEx": 11060,
     "cuOccupancyMaxActiveClusters": 11070,
 }

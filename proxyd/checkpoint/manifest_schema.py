@@ -267,6 +267,19 @@ SESSION = Obj({
     # graph memory nodes' allocations (proxyd/families/graph_mem.py): address, size,
     # device, live; per device the high-water mark of graph memory
     "graph_mem": Obj({"allocs": List(Tuple(U64, SIZE, DEVICE, Bool()), 1 << 20), "high": Map(NUM, U64, 1024)}),
+    # conditional graph nodes (proxyd/families/graph_cond.py): per graph its handles
+    # [value, default, flags, context handle]; per node [id, handle, type, size,
+    # body graphs]; per body graph its node; per executable graph its defaults
+    # [handle, value]; the handles' current values; body snapshots
+    "graph_conds": Obj({"graphs": List(Tuple(ID, List(Tuple(U64, U64, Int(0, 1), U64), 1 << 16)), 1 << 16),
+                        "nodes": List(Tuple(ID, U64, Int(0, 2), Int(1, 1 << 16), List(ID, 1 << 16)), 1 << 16),
+                        "bodies": List(Tuple(ID, ID), 1 << 20),
+                        "execs": List(Tuple(ID, List(Tuple(U64, U64), 1 << 16)), 1 << 16),
+                        "values": List(Tuple(U64, U64), 1 << 16),
+                        # the bodies as an executable graph holds them: graph id, defaults,
+                        # [body node id, [positions of its ops]]
+                        "snaps": List(Tuple(ID, List(Tuple(U64, U64), 1 << 16),
+                                            List(Tuple(ID, List(Int(0, 1 << 31), 1 << 20)), 1 << 20)), 1 << 16)}),
     "capture": Map(NUM, ID, 1 << 16),
     "capture_events": Map(NUM, ID, 1 << 16),
     # CUDA arrays (proxyd/families/arrays.py; contents: FLAG_ARRAY chunks) and texture /

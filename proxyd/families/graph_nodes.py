@@ -82,6 +82,21 @@ OP_HANDLERS = {
 WAIT_NAMES = {"cuStreamWaitEvent"}
 
 
+# Node types a higher family turns into one op when a graph is flattened:
+# type -> (sess, node) -> op (graph_cond.py: a conditional node with its
+# bodies as they are now); and what it adds to an executable graph's info:
+# (sess, graph) -> dict.
+EXPAND: dict = {}
+INSTANTIATE: list = []
+# (sess, node) -> None when a node goes; (sess, graph, what) -> None, raising
+# CudaError, for a graph about to be a child graph or cloned
+DROP_NODE: list = []
+NO_CHILD: list = []
+# (sess, exec, node) -> (op list, positions) for a node an executable graph
+# holds outside its own list (graph_cond.py: nodes of conditional bodies), or None
+EXEC_NODE_AT: list = []
+
+
 def _fid(name: str) -> int:
     from .._generated import NAMES
     for k, v in NAMES.items():
@@ -203,7 +218,10 @@ def flatten(sess, g) -> tuple[list, dict]:
         done += 1
         n = byid[i]
         pos = []
-        if n.info["type"] == T_GRAPH:
+        if n.info["type"] in EXPAND:
+            pos.append(len(ops))
+            ops.append(EXPAND[n.info["type"]](sess, n))
+        elif n.info["type"] == T_GRAPH:
             for op in n.info["child"]:
                 pos.append(len(ops))
                 ops.append(list(op))
@@ -302,6 +320,8 @@ def h_add_node(d, sess, fn, ctx, args, **kw):
         if child.id == g.id:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: a graph cannot contain itself")
         _refuse_memory_nodes(sess, child, fn, "cannot be a child graph")
+        for hook in NO_CHILD:
+            hook(sess, child, f"{fn.name}: cannot be a child graph")
         info["child"], _ = flatten(sess, child)
     elif ntype == T_MEM_FREE:
         addr = sess.translate(int(args[4] or 0))
@@ -341,6 +361,12 @@ def h_exec_set_params(d, sess, fn, ctx, args, **kw):
     e = sess.get(P.K_GRAPH_EXEC, int(args[0] or 0))
     n = node(sess, args[1])
     pos = e.info.get("index", {}).get(n.id)
+    target = e.info["nodes"]
+    for hook in EXEC_NODE_AT if pos is None else ():
+        found = hook(sess, e, n)
+        if found is not None:
+            target, pos = found
+            break
     if pos is None or n.info["type"] not in OP_HANDLERS:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the node is not one of the executable graph's")
     ops = _check_ops(sess, n.info["type"], args[2], fn.name)
@@ -350,7 +376,7 @@ def h_exec_set_params(d, sess, fn, ctx, args, **kw):
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: the new parameters change between page-locked and "
                                                   "pageable host memory; update the graph and instantiate it again")
     for k, op in zip(pos, ops):
-        e.info["nodes"][k] = op
+        target[k] = op
     return CUDA_SUCCESS, []
 
 
@@ -464,6 +490,8 @@ def h_destroy_node(d, sess, fn, ctx, args, **kw):
             if n.id in deps:
                 deps.remove(n.id)
                 graph_edges.drop(sess.objects[(K_GRAPH_NODE, i)], n.id)
+    for hook in DROP_NODE:
+        hook(sess, n)
     sess.drop(n)
     return CUDA_SUCCESS, []
 
@@ -473,6 +501,8 @@ def drop_nodes(sess, g):
     for i in list(g.info.get("xnodes", [])):
         n = sess.objects.get((K_GRAPH_NODE, i))
         if n is not None:
+            for hook in DROP_NODE:
+                hook(sess, n)
             sess.drop(n)
 
 
@@ -483,6 +513,8 @@ def h_clone(d, sess, fn, ctx, args, **kw):
     if src.info.get("capturing"):
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: the graph is being captured")
     _refuse_memory_nodes(sess, src, fn, "cannot be cloned")
+    for hook in NO_CHILD:
+        hook(sess, src, f"{fn.name}: cannot be cloned")
     g = sess.add(P.K_GRAPH, None, src.ctx, {"nodes": [list(n) for n in src.info["nodes"]], "origin": 0,
                                             "capturing": False, "xnodes": []})
     new_id = {}
@@ -553,8 +585,11 @@ def instantiate_info(sess, g, flags: int = 0) -> dict:
     """The executable graph's info for graph g (graphs.h_instantiate); it
     holds the graph's allocations ("mem", graph_mem.py) too."""
     ops, index = flatten(sess, g)
-    return {"nodes": ops, "graph": g.id, "index": index, "node_order": list(_xnodes(g)),
+    info = {"nodes": ops, "graph": g.id, "index": index, "node_order": list(_xnodes(g)),
             "sig": _jsonable_sig(_signature(sess, g)), "mem": list(g.info.get("mem", [])), "flags": flags}
+    for hook in INSTANTIATE:
+        info.update(hook(sess, g))
+    return info
 
 
 # ------------------------------------------------------------ checkpoints

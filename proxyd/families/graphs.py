@@ -250,36 +250,61 @@ def h_instantiate(d, sess, fn, ctx, args, **kw):
     return CUDA_SUCCESS, outs
 
 
+# Ops that a higher family runs itself at launch, by function name:
+# (d, sess, api name, ctxh, args, stream) -> None (graph_cond.py: conditional
+# nodes); what it does before a launch runs any op: (d, sess, exec, stream)
+# -> True when it launched the graph itself (then no op runs here); and when
+# an executable graph or a graph goes: (d, sess, obj) -> None.
+LAUNCH_OPS: dict = {}
+LAUNCH_START: list = []
+EXEC_DESTROY: list = []
+GRAPH_DESTROY: list = []
+
+
 @handler("graph_launch")
 def h_launch(d, sess, fn, ctx, args, **kw):
     """Runs the executable graph's ops in order on the launch stream."""
     e = sess.get(P.K_GRAPH_EXEC, int(args[0] or 0))
     stream = _stream_value(fn, int(args[1] or 0))
-    from .._generated import FUNCTIONS
     from . import graph_mem
     graph_mem.before_launch(d, sess, fn.name, e, stream)
     from .graph_exec_state import skipped_positions
     skip = skipped_positions(e)     # nodes disabled by cuGraphNodeSetEnabled
+    for hook in LAUNCH_START:
+        if hook(d, sess, e, stream):
+            return CUDA_SUCCESS, []
+    run_ops(d, sess, fn.name, e.info["nodes"], stream, skip)
+    return CUDA_SUCCESS, []
+
+
+def run_ops(d, sess, api: str, ops, stream, skip=()):
+    """Runs ops (an executable graph's, or a conditional body's) in order on
+    stream; raises CudaError naming the failed node."""
+    from .._generated import FUNCTIONS
+    from . import graph_mem
     prev, sess.graph_replay = sess.graph_replay, True
     try:
-        for k, (fid, ctxh, nargs) in enumerate(e.info["nodes"]):
+        for k, (fid, ctxh, nargs) in enumerate(ops):
             if k in skip:
                 continue
             if graph_mem.is_marker(fid):
-                graph_mem.run_marker(d, sess, fn.name, (fid, ctxh, nargs), stream)
+                graph_mem.run_marker(d, sess, api, (fid, ctxh, nargs), stream)
                 continue
             nfn = FUNCTIONS[fid]
             if isinstance(nargs, LibCapture):
                 nargs.launch(sess, stream)      # library work captured as a graph of its own
                 continue
+            own = LAUNCH_OPS.get(nfn.name)
+            if own is not None:
+                own(d, sess, api, ctxh, nargs, stream)
+                continue
             slot = _stream_slot(nfn, nargs)
             op = [fid, ctxh] + (_with_stream(nargs, slot, stream) if slot[0] >= 0 else list(nargs))
             code, _outs, msg = d.run_op(sess, op)
             if code != CUDA_SUCCESS:
-                raise CudaError(code, f"{fn.name}: node {nfn.name} failed: {msg}")
+                raise CudaError(code, f"{api}: node {nfn.name} failed: {msg}")
     finally:
         sess.graph_replay = prev
-    return CUDA_SUCCESS, []
 
 
 @handler("graph_destroy")
@@ -288,6 +313,8 @@ def h_destroy(d, sess, fn, ctx, args, **kw):
     for s, x in list(sess.capture.items()):
         if x == g.id:
             del sess.capture[s]
+    for hook in GRAPH_DESTROY:
+        hook(d, sess, g)
     from .graph_nodes import drop_nodes
     drop_nodes(sess, g)
     sess.drop(g)
@@ -299,6 +326,8 @@ def h_destroy(d, sess, fn, ctx, args, **kw):
 @handler("graph_exec_destroy")
 def h_exec_destroy(d, sess, fn, ctx, args, **kw):
     e = sess.remove(P.K_GRAPH_EXEC, int(args[0] or 0))
+    for hook in EXEC_DESTROY:
+        hook(d, sess, e)
     from .graph_mem import release_unused
     release_unused(d, sess, e.info.get("mem", ()))
     return CUDA_SUCCESS, []

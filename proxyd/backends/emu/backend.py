@@ -443,6 +443,24 @@ class EmuBackend(Backend):
     def ctx_sync(self, ctx):
         pass
 
+    # conditional graph nodes (emu/conditionals.py, families/graph_cond.py)
+    def cond_create(self, ctx, default: int, flags: int) -> int:
+        from . import conditionals
+        return conditionals.create()
+
+    def cond_restore(self, ctx, handle: int, default: int, flags: int) -> int:
+        from . import conditionals
+        conditionals.restore(handle)
+        return int(handle)
+
+    def cond_get(self, handle: int) -> int:
+        from . import conditionals
+        return conditionals.get(handle)
+
+    def cond_set(self, handle: int, value: int) -> None:
+        from . import conditionals
+        conditionals.set_value(handle, value)
+
     def stream(self, special: int):
         return self._null[special]
 

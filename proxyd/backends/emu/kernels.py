@@ -116,6 +116,15 @@ class KernelLaunch:
         el, xi, yi = surf_index(self._textures.get(obj), xbytes, y)
         el[0, yi, xi] = np.asarray(values).reshape(el[0, yi, xi].shape)
 
+    def set_conditional(self, handle: int, value: int) -> None:
+        """cudaGraphSetConditional(handle, value): sets the condition a
+        conditional graph node reads (emu/conditionals.py)."""
+        from . import conditionals
+        try:
+            conditionals.set_value(handle, value)
+        except KeyError:
+            raise KernelError(f"{self.name}: cudaGraphSetConditional of unknown handle {int(handle):#x}") from None
+
     def global_address(self, name: str) -> int:
         """The device address of the __device__ variable `name` of the
         kernel's module (what `&name` is in the kernel)."""
