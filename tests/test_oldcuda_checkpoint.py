@@ -72,7 +72,7 @@ def test_gpu_only_dump_restore_mid_run(version, tmp, shim_installed):
     if native is not None:
         assert native == prog.expected_output, native
     d = daemon(tmp, "first")
-    from test_whole_process import ctl
+    from wholeproc import ctl
     with PacedRun(_Built(exe, prog.args), d) as run:
         for k in (20, 40):
             run.step_to(k)

@@ -30,8 +30,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus  # noqa: E402
-from test_whole_process import (BACKEND, cli, ctl, daemon, kill, ok, require_park, start,  # noqa: E402,F401
-                                tmp, wait_calls, _stop_daemons)
+from wholeproc import (BACKEND, cli, ctl, daemon, kill, ok, require_park, start,  # noqa: E402,F401
+                     tmp, wait_calls, _stop_daemons)
 
 from gpuproxy.proxyd.checkpoint.image import Image  # noqa: E402
 
