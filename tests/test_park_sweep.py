@@ -102,3 +102,22 @@ def test_a_released_sessions_marker_stays(tmp_path):
     assert park_sweep.sweep(str(tmp_path), min_age_s=0) == 0
     assert markers.sweep(str(tmp_path), min_age_s=0) == 0
     assert os.listdir(tmp_path) == [name]
+
+
+def test_proxyd_sweeps_them_when_it_starts(fresh_daemon):
+    """main() runs the sweep before it serves; the real /dev/shm, names of
+    this test's own (random ids)."""
+    from pathlib import Path
+    shm = Path("/dev/shm")
+    dead = put(shm, f"gpuproxy-parkheld-{os.urandom(8).hex()}-{dead_pid()}")
+    live = put(shm, f"gpuproxy-ran-{os.urandom(8).hex()}-{os.getpid()}", age_s=0)
+    try:
+        fresh_daemon()
+        assert not (shm / dead).exists()
+        assert (shm / live).exists()
+    finally:
+        for n in (dead, live):
+            try:
+                os.unlink(shm / n)
+            except OSError:
+                pass
