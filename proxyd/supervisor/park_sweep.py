@@ -20,7 +20,7 @@ Rule for the park files (a file is removed only when all hold):
     every park_lease.RENEW_S while its park lasts, so a lease that old has
     no live supervisor renewing it);
   * it is proxyd's own user's file, or proxyd is root (the sticky /dev/shm
-    would refuse anyway; no other user's file is even looked at more);
+    would refuse another's unlink anyway; such a file is not even tried);
   * its client is gone: the pid is no process of proxyd's pid namespace, or
     the process there started after the file was last written (a reused
     pid: every park file is written after its client started, by the
