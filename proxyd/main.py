@@ -125,6 +125,8 @@ def main(argv=None):
     sweep()     # shared memory of clients that died with an earlier daemon (shm_sweep.py)
     from .supervisor.markers import sweep as sweep_markers
     sweep_markers()     # and the session markers of clients that are gone (markers.py)
+    from .supervisor.park_sweep import sweep as sweep_park_files
+    sweep_park_files()  # and their park files: parkheld, ran, lease (park_sweep.py)
 
     def stop(signum, frame):
         server.stopping = True

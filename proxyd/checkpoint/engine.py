@@ -906,7 +906,7 @@ class Engine:
             if names.get(d) and names[d] != b.device_name(nd):
                 raise CheckpointError(f"image device {d} is a {names[d]}; device {nd} here is a {b.device_name(nd)} "
                                       f"(restore needs the same GPU model)")
-        self._check_arena(desc, device_map)
+        kinds.precheck(desc, self.backend, device_map)     # each kind's own fields (Kind.precheck)
         token = desc["token"]
         old = self.server.sessions.get(token)
         if old is not None and not getattr(old, "released", False):
@@ -957,37 +957,6 @@ class Engine:
         if desc.get("start_time") is not None and now != desc["start_time"]:
             raise CheckpointError(f"image refused: pid {pid} now belongs to another process (started at tick {now}, "
                                   f"the image's process at tick {desc['start_time']})")
-
-    def _check_arena(self, desc: dict, device_map: dict) -> None:
-        """The arena a manifest describes must be the session slot's own
-        address range, hold its chunks and allocations, and fit each
-        device's memory; one line naming the field otherwise."""
-        from ..core.arena import ARENA_BASE, SLOT_SIZE
-        a = desc["arena"]
-        base = ARENA_BASE + desc["slot"] * SLOT_SIZE
-        if a["base"] != base or a["size"] != SLOT_SIZE:
-            raise CheckpointError(f"image refused: manifest field session.arena: [{a['base']:#x}, +{a['size']:#x}) "
-                                  f"is not the address slot {desc['slot']} ([{base:#x}, +{SLOT_SIZE:#x}))")
-        per_dev: dict[int, int] = {}
-        end = base
-        for i, (start, size, dev, _small) in enumerate(a["chunks"]):
-            if start < end or start + size > base + SLOT_SIZE or size == 0:
-                raise CheckpointError(f"image refused: manifest field session.arena.chunks[{i}]: {start:#x}+{size:#x} "
-                                      f"overlaps another chunk or lies outside the session's slot")
-            end = start + size
-            nd = device_map.get(dev, dev)
-            per_dev[nd] = per_dev.get(nd, 0) + size
-        for nd, total in per_dev.items():
-            if total > self.backend.device_total_mem(nd):
-                raise CheckpointError(f"image refused: manifest field session.arena.chunks: {total} bytes on device "
-                                      f"{nd}, which has {self.backend.device_total_mem(nd)}")
-        token = desc["token"]
-        from ..core.shm_names import channel_name
-        # the channel is named by the session's public id (shm_names.py);
-        # images of before it carry the token form
-        if desc.get("channel") not in (None, channel_name(token), f"/gpuproxy-{token}-chan"):
-            raise CheckpointError(f"image refused: manifest field session.channel: {desc['channel']!r} is not "
-                                  f"the session's channel {channel_name(token)}")
 
     def _set_stream_attrs(self, stream, attrs: dict, keep: dict):
         """Re-applies recorded cuStreamSetAttribute values to a re-created stream."""

@@ -4,8 +4,9 @@ Each API family registers the kinds of objects it owns (families/*.py, at
 import): what to record of them while the session is frozen (`describe`
 for manifest fields, `capture` for contents kept as image pieces,
 `module_images` for module images, `pieces` for device memory), what makes
-a dump impossible (`check`), and how to build them again (`rebuild`) at
-which point of a restore (`stage`). The engine (checkpoint/engine.py)
+a dump impossible (`check`), what makes an image's fields unfit for this
+proxyd before a restore starts (`precheck`), and how to build them again
+(`rebuild`) at which point of a restore (`stage`). The engine (checkpoint/engine.py)
 imports no family: at a dump it runs `check`, then `describe`,
 `module_images`, `capture` and `pieces` of every kind in the table's order
 and writes what they return (its own work there is generic: freezing,
@@ -135,6 +136,13 @@ class Kind:
     # allocation there is (cuMemAlloc's, pools', VMM mappings', graph memory
     # nodes'); a family whose memory lived elsewhere would add its own.
     pieces: Callable[[Any], list] | None = None
+    # (desc, backend, device_map) -> None, or CheckpointError (one line):
+    # a check of the kind's own manifest fields against this proxyd before
+    # a restore starts, when nothing has been built yet (the arena's range
+    # and size, the fast channel's name). desc is the manifest's `session`,
+    # already schema-checked (manifest_schema.py); device_map maps the
+    # image's devices to this machine's. Run by precheck() below.
+    precheck: Callable[[dict, Any, dict], None] | None = None
     owner: str = field(default="", compare=False)     # the registering module, for messages
 
 
@@ -155,6 +163,14 @@ def register(kind: Kind) -> Kind:
 def ordered() -> list[Kind]:
     """Every kind in restore order (stage, then name)."""
     return sorted(KINDS.values(), key=lambda k: (int(k.stage), k.name))
+
+
+def precheck(desc: dict, backend: Any, device_map: dict) -> None:
+    """Every kind's check before a restore (Kind.precheck), in restore
+    order; the first refusal is raised (CheckpointError)."""
+    for k in ordered():
+        if k.precheck is not None:
+            k.precheck(desc, backend, device_map)
 
 
 def provide(name: str, fn: Callable) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 
 from ..core import protocol as P
-from ..core.kinds import Kind, Stage, register
+from ..core.kinds import CheckpointError, Kind, Stage, register
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
 from ..core.shm import AddressInUse, ShmError
@@ -145,5 +145,16 @@ def _rebuild(r) -> None:
             log.info("session %s: fast channel not reopened (%s)", sess.token, e)
 
 
+def _precheck_channel(desc: dict, backend, device_map: dict) -> None:
+    """The fast channel an image names must be its session's: named by
+    the session's public id (core/shm_names.py); images of before it carry
+    the token form."""
+    from ..core.shm_names import channel_name
+    token = desc["token"]
+    if desc.get("channel") not in (None, channel_name(token), f"/gpuproxy-{token}-chan"):
+        raise CheckpointError(f"image refused: manifest field session.channel: {desc['channel']!r} is not "
+                              f"the session's channel {channel_name(token)}")
+
+
 register(Kind("host_memory", Stage.HOST_MEMORY, ("shm", "channel"), describe=_describe, rebuild=_rebuild,
-              owner=__name__))
+              precheck=_precheck_channel, owner=__name__))

@@ -14,8 +14,8 @@ from __future__ import annotations
 from . import hostmap
 from . import ipc
 from ..core import protocol as P
-from ..core.arena import ArenaError
-from ..core.kinds import Kind, Stage, register
+from ..core.arena import ARENA_BASE, SLOT_SIZE, ArenaError
+from ..core.kinds import CheckpointError, Kind, Stage, register
 from ..core.registry import CUDA_SUCCESS, handler, need_ctx, stream_of
 from ..core.session import CudaError
 
@@ -267,5 +267,29 @@ def _rebuild_arena(r) -> None:
     r.sess.arena.rebuild(arena_desc)
 
 
+def _precheck_arena(desc: dict, backend, device_map: dict) -> None:
+    """The arena a manifest describes must be the session slot's own
+    address range, hold its chunks and allocations, and fit each device's
+    memory; one line naming the field otherwise."""
+    a = desc["arena"]
+    base = ARENA_BASE + desc["slot"] * SLOT_SIZE
+    if a["base"] != base or a["size"] != SLOT_SIZE:
+        raise CheckpointError(f"image refused: manifest field session.arena: [{a['base']:#x}, +{a['size']:#x}) "
+                              f"is not the address slot {desc['slot']} ([{base:#x}, +{SLOT_SIZE:#x}))")
+    per_dev: dict[int, int] = {}
+    end = base
+    for i, (start, size, dev, _small) in enumerate(a["chunks"]):
+        if start < end or start + size > base + SLOT_SIZE or size == 0:
+            raise CheckpointError(f"image refused: manifest field session.arena.chunks[{i}]: {start:#x}+{size:#x} "
+                                  f"overlaps another chunk or lies outside the session's slot")
+        end = start + size
+        nd = device_map.get(dev, dev)
+        per_dev[nd] = per_dev.get(nd, 0) + size
+    for nd, total in per_dev.items():
+        if total > backend.device_total_mem(nd):
+            raise CheckpointError(f"image refused: manifest field session.arena.chunks: {total} bytes on device "
+                                  f"{nd}, which has {backend.device_total_mem(nd)}")
+
+
 register(Kind("arena", Stage.ARENA, ("arena",), describe=lambda sess: {"arena": sess.arena.describe()},
-              rebuild=_rebuild_arena, owner=__name__))
+              rebuild=_rebuild_arena, precheck=_precheck_arena, owner=__name__))
