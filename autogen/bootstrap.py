@@ -957,6 +957,8 @@ DRIVER_SHIM_LOCAL = {
 }
 
 DRIVER_SHIM_OVERRIDE = {
+    # the phGraph_out arrays of conditional nodes go with them (interceptor/graph_cond.c)
+    "cuGraphDestroy", "cuGraphDestroyNode",
     "cuTensorMapEncodeTiled", "cuTensorMapEncodeIm2col",
     "cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary",
     "cuModuleGetFunction", "cuLaunchKernel", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2",

@@ -469,3 +469,24 @@ def test_cublas_in_a_conditional_body_across_restore(tmp_path, proxy_cli, shim_i
             d2.cleanup()
         import shutil
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_body_arrays_are_freed_with_their_nodes_nested_too(corpus_built, emu_daemon):
+    """phGraph_out (cuda.h: "CUDA-owned ... Valid for the lifetime of the
+    conditional node") is the shim's to free: the corpus program
+    graph_cond_churn, with nested IF nodes (a handle made on a body graph),
+    destroys nodes and graphs 160 times; the shim's count of the arrays it
+    holds (required here: CHURN_REQUIRE_COUNT) follows every add and destroy
+    (the nested node's array goes with the graph that holds its parent) and
+    the heap does not grow. The plain form runs in the corpus (natively
+    too)."""
+    import subprocess
+
+    from conftest import client_env
+    built = corpus_built["graph_cond_churn"]
+    r = subprocess.run([str(built.binary), "nested"], capture_output=True, text=True, timeout=300,
+                       env=client_env(emu_daemon, {"CHURN_REQUIRE_COUNT": "1"}))
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:], emu_daemon.log()[-2000:])
+    assert r.stdout.splitlines()[0] == ("160 rounds of 4 conditional nodes (64 bodies each for SWITCH), "
+                                        "nested IF: checked"), r.stdout
+    assert r.stdout.endswith("PASS graph_cond_churn\n") and r.stderr == "", (r.stdout, r.stderr)
