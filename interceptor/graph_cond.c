@@ -97,7 +97,7 @@ static void forget(CUgraph g, CUgraphNode node)
 
 /* How many phGraph_out arrays the shim holds now (tests: a process that
  * makes and destroys conditional nodes must come back to where it was;
- * tests/programs/graph_cond_capture.cu looks it up with dlsym). */
+ * tests/programs/graph_cond_churn.cu looks it up with dlsym). */
 GP_EXPORT size_t gp_debug_cond_arrays(void)
 {
     pthread_mutex_lock(&owned_mu);
