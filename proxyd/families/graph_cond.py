@@ -21,6 +21,10 @@ body to kernel, empty, child graph, memset, memcpy and conditional nodes;
 other nodes in a body are refused (invalid value) when the graph is
 instantiated. A graph with conditional nodes cannot be a child graph or be
 cloned (cuda.h, CU_GRAPH_NODE_TYPE_CONDITIONAL): invalid value.
+A conditional node may also be added to a graph while a stream is captured
+into it (CUDA's pattern with cuStreamGetCaptureInfo and
+cuStreamUpdateCaptureDependencies): graph_cond_capture.py puts it in its
+place in capture order.
 
 Launch. graph_nodes.flatten turns the node into one op, [cuGraphAddNode's
 id, ctx, [handle, type, [snapshot graph ids]]]: each body copied at
