@@ -6,7 +6,8 @@
 // dependencies, and cudaStreamUpdateCaptureDependencies
 // (cudaStreamSetCaptureDependencies) makes the work captured after it
 // follow it. The bodies are filled by a capture into them
-// (cudaStreamBeginCaptureToGraph on a second stream).
+// (cudaStreamBeginCaptureToGraph on a second stream; the IF's capture ends
+// with a NULL graph pointer, as NVIDIA's samples end it).
 //
 // Captured on stream s:
 //   k_fill: data[i] = i % 5, counter = 0
@@ -180,8 +181,7 @@ int main()
     CHECK(cudaStreamBeginCaptureToGraph(sb, ibody, NULL, NULL, 0, cudaStreamCaptureModeRelaxed));
     k_add<<<grid, BLOCK, 0, sb>>>(data, n, 100);
     CHECK(cudaGetLastError());
-    CHECK(cudaStreamEndCapture(sb, &got));
-    EXPECT(got == ibody, "the IF body's capture ended in another graph");
+    CHECK(cudaStreamEndCapture(sb, nullptr));        // as NVIDIA's samples end a capture into a body
     k_last<<<grid, BLOCK, 0, s>>>(data, n);
     CHECK(cudaGetLastError());
     cudaGraph_t g;
