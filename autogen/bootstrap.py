@@ -846,6 +846,9 @@ DRIVER_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cuStreamGetCaptureInfo_v3": P(CAPTURE_INFO + "; edgeData_out=out_value; numDependencies_out=out_value",
                                    "stream:use"),
     "cuStreamGetCaptureInfo_v2": P(CAPTURE_INFO + "; numDependencies_out=out_value", "stream:use"),
+    # conditional nodes added to a capture (proxyd/families/graph_cond_capture.py)
+    "cuStreamUpdateCaptureDependencies": P("hStream=handle:stream; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); numDependencies=scalar; flags=scalar", "stream:use; graph_node:use"),
+    "cuStreamUpdateCaptureDependencies_v2": P("hStream=handle:stream; dependencies=in_buffer:graph_node@numDependencies * sizeof(CUgraphNode); dependencyData=in_buffer@numDependencies * sizeof(CUgraphEdgeData); numDependencies=scalar; flags=scalar", "stream:use; graph_node:use"),
     "cuThreadExchangeStreamCaptureMode": P("mode=out_value"),
     "cuGraphInstantiateWithFlags": P("phGraphExec=out_value:graph_exec; hGraph=handle:graph; flags=scalar",
                                      "graph_exec:create; graph:use"),
@@ -957,6 +960,8 @@ DRIVER_SHIM_LOCAL = {
 }
 
 DRIVER_SHIM_OVERRIDE = {
+    # the phGraph_out arrays of conditional nodes go with them (interceptor/graph_cond.c)
+    "cuGraphDestroy", "cuGraphDestroyNode",
     "cuTensorMapEncodeTiled", "cuTensorMapEncodeIm2col",
     "cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary",
     "cuModuleGetFunction", "cuLaunchKernel", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2",
@@ -1054,7 +1059,8 @@ DRIVER_HANDLERS = {
     "cuGraphAddNode": "graph_add_conditional",
     "cuGraphExecChildGraphNodeSetParams": "graph_exec_child_set_params",
     "cuGraphNodeSetEnabled": "graph_node_enabled", "cuGraphNodeGetEnabled": "graph_node_enabled",
-    "cuStreamIsCapturing": "graph_is_capturing", "cuStreamGetCaptureInfo_v3": "graph_capture_info", "cuGraphInstantiateWithFlags": "graph_instantiate",
+    "cuStreamIsCapturing": "graph_is_capturing", "cuStreamGetCaptureInfo_v3": "graph_capture_info",
+    "cuStreamUpdateCaptureDependencies": "graph_capture_deps", "cuStreamUpdateCaptureDependencies_v2": "graph_capture_deps", "cuGraphInstantiateWithFlags": "graph_instantiate",
     "cuGraphInstantiate_v2": "graph_instantiate", "cuGraphLaunch": "graph_launch", "cuGraphDestroy": "graph_destroy",
     "cuGraphExecDestroy": "graph_exec_destroy",
     "cuGraphCreate": "graph_create",
@@ -1344,6 +1350,7 @@ RUNTIME_SUPPORTED: Dict[str, Dict[str, str]] = {
     "cudaStreamIsCapturing": P(f"{STREAM}; pCaptureStatus=out_value", "stream:use"),
     "cudaStreamGetCaptureInfo": P(f"{STREAM}; " + CAPTURE_INFO.split("; ", 1)[1]
                                   + "; edgeData_out=out_value; numDependencies_out=out_value", "stream:use"),
+    "cudaStreamUpdateCaptureDependencies": P(f"{STREAM}; dependencies=in_buffer:graph_node@numDependencies * sizeof(cudaGraphNode_t); dependencyData=in_buffer@numDependencies * sizeof(cudaGraphEdgeData); numDependencies=scalar; flags=scalar", "stream:use; graph_node:use"),
     "cudaThreadExchangeStreamCaptureMode": P("mode=out_value"),
     "cudaGraphInstantiate": P("pGraphExec=out_value:graph_exec; graph=handle:graph; flags=scalar",
                               "graph_exec:create; graph:use"),

@@ -28,10 +28,11 @@ cudaError_t gpo_cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptu
     RT_RETURN_CU(cuStreamBeginCapture(gp_rt_stream(stream), (CUstreamCaptureMode)mode));
 }
 
+/* pGraph may be NULL: NVIDIA's samples end a capture into a conditional
+ * node's body graph (cudaStreamBeginCaptureToGraph) so, the application
+ * already holding the graph; the driver call takes NULL there too. */
 cudaError_t gpo_cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
 {
-    if (!pGraph)
-        return gp_rt_ret(cudaErrorInvalidValue);
     RT_INIT();
     RT_RETURN_CU(cuStreamEndCapture(gp_rt_stream(stream), (CUgraph *)pGraph));
 }

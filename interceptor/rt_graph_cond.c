@@ -5,6 +5,9 @@
  * form names no context: "the handle and all body nodes" use the current one).
  * cudaGraphSetConditional runs on the device and needs nothing here: the
  * handle value the application gets is the one proxyd's kernels see.
+ * cudaStreamUpdateCaptureDependencies, with which a conditional node added
+ * to a capture's graph becomes what the capture's later work follows
+ * (proxyd/families/graph_cond_capture.py), is its driver twin's.
  *
  * Locking: none of its own (the driver calls take gp_lock). */
 #include <string.h>
@@ -52,4 +55,16 @@ cudaError_t gp_rt_graph_add_conditional(cudaGraphNode_t *pGraphNode, cudaGraph_t
     if (rc == CUDA_SUCCESS)
         nodeParams->conditional.phGraph_out = (cudaGraph_t *)np.conditional.phGraph_out;   /* out (driver_types.h) */
     RT_RETURN_CU(rc);
+}
+
+/* cudaStreamUpdateCaptureDependencies (cuda_runtime_api.h, CUDA 13: with
+ * edge data) on cuStreamUpdateCaptureDependencies_v2. */
+cudaError_t gpo_cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t *dependencies,
+                                                    const cudaGraphEdgeData *dependencyData, size_t numDependencies,
+                                                    unsigned int flags)
+{
+    RT_INIT();
+    RT_RETURN_CU(cuStreamUpdateCaptureDependencies_v2(gp_rt_stream(stream), (CUgraphNode *)dependencies,
+                                                      (const CUgraphEdgeData *)dependencyData, numDependencies,
+                                                      flags));
 }

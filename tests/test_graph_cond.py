@@ -469,3 +469,74 @@ def test_cublas_in_a_conditional_body_across_restore(tmp_path, proxy_cli, shim_i
             d2.cleanup()
         import shutil
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_body_arrays_are_freed_with_their_nodes_nested_too(corpus_built, emu_daemon):
+    """phGraph_out (cuda.h: "CUDA-owned ... Valid for the lifetime of the
+    conditional node") is the shim's to free: the corpus program
+    graph_cond_churn, with nested IF nodes (a handle made on a body graph),
+    destroys nodes and graphs 160 times; the shim's count of the arrays it
+    holds (required here: CHURN_REQUIRE_COUNT) follows every add and destroy
+    (the nested node's array goes with the graph that holds its parent) and
+    the heap does not grow. The plain form runs in the corpus (natively
+    too)."""
+    import subprocess
+
+    from conftest import client_env
+    built = corpus_built["graph_cond_churn"]
+    r = subprocess.run([str(built.binary), "nested"], capture_output=True, text=True, timeout=300,
+                       env=client_env(emu_daemon, {"CHURN_REQUIRE_COUNT": "1"}))
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:], emu_daemon.log()[-2000:])
+    assert r.stdout.splitlines()[0] == ("160 rounds of 4 conditional nodes (64 bodies each for SWITCH), "
+                                        "nested IF: checked"), r.stdout
+    assert r.stdout.endswith("PASS graph_cond_churn\n") and r.stderr == "", (r.stdout, r.stderr)
+
+
+def test_conditional_nodes_added_in_a_capture_keep_capture_order(client):
+    """CUDA's pattern (proxyd/families/graph_cond_capture.py): the capture's
+    graph from cuStreamGetCaptureInfo_v3, a handle on it, cuGraphAddNode,
+    cuStreamUpdateCaptureDependencies_v2 (SET). The node runs after what was
+    captured before it and before what is captured after; a node destroyed
+    before the capture ends leaves no trace; bad flags, another graph's node,
+    edge data and a stream not capturing are refused."""
+    c = client
+    buf = ok(c, "cuMemAlloc_v2", True, 8)[0]
+    s = ok(c, "cuStreamCreate", True, 1)[0]
+    ok(c, "cuStreamBeginCapture_v2", s, 0)
+    ok(c, "cuMemsetD8Async", buf, 1, 8, s)
+    g = ok(c, "cuStreamGetCaptureInfo_v3", s, True, True, True, None, None, None)[2]
+    h = ok(c, "cuGraphConditionalHandleCreate", True, g, c.ctx, 1, 1)[0]
+    h2 = ok(c, "cuGraphConditionalHandleCreate", True, g, c.ctx, 1, 1)[0]
+    code, outs, msg = add_cond(c, g, [], h, IF, 1)
+    assert code == 0, msg
+    node, (body,) = outs[0], struct.unpack("<Q", outs[1])
+    ok(c, "cuGraphAddMemsetNode", True, body, [], 0, memset_op(c, buf, 2, 8), None)
+    one = struct.pack("<Q", node)
+    ok(c, "cuStreamUpdateCaptureDependencies_v2", s, one, None, 1, 1)
+    code, _, msg = c.call("cuStreamUpdateCaptureDependencies_v2", s, one, None, 1, 7, ctx=c.ctx)
+    assert code == CUDA_ERROR_INVALID_VALUE and "flags" in msg, (code, msg)
+    code, _, msg = c.call("cuStreamUpdateCaptureDependencies_v2", s, one, b"\x01" + bytes(7), 1, 1, ctx=c.ctx)
+    assert code == CUDA_ERROR_NOT_SUPPORTED and "edge data" in msg, (code, msg)
+    other = ok(c, "cuGraphCreate", True, 0)[0]
+    oh = ok(c, "cuGraphConditionalHandleCreate", True, other, c.ctx, 0, 0)[0]
+    onode = add_cond(c, other, [], oh, IF, 1)[1][0]
+    code, _, msg = c.call("cuStreamUpdateCaptureDependencies_v2", s, struct.pack("<Q", onode), None, 1, 1,
+                          ctx=c.ctx)
+    assert code == CUDA_ERROR_INVALID_VALUE and "not a node of the capture" in msg, (code, msg)
+    # a second node, destroyed before the capture ends: it must not run
+    code, outs, msg = add_cond(c, g, [node], h2, IF, 1)
+    assert code == 0, msg
+    gone, (gbody,) = outs[0], struct.unpack("<Q", outs[1])
+    ok(c, "cuGraphAddMemsetNode", True, gbody, [], 0, memset_op(c, buf, 9, 8), None)
+    ok(c, "cuGraphDestroyNode", gone)
+    ok(c, "cuMemsetD8Async", buf, 3, 4, s)          # captured after the IF: over its result
+    assert ok(c, "cuStreamEndCapture", s, True)[0] == g, "the capture ends in the graph it named"
+    code, _, msg = c.call("cuStreamUpdateCaptureDependencies_v2", s, one, None, 1, 1, ctx=c.ctx)
+    assert code == 401 and "not capturing" in msg, (code, msg)     # CUDA_ERROR_ILLEGAL_STATE
+    e = ok(c, "cuGraphInstantiateWithFlags", True, g, 0)[0]
+    ok(c, "cuGraphLaunch", e, s)
+    ok(c, "cuCtxSynchronize")
+    assert ok(c, "cuMemcpyDtoH_v2", None, buf, 8)[0] == b"\x03" * 4 + b"\x02" * 4
+    ok(c, "cuGraphExecDestroy", e)
+    ok(c, "cuGraphDestroy", g)
+    ok(c, "cuGraphDestroy", other)

@@ -279,7 +279,9 @@ SESSION = Obj({
                         # the bodies as an executable graph holds them: graph id, defaults,
                         # [body node id, [positions of its ops]]
                         "snaps": List(Tuple(ID, List(Tuple(U64, U64), 1 << 16),
-                                            List(Tuple(ID, List(Int(0, 1 << 31), 1 << 20)), 1 << 20)), 1 << 16)}),
+                                            List(Tuple(ID, List(Int(0, 1 << 31), 1 << 20)), 1 << 20)), 1 << 16)},
+                       # nodes added to a graph while it was captured (graph_cond_capture.py)
+                       {"captured": List(ID, 1 << 16)}),
     "capture": Map(NUM, ID, 1 << 16),
     "capture_events": Map(NUM, ID, 1 << 16),
     # CUDA arrays (proxyd/families/arrays.py; contents: FLAG_ARRAY chunks) and texture /

@@ -10,7 +10,7 @@ import importlib
 MODULES = ("contexts", "memory", "modules", "launches", "streams", "arrays", "vmm", "mempool", "mempool_ipc", "ipc", "hostmap", "hostfn", "modstore",
            "link", "graphs", "graph_nodes", "graph_mem", "graph_libcapture", "libraries", "cudnn",
            "sparse_generic", "curand_host", "nccl", "nccl_cut", "devnum", "graph_capture_into",
-           "graph_exec_nodes", "device_vars", "graph_cond")
+           "graph_exec_nodes", "device_vars", "graph_cond_capture", "graph_cond")
 
 
 def load_all() -> None:

@@ -21,6 +21,10 @@ body to kernel, empty, child graph, memset, memcpy and conditional nodes;
 other nodes in a body are refused (invalid value) when the graph is
 instantiated. A graph with conditional nodes cannot be a child graph or be
 cloned (cuda.h, CU_GRAPH_NODE_TYPE_CONDITIONAL): invalid value.
+A conditional node may also be added to a graph while a stream is captured
+into it (CUDA's pattern with cuStreamGetCaptureInfo and
+cuStreamUpdateCaptureDependencies): graph_cond_capture.py puts it in its
+place in capture order.
 
 Launch. graph_nodes.flatten turns the node into one op, [cuGraphAddNode's
 id, ctx, [handle, type, [snapshot graph ids]]]: each body copied at
@@ -72,6 +76,7 @@ from ..core import protocol as P
 from ..core.kinds import Kind, Stage, register
 from ..core.registry import CUDA_SUCCESS, handler
 from ..core.session import CudaError
+from . import graph_cond_capture as CC
 from . import graph_nodes as GN
 from . import graphs as G
 
@@ -163,12 +168,13 @@ def h_add_conditional(d, sess, fn, ctx, args, **kw):
     if ntype != T_CONDITIONAL:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: node type {ntype} is added by its own call")
     handle, ctype, size, _out, cctx = _NP_COND.unpack_from(raw, _NP_HEAD.size)
-    if GN.graph(sess, args[1]).info.get("capturing"):
+    g = GN.graph(sess, args[1])
+    if g.info.get("capturing"):
         # CUDA's way of putting a conditional node into a stream capture
         # (cuStreamGetCaptureInfo's graph, then cuStreamUpdateCaptureDependencies)
-        raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: a conditional node in a graph being captured is not "
-                                                  "supported (build it explicitly, or capture into its bodies)")
-    g, info = GN.add_node_info(sess, fn, args, T_CONDITIONAL)
+        g, info = CC.add_info(sess, fn, args, g, T_CONDITIONAL)
+    else:
+        g, info = GN.add_node_info(sess, fn, args, T_CONDITIONAL)
     owner = _owner(sess, handle)
     if owner is None or owner.id != g.id:
         # cuda.h, cuGraphConditionalHandleCreate: hGraph is the "graph which
@@ -181,6 +187,8 @@ def h_add_conditional(d, sess, fn, ctx, args, **kw):
     _ctx_arg(sess, cctx)
     info["cond"] = {"handle": int(handle), "ctype": int(ctype), "size": int(size), "bodies": []}
     n = GN.commit_node(sess, g, info)
+    if info.get("in_capture"):
+        CC.place(sess, g, n)
     for _ in range(size):
         b = sess.add(P.K_GRAPH, None, g.ctx, {"nodes": [], "origin": 0, "capturing": False, "xnodes": [],
                                               "body_of": n.id})
@@ -536,15 +544,18 @@ def describe(sess, backend) -> dict:
         if "snap" in g.info:
             snaps.append([g.id, [list(x) for x in g.info["snap"]],
                           [[k, list(v)] for k, v in sorted(g.info.get("snap_index", {}).items())]])
+    captured = []
     for n in sess.of_kind(GN.K_GRAPH_NODE):
         if "cond" in n.info:
             c = n.info["cond"]
             nodes.append([n.id, c["handle"], c["ctype"], c["size"], list(c["bodies"])])
+            if n.info.get("in_capture"):
+                captured.append(n.id)       # graph_cond_capture.py
     for e in sess.of_kind(P.K_GRAPH_EXEC):
         if e.info.get("cond_defaults"):
             execs.append([e.id, [list(x) for x in e.info["cond_defaults"]]])
     return {"graph_conds": {"graphs": graphs, "nodes": nodes, "bodies": bodies, "execs": execs,
-                            "values": values, "snaps": snaps}}
+                            "values": values, "snaps": snaps, "captured": captured}}
 
 
 def _bad(msg: str):
@@ -613,9 +624,21 @@ def rebuild(r):
         if any(x >= len(g.info["nodes"]) for v in g.info["snap_index"].values() for x in v):
             _bad(f"body snapshot {gid}: a node's position is out of range")
     snap_ids = {int(y[0]) for y in desc.get("snaps", [])}
+    for nid in desc.get("captured", []):
+        n = sess.objects.get((GN.K_GRAPH_NODE, int(nid)))
+        if n is None or "cond" not in n.info:
+            _bad(f"node {nid} added in a capture is not a conditional node of the image")
+        n.info["in_capture"] = True
     for g in sess.of_kind(P.K_GRAPH) + sess.of_kind(P.K_GRAPH_EXEC):
-        for fid, _c, args in g.info.get("nodes", ()):
+        for op in g.info.get("nodes", ()):
+            fid, _c, args = op
             if not _is_cond(fid):
+                continue
+            nid = CC.captured_node(op) if g.kind == P.K_GRAPH else None
+            if nid is not None:
+                n = sess.objects.get((GN.K_GRAPH_NODE, nid))
+                if n is None or not n.info.get("in_capture") or n.info["graph"] != g.id:
+                    _bad(f"graph {g.id}: a node added in its capture is not in the image")
                 continue
             ok = isinstance(args, list) and len(args) == 3 and isinstance(args[2], list) and \
                 all(type(x) is int and x in snap_ids for x in args[2])

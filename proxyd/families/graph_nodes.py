@@ -95,6 +95,9 @@ NO_CHILD: list = []
 # (sess, exec, node) -> (op list, positions) for a node an executable graph
 # holds outside its own list (graph_cond.py: nodes of conditional bodies), or None
 EXEC_NODE_AT: list = []
+# op -> node id where a captured op stands for a node added to the graph
+# while it was captured (graph_cond_capture.py: conditional nodes), else None
+CAPTURED_NODE: list = []
 
 
 def _fid(name: str) -> int:
@@ -197,8 +200,16 @@ def flatten(sess, g) -> tuple[list, dict]:
     """The ops of graph g in a topological order, and per explicit node the
     positions of its ops. Captured ops (graphs.py) come first, in capture
     order."""
-    ops = [list(n) for n in g.info.get("nodes", [])]
+    ops: list = []
     index: dict[int, list[int]] = {}
+    for op in g.info.get("nodes", []):
+        nid = next((x for x in (f(op) for f in CAPTURED_NODE) if x is not None), None)
+        if nid is not None:     # a node added during the capture, in its place in capture order
+            n = node(sess, P.make_handle(K_GRAPH_NODE, nid))
+            index[nid] = [len(ops)]
+            ops.append(EXPAND[n.info["type"]](sess, n))
+            continue
+        ops.append(list(op))
     xs = [node(sess, P.make_handle(K_GRAPH_NODE, i)) for i in g.info.get("xnodes", [])]
     if not xs:
         return ops, index
@@ -218,7 +229,9 @@ def flatten(sess, g) -> tuple[list, dict]:
         done += 1
         n = byid[i]
         pos = []
-        if n.info["type"] in EXPAND:
+        if i in index:
+            pos = index[i]      # placed with the captured ops
+        elif n.info["type"] in EXPAND:
             pos.append(len(ops))
             ops.append(EXPAND[n.info["type"]](sess, n))
         elif n.info["type"] == T_GRAPH:

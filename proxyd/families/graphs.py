@@ -53,7 +53,8 @@ CAPTURABLE = {"launch_kernel", "launch_kernel_ex", "launch_cooperative", "memcpy
               "memcpy_dtod", "memset", "memset2d", "host_func", "event_record", "graph_launch"}
 CAPTURABLE_NAMES = {"cuStreamWaitEvent", "cuStreamWaitEvent_ptsz"}
 # calls about the capture itself, which run while it is active
-CAPTURE_CONTROL = {"graph_begin_capture", "graph_end_capture", "graph_is_capturing", "graph_capture_info"}
+CAPTURE_CONTROL = {"graph_begin_capture", "graph_end_capture", "graph_is_capturing", "graph_capture_info",
+                   "graph_capture_deps"}
 # the stream-ordered allocator, captured as graph memory nodes (graph_mem.py)
 GRAPH_MEMORY = {"mem_alloc_async", "mem_alloc_from_pool_async", "mem_free_async"}
 
