@@ -271,7 +271,8 @@ def lease_kept(b, image: str) -> SharedPool | None:
             return None
         size = int(reply["size"])
         view, unmap = _cuda_map(b, fds[0], size) if kind == "cuda" else _memfd_map(fds[0], size)
-        pool = SharedPool(size, view, unmap, "kept", time.monotonic() - t0)
+        pool = SharedPool(size, view, unmap, "lent", time.monotonic() - t0)
+        pool.stats["kept_image"] = True
         pool.kept = reply["kept"]
         return pool
     except Exception as e:
