@@ -31,7 +31,7 @@ class Piece:
 
 class Img:
     def __init__(self, path):
-        self.path = path
+        self.path = self.digest = path      # the note names an image by its manifest digest
 
 
 class Device(FakeBackend):
@@ -145,14 +145,42 @@ def test_malformed_notes_are_refused(tmp_path, sup):
     p.free()
 
 
+def test_a_chunk_from_memory_that_differs_on_the_device_is_read_from_the_files():
+    """The pool written behind the note's back: the device hash after the
+    upload differs, so that chunk is sent again from the files; a chunk
+    that did not come from memory stays an error (a corrupt image)."""
+    e = Engine()
+    e.from_memory = {0x1000}
+    e.rstats = {"upload": {}, "from_memory_bytes": 8192}
+    files = {0x1000: 11, 0x2000: 22}           # what the files hold, as hashes
+    pieces = {a: Piece(a, 4096) for a in (0x1000, 0x2000)}
+    pieces[0x1000].hash, pieces[0x2000].hash = 999, 998      # both differ after the upload
+    sent = []
+
+    def ring(img, refs, pcs):
+        sent.extend(r.addr for r in refs)
+
+    def hash_live(check):
+        for p in check:
+            p.hash = files[p.addr]
+    e._upload_ring, e.hash_live = ring, hash_live
+    bad = [Ref(0x1000, 4096, 11), Ref(0x2000, 4096, 22)]
+    still = M.redo(e, Img("img"), bad, pieces)
+    assert sent == [0x1000]                                  # only the one from memory again
+    assert [r.addr for r in still] == [0x2000]               # the other is the image's own fault
+    assert e.rstats["from_memory_bytes"] == 4096 and e.rstats["upload"]["from_memory_redone"] == 1
+
+
 # ------------------------------------------------------------ a real program, through proxyd
 
 @pytest.mark.slow
 def test_restore_from_memory_of_a_corpus_program(tmp_path):
-    """Dump (the session released, its worker gone), restore from the pool:
-    the program's output equals an uninterrupted run's; a copy of the image
-    elsewhere is restored from its files; with a pool too small for the
-    dump, the restore reads the files."""
+    """Two runs of a corpus program in one proxyd: a dump's memory kept in
+    the pool is not used for another image (the files are) and still serves
+    its own; a dump (the session released, its worker gone) restored from
+    the pool, its directory moved meanwhile: every byte from memory, and
+    both programs' output equals an uninterrupted run's. With a pool too
+    small for the dump, the restore reads the files."""
     import corpus
     from paced import PacedRun
     from test_checkpoint import BACKEND, ctl, daemon
@@ -163,30 +191,37 @@ def test_restore_from_memory_of_a_corpus_program(tmp_path):
     b = corpus.build(corpus.get_program("globals_table"), corpus.default_build_dir())
     d = daemon(tmp_path, env=dict(os.environ, GPUPROXY_HOST_POOL_MB="64"))
     try:
-        with PacedRun(b, d) as run:
-            run.step_to(1)
-            st = ctl(d, "dump", pid=run.pid, dir=str(tmp_path / "img1"))
-            assert st["released"] and st["kept_in_memory_bytes"] > 0, st
-            r = ctl(d, "restore", dir=str(tmp_path / "img1"))
-            assert r["from_memory_bytes"] == st["kept_in_memory_bytes"], r
-            assert r["from_files_bytes"] == 0, r
-            run.step_to(2)
-            st = ctl(d, "dump", pid=run.pid, dir=str(tmp_path / "img2"))
-            assert st["kept_in_memory_bytes"] > 0, st
-            shutil.copytree(tmp_path / "img2", tmp_path / "img2-copy")
-            r = ctl(d, "restore", dir=str(tmp_path / "img2-copy"))     # another image: the files
+        with PacedRun(b, d) as run1, PacedRun(b, d) as run2:
+            run1.step_to(1)
+            run2.step_to(1)
+            st1 = ctl(d, "dump", pid=run1.pid, dir=str(tmp_path / "img1"))
+            assert st1["released"] and st1["kept_in_memory_bytes"] > 0, st1
+            st2 = ctl(d, "dump", pid=run2.pid, dir=str(tmp_path / "img2"))    # the pool now holds img2's
+            assert st2["released"] and st2["kept_in_memory_bytes"] > 0, st2
+            r = ctl(d, "restore", dir=str(tmp_path / "img1"))                # another image's: the files
             assert r["from_memory_bytes"] == 0 and r["from_files_bytes"] > 0, r
-            out = run.finish()
-            assert out == b.program.expected_output, run.stderr()
+            # nothing wrote to the pool meanwhile (that restore read the files by their mapping):
+            # img2's note still stands
+            r = ctl(d, "restore", dir=str(tmp_path / "img2"))
+            assert r["from_memory_bytes"] == st2["kept_in_memory_bytes"] and r["from_files_bytes"] == 0, r
+            run2.step_to(2)          # its worker holds the pool now; its next dump writes it again
+            st = ctl(d, "dump", pid=run2.pid, dir=str(tmp_path / "img3"))
+            assert st["kept_in_memory_bytes"] > 0, st
+            # a moved image is the same image (named by its manifest): from memory, all of it
+            shutil.move(str(tmp_path / "img3"), str(tmp_path / "img3-moved"))
+            r = ctl(d, "restore", dir=str(tmp_path / "img3-moved"))
+            assert r["from_memory_bytes"] == st["kept_in_memory_bytes"] and r["from_files_bytes"] == 0, r
+            assert run1.finish() == b.program.expected_output, run1.stderr()
+            assert run2.finish() == b.program.expected_output, run2.stderr()
     finally:
         d.cleanup()
     d = daemon(tmp_path, name="small", env=dict(os.environ, GPUPROXY_HOST_POOL_MB="1"))
     try:
         with PacedRun(b, d) as run:
             run.step_to(1)
-            st = ctl(d, "dump", pid=run.pid, dir=str(tmp_path / "img3"))
+            st = ctl(d, "dump", pid=run.pid, dir=str(tmp_path / "img4"))
             assert st["released"] and st["kept_in_memory_bytes"] == 0, st     # the pool cannot hold it
-            r = ctl(d, "restore", dir=str(tmp_path / "img3"))
+            r = ctl(d, "restore", dir=str(tmp_path / "img4"))
             assert r["from_memory_bytes"] == 0 and r["from_files_bytes"] > 0, r
             assert run.finish() == b.program.expected_output, run.stderr()
     finally:

@@ -6,11 +6,13 @@ docs/architecture.md, "Shared host pool").
 A dump copies the session's memory into its staging memory. When that is
 the shared pool (backends/shared_pool.py, $GPUPROXY_HOST_POOL_MB), the
 bytes are still there after the image is written; keep() tells the
-supervisor which image they are of and where each chunk lies (a "keep note":
-runs of device range -> pool offset, and a digest of every chunk's address,
-length and gp64 hash). Until something writes to the pool again (the
-backends' host_buffer withdraws the note first) a restore of that image
-asks for the pool by the image's path (shared_pool.lease_kept), and
+supervisor which image they are of (the sha256 of its manifest, which names
+it wherever its directory is moved: the preemption contract renames a
+finished image, `latest` is a symlink) and where each chunk lies (a "keep
+note": runs of device range -> pool offset, and a digest of every chunk's
+address, length and gp64 hash). Until something writes to the pool again
+(the backends' host_buffer withdraws the note first) a restore of that
+image asks for the pool by that manifest digest (shared_pool.lease_kept), and
 upload() sends the noted chunks to the device straight from the pool; the
 rest (chunks of parent images, ones not noted) come from the files as
 before.
@@ -19,10 +21,10 @@ Why it is safe to use:
 * the supervisor lends a pool only to workers of the user it belongs to; a
   restore's worker gets the pool of the image's owner, whom the supervisor
   authorised for that image (supervisor/daemon.py ctl_restore, issue 21);
-* the note must name this image (its real path), and its digest must equal
-  the one computed from this image's manifest for the same chunks: another
-  image, or this directory dumped again, or a manifest that differs, is not
-  used (the files are read);
+* the note must name this image (its manifest's sha256), and its digest
+  must equal the one computed from this image's manifest for the same
+  chunks: another image, this directory dumped again, or a manifest that
+  differs, is not used (the files are read);
 * every chunk is hashed on the device after the upload, as for a restore
   from files; a chunk from memory that does not match the manifest is sent
   again from the files (redo()), so a pool overwritten behind the note's
@@ -110,7 +112,13 @@ def keep(b, path: str, pieces, kind: str) -> int:
         log.info("restore from memory: %d runs in the pool, more than a note holds (%d); not kept",
                  len(runs), MAX_RUNS)
         return 0
-    note = {"image": os.path.realpath(path), "digest": digest((a, n, h) for a, _o, n, h in items), "runs": runs}
+    try:
+        from .image import Image
+        name = Image.open(path).digest        # as written: the manifest the restore will check
+    except Exception as e:
+        log.info("restore from memory: the image just written cannot be opened (%s); not kept", e)
+        return 0
+    note = {"image": name, "digest": digest((a, n, h) for a, _o, n, h in items), "runs": runs}
     return sum(r[2] for r in runs) if pool.note(note) else 0
 
 
@@ -127,7 +135,7 @@ def upload(engine, img, refs, pieces):
     if getattr(b, "adopt_host_pool", None) is None:
         return refs, None
     t0 = time.monotonic()
-    pool = shared_pool.lease_kept(b, os.path.realpath(img.path))
+    pool = shared_pool.lease_kept(b, img.digest)
     if pool is None:
         return refs, None
     b.adopt_host_pool(pool)       # the worker's staging from now on; freed as any (engine.release, idle timer)

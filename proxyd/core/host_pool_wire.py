@@ -18,7 +18,8 @@ asks, the supervisor answers, one exchange at a time:
     {"op": "return"}   the lease ends (so does the worker's exit)
         -> {"ok": true}
     {"op": "keep", "keep": {"image": P, "digest": D, "runs": [[addr, off, n], ...]}}
-        the holder's pool holds the memory of image P (device range
+        the holder's pool holds the memory of image P (its manifest's
+        sha256, checkpoint/memory_restore.py; device range
         [addr, addr+n) at pool offset off; D: checkpoint/memory_restore.py's
         digest of those chunks' hashes), or "keep": None (it writes again)
         -> {"ok": true} | {"ok": false, "why": "..."}

@@ -31,7 +31,7 @@ Rules:
   never maps them; nothing has a name in /dev/shm;
 * kept images (restore from host memory, checkpoint/memory_restore.py): a
   worker whose dump left an image's memory in the pool says so ("keep":
-  the image's path and where its chunks lie, with a digest of their
+  the image's manifest sha256 and where its chunks lie, with a digest of their
   hashes); the note is dropped before anything may write to the pool again
   (the holder's "keep" with none, any lease other than the restore of that
   image, a larger pool replacing it, `discard`, or the pool's close). A
