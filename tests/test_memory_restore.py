@@ -171,6 +171,33 @@ def test_a_chunk_from_memory_that_differs_on_the_device_is_read_from_the_files()
     assert e.rstats["from_memory_bytes"] == 4096 and e.rstats["upload"]["from_memory_redone"] == 1
 
 
+def test_pool_forget_drops_only_the_askers_notes(tmp_path, sup):
+    from gpuproxy.proxyd.supervisor.pool_forget import ctl_pool_forget
+    _note(tmp_path, sup, uid=1000)
+    _note(tmp_path, sup, uid=1001)
+
+    class Sup:
+        host_pools = sup.pools
+        asker = 1001
+
+        def is_admin(self, uid):
+            return uid == 0
+
+        def reply(self, rid, seq, obj=None, error=None):
+            self.got = error if error is not None else obj
+    s = Sup()
+    with sup.mu:
+        ctl_pool_forget(s, b"", 0, {"uid": 1000})
+        assert "permission denied" in s.got
+        ctl_pool_forget(s, b"", 0, {})
+        assert s.got == {"dropped": 1}
+        kept = {p["uid"]: p["kept"] for p in sup.pools.stats()["pools"]}
+        assert kept[1001] is None and kept[1000] is not None
+        s.asker = 0
+        ctl_pool_forget(s, b"", 0, {})
+        assert s.got == {"dropped": 1}
+
+
 # ------------------------------------------------------------ a real program, through proxyd
 
 @pytest.mark.slow
@@ -205,6 +232,11 @@ def test_restore_from_memory_of_a_corpus_program(tmp_path):
             r = ctl(d, "restore", dir=str(tmp_path / "img2"))
             assert r["from_memory_bytes"] == st2["kept_in_memory_bytes"] and r["from_files_bytes"] == 0, r
             run2.step_to(2)          # its worker holds the pool now; its next dump writes it again
+            st = ctl(d, "dump", pid=run2.pid, dir=str(tmp_path / "img5"))
+            assert st["kept_in_memory_bytes"] > 0, st
+            assert ctl(d, "pool-forget")["dropped"] == 1                 # the explicit release
+            r = ctl(d, "restore", dir=str(tmp_path / "img5"))
+            assert r["from_memory_bytes"] == 0 and r["from_files_bytes"] > 0, r
             st = ctl(d, "dump", pid=run2.pid, dir=str(tmp_path / "img3"))
             assert st["kept_in_memory_bytes"] > 0, st
             # a moved image is the same image (named by its manifest): from memory, all of it
