@@ -695,8 +695,9 @@ class Engine:
     READ_PIECE = 4 << 20
 
     def _upload(self, img: Image, refs, pieces):
-        """Image chunks -> device memory: by DMA straight out of the image
-        file's mapping where it can be registered (direct_upload.py: an
+        """Image chunks -> device memory: what the shared host pool kept of
+        this image straight from there (memory_restore.py), then by DMA
+        straight out of the image file's mapping where it can be registered (direct_upload.py: an
         image in host memory on the cuda backend), the rest (compressed
         chunks, files or segments whose registration is refused) through
         the ring of page-locked slots (_upload_ring). rstats["upload"]: the
@@ -722,6 +723,8 @@ class Engine:
         up["mode"] = "ring" if dst is None or not dst["bytes"] else ("direct+ring" if rest else "direct")
         if mem is not None:
             up["from_memory"] = mem
+            if mem.get("bytes"):
+                up["mode"] = f"memory+{up['mode']}" if refs else "memory"
         self.rstats["from_memory_bytes"] = (mem or {}).get("bytes", 0)
         self.rstats["from_files_bytes"] = sum(r.length for r in refs)
         up["bytes"] = sum(r.length for r in refs_all)
