@@ -80,6 +80,13 @@ def _fmt_bytes(n: int) -> str:
     return str(n)
 
 
+def cmd_pool_forget(a):
+    args = {} if a.uid is None else {"uid": a.uid}
+    r = ControlClient(_endpoint(a), timeout_s=timeout_of(a)).call("pool-forget", args)
+    print(f"dropped {r['dropped']} kept image(s) from the host pool")
+    return 0
+
+
 def cmd_status(a):
     st = ControlClient(_endpoint(a), timeout_s=timeout_of(a)).call("status")
     if a.json:
@@ -216,6 +223,11 @@ def build_parser():
     s = sub.add_parser("status", help="sessions served by proxyd")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_status)
+    pf = sub.add_parser("pool-forget", help="drop the dump memory proxyd's host pool keeps for restores "
+                                            "from memory (they read the image files then)")
+    pf.add_argument("--uid", type=int, help="that user's (root or proxyd's user only; default: your own, or "
+                                           "everyone's for them)")
+    pf.set_defaults(fn=cmd_pool_forget)
     pr = sub.add_parser("profile", help="name and sort a shim call profile (written where GPUPROXY_PROFILE says)")
     pr.add_argument("file")
     pr.add_argument("--top", type=A.count, default=40, help="rows to print (default 40)")

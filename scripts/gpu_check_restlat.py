@@ -16,7 +16,9 @@ targets 4 and 5): ``scripts/gpu-check --skip corpus,static,whole,pytest,bench
    pointers to them kept in device memory, dumped and restored into a fresh
    proxyd (serial and parallel module restores): none may move.
 3. the shared host pool (GPUPROXY_HOST_POOL_MB): bench/ckpt_hold.cu holding
-   8 GiB, first dumps and the restore with and without it;
+   8 GiB, first dumps and the restore with and without it; the restore from
+   host memory (the dump's memory kept in the pool, memory_restore.py)
+   against a restore of the same state from the files, in GB/s;
 4. PyTorch (examples/train_torch.py --model gpt): GPU-only checkpoints at one
    step restored into fresh proxyds with GPUPROXY_RESTORE_MODULES=serial,
    parallel, unordered; then whole-process checkpoints restored with the GPU
@@ -251,7 +253,9 @@ def host_pool(log, out: Path, rec: dict) -> list[tuple[str, str]]:
             r["dump_first"] = _scalars(ctl(d, "dump", pid=h.p.pid, dir=str(tmp / "a"), leave_running=True))
             shutil.rmtree(tmp / "a", ignore_errors=True)
             r["dump_release"] = _scalars(ctl(d, "dump", pid=h.p.pid, dir=str(tmp / "r")))
-            r["restore"] = _scalars(ctl(d, "restore", dir=str(tmp / "r")))
+            rst = ctl(d, "restore", dir=str(tmp / "r"))
+            r["restore"] = _scalars(rst)
+            r["restore"]["upload_from_memory"] = (rst.get("upload") or {}).get("from_memory")
             shutil.rmtree(tmp / "r", ignore_errors=True)
             r["dump_first_new_worker"] = _scalars(ctl(d, "dump", pid=h.p.pid, dir=str(tmp / "b"),
                                                       leave_running=True))
@@ -267,8 +271,30 @@ def host_pool(log, out: Path, rec: dict) -> list[tuple[str, str]]:
     rec["host_pool"] = res
     sh = res.get("shared", {})
     ok = sh.get("checksum_ok") and (sh.get("dump_first_new_worker", {}).get("host_pool") or {}).get("shared") == "lent"
-    return [(f"shared host pool, {gib:g} GiB: a new worker's first dump uses the pool the first made, data intact",
+    out_ = [(f"shared host pool, {gib:g} GiB: a new worker's first dump uses the pool the first made, data intact",
              "PASS" if ok else f"FAIL ({sh.get('error') or 'pool not lent'})")]
+    # restore from host memory (issue 23 target 4: >= 40 GB/s): the figures side by side
+    # from files: the same state restored by the daemon without the pool (its restore reads the image
+    # in /dev/shm, by DMA from the file's mapping where it can: direct_upload.py)
+    rm, rf = sh.get("restore") or {}, res.get("own", {}).get("restore") or {}
+    fm = rm.get("upload_from_memory") or {}
+    mem_all = (rm.get("from_memory_bytes") or 0) > 0 and rm.get("from_files_bytes") == 0    # all device memory
+    files_only = rf.get("from_memory_bytes") == 0
+    gbps = lambda st: round(st["bytes"] / (st["total_ms"] / 1000) / 1e9, 2) if st.get("total_ms") else None
+    fig = {"memory_copy_gbps": fm.get("gbps"), "memory_upload_ms": (rm.get("upload") or {}).get("wall_ms"),
+           "memory_total_ms": rm.get("total_ms"), "memory_total_gbps": gbps(rm),
+           "files_upload_gbps": (rf.get("upload") or {}).get("gbps"), "files_total_ms": rf.get("total_ms"),
+           "files_total_gbps": gbps(rf), "files_upload_mode": (rf.get("upload") or {}).get("mode")}
+    rec["restore_from_memory"] = fig
+    log(f"restore from host memory vs files: {json.dumps(fig)}")
+    met = "met" if (fm.get("gbps") or 0) >= 40 else "not met"
+    out_.append((f"restore from host memory, {gib:g} GiB: {rm.get('from_memory_bytes')} bytes from the pool, none from files "
+                 f"({fm.get('gbps')} GB/s copy, {fig['memory_total_gbps']} GB/s whole restore; from files "
+                 f"{fig['files_total_gbps']} GB/s; 40 GB/s {met}), data intact",
+                 "PASS" if ok and mem_all and files_only else
+                 f"FAIL (from_memory_bytes {rm.get('from_memory_bytes')}, from_files_bytes {rm.get('from_files_bytes')}; files run "
+                 f"from_memory_bytes {rf.get('from_memory_bytes')}; {sh.get('error') or ''})"))
+    return out_
 
 
 # ------------------------------------------------------------ 3. PyTorch

@@ -110,6 +110,11 @@ class Backend:
     def release_host_buffer(self) -> None:
         pass
 
+    # the shared host pool behind host_buffer (shared_pool.py), where a backend uses one:
+    # a restore from host memory takes over a pool leased for it (checkpoint/memory_restore.py)
+    current_host_pool = None
+    adopt_host_pool = None
+
     # ---- devices and generic calls
     def init(self) -> None: ...
     def device_count(self) -> int: raise NotImplementedError

@@ -1016,7 +1016,17 @@ class CudaBackend(Backend):
             from .shared_pool import lease
             self._pool = lease(self, size) or PinnedPool(size, self._register_pool_segment,
                                                          self._unregister_pool_segment)
+        if hasattr(self._pool, "touch"):
+            self._pool.touch()    # its contents change: a note of what an image left there goes
         return self._pool.view
+
+    def current_host_pool(self):
+        return getattr(self, "_pool", None)
+
+    def adopt_host_pool(self, pool):
+        """A pool leased for a restore from memory becomes the staging memory."""
+        self.release_host_buffer()
+        self._pool = pool
 
     def _register_pool_segment(self, view):
         """cuMemHostRegister of one pool segment (called on a pinning thread;

@@ -88,6 +88,8 @@ class SharedPool:
         self._unmap = unmap
         self.t0 = time.monotonic() - took_s
         self.t_done = time.monotonic()
+        self.kept: dict | None = None     # a restore's lease: the note of the image it holds
+        self._noted = False               # the supervisor has a keep note of this pool's contents
         self.stats = {"touch_s": 0.0, "register_s": 0.0, "register_max_s": 0.0, "segments": 1,
                       "segment_mb": size >> 20, "threads": 0, "shared": how, "map_s": round(took_s, 4)}
 
@@ -106,6 +108,34 @@ class SharedPool:
 
     def all_pinned(self) -> bool:
         return True
+
+    def note(self, keep: dict) -> bool:
+        """Tells the supervisor this pool holds an image's memory (keep:
+        host_pool_wire's note); True when it took it."""
+        try:
+            reply, fds = _ask({"op": "keep", "keep": keep})
+            for fd in fds:
+                os.close(fd)
+        except Exception as e:
+            _once(f"host pool: keep note not taken: {e}")
+            return False
+        self._noted = bool(reply.get("ok"))
+        if not self._noted:
+            _once(f"host pool: keep note refused: {reply.get('why')}")
+        return self._noted
+
+    def touch(self) -> None:
+        """Called before anything writes to the pool: the supervisor's note
+        (if any) goes first, so it never describes overwritten memory. Should
+        the supervisor not answer, a stale note costs nothing but speed: the
+        restore checks every chunk's hash on the device and reads the files
+        for any that differ (checkpoint/memory_restore.py)."""
+        if self._noted:
+            self._noted = False
+            try:
+                _ask({"op": "keep", "keep": None})
+            except Exception as e:
+                _once(f"host pool: keep note not withdrawn: {e}")
 
     def free(self) -> None:
         try:
@@ -225,6 +255,30 @@ def _cuda_map(b, fd: int, size: int):
 
 
 # ------------------------------------------------------------ lease
+
+def lease_kept(b, image: str) -> SharedPool | None:
+    """The pool that holds image's memory, with its note in .kept, lent to
+    this worker; None when there is none (or no pool at all). Never raises."""
+    if _channel() is None:
+        return None
+    kind = "cuda" if getattr(b, "name", "") == "cuda" else "memfd"
+    try:
+        t0 = time.monotonic()
+        reply, fds = _ask({"op": "lease", "kind": kind, "size": 1, "image": image})
+        if not (reply.get("ok") and len(fds) == 1 and isinstance(reply.get("kept"), dict)):
+            for fd in fds:
+                os.close(fd)
+            return None
+        size = int(reply["size"])
+        view, unmap = _cuda_map(b, fds[0], size) if kind == "cuda" else _memfd_map(fds[0], size)
+        pool = SharedPool(size, view, unmap, "lent", time.monotonic() - t0)
+        pool.stats["kept_image"] = True
+        pool.kept = reply["kept"]
+        return pool
+    except Exception as e:
+        log.warning("host pool: the memory kept of %s not used (%s: %s)", image, type(e).__name__, e)
+        return None
+
 
 def lease(b, size: int) -> SharedPool | None:
     """The shared pool for staging `size` bytes, or None (see the module

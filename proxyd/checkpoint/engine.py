@@ -49,7 +49,7 @@ from ..core.kinds import CheckpointError, Stage
 from ..core.kinds import jsonable as _jsonable
 from ..core.kinds import unjson as _unjson
 from ..core.session import Session
-from . import hashing
+from . import hashing, memory_restore
 from .image import FLAG_GLOBAL, Image, ImageError, ImageWriter
 from .manifest_schema import SESSION, SchemaError, validate_session
 
@@ -421,6 +421,8 @@ class Engine:
             self._write(path, kind, parent_img, modules, desc, pieces, globals_, stats,
                         key_uid=getattr(sess, "key_uid", None), compress=compress)
             stats["write_ms"] = _ms(t_w, time.monotonic())
+            # the memory stays in the shared pool for a restore of this image (memory_restore.py)
+            stats["kept_in_memory_bytes"] = memory_restore.keep(b, path, pieces, kind)
             if not leave_running and kind != "pre-dump":
                 self.release(sess)
                 stats["released"] = True
@@ -693,8 +695,9 @@ class Engine:
     READ_PIECE = 4 << 20
 
     def _upload(self, img: Image, refs, pieces):
-        """Image chunks -> device memory: by DMA straight out of the image
-        file's mapping where it can be registered (direct_upload.py: an
+        """Image chunks -> device memory: what the shared host pool kept of
+        this image straight from there (memory_restore.py), then by DMA
+        straight out of the image file's mapping where it can be registered (direct_upload.py: an
         image in host memory on the cuda backend), the rest (compressed
         chunks, files or segments whose registration is refused) through
         the ring of page-locked slots (_upload_ring). rstats["upload"]: the
@@ -703,6 +706,8 @@ class Engine:
         from . import direct_upload
         b = self.backend
         t0 = time.monotonic()
+        refs_all = refs
+        refs, mem = memory_restore.upload(self, img, refs, pieces)     # what the shared pool kept of img
         rest, dst = refs, None
         if refs and direct_upload.eligible_images(b, img):
             fail = os.environ.get("GPUPROXY_TEST_DIRECT_FAIL_SEGMENT")     # tests: one refused segment
@@ -716,7 +721,13 @@ class Engine:
         if dst is not None:
             up["direct"] = dst
         up["mode"] = "ring" if dst is None or not dst["bytes"] else ("direct+ring" if rest else "direct")
-        up["bytes"] = sum(r.length for r in refs)
+        if mem is not None:
+            up["from_memory"] = mem
+            if mem.get("bytes"):
+                up["mode"] = f"memory+{up['mode']}" if refs else "memory"
+        self.rstats["from_memory_bytes"] = (mem or {}).get("bytes", 0)
+        self.rstats["from_files_bytes"] = sum(r.length for r in refs)
+        up["bytes"] = sum(r.length for r in refs_all)
         up["wall_ms"] = _ms(t0, time.monotonic())
         up["gbps"] = round(up["bytes"] / max(time.monotonic() - t0, 1e-9) / 1e9, 2)
         self.rstats["upload"] = up
@@ -914,6 +925,7 @@ class Engine:
                                   f"--leave-running first")
         t_check = time.monotonic()
         self.rstats = {}
+        self.from_memory = set()      # chunks uploaded from the shared pool (memory_restore.py)
         sess = self.server.make_session(token, int(desc["pid"]), desc.get("exe", ""), int(desc["slot"]),
                                         reuse=old)
         try:
@@ -1008,7 +1020,10 @@ class Engine:
         check = [pieces[r.addr] for r in arena_refs]
         self.hash_live(check)
         self.rstats["verify_ms"] = _ms(t_hash, time.monotonic())
-        for r in arena_refs:
+        bad = [r for r in arena_refs if pieces[r.addr].hash != r.hash]
+        if bad:                           # a chunk taken from the pool is read from the files instead
+            bad = memory_restore.redo(self, img, bad, pieces)
+        for r in bad:
             got = pieces[r.addr].hash
             if got != r.hash:
                 raise CheckpointError(f"chunk at {r.addr:#x} is corrupt: gp64 {got:#018x}, image says {r.hash:#018x}")

@@ -17,6 +17,16 @@ asks, the supervisor answers, one exchange at a time:
         -> {"ok": true} | {"ok": false, "why": "..."} (the supervisor closed it)
     {"op": "return"}   the lease ends (so does the worker's exit)
         -> {"ok": true}
+    {"op": "keep", "keep": {"image": P, "digest": D, "runs": [[addr, off, n], ...]}}
+        the holder's pool holds the memory of image P (its manifest's
+        sha256, checkpoint/memory_restore.py; device range
+        [addr, addr+n) at pool offset off; D: checkpoint/memory_restore.py's
+        digest of those chunks' hashes), or "keep": None (it writes again)
+        -> {"ok": true} | {"ok": false, "why": "..."}
+    {"op": "lease", "kind": K, "size": N, "image": P}   a restore's lease:
+        only the pool that holds P's memory, with its note
+        -> {"ok": true, "kind": K, "size": N', "kept": {...}} + descriptor
+        -> {"ok": false, "why": "...", "may_give": false}
 
 K: "memfd" (a memfd, mapped by mmap: the emulated backend) or "cuda"
 (cuMemCreate host memory exported as a POSIX file descriptor).
@@ -28,7 +38,7 @@ import socket
 import msgpack
 
 ENV_FD = "GPUPROXY_HOST_POOL_FD"
-MAX_MSG = 4096
+MAX_MSG = 64 << 10        # a keep note of up to 1024 runs fits
 MAX_FDS = 4
 
 

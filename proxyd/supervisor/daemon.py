@@ -358,6 +358,8 @@ class Supervisor:
             self.handlers[cmd] = self.ctl_forward
         from .discard import ctl_discard
         self.handlers["discard"] = lambda rid, seq, args: ctl_discard(self, rid, seq, args)
+        from .pool_forget import ctl_pool_forget     # restore-from-memory notes (host_pool.py)
+        self.handlers["pool-forget"] = lambda rid, seq, args: ctl_pool_forget(self, rid, seq, args)
         from .record_criu import ctl_record_criu
         self.handlers["record-criu"] = lambda rid, seq, args: ctl_record_criu(self, rid, seq, args)
 

@@ -28,7 +28,18 @@ Rules:
   gets none and uses memory of its own;
 * the memory is made by a worker (the supervisor cannot make GPU memory)
   and given: the supervisor only holds, lends and closes descriptors. It
-  never maps them; nothing has a name in /dev/shm.
+  never maps them; nothing has a name in /dev/shm;
+* kept images (restore from host memory, checkpoint/memory_restore.py): a
+  worker whose dump left an image's memory in the pool says so ("keep":
+  the image's manifest sha256 and where its chunks lie, with a digest of their
+  hashes); the note is dropped before anything may write to the pool again
+  (the holder's "keep" with none, any lease other than the restore of that
+  image, a larger pool replacing it, `discard`, or the pool's close). A
+  lease that names the image gets the note with the descriptor; the
+  restoring worker checks the digest against the image's manifest and every
+  chunk's hash on the device, so a stale note costs only the files' speed.
+  The pool is the image's user's (a restore's worker borrows the pool of
+  the image's owner, whom the supervisor authorised: daemon.py ctl_restore).
 
 Locking: the supervisor's loop thread only (its sockets are polled with the
 workers' control sockets).
@@ -59,6 +70,7 @@ class Pool:
         self.uid, self.kind, self.fd, self.size = uid, kind, fd, size
         self.lent_to = lent_to
         self.idle_since = time.monotonic()
+        self.kept: dict | None = None      # what an image left here (see the module comment)
 
 
 class HostPools:
@@ -133,6 +145,10 @@ class HostPools:
 
     def _handle(self, wk, uid, msg, fds):
         op = msg.get("op")
+        if op == "keep":
+            for fd in fds:
+                _close(fd)
+            return self._keep(wk, uid, msg.get("keep")), ()
         if op == "return":
             for fd in fds:
                 _close(fd)
@@ -154,7 +170,20 @@ class HostPools:
         if op == "lease":
             for fd in fds:
                 _close(fd)
+            image = msg.get("image")
+            if image is not None:
+                # a restore asks for the memory an image left here, or nothing: the pool's
+                # note stays for the restore it belongs to
+                if p is None or p.lent_to is not None or p.kind != kind or p.kept is None \
+                        or p.kept.get("image") != image:
+                    return {"ok": False, "why": "no memory of that image kept", "may_give": False}, ()
+                kept, p.kept = p.kept, None
+                p.lent_to = wk
+                return {"ok": True, "kind": kind, "size": p.size, "kept": kept}, (p.fd,)
             if p is not None and p.lent_to is None and p.kind == kind and p.size >= size:
+                if p.kept is not None:
+                    log.info("host pool: uid %d: the memory kept of %s goes to a new lease", uid, p.kept.get("image"))
+                p.kept = None          # the borrower writes to it
                 p.lent_to = wk
                 return {"ok": True, "kind": kind, "size": p.size}, (p.fd,)
             if p is not None and p.lent_to is not None:
@@ -182,6 +211,38 @@ class HostPools:
             _close(fd)
         return {"ok": False, "why": f"unknown op {op!r}"}, ()
 
+    MAX_KEEP_RUNS = 1024
+
+    def _keep(self, wk, uid, keep) -> dict:
+        """The holder's note on what an image left in its pool (None: it is
+        about to write to it again)."""
+        p = next((x for x in self.pools.values() if x.lent_to is wk), None)
+        if p is None or uid is None or p.uid != uid:
+            return {"ok": False, "why": "no pool lent to this worker"}
+        if keep is None:
+            p.kept = None
+            return {"ok": True}
+        runs = keep.get("runs") if isinstance(keep, dict) else None
+        if not (isinstance(keep.get("image"), str) and isinstance(keep.get("digest"), bytes)
+                and isinstance(runs, list) and 0 < len(runs) <= self.MAX_KEEP_RUNS
+                and all(isinstance(r, list) and len(r) == 3 and all(isinstance(x, int) and x >= 0 for x in r)
+                        and r[1] + r[2] <= p.size for r in runs)):
+            p.kept = None
+            return {"ok": False, "why": "malformed keep note"}
+        p.kept = {"image": keep["image"], "digest": keep["digest"], "runs": runs,
+                  "bytes": sum(r[2] for r in runs)}
+        return {"ok": True}
+
+    def forget(self, uid: int | None = None, image: str | None = None) -> int:
+        """Drops the notes of kept images (of uid, of image, or all): their
+        restores read the files. The number dropped."""
+        n = 0
+        for p in self.pools.values():
+            if p.kept is not None and (uid is None or p.uid == uid) and (image is None or p.kept["image"] == image):
+                p.kept = None
+                n += 1
+        return n
+
     # ------------------------------------------------------------ upkeep
     def tick(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
@@ -197,7 +258,8 @@ class HostPools:
 
     def stats(self) -> dict:
         return {"limit": self.limit, "held": self.held(),
-                "pools": [{"uid": p.uid, "kind": p.kind, "size": p.size, "lent": p.lent_to is not None}
+                "pools": [{"uid": p.uid, "kind": p.kind, "size": p.size, "lent": p.lent_to is not None,
+                           "kept": None if p.kept is None else {"image": p.kept["image"], "bytes": p.kept["bytes"]}}
                           for p in self.pools.values()]}
 
     def close(self) -> None:

@@ -504,7 +504,17 @@ class EmuBackend(Backend):
             self.release_host_buffer()
             from gpuproxy.proxyd.backends.shared_pool import lease
             pool = self._spool = lease(self, max(int(n), 1))
+        if pool is not None:
+            pool.touch()          # its contents change: a note of what an image left there goes
         return pool.view if pool is not None else memoryview(bytearray(n))
+
+    def current_host_pool(self):
+        return getattr(self, "_spool", None)
+
+    def adopt_host_pool(self, pool) -> None:
+        """A pool leased for a restore from memory becomes the staging memory."""
+        self.release_host_buffer()
+        self._spool = pool
 
     def release_host_buffer(self) -> None:
         pool, self._spool = getattr(self, "_spool", None), None
