@@ -24,6 +24,11 @@ INCLUDE = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda") / "include"
 # the shim chooses (not the C bytes), translated by their handlers
 TRANSLATED_ELSEWHERE = {
     "CUDA_MEM_ALLOC_NODE_PARAMS": "graph_mem.py: the shim sends [bytesize, allocType, handleTypes, type, id]",
+    # interceptor/graph_add_node.c sends each node type of cuGraphAddNode
+    # through its own add call (an allocation node through
+    # cuGraphAddMemAllocNode, above); only conditional nodes reach the
+    # worker as this structure, and they hold no location
+    "CUgraphNodeParams": "graph_add_node.c: by node type; conditional nodes carry no location",
 }
 
 

@@ -124,6 +124,19 @@ def test_restore_needs_every_session_field(tmp_path):
     img.close()
 
 
+@pytest.mark.parametrize("text", ["abcdefghi", "ab=c", "abc", "a==="])
+def test_base64_fields_must_decode(tmp_path, text):
+    """The answer kept for a resend (last_reply) is base64: text that the
+    alphabet allows but that cannot decode is refused by the schema, not by
+    the restore's decoding half-way (test_fuzz found one)."""
+    from gpuproxy.proxyd.checkpoint.manifest_schema import SchemaError, validate_session
+    img = make(tmp_path / "img")
+    s = dict(img.session, last_reply=["AAAA", text])
+    img.close()
+    with pytest.raises(SchemaError, match="last_reply"):
+        validate_session(s, strict=True)
+
+
 # ----------------------------------------------------------------- the seal
 
 def test_seal(tmp_path):

@@ -170,7 +170,9 @@ PLAIN = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
 TOKEN = Str(64, PLAIN, "a session token (letters, digits, '-', '_', '.')")
 CHANNEL = Str(96, r"/gpuproxy-" + PLAIN + r"-chan", "a channel name /gpuproxy-<token>-chan")
 SYMBOL = Str(1024, r"[^\x00-\x1f]+", "a symbol name (printable)")
-B64 = Str(1 << 24, r"[A-Za-z0-9+/=]*", "base64 text")
+# base64 as b64encode writes it (RFC 4648 section 4: groups of four, '='
+# only as the last group's padding), so that decoding it cannot fail later
+B64 = Str(1 << 24, r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?", "base64 text")
 NUM = Str(20, r"[0-9]+", "a number")   # JSON object keys that stand for numbers
 HANDLE_ARGS = List(Any_(), 64)       # re-checked by the dispatcher's argument types when replayed
 

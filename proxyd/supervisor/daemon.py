@@ -727,13 +727,13 @@ class Supervisor:
             e.worker.exit_reason = "session ended"
             self._stop_worker(e.worker)
         remove_client_segments(e.token)
-        _remove_park_files(e)
         from . import markers
         markers.remove(e.token)
         self._drop(e)
 
     def _drop(self, e: Entry):
         self.entries.pop(e.token, None)
+        _remove_park_files(e)        # every way a session goes (its client gone, its BYE, dead)
         if e.park_shm:
             park_lease.stop(e, e.park_shm)
         self._fail_park_waiters(e, f"pid {e.pid} ended before it parked (its session is gone): nothing to dump")
