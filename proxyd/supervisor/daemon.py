@@ -143,23 +143,9 @@ def _fixed_layout():
 
 def _write_client_file(e, path: str, data: bytes) -> None:
     """A new file at path, made the client's own (it unlinks it in a sticky
-    /dev/shm). /dev/shm is everyone's: whatever stands at path is removed and
-    the file is created afresh, never through a link another user put there,
-    and handed over by its descriptor. Raises OSError."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        os.write(fd, data)
-        try:
-            st = os.stat(f"/proc/{e.pid}")
-            os.fchown(fd, st.st_uid, st.st_gid)
-        except OSError:
-            pass
-    finally:
-        os.close(fd)
+    /dev/shm): client_files.write. Raises OSError."""
+    from . import client_files
+    client_files.write(e.pid, path, data)
 
 
 @dataclass

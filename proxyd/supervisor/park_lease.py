@@ -40,6 +40,8 @@ from __future__ import annotations
 import os
 import time
 
+from . import client_files
+
 RENEW_S = 1.0
 
 
@@ -75,18 +77,9 @@ def start(e, shm: str) -> None:
     stop(e, shm)
     body = f"{os.getpid()} {_own_start_ticks()}\n" if sees_us(e.pid) else "0 0\n"
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        client_files.write(e.pid, path, body.encode(), mode=0o644)    # the client stats and reads it
     except OSError:
         return
-    try:
-        os.fchmod(fd, 0o644)      # whatever the umask: the client stats and reads it
-        os.write(fd, body.encode())
-        st = os.stat(f"/proc/{e.pid}")
-        os.fchown(fd, st.st_uid, st.st_gid)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
     e.lease_renewed = time.monotonic()
 
 
