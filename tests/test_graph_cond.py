@@ -19,6 +19,7 @@ import struct
 
 import pytest
 
+from test_graph_nodes import client, ok  # noqa: F401 (client: a fixture)
 from wire import FID, WireClient
 
 BACKEND = os.environ.get("GPUPROXY_TEST_BACKEND", "emu")
@@ -29,21 +30,6 @@ CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_NOT_SUPPORTED = 801
 T_CONDITIONAL = 13
 IF, WHILE, SWITCH = 0, 1, 2
-
-
-@pytest.fixture
-def client(emu_daemon):
-    with WireClient(emu_daemon.endpoint) as c:
-        c.hello()
-        c.ctx = c.context()
-        yield c
-        c.bye()
-
-
-def ok(c, name, *args):
-    code, outs, msg = c.call(name, *args, ctx=c.ctx)
-    assert code == 0, (name, code, msg)
-    return outs
 
 
 def node_params(handle, ctype, size, ctx=0):

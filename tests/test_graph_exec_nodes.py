@@ -10,17 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_graph_nodes import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, add, memset_op, ok
-from wire import WireClient
-
-
-@pytest.fixture
-def client(emu_daemon):
-    with WireClient(emu_daemon.endpoint) as c:
-        c.hello()
-        c.ctx = c.context()
-        yield c
-        c.bye()
+from test_graph_nodes import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, add, client, memset_op, ok  # noqa: F401,E501 (client: a fixture)
 
 
 def read(c, buf, n=64):
