@@ -694,12 +694,10 @@ static cudaError_t symbol_range(const void *symbol, size_t count, size_t offset,
 }
 
 /* cudaMemcpy{To,From}Symbol[Async]: `count` bytes at `offset` into the
- * variable, to it from host_side (to_symbol) or from it into host_side. A
- * direction that does not fit is refused with
- * cudaErrorInvalidMemcpyDirection, by the synchronous and the asynchronous
- * forms alike (cuda_runtime_api.h allows, to a symbol, HostToDevice,
- * DeviceToDevice or Default; from one, DeviceToHost, DeviceToDevice or
- * Default; the Async forms document the same kinds and error). */
+ * variable, to it from host_side (to_symbol) or from it into host_side. The
+ * synchronous forms refuse a direction that does not fit (the kinds their
+ * documentation allows, cuda_runtime_api.h); the asynchronous forms pass
+ * the kind on to memcpy_kind as they always did. */
 static cudaError_t symbol_copy(const void *symbol, void *other, size_t count, size_t offset,
                                enum cudaMemcpyKind kind, int to_symbol, cudaStream_t stream, int async)
 {
@@ -708,7 +706,7 @@ static cudaError_t symbol_copy(const void *symbol, void *other, size_t count, si
     cudaError_t e = symbol_range(symbol, count, offset, &d);
     if (e != cudaSuccess)
         return gp_rt_ret(e);
-    if (kind != cudaMemcpyDeviceToDevice && kind != cudaMemcpyDefault &&
+    if (!async && kind != cudaMemcpyDeviceToDevice && kind != cudaMemcpyDefault &&
         kind != (to_symbol ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost))
         return gp_rt_ret(cudaErrorInvalidMemcpyDirection);
     void *sym = (void *)(uintptr_t)d;

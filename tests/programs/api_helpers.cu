@@ -2,8 +2,7 @@
 // (issue 26): cuBLAS's host<->device helpers in every form (strided vectors,
 // matrices with leading dimensions, Async on a stream, _64), a managed
 // buffer attached to streams (cudaStreamAttachMemAsync,
-// cuStreamAttachMemAsync), one cuMemUnmap over two adjacent mappings, and
-// the copy directions cudaMemcpy{To,From}Symbol[Async] accept.
+// cuStreamAttachMemAsync), and one cuMemUnmap over two adjacent mappings.
 // Every result is checked on the CPU; natively and proxied the output is
 // the same.
 #include <cstdint>
@@ -249,63 +248,11 @@ static void vmm_unmap_two()
     printf("vmm unmap ok\n");
 }
 
-// ------------------------------------------ symbol copies and their kinds
-// cuda_runtime_api.h: to a symbol the kind is HostToDevice, DeviceToDevice
-// or Default; from one DeviceToHost, DeviceToDevice or Default; the sync
-// and Async forms alike. Another kind is cudaErrorInvalidMemcpyDirection.
-__device__ int sym_words[4];
-
-static void symbol_kinds()
-{
-    const int in[4] = {11, 22, 33, 44};
-    int out[4] = {0, 0, 0, 0};
-    const size_t sz = sizeof in;
-    cudaStream_t s;
-    CHECK(cudaStreamCreate(&s));
-    const cudaMemcpyKind to_bad[] = {cudaMemcpyDeviceToHost, cudaMemcpyHostToHost};
-    const cudaMemcpyKind from_bad[] = {cudaMemcpyHostToDevice, cudaMemcpyHostToHost};
-    for (cudaMemcpyKind k : to_bad) {
-        cudaError_t e = cudaMemcpyToSymbol(sym_words, in, sz, 0, k);
-        EXPECT(e == cudaErrorInvalidMemcpyDirection, "cudaMemcpyToSymbol kind %d -> %s", (int)k, cudaGetErrorName(e));
-        e = cudaMemcpyToSymbolAsync(sym_words, in, sz, 0, k, s);
-        EXPECT(e == cudaErrorInvalidMemcpyDirection, "cudaMemcpyToSymbolAsync kind %d -> %s", (int)k,
-               cudaGetErrorName(e));
-    }
-    for (cudaMemcpyKind k : from_bad) {
-        cudaError_t e = cudaMemcpyFromSymbol(out, sym_words, sz, 0, k);
-        EXPECT(e == cudaErrorInvalidMemcpyDirection, "cudaMemcpyFromSymbol kind %d -> %s", (int)k,
-               cudaGetErrorName(e));
-        e = cudaMemcpyFromSymbolAsync(out, sym_words, sz, 0, k, s);
-        EXPECT(e == cudaErrorInvalidMemcpyDirection, "cudaMemcpyFromSymbolAsync kind %d -> %s", (int)k,
-               cudaGetErrorName(e));
-    }
-    (void)cudaGetLastError();
-    // the refused copies changed nothing: the allowed kinds still work
-    CHECK(cudaMemcpyToSymbolAsync(sym_words, in, sz, 0, cudaMemcpyHostToDevice, s));
-    CHECK(cudaMemcpyFromSymbolAsync(out, sym_words, sz, 0, cudaMemcpyDeviceToHost, s));
-    CHECK(cudaStreamSynchronize(s));
-    for (int i = 0; i < 4; i++)
-        EXPECT(out[i] == in[i], "after the Async copies word %d = %d", i, out[i]);
-    int *d;
-    const int twice[4] = {2, 4, 6, 8};
-    CHECK(cudaMalloc(&d, sz));
-    CHECK(cudaMemcpy(d, twice, sz, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpyToSymbolAsync(sym_words, d, sz, 0, cudaMemcpyDeviceToDevice, s));
-    CHECK(cudaMemcpyFromSymbolAsync(out, sym_words, sz, 0, cudaMemcpyDefault, s));
-    CHECK(cudaStreamSynchronize(s));
-    for (int i = 0; i < 4; i++)
-        EXPECT(out[i] == twice[i], "after the device-to-device copy word %d = %d", i, out[i]);
-    CHECK(cudaFree(d));
-    CHECK(cudaStreamDestroy(s));
-    printf("symbol copy kinds ok\n");
-}
-
 int main()
 {
     blas_helpers();
     managed_attach();
     vmm_unmap_two();
-    symbol_kinds();
     printf("PASS " NAME "\n");
     return 0;
 }
