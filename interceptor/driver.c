@@ -5,10 +5,12 @@
  * (GP_ENTER / GP_LEAVE). */
 #define _GNU_SOURCE
 #include <elf.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -535,10 +537,32 @@ CUresult gpo_cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUs
     COPY_ENTRY(gp_copy_dtoh(GP_FID_cuMemcpyDtoHAsync_v2_ptsz, dst, src, n, s, 1, 1));
 }
 
-/* Unified addressing: the direction follows from where the pointers point. */
+/* Whether [a, a+n) is mapped in this process: msync(2) fails with ENOMEM
+ * on a range holding unmapped pages. */
+static int host_mapped(uint64_t a, size_t n)
+{
+    uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t start = a & ~(pg - 1), end = (a + (n ? n : 1) + pg - 1) & ~(pg - 1);
+    int saved = errno;          /* the app's errno is not the shim's to change */
+    int mapped = msync((void *)(uintptr_t)start, (size_t)(end - start), MS_ASYNC) == 0 || errno != ENOMEM;
+    errno = saved;
+    return mapped;
+}
+
+/* Unified addressing: the direction follows from where the pointers point.
+ * Device memory the shim has not seen allocated (a module's __device__
+ * variable whose address NVIDIA's static runtime took with
+ * cuModuleGetGlobal, and copies with cuMemcpyAsync) lies in the worker's
+ * address space, not in this process's: an address that is neither known
+ * device memory nor mapped here is taken as the device's, and the worker
+ * checks it, rather than this process reading or writing it. */
 CUresult gp_copy_any(int per_thread, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async)
 {
     int dd = gp_is_device_ptr((void *)(uintptr_t)dst), sd = gp_is_device_ptr((void *)(uintptr_t)src);
+    if (!dd && !host_mapped(dst, n))
+        dd = 1;
+    if (!sd && !host_mapped(src, n))
+        sd = 1;
     if (dd && sd) {
         uint32_t fid = async ? (per_thread ? GP_FID_cuMemcpyDtoDAsync_v2_ptsz : GP_FID_cuMemcpyDtoDAsync_v2)
                              : (per_thread ? GP_FID_cuMemcpyDtoD_v2_ptds : GP_FID_cuMemcpyDtoD_v2);

@@ -2,7 +2,8 @@
 // (issue 26): cuBLAS's host<->device helpers in every form (strided vectors,
 // matrices with leading dimensions, Async on a stream, _64), a managed
 // buffer attached to streams (cudaStreamAttachMemAsync,
-// cuStreamAttachMemAsync), and one cuMemUnmap over two adjacent mappings.
+// cuStreamAttachMemAsync), one cuMemUnmap over two adjacent mappings, and
+// the asynchronous copies to and from a __device__ variable.
 // Every result is checked on the CPU; natively and proxied the output is
 // the same.
 #include <cstdint>
@@ -248,11 +249,44 @@ static void vmm_unmap_two()
     printf("vmm unmap ok\n");
 }
 
+// ------------------------------------------ symbol copies, asynchronous
+// cudaMemcpy{To,From}Symbol[Async] with the kinds cuda_runtime_api.h
+// documents. NVIDIA's static runtime copies them with cuMemcpyAsync (the
+// direction from the pointers, unified addressing), so under the shim a
+// __device__ variable's address must be known as the device's.
+__device__ int sym_words[4];
+
+static void symbol_async()
+{
+    const int in[4] = {11, 22, 33, 44}, twice[4] = {2, 4, 6, 8};
+    int out[4] = {0, 0, 0, 0};
+    const size_t sz = sizeof in;
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    CHECK(cudaMemcpyToSymbolAsync(sym_words, in, sz, 0, cudaMemcpyHostToDevice, s));
+    CHECK(cudaMemcpyFromSymbolAsync(out, sym_words, sz, 0, cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < 4; i++)
+        EXPECT(out[i] == in[i], "after the Async copies word %d = %d", i, out[i]);
+    int *d;
+    CHECK(cudaMalloc(&d, sz));
+    CHECK(cudaMemcpy(d, twice, sz, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpyToSymbolAsync(sym_words, d, sz, 0, cudaMemcpyDeviceToDevice, s));
+    CHECK(cudaMemcpyFromSymbolAsync(out, sym_words, sz, 0, cudaMemcpyDefault, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < 4; i++)
+        EXPECT(out[i] == twice[i], "after the device-to-device copy word %d = %d", i, out[i]);
+    CHECK(cudaFree(d));
+    CHECK(cudaStreamDestroy(s));
+    printf("symbol copies ok\n");
+}
+
 int main()
 {
     blas_helpers();
     managed_attach();
     vmm_unmap_two();
+    symbol_async();
     printf("PASS " NAME "\n");
     return 0;
 }
