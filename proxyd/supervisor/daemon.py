@@ -184,14 +184,16 @@ def parked_path(token: str, shm: str = "/dev/shm") -> str:
 
 
 def _remove_park_files(e) -> None:
-    """The small files of a session's parks (parked, parkheld, and the stall
-    figure's ran file: stall.py) once its client is gone; nothing else
-    removes them where no resume asked for the figure or the app ended
-    between the supervisor's parkheld and its park. The resume file is left:
-    a restored copy of the process may be waiting for it."""
+    """The small files of a session's parks (parked, parkheld, its park
+    lease: park_lease.py, the stall figure's ran file: stall.py) once the
+    session is gone; nothing else removes them where no resume asked for
+    the figure or the app ended between the supervisor's parkheld and its
+    park. The resume file is left: a restored copy of the process may be
+    waiting for it."""
     dirs = {d for d in (e.park_shm, e.ran_shm, "/dev/shm") if d}
     for d in dirs:
-        for path in (parked_path(e.token, d), park_held_path(e.token, d), stall.ran_path(e.token, d)):
+        for path in (parked_path(e.token, d), park_held_path(e.token, d), stall.ran_path(e.token, d),
+                     park_lease.lease_path(e.token, d)):
             try:
                 os.unlink(path)
             except OSError:
@@ -720,8 +722,6 @@ class Supervisor:
     def _drop(self, e: Entry):
         self.entries.pop(e.token, None)
         _remove_park_files(e)        # every way a session goes (its client gone, its BYE, dead)
-        if e.park_shm:
-            park_lease.stop(e, e.park_shm)
         self._fail_park_waiters(e, f"pid {e.pid} ended before it parked (its session is gone): nothing to dump")
         if e.pidfd is not None:
             os.close(e.pidfd)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import os
 import time
 
+from ..core import procinfo
 from . import client_files
 
 RENEW_S = 1.0
@@ -48,16 +49,6 @@ RENEW_S = 1.0
 def lease_path(token: str, shm: str = "/dev/shm") -> str:
     from ..core.shm_names import public_id
     return f"{shm}/gpuproxy-lease-{public_id(token)}"
-
-
-def _own_start_ticks() -> int:
-    """Field 22 of /proc/self/stat (proc(5)), as the shim reads it."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            s = f.read()
-        return int(s[s.rindex(b")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def sees_us(pid: int) -> bool:
@@ -75,7 +66,7 @@ def start(e, shm: str) -> None:
     as with an older proxyd)."""
     path = lease_path(e.token, shm)
     stop(e, shm)
-    body = f"{os.getpid()} {_own_start_ticks()}\n" if sees_us(e.pid) else "0 0\n"
+    body = f"{os.getpid()} {procinfo.start_time(os.getpid()) or 0}\n" if sees_us(e.pid) else "0 0\n"
     try:
         client_files.write(e.pid, path, body.encode(), mode=0o644)    # the client stats and reads it
     except OSError:
@@ -95,7 +86,8 @@ def renew(e, shm: str, now: float) -> None:
 
 
 def stop(e, shm: str) -> None:
-    """At the resume or the end of e's session."""
+    """At the resume (the session's end removes it with its other park
+    files: daemon._remove_park_files)."""
     e.lease_renewed = 0.0
     try:
         os.unlink(lease_path(e.token, shm))
