@@ -12,10 +12,10 @@ except OSError:
     OWN_PIDNS = ""
 
 
-def start_time(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat: the start time in clock ticks after boot
-    (a pid reused by another process has another start time); None if the
-    process does not exist."""
+def stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (proc(5)): [0]
+    is field 3 (state), [1] the parent pid, [19] the start time; None if
+    the process does not exist."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as f:
             raw = f.read()
@@ -23,10 +23,17 @@ def start_time(pid: int) -> int | None:
         return None
     # the command name (field 2) may hold spaces and parentheses: fields
     # after it start behind the last ')'
-    rest = raw[raw.rfind(b")") + 2:].split()
+    return raw[raw.rfind(b")") + 2:].split()
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat: the start time in clock ticks after boot
+    (a pid reused by another process has another start time); None if the
+    process does not exist."""
+    rest = stat_fields(pid)
     try:
         return int(rest[19])          # field 22 is the 20th after the name
-    except (IndexError, ValueError):
+    except (IndexError, TypeError, ValueError):
         return None
 
 

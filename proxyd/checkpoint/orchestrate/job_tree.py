@@ -27,21 +27,17 @@ from __future__ import annotations
 import os
 from typing import Callable
 
+from ...core import procinfo
 from .multirank import JobError, job_ranks
 
 
 def parent(pid: int) -> int:
     """The parent pid of pid (/proc/PID/stat: the field after the command's
     closing parenthesis and the state); 0 when it has none or is gone."""
-    try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return 0
-    rest = stat[stat.rfind(b")") + 1:].split()
+    rest = procinfo.stat_fields(pid)
     try:
         return int(rest[1])
-    except (IndexError, ValueError):
+    except (IndexError, TypeError, ValueError):
         return 0
 
 
