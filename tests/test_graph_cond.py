@@ -81,12 +81,40 @@ def test_handles_and_nodes_are_checked(client):
     assert code == CUDA_ERROR_INVALID_VALUE and "conditional" in msg, (code, msg)
     code, _, msg = c.call("cuGraphClone", True, g, ctx=c.ctx)
     assert code == CUDA_ERROR_INVALID_VALUE and "conditional" in msg, (code, msg)
+    # a handle no node uses fails instantiation (cuda.h; driver 580 refuses it)
+    code, _, msg = c.call("cuGraphInstantiateWithFlags", True, g, 0, ctx=c.ctx)
+    assert code == CUDA_ERROR_INVALID_VALUE and f"{h2:#x} used by no conditional node" in msg, (code, msg)
+    assert add_cond(c, g, [], h2, IF, 1)[0] == 0
     # a body holds what cuda.h allows: a host node there fails instantiation
     ev = ok(c, "cuEventCreate", True, 0)[0]
     ok(c, "cuGraphAddEventRecordNode", True, bodies[1], [], 0, ev)
     code, _, msg = c.call("cuGraphInstantiateWithFlags", True, g, 0, ctx=c.ctx)
     assert code == CUDA_ERROR_INVALID_VALUE and "cannot be in a body" in msg, (code, msg)
     ok(c, "cuGraphDestroy", g)
+
+
+def test_equal_handle_values_belong_to_their_own_graphs():
+    """Driver 580 numbers each graph's conditional handles from 1, so two
+    graphs hold equal values (the corpus on the GPU: a second graph's
+    handle 0x1 was taken for the first graph's); a node finds its handle
+    in its own graph or a graph it is the body of (cuda.h)."""
+    from types import SimpleNamespace as NS
+
+    from gpuproxy.proxyd.core import protocol as P
+    from gpuproxy.proxyd.families import graph_cond
+    from gpuproxy.proxyd.families.graph_nodes import K_GRAPH_NODE
+    a = NS(id=1, info={"conds": [[1, 0, 1, 0], [2, 0, 0, 0]]})
+    b = NS(id=2, info={"conds": [[1, 0, 1, 0]]})
+    node = NS(id=10, info={"graph": 2, "type": T_CONDITIONAL,
+                           "cond": {"handle": 1, "ctype": IF, "size": 1, "bodies": [3]}})
+    body = NS(id=3, info={"body_of": 10})
+    objs = {(P.K_GRAPH, 1): a, (P.K_GRAPH, 2): b, (P.K_GRAPH, 3): body, (K_GRAPH_NODE, 10): node}
+    sess = NS(objects=objs, of_kind=lambda k: [o for (kk, _), o in objs.items() if kk == k])
+    assert graph_cond._owner(sess, b, 1) is b and graph_cond._owner(sess, a, 1) is a
+    assert graph_cond._owner(sess, body, 1) is b        # a body's node may use its parent's handle
+    assert graph_cond._owner(sess, b, 2) is None
+    assert graph_cond._unused_handles(sess, b) == []
+    assert graph_cond._unused_handles(sess, a) == [1, 2]
 
 
 def test_if_else_and_switch_follow_the_default(client):
@@ -492,7 +520,6 @@ def test_conditional_nodes_added_in_a_capture_keep_capture_order(client):
     ok(c, "cuMemsetD8Async", buf, 1, 8, s)
     g = ok(c, "cuStreamGetCaptureInfo_v3", s, True, True, True, None, None, None)[2]
     h = ok(c, "cuGraphConditionalHandleCreate", True, g, c.ctx, 1, 1)[0]
-    h2 = ok(c, "cuGraphConditionalHandleCreate", True, g, c.ctx, 1, 1)[0]
     code, outs, msg = add_cond(c, g, [], h, IF, 1)
     assert code == 0, msg
     node, (body,) = outs[0], struct.unpack("<Q", outs[1])
@@ -509,8 +536,9 @@ def test_conditional_nodes_added_in_a_capture_keep_capture_order(client):
     code, _, msg = c.call("cuStreamUpdateCaptureDependencies_v2", s, struct.pack("<Q", onode), None, 1, 1,
                           ctx=c.ctx)
     assert code == CUDA_ERROR_INVALID_VALUE and "not a node of the capture" in msg, (code, msg)
-    # a second node, destroyed before the capture ends: it must not run
-    code, outs, msg = add_cond(c, g, [node], h2, IF, 1)
+    # a second node, destroyed before the capture ends: it must not run (it
+    # shares the first's handle: a handle no node uses fails instantiation)
+    code, outs, msg = add_cond(c, g, [node], h, IF, 1)
     assert code == 0, msg
     gone, (gbody,) = outs[0], struct.unpack("<Q", outs[1])
     ok(c, "cuGraphAddMemsetNode", True, gbody, [], 0, memset_op(c, buf, 9, 8), None)

@@ -146,12 +146,60 @@ def h_cond_handle(d, sess, fn, ctx, args, ctxh=0, **kw):
     return CUDA_SUCCESS, [value if args[0] else None]
 
 
-def _owner(sess, handle: int):
-    for g in sess.of_kind(P.K_GRAPH):
-        for h in g.info.get("conds", ()):
-            if h[0] == handle:
-                return g
+def _parent(sess, g):
+    """The graph holding the conditional node whose body g is, or None."""
+    nid = g.info.get("body_of")
+    n = sess.objects.get((GN.K_GRAPH_NODE, nid)) if nid is not None else None
+    return sess.objects.get((P.K_GRAPH, n.info["graph"])) if n is not None else None
+
+
+def _owner(sess, g, handle: int):
+    """The graph that made `handle` for a node in g: g itself or a graph g
+    is a body of (cuda.h: the handle belongs to "a conditional node in this
+    graph or one of its children"). Handle values are unique only within
+    one graph and its bodies: the driver numbers each graph's handles from
+    1 (driver 580, the corpus on the GPU), so two graphs hold equal
+    values and a lookup by value alone found the wrong one."""
+    seen = set()
+    while g is not None and g.id not in seen:
+        seen.add(g.id)
+        if any(h[0] == handle for h in g.info.get("conds", ())):
+            return g
+        g = _parent(sess, g)
     return None
+
+
+def _family(sess, g) -> tuple[set, list]:
+    """g and every body graph below it (ids), and their conditional nodes."""
+    ids, nodes, todo = set(), [], [g.id]
+    while todo:
+        gid = todo.pop()
+        if gid in ids:
+            continue
+        ids.add(gid)
+        for n in sess.of_kind(GN.K_GRAPH_NODE):
+            if n.info.get("graph") == gid and "cond" in n.info:
+                nodes.append(n)
+                todo.extend(n.info["cond"]["bodies"])
+    return ids, nodes
+
+
+def _unused_handles(sess, g) -> list:
+    """Handles made on g or its bodies that no conditional node there uses.
+    cuda.h (cuGraphConditionalHandleCreate): such handles "may cause graph
+    instantiation to fail"; driver 580 refuses the instantiation
+    (CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED, invalid value), so
+    the proxy refuses it the same way on every backend."""
+    ids, nodes = _family(sess, g)
+    used = {(id(_owner(sess, sess.objects[(P.K_GRAPH, n.info["graph"])], n.info["cond"]["handle"])),
+             n.info["cond"]["handle"]) for n in nodes}
+    out = []
+    for gid in sorted(ids):
+        b = sess.objects.get((P.K_GRAPH, gid))
+        for h in (b.info.get("conds", ()) if b is not None else ()):
+            if (id(b), h[0]) not in used:
+                out.append(h[0])
+    return out
 
 
 @handler("graph_add_conditional")
@@ -175,10 +223,10 @@ def h_add_conditional(d, sess, fn, ctx, args, **kw):
         g, info = CC.add_info(sess, fn, args, g, T_CONDITIONAL)
     else:
         g, info = GN.add_node_info(sess, fn, args, T_CONDITIONAL)
-    owner = _owner(sess, handle)
-    if owner is None or owner.id != g.id:
+    if _owner(sess, g, handle) is None:
         # cuda.h, cuGraphConditionalHandleCreate: hGraph is the "graph which
-        # will contain the conditional node using this handle"
+        # will contain the conditional node using this handle" (or a graph
+        # it is the body of)
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: conditional handle {handle:#x} was not made "
                                                   "for this graph")
     ok = {COND_IF: size in (1, 2), COND_WHILE: size == 1, COND_SWITCH: 1 <= size <= MAX_SWITCH}
@@ -508,6 +556,14 @@ def _graph_gone(d, sess, g):
         drv.graph_destroy(dg)       # an executable graph made from it stays valid (cuda.h)
 
 
+def check_instantiate(sess, g) -> None:
+    unused = _unused_handles(sess, g) if "body_of" not in g.info else []
+    if unused:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"graph {g.id}: conditional handle(s) "
+                                                  f"{', '.join(f'{h:#x}' for h in unused)} used by no conditional "
+                                                  "node (cuda.h: instantiation fails)")
+
+
 def on_instantiate(sess, g) -> dict:
     return {"cond_defaults": _defaults(g)} if g.info.get("conds") else {}
 
@@ -582,22 +638,24 @@ def rebuild(r):
     if desc.get("graphs") and restore is None:
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED, "the image has conditional graph nodes, which this backend "
                                                   "cannot run")
-    seen = set()
+    seen = set()          # every handle value of the image (equal values may belong to two graphs)
     made = []
     for gid, conds in desc.get("graphs", []):
         g = sess.objects.get((P.K_GRAPH, int(gid))) or _bad(f"graph {gid} is not in the image")
         g.info["conds"] = []
         for value, default, flags, ch in conds:
             value, ch = int(value), int(ch)
-            if value in seen:
-                _bad(f"handle {value:#x} twice")
+            if any(h[0] == value for h in g.info["conds"]):
+                _bad(f"handle {value:#x} twice in graph {gid}")
             seen.add(value)
             g.info["conds"].append([value, int(default) & 0xFFFFFFFF, int(flags), ch])
             made.append((value, g))
     # made again in the order of their values, which is the order they were
-    # made in where the backend numbers them as it goes (the emulated one
-    # does; whether the driver does, the GPU run of the corpus tells)
-    for value, g in sorted(made, key=lambda x: x[0]):
+    # made in where the backend numbers them as it goes: the emulated one
+    # across the process, driver 580 within each graph from 1 (each graph's
+    # handles are made on a driver graph of its own, so their order within
+    # a graph is what counts)
+    for value, g in sorted(made, key=lambda x: (x[0], x[1].id)):
         _v, default, flags, ch = next(h for h in g.info["conds"] if h[0] == value)
         c = sess.context(ch) if ch else None
         got = int(restore(c, value, default, flags, g.id))
@@ -657,6 +715,7 @@ def rebuild(r):
 
 GN.EXPAND[T_CONDITIONAL] = expand
 GN.INSTANTIATE.append(on_instantiate)
+GN.INSTANTIATE_CHECK.append(check_instantiate)
 GN.DROP_NODE.append(on_drop_node)
 GN.NO_CHILD.append(refuse_in)
 GN.EXEC_NODE_AT.append(exec_node_at)

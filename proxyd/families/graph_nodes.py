@@ -88,6 +88,9 @@ WAIT_NAMES = {"cuStreamWaitEvent"}
 # (sess, graph) -> dict.
 EXPAND: dict = {}
 INSTANTIATE: list = []
+# (sess, graph) -> None, raising CudaError: checks before anything of the
+# executable graph is made (graph_cond.py: handles no node uses)
+INSTANTIATE_CHECK: list = []
 # (sess, node) -> None when a node goes; (sess, graph, what) -> None, raising
 # CudaError, for a graph about to be a child graph or cloned
 DROP_NODE: list = []
@@ -597,6 +600,8 @@ def _jsonable_sig(sig) -> list:
 def instantiate_info(sess, g, flags: int = 0) -> dict:
     """The executable graph's info for graph g (graphs.h_instantiate); it
     holds the graph's allocations ("mem", graph_mem.py) too."""
+    for check in INSTANTIATE_CHECK:
+        check(sess, g)
     ops, index = flatten(sess, g)
     info = {"nodes": ops, "graph": g.id, "index": index, "node_order": list(_xnodes(g)),
             "sig": _jsonable_sig(_signature(sess, g)), "mem": list(g.info.get("mem", [])), "flags": flags}
