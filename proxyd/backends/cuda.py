@@ -30,6 +30,7 @@ import threading
 
 from cffi import FFI
 
+from . import driver_zone, maps_debug
 from .base import Backend
 from ..core.session import CudaError
 
@@ -257,6 +258,10 @@ class CudaBackend(Backend):
                     self._hash_fn(d)
                 except Exception as e:        # hashing falls back as when the kernel is missing
                     log.info("gp64 hash kernel not preloaded on device %d: %s", d, e)
+        # the address space a session's context and its modules land in,
+        # reserved at this point every worker reaches with the same
+        # mappings (driver_zone.py)
+        self._zone = driver_zone.make()
 
     # ------------------------------------------------------------- helpers
     def ptr(self, cdata) -> int:
@@ -321,11 +326,13 @@ class CudaBackend(Backend):
             if flags:
                 self.ctx_set_flags(ctx, flags)
             return ctx
+        maps_debug.note("ctx_create")
         p = self.ffi.new("void **")
-        if self.lib.has("cuCtxCreate_v4"):
-            self.check(self.lib.cuCtxCreate_v4(p, self.ffi.NULL, flags, dev), "cuCtxCreate")
-        else:   # drivers before CUDA 12.5: the same context without creation parameters
-            self.check(self.lib.cuCtxCreate_v2(p, flags, dev), "cuCtxCreate")
+        with driver_zone.opened(getattr(self, "_zone", None)):
+            if self.lib.has("cuCtxCreate_v4"):
+                self.check(self.lib.cuCtxCreate_v4(p, self.ffi.NULL, flags, dev), "cuCtxCreate")
+            else:   # drivers before CUDA 12.5: the same context without creation parameters
+                self.check(self.lib.cuCtxCreate_v2(p, flags, dev), "cuCtxCreate")
         ctx = self.ptr(p[0])
         # cuCtxCreate pushes the new context; proxyd sets contexts per call
         self.lib.cuCtxPopCurrent_v2(self.ffi.new("void **"))
@@ -707,8 +714,10 @@ class CudaBackend(Backend):
 
     # ------------------------------------------------------------- modules
     def module_load(self, ctx, image, parsed):
+        maps_debug.note("module_load")
         p = self.ffi.new("void **")
-        self.check(self.lib.cuModuleLoadData(p, image), "cuModuleLoadData")
+        with driver_zone.opened(getattr(self, "_zone", None)):    # a load that needs new address space takes it there
+            self.check(self.lib.cuModuleLoadData(p, image), "cuModuleLoadData")
         return self.ptr(p[0])
 
     def module_unload(self, mod):
@@ -725,7 +734,8 @@ class CudaBackend(Backend):
             # and in the one that restores it, which replays the lookups but
             # not the launches (families/modrestore.py; cuda.h, cuFuncLoad)
             try:
-                self.lib.cuFuncLoad(p[0])
+                with driver_zone.opened(getattr(self, "_zone", None)):
+                    self.lib.cuFuncLoad(p[0])
             except CudaError:
                 pass          # a driver without it: logged once by driver_floor
         return self.ptr(p[0])

@@ -1,0 +1,127 @@
+"""Where the driver places a session's context (issue 23, target 5: a
+restored `__device__` variable at its recorded address).
+
+What the GPU showed (H100 and H200, driver 580; GPUPROXY_DEBUG_MAPS,
+backends/maps_debug.py): cuCtxCreate maps the new context's address space
+(a 512 MiB reservation that module code and variables are then carved
+from, at fixed offsets when the loads are replayed in order) top-down, in
+the highest gap of the process's address space that fits, like any other
+mmap. What lies above it by then differs between the worker that served
+the app and the worker that restores its image: the first holds the app's
+64 MiB shared data buffer and a serving thread's stack, the second a
+malloc arena and the stack of its restore thread. Every variable of the
+restored program moved by the same 64 MiB, and the pointers the program
+keeps to them in device memory went stale.
+
+So every worker reserves one zone of address space right after the driver
+is initialised (a point both reach with the same mappings: same binary,
+same start, the address layout fixed, supervisor/daemon.py), as
+inaccessible, unbacked memory, and opens it only for a session's context
+creation: the zone's free parts are unmapped, the context is created and
+lands at the zone's top, and what it left free is reserved again at once,
+so later mappings of either worker go elsewhere and a second context lands
+below the first in the same way. GPUPROXY_DRIVER_ZONE_MB sizes the zone
+(default 4096; 0: off, the old placement).
+
+Locking: open/close under the module's lock (contexts are created on the
+worker's main loop or its restore thread). A mapping another thread makes
+in the zone while it is open (a thread's stack, a buffer) can still take
+the context's place: the window is one cuCtxCreate call.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from contextlib import contextmanager
+
+log = logging.getLogger("proxyd")
+
+PROT_NONE = 0
+MAP_PRIVATE, MAP_ANONYMOUS, MAP_NORESERVE = 0x02, 0x20, 0x4000
+MAP_FIXED_NOREPLACE = 0x100000           # Linux 4.17+; older kernels take it as a hint (checked below)
+MAP_FAILED = ctypes.c_void_p(-1).value
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+_LOCK = threading.Lock()
+
+
+def _mappings_in(lo: int, hi: int) -> list[tuple[int, int]]:
+    """The mappings of this process that overlap [lo, hi), clipped."""
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            a, b = (int(x, 16) for x in line.split(None, 1)[0].split("-"))
+            if a < hi and b > lo:
+                out.append((max(a, lo), min(b, hi)))
+    return sorted(out)
+
+
+class Zone:
+    """[base, base+size): parts held reserved (ours), the rest taken by the
+    driver's contexts."""
+
+    def __init__(self, base: int, size: int):
+        self.base, self.size = base, size
+        self.held = [(base, base + size)]
+
+    @classmethod
+    def reserve(cls, size: int) -> "Zone | None":
+        p = _libc.mmap(None, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+        if p in (None, MAP_FAILED):
+            log.info("driver zone: %d bytes of address space not reserved (errno %d)", size, ctypes.get_errno())
+            return None
+        return cls(int(p), size)
+
+    def _release(self):
+        for a, b in self.held:
+            _libc.munmap(a, b - a)
+        self.held = []
+
+    def _hold_free(self):
+        """Reserves every part of the zone no mapping took meanwhile."""
+        lo, hi = self.base, self.base + self.size
+        cur, free = lo, []
+        for a, b in _mappings_in(lo, hi):
+            if a > cur:
+                free.append((cur, a))
+            cur = max(cur, b)
+        if cur < hi:
+            free.append((cur, hi))
+        for a, b in free:
+            p = _libc.mmap(a, b - a, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
+                           -1, 0)
+            if p in (None, MAP_FAILED):
+                continue                      # taken between the read and the map: no longer free
+            if int(p) != a:                   # a kernel without MAP_FIXED_NOREPLACE placed it elsewhere
+                _libc.munmap(p, b - a)
+                continue
+            self.held.append((a, b))
+
+    @contextmanager
+    def open(self):
+        with _LOCK:
+            self._release()
+            try:
+                yield
+            finally:
+                self._hold_free()
+
+
+def make() -> Zone | None:
+    mb = int(os.environ.get("GPUPROXY_DRIVER_ZONE_MB", "4096") or 0)
+    return Zone.reserve(mb << 20) if mb > 0 else None
+
+
+@contextmanager
+def opened(zone: Zone | None):
+    if zone is None:
+        yield
+    else:
+        with zone.open():
+            yield
