@@ -61,6 +61,7 @@ def static_built(nvcc, shim_installed) -> dict:
 @pytest.mark.parametrize("name", [p.name for p in PROGRAMS])
 def test_static_runtime_program_under_emu(name, static_built, daemon, request):
     built = static_built[name]
+    _skip_without_devices(built)
     if built.program.devices > 1 and BACKEND == "emu":     # a daemon with that many emulated GPUs
         daemon = request.getfixturevalue("fresh_daemon")(extra_args=["--emu-devices", str(built.program.devices)])
     r = corpus.run_program(built, env=client_env(daemon), timeout=120)
@@ -80,7 +81,17 @@ def test_static_runtime_program_survives_dump_and_restore(name, static_built, tm
     """The runtime's state in the process (its context-local storage, loaded
     libraries = modules, kernels = functions) must match the restored
     session: the handles stay the same, so the program goes on unchanged."""
+    _skip_without_devices(static_built[name])
     dump_restore_at_checkpoints(static_built[name], tmp)
+
+
+def _skip_without_devices(built):
+    """A program for more GPUs than the machine has (peer_copy on one H100)
+    skips on the GPU, as in test_corpus_checkpoint."""
+    if BACKEND == "cuda" and built.program.devices > 1:
+        from gpuproxy.proxyd.backends.cuda import CudaBackend
+        if CudaBackend().device_count() < built.program.devices:
+            pytest.skip(f"{built.name} needs {built.program.devices} GPUs")
 
 
 def test_md2_rfc1319_vectors(shim_installed):
