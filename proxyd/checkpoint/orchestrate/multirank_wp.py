@@ -21,10 +21,10 @@ pids: then the tree of their common parent, job_tree.py):
     them; its record goes into job.json (under "criu") and into every
     rank's manifest (criu.record_in_manifest);
  6. without leave_running the tree is gone (CRIU ended it; proxyd ends the
-    sessions of the clients it sees die); with it the holds are released
-    and every rank resumed.
- Any failure before CRIU has finished releases the holds and resumes every
- parked rank: the job goes on.
+    sessions of the clients it sees die); with it every rank is resumed and
+    then the holds are released (_go_on says why in this order).
+ Any failure before CRIU has finished resumes every parked rank and
+ releases the holds: the job goes on.
 
 Restore (`restore_job_whole`): the pids must be free; multirank.restore_job
 brings every rank's GPU state back (held), makes the communicators again
@@ -69,6 +69,21 @@ def _resume_all(connect: Callable, pids: list[int], ran: dict | None = None) -> 
             except ControlError as e:
                 errors.append(f"pid {pid}: {e}")
     return errors
+
+
+def _go_on(connect: Callable, calls, ranks: list[int], ran: dict) -> list[str]:
+    """After a leave-running dump: every rank resumed, then the holds
+    released. In this order because a resumed shim attaches to its worker
+    again (a HELLO, interceptor/transport.c gp_transport_unpark) and gives up
+    after GPUPROXY_TIMEOUT_MS when the worker does not answer: once released,
+    a worker runs its rank's held collective, which waits (the emulated
+    backend in the worker's loop) for the peers, and a peer that was parked
+    between two calls issues its part only once it runs again, maybe after
+    the other's attach gave up ("did not take this session back", no "ran"
+    figure: found with a rank that sleeps between its steps). While held, a
+    worker queues the held calls and answers the attach at once; the
+    resumed shims send their held calls again, answered after the release."""
+    return _resume_all(connect, ranks, ran) + M._release_all(calls, ranks)
 
 
 def _park_all(connect: Callable, pids: list[int]) -> dict:
@@ -132,9 +147,10 @@ def dump_job_whole(connect: Callable, endpoint: str, dir: str, root: int | None,
             rec = criu.dump(c, root, dir, leave_running=bool(leave_running))
             t_criu, t_criu_ns = time.monotonic(), time.monotonic_ns()
         except BaseException as e:
-            M._release_all(calls, ranks)
+            # resumed first, then released: see _go_on
             if parked:
                 _resume_all(connect, ranks)
+            M._release_all(calls, ranks)
             if isinstance(e, (criu.CriuError, ControlError)):
                 raise M.JobError(f"whole-process dump of the job failed: {e}. The job runs on") from None
             raise
@@ -149,7 +165,7 @@ def dump_job_whole(connect: Callable, endpoint: str, dir: str, root: int | None,
         if leave_running:
             M.write_job(dir, job)
             criu.make_private(dir)
-            errors = M._release_all(calls, ranks) + _resume_all(connect, ranks, ran)
+            errors = _go_on(connect, calls, ranks, ran)
             if errors:
                 raise M.JobError(f"dumped, but not every rank went on: {'; '.join(errors)}")
             stall = job_stall.figures(ranks, parks, ran, None, (time.monotonic() - t0) * 1000.0)
