@@ -27,11 +27,12 @@ pids: then the tree of their common parent, job_tree.py):
  releases the holds: the job goes on.
 
 Restore (`restore_job_whole`): the pids must be free; multirank.restore_job
-brings every rank's GPU state back (held), makes the communicators again
-and releases the holds; then `criu restore` of the tree (the ranks come back
-parked inside their calls) and every rank resumed with its session's
-token: each shim reconnects and sends its held message again. A CRIU
-restore that fails releases the restored GPU state (discard).
+brings every rank's GPU state back (held) and makes the communicators
+again; then `criu restore` of the tree (the ranks come back parked inside
+their calls), every rank resumed with its session's token (each shim
+reconnects and sends its held message again), and the holds released
+(after the resume, as at a dump: _go_on). A CRIU restore that fails
+releases the restored GPU state (discard).
 """
 from __future__ import annotations
 
@@ -197,7 +198,11 @@ def restore_job_whole(connect: Callable, dir: str, device_map: dict | None = Non
         W._check_files(rec, rollback_files)
     except W.WholeProcessError as e:
         raise M.JobError(str(e)) from None
-    gpu = M.restore_job(connect, dir, device_map, allow_foreign=allow_foreign, timeout_s=timeout_s)
+    # held until every rank runs again (_go_on: a rank attaching to a worker
+    # that waits in a released collective for a peer CRIU has not given
+    # back yet would give up its attach)
+    gpu = M.restore_job(connect, dir, device_map, allow_foreign=allow_foreign, timeout_s=timeout_s,
+                        release=False)
     tokens = {int(p): r.get("token") for p, r in gpu["restores"].items()}
     try:
         root, criu_ms = criu.restore(c, dir, rec)
@@ -215,6 +220,11 @@ def restore_job_whole(connect: Callable, dir: str, device_map: dict | None = Non
             W._resume(connect(30), **({"token": t, "pid_here": pid} if t else {"pid": pid}))     # (whole_process.restore)
         except ControlError as e:
             errors.append(f"pid {pid}: {e}")
+    calls = M._Calls(connect, max(timeout_s, 30.0))
+    try:
+        errors += M._release_all(calls, list(tokens))
+    finally:
+        calls.close()
     if errors:
         raise M.JobError(f"restored, but not every rank went on: {'; '.join(errors)}")
     return dict(gpu, root=root, criu_ms=criu_ms)
