@@ -179,8 +179,9 @@ def _state(pid: int) -> str:
 def test_killed_daemons_workers_folder_is_swept_at_the_next_start(tmp):
     d = daemon(tmp)
     pid = d.proc.pid
-    wdir = tmp / f"gpuproxy-workers-{pid}"
-    assert wdir.is_dir()
+    wdirs = list(tmp.glob(f"gpuproxy-workers-{pid}-*"))       # (sockfile.worker_dir_name)
+    assert len(wdirs) == 1 and wdirs[0].is_dir(), wdirs
+    wdir = wdirs[0]
     workers = _children(pid)
     d.kill()
     assert wdir.is_dir()
@@ -271,3 +272,64 @@ def test_app_killed_during_a_dump_leaves_one_line_and_no_hang(programs, tmp):
         assert "Traceback" not in d.log(), d.log()[-3000:]
     finally:
         d.cleanup()
+
+
+def _in_own_pid_namespace(tmp: Path, name: str) -> subprocess.Popen:
+    """proxyd as pid 2 of a pid namespace of its own (a container's, or a
+    test runner's namespace beside another's; pid 1 is a shell waiting for
+    it), its endpoint in tmp."""
+    log = open(tmp / f"{name}.log", "ab")
+    cmd = f"{sys.executable} -m gpuproxy.proxyd --backend emu --endpoint ipc://{tmp}/{name}.sock; true"
+    return subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", cmd],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _supervisor(p: subprocess.Popen) -> int:
+    """The host pid of the proxyd under unshare and its shell."""
+    sh = _children(p.pid)
+    sup = [c for s in sh for c in _children(s)]
+    assert len(sup) == 1, (sh, sup)
+    return sup[0]
+
+
+def _their_sockets(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob("gpuproxy-workers-2*/*.sock"))
+
+
+def test_daemons_of_one_pid_in_two_pid_namespaces_keep_their_workers_sockets_apart(tmp):
+    """Two supervisors of one pid (each in its own pid namespace) with
+    their endpoints in one folder: each has its own workers' folder, so the
+    one that stops removes only its own. Before, both used
+    gpuproxy-workers-2, and the first to stop removed the other's workers'
+    sockets: its clients could not reach their workers again (a whole-process
+    job dump's ranks, reconnecting after their park, hung)."""
+    from gpuproxy.proxyd.core.sockfile import _connectable
+    if subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True).returncode:
+        pytest.skip("unshare(1) cannot make a pid namespace here (needs root)")
+    a = _in_own_pid_namespace(tmp, "a")
+    b = _in_own_pid_namespace(tmp, "b")
+    try:
+        end = time.monotonic() + 60
+        while not (ping(f"ipc://{tmp}/a.sock", 1.0) and ping(f"ipc://{tmp}/b.sock", 1.0)
+                   and len(_their_sockets(tmp)) >= 2):
+            assert a.poll() is None and b.poll() is None and time.monotonic() < end, \
+                (tmp / "a.log").read_text() + (tmp / "b.log").read_text()
+            time.sleep(0.1)
+        os.kill(_supervisor(a), signal.SIGTERM)        # a stops
+        a.wait(30)
+        assert ping(f"ipc://{tmp}/b.sock", 2.0)
+        left = _their_sockets(tmp)
+        assert left and all(_connectable(str(p)) for p in left), \
+            f"the stopping daemon removed the other's workers' sockets: {left}"
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                try:
+                    os.kill(_supervisor(p), signal.SIGTERM)
+                except (AssertionError, OSError):
+                    pass
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -100,16 +101,56 @@ class Job:
             self.p.wait()
 
 
+STATE_KEYS = ("pid", "state", "busy", "frozen", "checkpoint", "calls", "last_seq", "queued", "out_of_order",
+              "nccl_hold", "why")
+
+
 def state(d: Daemon) -> str:
-    """For a failure's message: what proxyd says of the job's sessions (their
-    communicators, holds and queued messages) and the end of its log."""
+    """For a failure's message: every session of the job in one line (its
+    state, the message order its worker sees, its communicators and hold;
+    of a worker that did not answer, its last figures), then each worker's
+    thread stacks in the end of proxyd's log (SIGUSR2: worker/entry.py), so
+    that a job that stopped shows where each rank waits."""
     from gpuproxy.proxyd.client import ControlClient
     try:
         st = ControlClient(d.endpoint, timeout_s=10).call("status", {})
-        sessions = json.dumps(st.get("sessions"), indent=1, default=str)[-4000:]
+        lines = []
+        for s in st.get("sessions") or []:
+            row = {k: s[k] for k in STATE_KEYS if s.get(k) is not None}
+            row["nccl"] = [f"{c.get('rank')}/{c.get('nranks')} seq {c.get('seq')} {c.get('state')}"
+                           for c in s.get("nccl") or []]
+            lines.append(json.dumps(row, default=str))
+        sessions = "\n".join(lines)
     except Exception as e:        # the message must come out whatever proxyd's state
         sessions = f"(status failed: {e})"
-    return f"\nproxyd's sessions: {sessions}\nproxyd's log: {d.log()[-3000:]}"
+    log = before = d.log()
+    stacks = []
+    for w in _children(d.proc.pid) if d.proc is not None else []:
+        # one worker at a time, so that each stack in the log is known as its
+        # (faulthandler writes no pid)
+        try:
+            os.kill(w, signal.SIGUSR2)
+        except OSError:
+            continue
+        time.sleep(0.5)
+        now = d.log()
+        stacks.append(f"--- worker {w}:\n{now[len(log):][-6000:]}")
+        log = now
+    return (f"\nproxyd's sessions:\n{sessions}\nproxyd's log: {before[-4000:]}\nits workers' stacks:\n"
+            + "\n".join(stacks))
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(p))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
 
 
 def reference(prog, tmp: Path, n: int, env: dict | None = None) -> str:

@@ -163,3 +163,39 @@ def test_job_whole_process_checkpointed_twice_while_running_goes_on_unchanged(lo
         if p.poll() is None:
             p.kill()
         d.stop()
+
+
+@pytest.mark.slow
+def test_job_whole_process_dumped_while_a_rank_sleeps_every_rank_goes_on_at_once(loop_prog, usable_criu, tmp_path):
+    """--leave-running with rank 0 asleep between two steps (3 s) and rank 1
+    held in its next all-reduce (the cut comes once rank 0 wakes and joins
+    the all-reduce rank 1 waits in; then it sleeps again): every rank is resumed before the holds are
+    released, so each attaches to its worker at once and measures its own
+    stall. Released first, rank 1's worker ran the held all-reduce and
+    waited in it for rank 0, still asleep, while rank 1's shim gave up its
+    attach after GPUPROXY_TIMEOUT_MS ("did not take this session back", no
+    figure of its own)."""
+    d = _daemon(tmp_path, "proxyd")
+    require_park(d)
+    out, err = tmp_path / "job.out", tmp_path / "job.err"
+    env = d.env_for_client({"GPUPROXY_TIMEOUT_MS": "2000"})
+    with open(out, "w") as fo, open(err, "w") as fe:
+        p = subprocess.Popen(loop_prog.argv() + [str(N), "4", "3000000"], env=env, stdin=subprocess.DEVNULL,
+                             stdout=fo, stderr=fe, start_new_session=not runner_session_visible())
+    try:
+        t = time.monotonic()
+        while _step(err) < 1:
+            assert p.poll() is None and time.monotonic() - t < 60, err.read_text() + state(d)
+            time.sleep(0.02)
+        res = _cli(d, "dump", "--job", str(p.pid), "--dir", str(tmp_path / "ck"), "--leave-running")
+        assert "did not take this session back" not in err.read_text(), err.read_text()
+        _check_stall(res, tmp_path / "ck")
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the job did not end: {err.read_text()[-2000:]}{state(d)}") from None
+        assert p.returncode == 0 and out.read_text().endswith(f"DONE nccl_loop {N}\n"), out.read_text() + err.read_text()
+    finally:
+        if p.poll() is None:
+            p.kill()
+        d.stop()

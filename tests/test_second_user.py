@@ -240,7 +240,7 @@ def test_stolen_token_gets_no_answer_ipc(programs, node):
         run.step_to(3)
         token = token_of(run.pid)
         socks = sorted(str(p) for p in tmp.rglob("*.sock") if p.name != "proxyd.sock")
-        socks += sorted(str(p) for p in Path("/tmp").glob(f"gpuproxy-workers-{d.proc.pid}/**/*.sock"))
+        socks += sorted(str(p) for p in Path("/tmp").glob(f"gpuproxy-workers-{d.proc.pid}-*/**/*.sock"))
         assert socks, "no worker socket found"
         eps = [d.endpoint] + [f"ipc://{p}" for p in socks]
         r = as_nobody(STEAL, {"STOLEN": token, "ENDPOINTS": json.dumps(eps)})
@@ -284,7 +284,7 @@ def worker_endpoints(d, tmp: Path | None) -> list[str]:
     """Every worker endpoint of proxyd d (root can list them)."""
     if d.endpoint.startswith("ipc://"):
         socks = sorted(str(p) for p in tmp.rglob("*.sock") if p.name != "proxyd.sock")
-        socks += sorted(str(p) for p in Path("/tmp").glob(f"gpuproxy-workers-{d.proc.pid}/**/*.sock"))
+        socks += sorted(str(p) for p in Path("/tmp").glob(f"gpuproxy-workers-{d.proc.pid}-*/**/*.sock"))
         return [f"ipc://{p}" for p in socks]
     ports = sorted({p for w in children(d.proc.pid) for p in _listening_ports(w)})
     return [f"tcp://127.0.0.1:{p}" for p in ports]

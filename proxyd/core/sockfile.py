@@ -119,6 +119,17 @@ def release(ep: str, ident) -> bool:
         return False
 
 
+WORKER_DIR_RE = r"gpuproxy-workers-([0-9]{1,10})(?:-[0-9a-f]{8})?"
+
+
+def worker_dir_name() -> str:
+    """A supervisor's folder for its workers' sockets: its pid (what the
+    sweep below checks) and a random part, so that supervisors of the same
+    pid in other pid namespaces sharing the parent folder never share it."""
+    import secrets
+    return f"gpuproxy-workers-{os.getpid()}-{secrets.token_hex(4)}"
+
+
 def sweep_worker_dirs(parent: str) -> int:
     """Removes gpuproxy-workers-<pid> folders in parent (the folder of each
     supervisor's workers' sockets, Supervisor.__init__) left by a supervisor
@@ -133,7 +144,7 @@ def sweep_worker_dirs(parent: str) -> int:
     except OSError:
         return 0
     for n in names:
-        m = re.fullmatch(r"gpuproxy-workers-([0-9]{1,10})", n)
+        m = re.fullmatch(WORKER_DIR_RE, n)
         if not m or int(m[1]) == os.getpid():
             continue
         p = os.path.join(parent, n)

@@ -308,15 +308,20 @@ class Supervisor:
         # it gets in its environment (readable by our user only).
         self.secret = uuid.uuid4().hex + uuid.uuid4().hex
         if endpoint.startswith("ipc://"):
-            self.worker_dir = os.path.join(os.path.dirname(endpoint[len("ipc://"):]) or ".",
-                                           f"gpuproxy-workers-{os.getpid()}")
+            from ..core.sockfile import sweep_worker_dirs, worker_dir_name
+            # gpuproxy-workers-<pid>-<random>: a pid alone is not unique
+            # where supervisors of several pid namespaces share the folder
+            # (containers sharing /tmp, or a test runner's namespace beside
+            # another's): two of one pid shared a folder, and the first to
+            # stop removed the other's workers' sockets (a parked rank of a
+            # job could then not reach its worker again)
+            self.worker_dir = os.path.join(os.path.dirname(endpoint[len("ipc://"):]) or ".", worker_dir_name())
             if len(self.worker_dir) > 64:
                 # a Unix socket path holds at most 107 bytes (sun_path): a
                 # deep endpoint folder leaves no room for the workers' names
-                self.worker_dir = f"/tmp/gpuproxy-workers-{os.getpid()}"
-            from ..core.sockfile import sweep_worker_dirs
+                self.worker_dir = os.path.join("/tmp", worker_dir_name())
             sweep_worker_dirs(os.path.dirname(self.worker_dir))     # of supervisors that were killed
-            os.makedirs(self.worker_dir, exist_ok=True)
+            os.makedirs(self.worker_dir)        # new: never another supervisor's
             os.chmod(self.worker_dir, 0o711)
             if users == "all":
                 os.chmod(endpoint[len("ipc://"):], 0o666)

@@ -42,6 +42,11 @@ def register(server):
                 "checkpoint": s.ckpt_phase,
                 "age_s": round(time.time() - s.created, 1),
                 "shared_memory": bool(getattr(s, "shm_ok", False)),
+                # the message order as the worker sees it (a client that
+                # waits for an answer: did its message run, or does it wait?)
+                "last_seq": s.last_seq,
+                **({"queued": [q[1] for q in s.queued][:16]} if s.queued else {}),
+                **({"out_of_order": sorted(s.reorder)[:16]} if s.reorder else {}),
                 **nccl_status(s),
             })
         b = server.backend

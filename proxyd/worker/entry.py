@@ -94,6 +94,11 @@ def main(argv=None):
         server.stopping = True
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # ^C in the daemon's terminal is the supervisor's
+    # `kill -USR2 WORKER`: every thread's Python stack into the log (a worker
+    # that stopped answering, e.g. one waiting in an emulated collective for
+    # a peer; the handler runs in C, so it answers even then)
+    import faulthandler
+    faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True)
     prof_dir = os.environ.get("GPUPROXY_WORKER_CPROFILE")
     cprof = None
     if prof_dir:

@@ -331,9 +331,10 @@ def read_job(dir: str) -> dict:
 
 
 def restore_job(connect: Callable, dir: str, device_map: dict | None = None, allow_foreign: bool = False,
-                timeout_s: float = 120.0) -> dict:
+                timeout_s: float = 120.0, release: bool = True) -> dict:
     """Every rank's GPU state back, the communicators made again, the job
-    released (module docstring)."""
+    released (module docstring); with release False the holds stay, for
+    the caller to release (multirank_wp.py: after its ranks are resumed)."""
     dir = os.path.abspath(dir)
     job = read_job(dir)
     calls = _Calls(connect, max(timeout_s, 30.0))
@@ -378,7 +379,8 @@ def restore_job(connect: Callable, dir: str, device_map: dict | None = None, all
                 raise JobError(f"the communicators were not made again within {timeout_s:.0f} s")
             time.sleep(0.02)
         t_comm = time.monotonic()
-        calls.all("nccl-release", {r["pid"]: {} for r in job["ranks"]})
+        if release:
+            calls.all("nccl-release", {r["pid"]: {} for r in job["ranks"]})
         return {"path": dir, "ranks": sorted(restored), "communicators": len(members),
                 "restore_ms": round((t_rest - t0) * 1000, 3), "comm_ms": round((t_comm - t_rest) * 1000, 3),
                 "total_ms": round((time.monotonic() - t0) * 1000, 3),

@@ -21,17 +21,18 @@ pids: then the tree of their common parent, job_tree.py):
     them; its record goes into job.json (under "criu") and into every
     rank's manifest (criu.record_in_manifest);
  6. without leave_running the tree is gone (CRIU ended it; proxyd ends the
-    sessions of the clients it sees die); with it the holds are released
-    and every rank resumed.
- Any failure before CRIU has finished releases the holds and resumes every
- parked rank: the job goes on.
+    sessions of the clients it sees die); with it every rank is resumed and
+    then the holds are released (_go_on says why in this order).
+ Any failure before CRIU has finished resumes every parked rank and
+ releases the holds: the job goes on.
 
 Restore (`restore_job_whole`): the pids must be free; multirank.restore_job
-brings every rank's GPU state back (held), makes the communicators again
-and releases the holds; then `criu restore` of the tree (the ranks come back
-parked inside their calls) and every rank resumed with its session's
-token: each shim reconnects and sends its held message again. A CRIU
-restore that fails releases the restored GPU state (discard).
+brings every rank's GPU state back (held) and makes the communicators
+again; then `criu restore` of the tree (the ranks come back parked inside
+their calls), every rank resumed with its session's token (each shim
+reconnects and sends its held message again), and the holds released
+(after the resume, as at a dump: _go_on). A CRIU restore that fails
+releases the restored GPU state (discard).
 """
 from __future__ import annotations
 
@@ -69,6 +70,21 @@ def _resume_all(connect: Callable, pids: list[int], ran: dict | None = None) -> 
             except ControlError as e:
                 errors.append(f"pid {pid}: {e}")
     return errors
+
+
+def _go_on(connect: Callable, calls, ranks: list[int], ran: dict) -> list[str]:
+    """After a leave-running dump: every rank resumed, then the holds
+    released. In this order because a resumed shim attaches to its worker
+    again (a HELLO, interceptor/transport.c gp_transport_unpark) and gives up
+    after GPUPROXY_TIMEOUT_MS when the worker does not answer: once released,
+    a worker runs its rank's held collective, which waits (the emulated
+    backend in the worker's loop) for the peers, and a peer that was parked
+    between two calls issues its part only once it runs again, maybe after
+    the other's attach gave up ("did not take this session back", no "ran"
+    figure: found with a rank that sleeps between its steps). While held, a
+    worker queues the held calls and answers the attach at once; the
+    resumed shims send their held calls again, answered after the release."""
+    return _resume_all(connect, ranks, ran) + M._release_all(calls, ranks)
 
 
 def _park_all(connect: Callable, pids: list[int]) -> dict:
@@ -132,9 +148,10 @@ def dump_job_whole(connect: Callable, endpoint: str, dir: str, root: int | None,
             rec = criu.dump(c, root, dir, leave_running=bool(leave_running))
             t_criu, t_criu_ns = time.monotonic(), time.monotonic_ns()
         except BaseException as e:
-            M._release_all(calls, ranks)
+            # resumed first, then released: see _go_on
             if parked:
                 _resume_all(connect, ranks)
+            M._release_all(calls, ranks)
             if isinstance(e, (criu.CriuError, ControlError)):
                 raise M.JobError(f"whole-process dump of the job failed: {e}. The job runs on") from None
             raise
@@ -149,7 +166,7 @@ def dump_job_whole(connect: Callable, endpoint: str, dir: str, root: int | None,
         if leave_running:
             M.write_job(dir, job)
             criu.make_private(dir)
-            errors = M._release_all(calls, ranks) + _resume_all(connect, ranks, ran)
+            errors = _go_on(connect, calls, ranks, ran)
             if errors:
                 raise M.JobError(f"dumped, but not every rank went on: {'; '.join(errors)}")
             stall = job_stall.figures(ranks, parks, ran, None, (time.monotonic() - t0) * 1000.0)
@@ -181,7 +198,11 @@ def restore_job_whole(connect: Callable, dir: str, device_map: dict | None = Non
         W._check_files(rec, rollback_files)
     except W.WholeProcessError as e:
         raise M.JobError(str(e)) from None
-    gpu = M.restore_job(connect, dir, device_map, allow_foreign=allow_foreign, timeout_s=timeout_s)
+    # held until every rank runs again (_go_on: a rank attaching to a worker
+    # that waits in a released collective for a peer CRIU has not given
+    # back yet would give up its attach)
+    gpu = M.restore_job(connect, dir, device_map, allow_foreign=allow_foreign, timeout_s=timeout_s,
+                        release=False)
     tokens = {int(p): r.get("token") for p, r in gpu["restores"].items()}
     try:
         root, criu_ms = criu.restore(c, dir, rec)
@@ -199,6 +220,11 @@ def restore_job_whole(connect: Callable, dir: str, device_map: dict | None = Non
             W._resume(connect(30), **({"token": t, "pid_here": pid} if t else {"pid": pid}))     # (whole_process.restore)
         except ControlError as e:
             errors.append(f"pid {pid}: {e}")
+    calls = M._Calls(connect, max(timeout_s, 30.0))
+    try:
+        errors += M._release_all(calls, list(tokens))
+    finally:
+        calls.close()
     if errors:
         raise M.JobError(f"restored, but not every rank went on: {'; '.join(errors)}")
     return dict(gpu, root=root, criu_ms=criu_ms)
