@@ -333,3 +333,20 @@ def test_daemons_of_one_pid_in_two_pid_namespaces_keep_their_workers_sockets_apa
                 except subprocess.TimeoutExpired:
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
+
+
+def test_worker_of_a_supervisor_that_is_pid_1_stays():
+    """proxyd as a container's entrypoint is pid 1: its workers' parent is
+    pid 1 and they must not take that for a supervisor already gone
+    (worker/entry.py); a worker whose named supervisor is not its parent
+    (re-parented after the supervisor died) ends at once."""
+    code = ("import os, sys; os.environ['GPUPROXY_SUPERVISOR_PID'] = sys.argv[1]; "
+            "from gpuproxy.proxyd.worker.entry import _supervisor_gone; print(_supervisor_gone())")
+    # in a new pid namespace the child's parent, the namespace's first process, is pid 1
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
+                        f'"{sys.executable}" -c "{code}" 1; "{sys.executable}" -c "{code}" 2'],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0 and "Operation not permitted" in r.stderr:
+        pytest.skip("no pid namespaces here: " + r.stderr.strip())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True"], r.stdout + r.stderr

@@ -386,6 +386,7 @@ class Supervisor:
         env.pop("GPUPROXY_EMU_KERNELS", None) if s.emu_kernels else None
         env["GPUPROXY_WORKER_SECRET"] = self.secret
         env["GPUPROXY_WORKER_ENDPOINT"] = ep      # not in argv: ps shows arguments to every user
+        env["GPUPROXY_SUPERVISOR_PID"] = str(os.getpid())   # the worker's parent (worker/entry.py)
         env["GPUPROXY_WORKER_SOCKET_MODE"] = "666" if self.users == "all" else ""
         if self.curve_client is not None:
             env["GPUPROXY_SUPERVISOR_CURVE_KEY"] = self.curve_client[1].decode()   # a public key

@@ -43,8 +43,19 @@ def _die_with_parent():
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     except (OSError, AttributeError):
         pass
-    if os.getppid() == 1:   # the supervisor is already gone
+    if _supervisor_gone():
         sys.exit(0)
+
+
+def _supervisor_gone() -> bool:
+    """Whether the worker was already re-parented when its death signal was
+    set. The supervisor names itself (GPUPROXY_SUPERVISOR_PID): it is pid 1
+    where proxyd is a container's entrypoint (docker/Containerfile.node), so
+    a parent of pid 1 alone does not mean it is gone."""
+    want = os.environ.get("GPUPROXY_SUPERVISOR_PID", "")
+    if want.isdigit():
+        return os.getppid() != int(want)
+    return os.getppid() == 1
 
 
 def main(argv=None):
