@@ -103,13 +103,13 @@ def test_equal_handle_values_belong_to_their_own_graphs():
     from gpuproxy.proxyd.core import protocol as P
     from gpuproxy.proxyd.families import graph_cond
     from gpuproxy.proxyd.families.graph_nodes import K_GRAPH_NODE
-    a = NS(id=1, info={"conds": [[1, 0, 1, 0], [2, 0, 0, 0]]})
-    b = NS(id=2, info={"conds": [[1, 0, 1, 0]]})
+    a = NS(id=1, info={"conds": [[1, 0, 1, 0], [2, 0, 0, 0]], "xnodes": []})
+    b = NS(id=2, info={"conds": [[1, 0, 1, 0]], "xnodes": [10]})
     node = NS(id=10, info={"graph": 2, "type": T_CONDITIONAL,
                            "cond": {"handle": 1, "ctype": IF, "size": 1, "bodies": [3]}})
-    body = NS(id=3, info={"body_of": 10})
+    body = NS(id=3, info={"body_of": 10, "xnodes": []})
     objs = {(P.K_GRAPH, 1): a, (P.K_GRAPH, 2): b, (P.K_GRAPH, 3): body, (K_GRAPH_NODE, 10): node}
-    sess = NS(objects=objs, of_kind=lambda k: [o for (kk, _), o in objs.items() if kk == k])
+    sess = NS(objects=objs)
     assert graph_cond._owner(sess, b, 1) is b and graph_cond._owner(sess, a, 1) is a
     assert graph_cond._owner(sess, body, 1) is b        # a body's node may use its parent's handle
     assert graph_cond._owner(sess, b, 2) is None

@@ -170,15 +170,19 @@ def _owner(sess, g, handle: int):
 
 
 def _family(sess, g) -> tuple[set, list]:
-    """g and every body graph below it (ids), and their conditional nodes."""
+    """g and every body graph below it (ids), and their conditional nodes
+    (each graph's own nodes, "xnodes": a conditional node, added in a
+    capture too, is committed there)."""
     ids, nodes, todo = set(), [], [g.id]
     while todo:
         gid = todo.pop()
-        if gid in ids:
+        b = sess.objects.get((P.K_GRAPH, gid))
+        if gid in ids or b is None:
             continue
         ids.add(gid)
-        for n in sess.of_kind(GN.K_GRAPH_NODE):
-            if n.info.get("graph") == gid and "cond" in n.info:
+        for i in b.info.get("xnodes", ()):
+            n = sess.objects[(GN.K_GRAPH_NODE, i)]
+            if "cond" in n.info:
                 nodes.append(n)
                 todo.extend(n.info["cond"]["bodies"])
     return ids, nodes
@@ -191,15 +195,14 @@ def _unused_handles(sess, g) -> list:
     (CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED, invalid value), so
     the proxy refuses it the same way on every backend."""
     ids, nodes = _family(sess, g)
-    used = {(id(_owner(sess, sess.objects[(P.K_GRAPH, n.info["graph"])], n.info["cond"]["handle"])),
-             n.info["cond"]["handle"]) for n in nodes}
-    out = []
-    for gid in sorted(ids):
-        b = sess.objects.get((P.K_GRAPH, gid))
-        for h in (b.info.get("conds", ()) if b is not None else ()):
-            if (id(b), h[0]) not in used:
-                out.append(h[0])
-    return out
+    used = set()
+    for n in nodes:
+        h = n.info["cond"]["handle"]
+        owner = _owner(sess, sess.objects[(P.K_GRAPH, n.info["graph"])], h)
+        if owner is not None:
+            used.add((owner.id, h))
+    return [h[0] for gid in sorted(ids) for h in sess.objects[(P.K_GRAPH, gid)].info.get("conds", ())
+            if (gid, h[0]) not in used]
 
 
 @handler("graph_add_conditional")
