@@ -24,6 +24,23 @@ def preload() -> str:
     return preload_value()
 
 
+def children(pid: int) -> list[int]:
+    """The processes whose parent is pid, whichever of its threads started
+    them (a scan of /proc, parent pids from procinfo.stat_fields): a
+    supervisor's workers, a namespace's first process's children."""
+    from gpuproxy.proxyd.core.procinfo import stat_fields
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            rest = stat_fields(int(p))
+            try:
+                if rest is not None and int(rest[1]) == pid:
+                    out.append(int(p))
+            except (IndexError, ValueError):
+                pass
+    return out
+
+
 def ping(endpoint: str, timeout_s: float = 0.3) -> bool:
     ctx = zmq.Context.instance()
     s = ctx.socket(zmq.DEALER)

@@ -24,7 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from paced import PacedRun  # noqa: E402
-from proxy import Daemon, ping  # noqa: E402
+from proxy import Daemon, children, ping  # noqa: E402
 from test_checkpoint import BACKEND, ctl, daemon, expected, programs, tmp  # noqa: E402,F401
 
 pytestmark = [pytest.mark.gpu] if BACKEND == "cuda" else []
@@ -155,19 +155,6 @@ def test_daemon_started_while_the_old_one_stops_stays_reachable(tmp):
         old.cleanup()
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(p))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
-
-
 def _state(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -182,7 +169,7 @@ def test_killed_daemons_workers_folder_is_swept_at_the_next_start(tmp):
     wdirs = list(tmp.glob(f"gpuproxy-workers-{pid}-*"))       # (sockfile.worker_dir_name)
     assert len(wdirs) == 1 and wdirs[0].is_dir(), wdirs
     wdir = wdirs[0]
-    workers = _children(pid)
+    workers = children(pid)
     d.kill()
     assert wdir.is_dir()
     # its workers notice the supervisor's death and exit; a socket still served
@@ -286,8 +273,8 @@ def _in_own_pid_namespace(tmp: Path, name: str) -> subprocess.Popen:
 
 def _supervisor(p: subprocess.Popen) -> int:
     """The host pid of the proxyd under unshare and its shell."""
-    sh = _children(p.pid)
-    sup = [c for s in sh for c in _children(s)]
+    sh = children(p.pid)
+    sup = [c for s in sh for c in children(s)]
     assert len(sup) == 1, (sh, sup)
     return sup[0]
 

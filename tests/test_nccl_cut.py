@@ -26,7 +26,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus  # noqa: E402
-from proxy import Daemon  # noqa: E402
+from proxy import Daemon, children  # noqa: E402
 
 EXTRA = Path(__file__).parent / "programs_extra"
 CLI = [sys.executable, "-m", "gpuproxy.cli"]
@@ -125,7 +125,7 @@ def state(d: Daemon) -> str:
         sessions = f"(status failed: {e})"
     log = before = d.log()
     stacks = []
-    for w in _children(d.proc.pid) if d.proc is not None else []:
+    for w in children(d.proc.pid) if d.proc is not None else []:
         # one worker at a time, so that each stack in the log is known as its
         # (faulthandler writes no pid)
         try:
@@ -138,19 +138,6 @@ def state(d: Daemon) -> str:
         log = now
     return (f"\nproxyd's sessions:\n{sessions}\nproxyd's log: {before[-4000:]}\nits workers' stacks:\n"
             + "\n".join(stacks))
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(p))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
 
 
 def reference(prog, tmp: Path, n: int, env: dict | None = None) -> str:
