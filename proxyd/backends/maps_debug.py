@@ -39,8 +39,11 @@ def note(event: str) -> None:
                     threads.append(f"{t} {f.read().strip()}")
             except OSError:
                 pass
-        os.makedirs(_DIR, exist_ok=True)
-        with open(os.path.join(_DIR, f"maps-{pid}-{event}-{n}.txt"), "w") as f:
+        os.makedirs(_DIR, mode=0o700, exist_ok=True)
+        # a new file, ours alone, never through a link another user put in DIR
+        fd = os.open(os.path.join(_DIR, f"maps-{pid}-{event}-{n}.txt"),
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as f:
             f.write(f"# pid {pid} {event} #{n} thread {threading.current_thread().name}\n# threads: "
                     f"{'; '.join(threads)}\n{maps}")
     except OSError:
