@@ -26,7 +26,8 @@ class FakeBackend:
 class Supervisor:
     """HostPools served on a thread, as the supervisor's loop would."""
 
-    def __init__(self, limit=64 << 20, keep_s=300.0):
+    def __init__(self, monkeypatch, limit=64 << 20, keep_s=300.0):
+        self.mp = monkeypatch
         self.pools = HostPools(limit_bytes=limit, keep_s=keep_s)
         self.uid_of = {}
         self.kept = []
@@ -54,7 +55,11 @@ class Supervisor:
         if shared_pool._chan is not None:
             self.kept.append(shared_pool._chan)     # the other worker lives on (its end stays open)
         shared_pool._chan = None
-        os.environ[W.ENV_FD] = str(fd)
+        # through monkeypatch: a variable left in the runner's environment
+        # reached the workers of every later test's proxyd (adopt_channel)
+        self.mp.setenv(W.ENV_FD, str(fd))
+        shared_pool.adopt_channel()
+        assert shared_pool._chan is not None and W.ENV_FD not in os.environ
         return fd
 
     def gone(self, name):
@@ -72,12 +77,48 @@ class Supervisor:
 @pytest.fixture
 def sup(monkeypatch):
     monkeypatch.delenv(W.ENV_FD, raising=False)
-    s = Supervisor()
+    monkeypatch.delenv("GPUPROXY_SUPERVISOR_PID", raising=False)
+    s = Supervisor(monkeypatch)
     yield s
     s.close()
     if shared_pool._chan is not None:
         shared_pool._chan.close()
     shared_pool._chan = None
+
+
+def test_a_channel_number_not_from_the_supervisor_is_never_used(monkeypatch):
+    """$GPUPROXY_HOST_POOL_FD naming a closed descriptor, another socket of
+    the worker (an emulated collective's stream), or a packet socket whose
+    peer is not the supervisor leaves the pool off and the descriptor open."""
+    import socket
+    monkeypatch.setattr(shared_pool, "_chan", None)
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    c, d = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    r, w = os.pipe()
+    os.close(w)
+    try:
+        for fd, sup_pid in ((w, None), (r, None), (a.fileno(), None), (c.fileno(), os.getpid() + 1)):
+            monkeypatch.setenv(W.ENV_FD, str(fd))
+            if sup_pid is not None:
+                monkeypatch.setenv("GPUPROXY_SUPERVISOR_PID", str(sup_pid))
+            shared_pool.adopt_channel()
+            assert shared_pool._chan is None and W.ENV_FD not in os.environ
+            assert shared_pool.lease(FakeBackend(), 4096) is None
+        os.fstat(r)                     # still open: never closed by the worker
+        a.send(b"x")
+        assert b.recv(1) == b"x"        # the stream untouched
+        c.send(b"y")
+        assert d.recv(1) == b"y"
+        monkeypatch.setenv(W.ENV_FD, str(c.fileno()))
+        monkeypatch.setenv("GPUPROXY_SUPERVISOR_PID", str(os.getpid()))   # socketpair's creator: this process
+        shared_pool.adopt_channel()
+        assert shared_pool._chan is not None and not os.get_inheritable(c.fileno())
+        shared_pool._chan.detach()
+    finally:
+        shared_pool._chan = None
+        for s in (a, b, c, d):
+            s.close()
+        os.close(r)
 
 
 def _shm():

@@ -32,6 +32,8 @@ import mmap
 import os
 import select
 import socket
+import stat
+import struct
 import time
 
 from ..core import host_pool_wire as W
@@ -43,18 +45,50 @@ _chan: socket.socket | None = None
 _warned: set[str] = set()
 
 
-def _channel() -> socket.socket | None:
+def adopt_channel() -> None:
+    """Takes the channel the supervisor passed ($GPUPROXY_HOST_POOL_FD) at
+    the worker's start, before anything else of the worker opens a
+    descriptor, and removes the variable, so that no child inherits it.
+
+    The number is trusted only if its descriptor is what the supervisor
+    passes: an AF_UNIX SOCK_SEQPACKET socket whose peer is the supervisor
+    ($GPUPROXY_SUPERVISOR_PID, SO_PEERCRED: socketpair(2) records the
+    creator). A variable inherited from elsewhere names a descriptor that
+    is closed here, or worse another of this worker's sockets: a pool
+    request written into an emulated collective's connection once stopped
+    a two-rank job (CI, test_nccl_cut after test_host_pool had left the
+    variable in the test runner's environment). Such a number is left
+    alone (never closed: it is not ours) and the pool is off."""
     global _chan
-    if _chan is None:
-        fd = os.environ.get(W.ENV_FD)
-        if not fd:
-            return None
-        try:
-            _chan = socket.socket(fileno=int(fd))
-        except (OSError, ValueError) as e:
-            _once(f"host pool channel {fd!r} unusable: {e}")
-            os.environ.pop(W.ENV_FD, None)
-            return None
+    fd = os.environ.pop(W.ENV_FD, None)
+    if not fd:
+        return
+    try:
+        n = int(fd)
+        if not stat.S_ISSOCK(os.fstat(n).st_mode):
+            raise ValueError("not a socket")
+        s = socket.socket(fileno=n)
+    except (OSError, ValueError) as e:
+        log.info("host pool channel %r unusable (%s); staging memory of this worker's own", fd, e)
+        return
+    why = None
+    if s.family != socket.AF_UNIX or s.type != socket.SOCK_SEQPACKET:
+        why = "not the supervisor's kind of socket"
+    else:
+        want = os.environ.get("GPUPROXY_SUPERVISOR_PID", "")
+        pid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        if want.isdigit() and pid != int(want):
+            why = f"its peer is pid {pid}, not the supervisor"
+    if why:
+        s.detach()                 # another part of this process owns the descriptor
+        log.info("host pool channel %r refused: %s; staging memory of this worker's own", fd, why)
+        return
+    os.set_inheritable(n, False)
+    _chan = s
+
+
+def _channel() -> socket.socket | None:
+    """The channel adopt_channel took, or None (the pool is off)."""
     return _chan
 
 

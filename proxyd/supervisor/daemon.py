@@ -390,6 +390,9 @@ class Supervisor:
         env["GPUPROXY_WORKER_SOCKET_MODE"] = "666" if self.users == "all" else ""
         if self.curve_client is not None:
             env["GPUPROXY_SUPERVISOR_CURVE_KEY"] = self.curve_client[1].decode()   # a public key
+        # only a channel passed here is named: a variable inherited from the
+        # supervisor's own environment names no descriptor of the worker
+        env.pop("GPUPROXY_HOST_POOL_FD", None)
         key = object()
         pool_fd = self.host_pools.channel_for(key)
         if pool_fd is not None:
