@@ -38,10 +38,21 @@ PROG = textwrap.dedent("""
         second = mmap(64 * MB)
     assert second + 64 * MB == first, (hex(second), hex(first))
     assert z.held == [(lo, second)]
-    libc.munmap(first, 96 * MB)                          # the first goes: its place is not held again
+    reads = z.maps_reads
+    for _ in range(50):                                  # windows in which nothing is mapped (a kernel
+        with z.open():                                   # lookup): the ranges held again, no maps read
+            pass
+    assert z.maps_reads == reads and z.held == [(lo, second)]
+    assert dz._mappings_in(lo, hi) == [(lo, second), (second, hi)]      # the two "contexts" merge in maps
+    libc.munmap(first, 96 * MB)                          # the first goes (cuCtxDestroy): the backend says so
+    z.note_freed()
     with z.open():
         pass
-    assert (first, hi) in z.held
+    assert (first, hi) in z.held and z.maps_reads == reads + 1
+    with z.open():                                       # a third: at the top again (the first's place),
+        third = mmap(16 * MB)                            # the maps read again
+    assert third + 16 * MB == hi and z.maps_reads == reads + 2
+    assert z.held == [(lo, second), (first, third)], [(hex(a), hex(b)) for a, b in z.held]
     print("ok")
 """)
 

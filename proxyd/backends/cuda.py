@@ -328,7 +328,7 @@ class CudaBackend(Backend):
             return ctx
         maps_debug.note("ctx_create")
         p = self.ffi.new("void **")
-        with driver_zone.opened(getattr(self, "_zone", None)):
+        with driver_zone.opened(getattr(self, "_zone", None), full=True):
             if self.lib.has("cuCtxCreate_v4"):
                 self.check(self.lib.cuCtxCreate_v4(p, self.ffi.NULL, flags, dev), "cuCtxCreate")
             else:   # drivers before CUDA 12.5: the same context without creation parameters
@@ -346,6 +346,7 @@ class CudaBackend(Backend):
             self.ctx_sync(ctx)
             return
         self.check(self.lib.cuCtxDestroy_v2(self.vp(ctx)), "cuCtxDestroy")
+        driver_zone.note_freed(getattr(self, "_zone", None))     # its address space may be free again
         if getattr(self._tls, "cur", None) == ctx:
             self._tls.cur = None
 
@@ -722,6 +723,7 @@ class CudaBackend(Backend):
 
     def module_unload(self, mod):
         self.check(self.lib.cuModuleUnload(self.vp(mod)), "cuModuleUnload")
+        driver_zone.note_freed(getattr(self, "_zone", None))
 
     def module_function(self, mod, name):
         p = self.ffi.new("void **")
