@@ -89,6 +89,20 @@ static long long mono_ns(void)
  * /dev/shm/gpuproxy-ran-<public id> as "held_ns ran_ns" (CLOCK_MONOTONIC,
  * the clock proxyd and proxy-cli read as time.monotonic()); the supervisor's
  * resume command reports it (docs/checkpoint.md, "What the app lived"). */
+/* The last ran file this process wrote, removed when it exits: the
+ * supervisor removes it when the session ends, but a supervisor that died
+ * meanwhile cannot, and the next one's sweep (park_sweep.py) cannot tell a
+ * client that was pid 1 of its own pid namespace (a container) from the
+ * host's init. Written by the thread that parks, under gp_lock. */
+static char ran_written[160];
+static int ran_atexit;
+
+static void ran_unlink(void)
+{
+    if (ran_written[0])
+        unlink(ran_written);
+}
+
 static void write_ran(long long held, long long ran)
 {
     char path[160], tmp[176], line[64];
@@ -100,8 +114,15 @@ static void write_ran(long long held, long long ran)
     int n = snprintf(line, sizeof line, "%lld %lld\n", held, ran);
     int ok = write(fd, line, (size_t)n) == n;
     close(fd);
-    if (!ok || rename(tmp, path) < 0)
+    if (!ok || rename(tmp, path) < 0) {
         unlink(tmp);
+        return;
+    }
+    snprintf(ran_written, sizeof ran_written, "%s", path);
+    if (!ran_atexit) {
+        ran_atexit = 1;
+        atexit(ran_unlink);
+    }
 }
 
 /* This process's start time (field 22 of /proc/self/stat, clock ticks

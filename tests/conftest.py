@@ -44,7 +44,9 @@ from proxy import Daemon  # noqa: E402
 # daemons a test killed without cleaning up. The corpus build cache stays
 # where it is (shared between runs, by content hash).
 import tempfile  # noqa: E402
+import time  # noqa: E402
 os.environ.setdefault(corpus.BUILD_DIR_ENV, str(corpus.default_build_dir()))
+RUN_START = time.time()
 RUN_TMP = tempfile.mkdtemp(prefix="gpx-run-")     # short: ipc socket paths hold 107 bytes
 tempfile.tempdir = RUN_TMP
 # proxyd and proxy-cli keep their keys (image seal) in a private directory
@@ -62,6 +64,20 @@ GPU_SKIP_REASON = "no NVIDIA GPU on this machine"
 
 def pytest_unconfigure(config):
     shutil.rmtree(RUN_TMP, ignore_errors=True)
+    # shared memory of the clients the tests killed (SIGKILL leaves the
+    # shim no chance to remove it): what the next proxyd's start would
+    # sweep, swept now, only where the client is gone
+    try:
+        from gpuproxy.proxyd.supervisor import markers, park_sweep, shm_sweep
+        for sweep in (shm_sweep.sweep, park_sweep.sweep, markers.sweep):
+            sweep(min_age_s=0)
+        left = [n for n in os.listdir("/dev/shm") if n.startswith("gpuproxy-")
+                and os.lstat(os.path.join("/dev/shm", n)).st_mtime >= RUN_START]
+        if left:                 # named, so that the test that left them can be found
+            print(f"conftest: this run left {len(left)} file(s) in /dev/shm: {' '.join(sorted(left)[:20])}",
+                  file=sys.stderr)
+    except Exception as e:       # never the run's verdict
+        print(f"conftest: /dev/shm not swept: {e}", file=sys.stderr)
 
 
 def pytest_configure(config):

@@ -9,6 +9,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -212,8 +213,7 @@ def ctl_error(d, cmd, **args) -> str:
 
 @pytest.fixture
 def short_tmp():
-    d = Path(f"/tmp/gpx-sec-{os.getpid()}-{time.monotonic_ns() % 10**9}")
-    d.mkdir()
+    d = Path(tempfile.mkdtemp(prefix="sec-"))       # short, under conftest.RUN_TMP (see wholeproc.tmp)
     yield d
     shutil.rmtree(d, ignore_errors=True)
 

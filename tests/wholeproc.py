@@ -18,6 +18,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,8 +56,10 @@ def programs(shim_installed, nvcc):
 
 @pytest.fixture
 def tmp():
-    d = Path(f"/tmp/gwp-{os.getpid()}-{time.monotonic_ns() % 10**9}")     # ipc paths must stay short
-    d.mkdir()
+    # short (ipc paths hold 107 bytes), under the run's root (conftest.RUN_TMP,
+    # removed when the run ends: a daemon still stopping may write here after
+    # this fixture's own removal, which left empty folders in /tmp)
+    d = Path(tempfile.mkdtemp(prefix="wp-"))
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
