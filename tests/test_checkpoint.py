@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -62,8 +63,7 @@ def expected(built) -> str:
 @pytest.fixture
 def tmp(tmp_path):
     # ipc paths must stay short: use a short folder
-    d = Path(f"/tmp/gpx-{os.getpid()}-{time.monotonic_ns() % 10**9}")
-    d.mkdir()
+    d = Path(tempfile.mkdtemp(prefix="ck-"))        # short, under conftest.RUN_TMP (see wholeproc.tmp)
     yield d
     shutil.rmtree(d, ignore_errors=True)
 

@@ -13,7 +13,7 @@ import os
 import random
 import shutil
 import subprocess
-import time
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -46,8 +46,7 @@ def rss(pid: int) -> int:
 
 @pytest.fixture
 def short_tmp():
-    d = Path(f"/tmp/gpx-fz-{os.getpid()}-{time.monotonic_ns() % 10**9}")
-    d.mkdir()
+    d = Path(tempfile.mkdtemp(prefix="fz-"))        # short, under conftest.RUN_TMP (see wholeproc.tmp)
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
