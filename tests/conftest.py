@@ -59,11 +59,29 @@ if not os.environ.get("GPUPROXY_CACHE_DIR"):
 
 GPU_SKIP_REASON = "no NVIDIA GPU on this machine"
 
+_SHORT_DIRS: list[str] = []
+
+
+def short_dir(prefix: str) -> Path:
+    """A new folder of a short path, /tmp/<prefix>-<pid>-<random>: an ipc
+    socket path holds 107 bytes, and a supervisor keeps its workers' folder
+    beside its endpoint only where that path stays within 64 (else in /tmp,
+    which tests of that folder must not see). The fixture that made it
+    removes it; it is removed again when the run ends, since a daemon still
+    stopping may write into it after the fixture's removal (which left
+    empty folders in /tmp after every run)."""
+    d = Path(tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-", dir="/tmp"))
+    _SHORT_DIRS.append(str(d))
+    d.chmod(0o755)              # as a plain mkdir made it: other users' tests reach sockets in it
+    return d
+
 
 # --------------------------------------------------------------------------- gpu marker
 
 def pytest_unconfigure(config):
     shutil.rmtree(RUN_TMP, ignore_errors=True)
+    for d in _SHORT_DIRS:
+        shutil.rmtree(d, ignore_errors=True)
     # shared memory of the clients the tests killed (SIGKILL leaves the
     # shim no chance to remove it): what the next proxyd's start would
     # sweep, swept now, only where the client is gone

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus  # noqa: E402
 from paced import PacedRun  # noqa: E402
+from conftest import short_dir  # noqa: E402
 from proxy import Daemon  # noqa: E402
 
 BACKEND = os.environ.get("GPUPROXY_TEST_BACKEND", "emu")
@@ -63,7 +63,7 @@ def expected(built) -> str:
 @pytest.fixture
 def tmp(tmp_path):
     # ipc paths must stay short: use a short folder
-    d = Path(tempfile.mkdtemp(prefix="ck-"))        # short, under conftest.RUN_TMP (see wholeproc.tmp)
+    d = short_dir("gpx")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 

@@ -13,11 +13,10 @@ import os
 import random
 import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 
+from conftest import short_dir
 from fuzzing import Fuzzer
 
 COUNT = int(os.environ.get("GPUPROXY_FUZZ_COUNT", "200000"))
@@ -46,7 +45,7 @@ def rss(pid: int) -> int:
 
 @pytest.fixture
 def short_tmp():
-    d = Path(tempfile.mkdtemp(prefix="fz-"))        # short, under conftest.RUN_TMP (see wholeproc.tmp)
+    d = short_dir("gpx-fz")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 

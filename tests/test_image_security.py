@@ -9,13 +9,13 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from gpuproxy.proxyd.checkpoint.image import Image, ImageError, ImageWriter, encode_manifest
+from conftest import short_dir
 from test_image_format import CHUNK, META, MOD_A, rand, write_image  # noqa: F401
 
 import numpy as np
@@ -213,7 +213,7 @@ def ctl_error(d, cmd, **args) -> str:
 
 @pytest.fixture
 def short_tmp():
-    d = Path(tempfile.mkdtemp(prefix="sec-"))       # short, under conftest.RUN_TMP (see wholeproc.tmp)
+    d = short_dir("gpx-sec")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 

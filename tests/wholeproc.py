@@ -18,7 +18,6 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus  # noqa: E402
+from conftest import short_dir  # noqa: E402
 from proxy import Daemon  # noqa: E402
 
 from gpuproxy.proxyd.checkpoint import criu  # noqa: E402
@@ -56,10 +56,7 @@ def programs(shim_installed, nvcc):
 
 @pytest.fixture
 def tmp():
-    # short (ipc paths hold 107 bytes), under the run's root (conftest.RUN_TMP,
-    # removed when the run ends: a daemon still stopping may write here after
-    # this fixture's own removal, which left empty folders in /tmp)
-    d = Path(tempfile.mkdtemp(prefix="wp-"))
+    d = short_dir("gwp")        # ipc paths must stay short (conftest.short_dir)
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
