@@ -83,12 +83,6 @@ static long long mono_ns(void)
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
-/* The app's own figure of a checkpoint's stall: held_ns, when gp_lock was
- * taken for parking (from then on every CUDA call of every thread waits in
- * the shim), and ran_ns, when it was given back after going on. Written to
- * /dev/shm/gpuproxy-ran-<public id> as "held_ns ran_ns" (CLOCK_MONOTONIC,
- * the clock proxyd and proxy-cli read as time.monotonic()); the supervisor's
- * resume command reports it (docs/checkpoint.md, "What the app lived"). */
 /* The last ran file this process wrote, removed when it exits: the
  * supervisor removes it when the session ends, but a supervisor that died
  * meanwhile cannot, and the next one's sweep (park_sweep.py) cannot tell a
@@ -103,6 +97,12 @@ static void ran_unlink(void)
         unlink(ran_written);
 }
 
+/* The app's own figure of a checkpoint's stall: held_ns, when gp_lock was
+ * taken for parking (from then on every CUDA call of every thread waits in
+ * the shim), and ran_ns, when it was given back after going on. Written to
+ * /dev/shm/gpuproxy-ran-<public id> as "held_ns ran_ns" (CLOCK_MONOTONIC,
+ * the clock proxyd and proxy-cli read as time.monotonic()); the supervisor's
+ * resume command reports it (docs/checkpoint.md, "What the app lived"). */
 static void write_ran(long long held, long long ran)
 {
     char path[160], tmp[176], line[64];

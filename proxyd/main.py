@@ -121,12 +121,10 @@ def main(argv=None):
         sys.exit(f"proxyd: {e}")
     from .core.logredact import install
     install(lambda: list(server.entries))      # the log shows sessions' public ids, not their tokens
-    from .supervisor.shm_sweep import sweep
-    sweep()     # shared memory of clients that died with an earlier daemon (shm_sweep.py)
-    from .supervisor.markers import sweep as sweep_markers
-    sweep_markers()     # and the session markers of clients that are gone (markers.py)
-    from .supervisor.park_sweep import sweep as sweep_park_files
-    sweep_park_files()  # and their park files: parkheld, ran, lease (park_sweep.py)
+    # shared memory, session markers and park files of clients that died
+    # with an earlier daemon (park_sweep.py's table)
+    from .supervisor.park_sweep import sweep_gone_clients
+    sweep_gone_clients()
 
     def stop(signum, frame):
         server.stopping = True

@@ -20,6 +20,7 @@ sets it on the GPU machine).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -62,19 +63,22 @@ GPU_SKIP_REASON = "no NVIDIA GPU on this machine"
 _SHORT_DIRS: list[str] = []
 
 
-def short_dir(prefix: str) -> Path:
-    """A new folder of a short path, /tmp/<prefix>-<pid>-<random>: an ipc
-    socket path holds 107 bytes, and a supervisor keeps its workers' folder
-    beside its endpoint only where that path stays within 64 (else in /tmp,
-    which tests of that folder must not see). The fixture that made it
-    removes it; it is removed again when the run ends, since a daemon still
-    stopping may write into it after the fixture's removal (which left
-    empty folders in /tmp after every run)."""
+@contextlib.contextmanager
+def short_dir(prefix: str):
+    """A new folder of a short path, /tmp/<prefix>-<pid>-<random>, removed
+    at the end of the with block: an ipc socket path holds 107 bytes, and a
+    supervisor keeps its workers' folder beside its endpoint only where that
+    path stays within 64 (else in /tmp, which tests of that folder must not
+    see). It is removed again when the run ends, since a daemon still
+    stopping may write into it after the block's removal (which left empty
+    folders in /tmp after every run)."""
     d = Path(tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-", dir="/tmp"))
     _SHORT_DIRS.append(str(d))
     d.chmod(0o755)              # as a plain mkdir made it: other users' tests reach sockets in it
-    return d
-
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 # --------------------------------------------------------------------------- gpu marker
 
@@ -86,9 +90,8 @@ def pytest_unconfigure(config):
     # shim no chance to remove it): what the next proxyd's start would
     # sweep, swept now, only where the client is gone
     try:
-        from gpuproxy.proxyd.supervisor import markers, park_sweep, shm_sweep
-        for sweep in (shm_sweep.sweep, park_sweep.sweep, markers.sweep):
-            sweep(min_age_s=0)
+        from gpuproxy.proxyd.supervisor.park_sweep import sweep_gone_clients
+        sweep_gone_clients(min_age_s=0)
         left = [n for n in os.listdir("/dev/shm") if n.startswith("gpuproxy-")
                 and os.lstat(os.path.join("/dev/shm", n)).st_mtime >= RUN_START]
         if left:                 # named, so that the test that left them can be found

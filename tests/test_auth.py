@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from paced import PacedRun  # noqa: E402
+from conftest import short_dir  # noqa: E402
 from proxy import Daemon  # noqa: E402
 from test_checkpoint import ctl, expected, kernels, programs  # noqa: E402,F401
 
@@ -46,15 +46,12 @@ def call_as(uid: int, endpoint: str, cmd: str, args: dict | None = None):
 
 @pytest.fixture
 def node_daemon(tmp_path_factory):
-    d = Path(f"/tmp/gpx-auth-{os.getpid()}-{time.monotonic_ns() % 10**9}")
-    d.mkdir()
-    d.chmod(0o755)
-    dm = Daemon(backend="emu", emu_kernels=kernels(), endpoint=f"ipc://{d}/proxyd.sock",
-                log_path=str(d / "proxyd.log"), extra_args=["--users", "all"])
-    dm.start()
-    yield dm, d
-    dm.cleanup()
-    shutil.rmtree(d, ignore_errors=True)
+    with short_dir("gpx-auth") as d:        # 0755: the user nobody connects to its socket
+        dm = Daemon(backend="emu", emu_kernels=kernels(), endpoint=f"ipc://{d}/proxyd.sock",
+                    log_path=str(d / "proxyd.log"), extra_args=["--users", "all"])
+        dm.start()
+        yield dm, d
+        dm.cleanup()
 
 
 def test_another_user_sees_and_controls_nothing(programs, node_daemon):

@@ -62,10 +62,8 @@ def expected(built) -> str:
 
 @pytest.fixture
 def tmp(tmp_path):
-    # ipc paths must stay short: use a short folder
-    d = short_dir("gpx")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with short_dir("gpx") as d:         # ipc paths must stay short (conftest.short_dir)
+        yield d
 
 
 def restart(d, tmp, name):

@@ -45,9 +45,8 @@ def rss(pid: int) -> int:
 
 @pytest.fixture
 def short_tmp():
-    d = short_dir("gpx-fz")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with short_dir("gpx-fz") as d:
+        yield d
 
 
 def run_program(built, daemon) -> str:

@@ -213,9 +213,8 @@ def ctl_error(d, cmd, **args) -> str:
 
 @pytest.fixture
 def short_tmp():
-    d = short_dir("gpx-sec")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with short_dir("gpx-sec") as d:
+        yield d
 
 
 def test_restore_refuses_foreign_and_dead(fresh_daemon, short_tmp):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import stat
@@ -56,9 +55,8 @@ def programs(shim_installed, nvcc):
 
 @pytest.fixture
 def tmp():
-    d = short_dir("gwp")        # ipc paths must stay short (conftest.short_dir)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with short_dir("gwp") as d:         # ipc paths must stay short (conftest.short_dir)
+        yield d
 
 
 def kernels():

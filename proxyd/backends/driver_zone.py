@@ -117,12 +117,12 @@ class Zone:
         self.held.append((a, b))
         return True
 
-    def _hold_again(self, was: list[tuple[int, int]]) -> None:
+    def _hold_again(self, was: list[tuple[int, int]], full: bool) -> None:
         """After a window: the released ranges held again, the maps read
-        only where that fails or space may have been freed (module
+        only where that fails, space may have been freed, or full (module
         comment, "Cost")."""
         missed = [r for r in was if not self._hold(*r)]
-        if missed or self.freed:
+        if missed or self.freed or full:
             self.freed = False
             self._hold_free()
 
@@ -151,9 +151,7 @@ class Zone:
             try:
                 yield
             finally:
-                if full:
-                    self.freed = True
-                self._hold_again(was)
+                self._hold_again(was, full)
 
 
 def make() -> Zone | None:

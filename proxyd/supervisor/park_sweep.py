@@ -52,6 +52,7 @@ import re
 import time
 
 from ..core import procinfo
+from . import markers, shm_sweep
 from .shm_sweep import _lock_is_free
 
 log = logging.getLogger("proxyd")
@@ -150,3 +151,11 @@ def sweep(shm_dir: str = SHM_DIR, min_age_s: float = MIN_AGE_S) -> int:
     if removed:
         log.info("removed %d park files of clients that are gone", removed)
     return removed
+
+
+def sweep_gone_clients(min_age_s: float | None = None) -> int:
+    """All three sweeps of the table above, in its order (proxyd's start;
+    the test suite's end, with min_age_s 0); the number of files removed.
+    min_age_s None: each module's own MIN_AGE_S."""
+    age = {} if min_age_s is None else {"min_age_s": min_age_s}
+    return shm_sweep.sweep(**age) + markers.sweep(**age) + sweep(**age)

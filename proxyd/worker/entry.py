@@ -73,11 +73,11 @@ def main(argv=None):
     if not a.endpoint:
         ap.error("--endpoint (or GPUPROXY_WORKER_ENDPOINT) is required")
     _die_with_parent()
-    from ..backends.shared_pool import adopt_channel
     logging.basicConfig(level=a.log_level.upper(), format=f"proxyd[w{os.getpid()}]: %(message)s", stream=sys.stderr)
     from ..backends.select import load_emu_kernels, pick_backend
+    from ..backends.shared_pool import adopt_channel
     from .server import EndpointInUse, Server, StdoutCapture
-    adopt_channel()         # the supervisor's host pool channel, before any other descriptor is opened
+    adopt_channel()         # the supervisor's host pool channel, checked and taken before any code may use it
     capture = StdoutCapture.install()
     backend = pick_backend(a.backend, a.emu_devices)
     load_emu_kernels(a.emu_kernels)
