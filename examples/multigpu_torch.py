@@ -20,12 +20,18 @@ change).
 
 ``--mode fsdp`` (torchrun): FSDP2 (``fully_shard`` per layer and on the
 model) over NCCL, Adam; rank 0 prints the loss and a checksum of the full
-parameters after each step.
+parameters after each step. ``--pace-s``/``--gate``/``--gate-step`` as for ddp.
+
+``--hold-gib G`` (ddp, fsdp): every rank also keeps G GiB on its GPU, filled
+once with a pattern of its rank and read back at the end (rank 0 prints two
+sums over all ranks): a job of a real job's size for the checkpoint figures,
+whose memory must come back exactly.
 
 ``--mode bench`` (torchrun): rank 0 prints one line ``BENCH {json}``:
 all_reduce bus bandwidth for 1 MiB .. 1 GiB float32 buffers (nccl-tests'
 busbw = algbw * 2 (n-1) / n) and the median step time of a GPT-style model
 (token embedding, 4 transformer blocks, LM head) trained with DDP.
+``--bench-parts ddp`` leaves the all_reduce sweep out (a profiled run).
 
 NVLink multicast stays off (NCCL_NVLS_ENABLE=0 is set here before NCCL
 starts, as on the shared GPU machines).
@@ -89,7 +95,32 @@ def _wait_gate(gate: str | None, step: int, gate_step: int):
             time.sleep(0.05)
 
 
-def ddp(steps: int, pace_s: float = 0.0, gate: str | None = None, gate_step: int = 0):
+def _hold(gib: float, rank: int):
+    """gib GiB on this rank's GPU: rows of 1 Mi int32, row r holding
+    0..2^20-1 plus r * (rank + 7) (so each position and each rank differ)."""
+    if not gib:
+        return None
+    rows = int(gib * 256)          # 4 MiB a row
+    h = torch.empty(rows, 1 << 20, dtype=torch.int32, device="cuda")
+    h.copy_(torch.arange(1 << 20, dtype=torch.int32, device="cuda").unsqueeze(0).expand(rows, -1))
+    h.add_(torch.arange(rows, dtype=torch.int32, device="cuda").unsqueeze(1) * (rank + 7))
+    return h
+
+
+def _hold_check(dist, h, rank: int, world: int):
+    """Two sums of every rank's held memory (the plain sum and one weighted
+    by column, so a moved row or column shows), summed over the ranks; the
+    uninterrupted native run prints the same line."""
+    if h is None:
+        return
+    w = torch.arange(0, 1 << 20, 4099, dtype=torch.int64, device="cuda")
+    s = torch.stack([h.sum(dtype=torch.int64), (h[:, ::4099].to(torch.int64) * w).sum()])
+    dist.all_reduce(s)
+    if rank == 0:
+        print("hold", h.numel() * 4 * world, "bytes", "sums", int(s[0]), int(s[1]), flush=True)
+
+
+def ddp(steps: int, pace_s: float = 0.0, gate: str | None = None, gate_step: int = 0, hold_gib: float = 0.0):
     from torch.nn.parallel import DistributedDataParallel as DDP
     dist, rank, world, local = _dist()
     # collectives with values known in advance (computed here independently)
@@ -101,6 +132,7 @@ def ddp(steps: int, pace_s: float = 0.0, gate: str | None = None, gate_step: int
     dist.all_gather(parts, torch.arange(4, device="cuda", dtype=torch.float32) + 10 * rank)
     for r, p in enumerate(parts):
         assert torch.equal(p.cpu(), torch.arange(4, dtype=torch.float32) + 10 * r), f"rank {rank}: all_gather {r}"
+    held = _hold(hold_gib, rank)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).cuda()
     model = DDP(model, device_ids=[local])
@@ -116,6 +148,7 @@ def ddp(steps: int, pace_s: float = 0.0, gate: str | None = None, gate_step: int
             import time
             time.sleep(pace_s)
         _wait_gate(gate, step, gate_step)
+    _hold_check(dist, held, rank, world)
     _done(dist, rank, world, "ddp")
 
 
@@ -150,9 +183,10 @@ def _done(dist, rank: int, world: int, mode: str):
     dist.destroy_process_group()
 
 
-def fsdp(steps: int):
+def fsdp(steps: int, pace_s: float = 0.0, gate: str | None = None, gate_step: int = 0, hold_gib: float = 0.0):
     from torch.distributed.fsdp import fully_shard
     dist, rank, world, local = _dist()
+    held = _hold(hold_gib, rank)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
                                 torch.nn.ReLU(), torch.nn.Linear(128, 4)).cuda()
@@ -169,17 +203,22 @@ def fsdp(steps: int):
         csum = sum(p.full_tensor().double().sum().item() for p in model.parameters())
         if rank == 0:
             print("step", step, "loss", _hex(lt.item() / world), "params", csum.hex(), flush=True)
+        if pace_s:
+            import time
+            time.sleep(pace_s)
+        _wait_gate(gate, step, gate_step)
+    _hold_check(dist, held, rank, world)
     _done(dist, rank, world, "fsdp")
 
 
-def bench(steps: int):
+def bench(steps: int, parts: str = "allreduce,ddp"):
     import json
     import statistics
     import time
     from torch.nn.parallel import DistributedDataParallel as DDP
     dist, rank, world, local = _dist()
     out = {"world": world, "device": torch.cuda.get_device_name(local), "all_reduce": []}
-    for size in (1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30):
+    for size in (1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30) if "allreduce" in parts else ():
         t = torch.ones(size // 4, dtype=torch.float32, device="cuda")
         iters = 20 if size <= 1 << 24 else 5
         for _ in range(2):
@@ -228,6 +267,7 @@ def bench(steps: int):
         if step >= 3:
             times.append(time.perf_counter() - t0)
     out["ddp_gpt_step_ms"] = round(statistics.median(times) * 1000, 3)
+    out["ddp_gpt_steps_ms"] = [round(x * 1000, 3) for x in times]
     out["ddp_gpt_params"] = sum(p.numel() for p in model.parameters())
     if rank == 0:
         print("BENCH", json.dumps(out), flush=True)
@@ -242,11 +282,15 @@ def main():
     ap.add_argument("--pace-s", type=float, default=0.0)
     ap.add_argument("--gate", default=None)
     ap.add_argument("--gate-step", type=int, default=0)
+    ap.add_argument("--hold-gib", type=float, default=0.0)
+    ap.add_argument("--bench-parts", default="allreduce,ddp")
     a = ap.parse_args()
-    if a.mode == "ddp":
-        ddp(a.steps, a.pace_s, a.gate, a.gate_step)
+    if a.mode in ("ddp", "fsdp"):
+        (ddp if a.mode == "ddp" else fsdp)(a.steps, a.pace_s, a.gate, a.gate_step, a.hold_gib)
+    elif a.mode == "bench":
+        bench(a.steps, a.bench_parts)
     else:
-        {"peer": peer, "fsdp": fsdp, "bench": bench}[a.mode](a.steps)
+        peer(a.steps)
 
 
 if __name__ == "__main__":

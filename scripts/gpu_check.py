@@ -281,7 +281,7 @@ def main():
                     help="also the preemption contract with a PyTorch training (gpu_check_contract.py: SIGTERM "
                          "checkpoints, restores on fresh proxyds, the second onto GPU 1 where there are two; "
                          "$GPUPROXY_TORCH_PYTHON names a python that has PyTorch)")
-    ap.add_argument("--multigpu-steps", default="pytest,peer,ddp,fsdp,ckpt,bench",
+    ap.add_argument("--multigpu-steps", default="pytest,peer,ddp,fsdp,ckpt,fsdpckpt,wpckpt,bench",
                     help="comma list of the --multigpu steps (gpu_check_multigpu.STEPS)")
     ap.add_argument("--oldcuda", action="store_true",
                     help="also programs built for CUDA 12.4 and 11.8 and the oldest-driver mode (gpu_check_oldcuda.py)")
