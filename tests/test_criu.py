@@ -169,6 +169,39 @@ def test_session_outside_namespace_refused(monkeypatch):
         assert criu.check_dumpable(me)[0] == me
 
 
+def test_a_tree_holding_an_io_uring_is_refused_before_anything_runs():
+    """A child with an io_uring open (what torchrun's agent holds on the GPU
+    machine) makes the tree undumpable for CRIU 4.x: refused before any
+    park, naming the process; the tree without it passes this check."""
+    prog = textwrap.dedent("""
+        import ctypes, sys, time
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.syscall(425, 4, ctypes.create_string_buffer(120))   # io_uring_setup(4, &params)
+        print(fd, flush=True)
+        time.sleep(60)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, "
+                               f"'-c', {prog!r}])"], stdout=subprocess.PIPE, text=True)
+    try:
+        fd = int(parent.stdout.readline())
+        if fd < 0:
+            pytest.skip("io_uring_setup is not allowed here")
+        tree = criu.process_tree(parent.pid)
+        assert len(tree) == 2, tree
+        assert criu.holding_io_uring(tree)[0] == tree[1]
+        assert criu.holding_io_uring(tree[:1]) is None
+        with pytest.raises(criu.CriuError, match=rf"process {tree[1]} .*io_uring open, which CRIU cannot dump"):
+            criu.check_dumpable(parent.pid)
+    finally:
+        for p in criu.process_tree(parent.pid)[1:]:     # the child first, while its parent still names it
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        parent.kill()
+        parent.wait()
+
+
 def test_shell_job_detection(tmp_path):
     own, _ = start_counter(tmp_path, new_session=True)
     try:

@@ -154,6 +154,16 @@ def test_ids_unique_and_in_range(specs):
     assert len(names) == len(set(names))
 
 
+def test_every_family_id_fits_the_call_profile():
+    """The shim's call profile (interceptor/profile.c) counts ids below
+    65536; NCCL's (47000..) once fell past its old 32768 and were all
+    counted as one "id 0" in a DDP profile (2026-11-28)."""
+    root = Path(__file__).resolve().parents[1] / "specs"
+    ids = [f["id"] for y in root.glob("*/*.yaml") for f in (yaml.safe_load(y.read_text()) or {}).get("functions", [])
+           if isinstance(f, dict) and "id" in f]
+    assert len(ids) > 1000 and max(ids) < 65536, max(ids)
+
+
 def test_proc_entries_follow_cudatypedefs(specs, driver_protos):
     matched, unmatched = header.match_pfns(driver_protos, CUDA_HOME)
     assert not unmatched, [f.typedef for f in unmatched]

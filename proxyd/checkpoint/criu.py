@@ -267,6 +267,24 @@ def session_outside_namespace(tree: list[int]) -> int | None:
     return None
 
 
+def holding_io_uring(tree: list[int]) -> tuple[int, str] | None:
+    """The first task of tree with an io_uring instance open, and its name.
+    CRIU 4.x cannot dump one (proc_parse.c stops at the ring's mapping:
+    "Unknown shit ... (anon_inode:[io_uring])"). Seen on the GPU machine
+    (2026-11-28, PyTorch 2.11): torchrun's agent holds two from its start,
+    with UV_USE_IO_URING=0 and USE_LIBUV=0 alike (its TCPStore server runs
+    on the libuv linked into libtorch_cpu)."""
+    for p in tree:
+        if any(t == "anon_inode:[io_uring]" for t in _fd_targets(p)):
+            try:
+                with open(f"/proc/{p}/comm") as f:
+                    name = f.read().strip()
+            except OSError:
+                name = "?"
+            return p, name
+    return None
+
+
 def check_dumpable(pid: int) -> list[int]:
     """pid's process tree, or CriuError when CRIU could not dump it."""
     tree = process_tree(pid)
@@ -275,6 +293,11 @@ def check_dumpable(pid: int) -> list[int]:
         raise CriuError(f"process {bad} (in the tree of pid {pid}) belongs to a session whose leader is "
                         f"outside this pid namespace, which CRIU cannot dump; start the app in its own "
                         f"session (setsid, or start_new_session=True)")
+    ring = holding_io_uring(tree)
+    if ring is not None:
+        raise CriuError(f"process {ring[0]} ({ring[1]}, in the tree of pid {pid}) has an io_uring open, which "
+                        f"CRIU cannot dump (torchrun's agent holds one: docs/multigpu.md, \"The whole-process "
+                        f"form\")")
     return tree
 
 
