@@ -43,9 +43,10 @@ DRIVER_SOURCES = ["gp_msgpack.c", "log.c", "lock.c", "shm_private.c", "transport
                   "copy2d.c", "hostmap_api.c", "export_tables.c", "library.c", "pointer_attrs.c", "capture.c",
                   "hostfn.c", "mempool.c", "mempool_ipc.c", "capture_mode.c", "link.c", "ipc_event.c", "sha256.c",
                   "lib_state.c", "profile.c", "lib_ids.c", "lt_heuristic.c",
-                  "query_cache.c", "graph_build.c", "graph_cond.c", "graph_add_node.c", "tensor_map.c", "slab.c", "graph_mem.c", "capture_copy.c", "shm_name.c", "peer.c", "owner.c"]
-# libc functions that libcuda.so.1 interposes (interceptor/dlopen.c).
-INTERPOSED_LIBC = ["dlopen", "dlmopen"]
+                  "query_cache.c", "graph_build.c", "graph_cond.c", "graph_add_node.c", "tensor_map.c", "slab.c", "graph_mem.c", "capture_copy.c", "shm_name.c", "peer.c", "owner.c", "io_uring_off.c"]
+# libc functions that libcuda.so.1 interposes (interceptor/dlopen.c,
+# interceptor/io_uring_off.c).
+INTERPOSED_LIBC = ["dlopen", "dlmopen", "syscall"]
 RUNTIME_SOURCES = ["rt_state.c", "rt_register.c", "rt_api.c", "rt_hostmap.c", "rt_ipc.c", "rt_hostfn.c", "rt_mempool.c", "rt_arrays.c",
                    "rt_graph.c", "rt_graph_cond.c", "rt_peer.c"]
 

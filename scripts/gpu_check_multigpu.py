@@ -141,9 +141,9 @@ def ckpt_step(log, out: Path, py: str, n: int, summary: dict, mode: str = "ddp",
             f"checkpoint + proxyd restart + restore mid-run == native")
     # the ProcessGroupNCCL watchdog's heartbeat would end a rank whose calls
     # wait for the restore (minutes at most here); NCCL's own timeouts stay.
-    # UV_USE_IO_URING=0: the rendezvous store's libuv must not hold an
-    # io_uring, which CRIU cannot dump (whole-process form)
-    env = d.env_for_client({"NCCL_NVLS_ENABLE": "0", "TORCH_NCCL_ENABLE_MONITORING": "0", "UV_USE_IO_URING": "0"})
+    # (The rendezvous store's libuv ring, which CRIU cannot dump, is kept out
+    # by the shim: interceptor/io_uring_off.c; UV_USE_IO_URING=0 did not.)
+    env = d.env_for_client({"NCCL_NVLS_ENABLE": "0", "TORCH_NCCL_ENABLE_MONITORING": "0"})
     argv = _torchrun(py, n, "--mode", mode, "--steps", str(steps), "--pace-s", "0.3", "--gate", str(gate),
                      "--gate-step", str(gate_step), *extra)
     # whole: the job's streams are files (CRIU restores them at their

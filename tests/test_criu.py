@@ -202,6 +202,30 @@ def test_a_tree_holding_an_io_uring_is_refused_before_anything_runs():
         parent.wait()
 
 
+def test_the_shim_keeps_io_uring_out_of_a_process(shim_installed):
+    """Under the shim, libc's syscall(io_uring_setup) answers ENOSYS (libuv,
+    which torchrun's store runs on, then uses plain epoll), every other
+    system call goes through unchanged, and GPUPROXY_IO_URING=1 lets the
+    ring be made (interceptor/io_uring_off.c)."""
+    prog = textwrap.dedent("""
+        import ctypes, errno, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.syscall(425, 4, ctypes.create_string_buffer(120))
+        kind = os.readlink(f"/proc/self/fd/{fd}") if fd >= 0 else errno.errorcode[ctypes.get_errno()]
+        print(kind, libc.syscall(39) == os.getpid(), libc.syscall(186) == __import__("threading").get_native_id())
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "GPUPROXY_IO_URING"}
+    native = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, timeout=60)
+    if not native.stdout.startswith("anon_inode:[io_uring]"):
+        pytest.skip(f"io_uring_setup is not allowed here: {native.stdout.strip()} {native.stderr.strip()[-200:]}")
+    env["LD_PRELOAD"] = shim_installed.preload_value()
+    under = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, timeout=60)
+    assert under.returncode == 0 and under.stdout.split() == ["ENOSYS", "True", "True"], under.stdout + under.stderr
+    allowed = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True,
+                             env=dict(env, GPUPROXY_IO_URING="1"), timeout=60)
+    assert allowed.stdout.split() == ["anon_inode:[io_uring]", "True", "True"], allowed.stdout + allowed.stderr
+
+
 def test_shell_job_detection(tmp_path):
     own, _ = start_counter(tmp_path, new_session=True)
     try:

@@ -271,9 +271,11 @@ def holding_io_uring(tree: list[int]) -> tuple[int, str] | None:
     """The first task of tree with an io_uring instance open, and its name.
     CRIU 4.x cannot dump one (proc_parse.c stops at the ring's mapping:
     "Unknown shit ... (anon_inode:[io_uring])"). Seen on the GPU machine
-    (2026-11-28, PyTorch 2.11): torchrun's agent holds two from its start,
+    (2026-11-28, PyTorch 2.11): torchrun's agent held two from its start,
     with UV_USE_IO_URING=0 and USE_LIBUV=0 alike (its TCPStore server runs
-    on the libuv linked into libtorch_cpu)."""
+    on the libuv linked into libtorch_cpu). The shim now answers libc's
+    io_uring_setup with ENOSYS (interceptor/io_uring_off.c), so a process
+    under it has none unless GPUPROXY_IO_URING=1 or it bypasses libc."""
     for p in tree:
         if any(t == "anon_inode:[io_uring]" for t in _fd_targets(p)):
             try:
@@ -296,8 +298,8 @@ def check_dumpable(pid: int) -> list[int]:
     ring = holding_io_uring(tree)
     if ring is not None:
         raise CriuError(f"process {ring[0]} ({ring[1]}, in the tree of pid {pid}) has an io_uring open, which "
-                        f"CRIU cannot dump (torchrun's agent holds one: docs/multigpu.md, \"The whole-process "
-                        f"form\")")
+                        f"CRIU cannot dump (start it under the shim without GPUPROXY_IO_URING=1: docs/multigpu.md, "
+                        f"\"The whole-process form\")")
     return tree
 
 
