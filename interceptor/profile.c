@@ -1,7 +1,7 @@
 /* Call profile of the shim (GPUPROXY_PROFILE=FILE): how many times each
  * forwarded function was called, how many of those calls waited for an
  * answer, and how long they waited. Written at exit as
- * "fid sync_calls sync_wait_us async_calls" lines; `proxy-cli profile FILE`
+ * "fid calls sync_calls sync_wait_us" lines; `proxy-cli profile FILE`
  * names the functions from specs/ (and merges the FILE.<pid> files of other
  * processes that used the variable too). It answers "where does a proxied program
  * spend its round trips" (issues 12 and 13) without a profiler on the app.

@@ -83,7 +83,8 @@ SINGLE_EXPECTED = ("nonblocking init: 0\n"
                    "no-color split on a nonblocking parent: 0\n"
                    "parent after the split: 0\n"
                    "no-color split gives NULL\n"
-                   "rank 3 of 2: 4\n")
+                   "rank 3 of 2: 4\n"
+                   "blocking communicator polled 2000 times: 2000 without error\n")
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +100,41 @@ def test_nonblocking_config_split_nocolor_and_bad_rank(single_prog):
         r = subprocess.run(single_prog.argv(), env=d.env_for_client(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout == SINGLE_EXPECTED + "PASS nccl_single\n", r.stdout + r.stderr
+
+
+def _sync_calls(profile: Path, fid: int) -> int:
+    """Synchronous calls of fid in a shim call profile (interceptor/profile.c:
+    "fid calls sync_calls sync_wait_us" lines, one file per process)."""
+    n = 0
+    for f in profile.parent.glob(profile.name + "*"):
+        for line in f.read_text().splitlines():
+            p = line.split()
+            if len(p) == 4 and p[0] == str(fid):
+                n += int(p[2])
+    return n
+
+
+def test_a_ready_blocking_communicator_is_not_asked_at_every_poll(single_prog, tmp_path):
+    """ncclCommGetAsyncError of a blocking communicator the worker last found
+    without error is answered by the stand-in for GPUPROXY_NCCL_ERROR_POLL_MS
+    (PyTorch's watchdog asks at every collective; each was a round trip that
+    held the shim's lock): nccl_single's 2000 polls of its blocking
+    communicator cost a few round trips instead of 2000, and 0 turns that
+    off. The polls that wait for a communicator to be made (the stand-in's
+    and the application's of its nonblocking one) always go to the worker;
+    how many there are depends on the machine's load, hence the margin."""
+    fid = 47018       # specs/nccl: ncclCommGetAsyncError
+    got = {}
+    for ms in ("100000", "0"):
+        prof = tmp_path / f"prof-{ms}"
+        with Daemon(backend="emu") as d:
+            r = subprocess.run(single_prog.argv(), capture_output=True, text=True, timeout=120,
+                               env=d.env_for_client({"GPUPROXY_PROFILE": str(prof),
+                                                     "GPUPROXY_NCCL_ERROR_POLL_MS": ms}))
+        assert r.returncode == 0 and r.stdout == SINGLE_EXPECTED + "PASS nccl_single\n", r.stdout + r.stderr
+        got[ms] = _sync_calls(prof, fid)
+    assert got["0"] >= 2000, got                    # every poll a round trip
+    assert got["100000"] < got["0"] // 4, got       # the blocking communicator asked about once
 
 
 def test_a_session_holding_a_communicator_is_not_dumped(single_prog, tmp_path):
