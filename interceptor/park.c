@@ -369,10 +369,16 @@ static void *park_thread(void *arg)
                 if (gp_park_requested()) {
                     int rc = gp_park_here(held, 0);
                     gp_resend_unanswered();
+                    /* the window ends when the app's threads may run again:
+                     * read before the gate opens, since a woken thread can
+                     * make calls before this thread reads the clock after
+                     * (two 10-us calls inside the window on the H100,
+                     * tests/test_stall_figures.py, 2026-11-28) */
+                    long long ran = mono_ns();
                     gp_lock_gate(0);
                     gp_unlock();
                     if (rc != -1 && rc != 2)
-                        write_ran(held, mono_ns());
+                        write_ran(held, ran);
                     break;
                 }
                 gp_unlock();
