@@ -319,3 +319,19 @@ def test_a_dump_of_one_rank_alone_is_refused(loop_prog, tmp_path):
     finally:
         j.kill()
         d.stop()
+
+
+@pytest.mark.parametrize("devices,env,want", [(1, None, 2), (4, None, 4), (4, "3", 3)])
+def test_proxyd_restores_one_rank_per_gpu_at_once(tmp_path, devices, env, want):
+    """A job's ranks are restored as many at a time as proxyd says in its
+    status (max_restores: one per GPU, at least 2, or GPUPROXY_MAX_RESTORES);
+    it was 2 whatever the node, so a 4-rank job came back in two rounds."""
+    from gpuproxy.proxyd.client import ControlClient
+    extra = {"GPUPROXY_MAX_RESTORES": env} if env else {}
+    d = Daemon(backend="emu", endpoint=f"ipc://{tmp_path}/proxyd.sock", extra_args=["--emu-devices", str(devices)],
+               env={**{k: v for k, v in os.environ.items() if k != "GPUPROXY_MAX_RESTORES"}, **extra},
+               log_path=str(tmp_path / "proxyd.log")).start()
+    try:
+        assert ControlClient(d.endpoint, timeout_s=30).call("status", {})["max_restores"] == want
+    finally:
+        d.stop()

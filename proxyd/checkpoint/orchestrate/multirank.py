@@ -45,7 +45,7 @@ from typing import Callable
 JOB_FILE = "job.json"
 JOB_VERSION = 1
 ROUND_S = 0.25
-RESTORES_AT_ONCE = 2
+RESTORES_AT_ONCE = 2      # what a supervisor that does not say its max_restores runs at once
 STALL_S = 0.5         # a worker silent this long is taken to wait for its peers
 
 
@@ -227,6 +227,14 @@ def _nranks(members: dict, ident: str) -> int:
     return max((r["nranks"] for r in per.values()), default=0)
 
 
+def _restores_at_once(calls: _Calls) -> int:
+    try:
+        n = calls.call("status", {}).get("max_restores")
+    except Exception:        # (answered below with the old figure; a dead proxyd fails the restore itself)
+        n = None
+    return n if isinstance(n, int) and n > 0 else RESTORES_AT_ONCE
+
+
 def _release_all(calls: _Calls, pids: list[int]) -> list[str]:
     """Releases every rank at once (a released rank may wait in a collective
     for the others)."""
@@ -342,9 +350,10 @@ def restore_job(connect: Callable, dir: str, device_map: dict | None = None, all
     try:
         args = {r["pid"]: {"dir": os.path.join(dir, r["dir"]), "device_map": dict(device_map or {}),
                            "allow_foreign": bool(allow_foreign)} for r in job["ranks"]}
-        # proxyd runs a bounded number of restores at once (the supervisor's
-        # MAX_RESTORES, 2): the ranks go two at a time; each comes back held
-        slots = cf.ThreadPoolExecutor(max_workers=RESTORES_AT_ONCE, thread_name_prefix="gpuproxy-job-restore")
+        # proxyd runs a bounded number of restores at once (its status's
+        # max_restores: one per GPU, at least 2): the ranks go that many at
+        # a time; each comes back held
+        slots = cf.ThreadPoolExecutor(max_workers=_restores_at_once(calls), thread_name_prefix="gpuproxy-job-restore")
         futs = {pid: slots.submit(calls.call, "restore", a) for pid, a in args.items()}
         slots.shutdown(wait=True)
         restored, errors = {}, []
