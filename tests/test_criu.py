@@ -180,8 +180,10 @@ def test_a_tree_holding_an_io_uring_is_refused_before_anything_runs():
         print(fd, flush=True)
         time.sleep(60)
     """)
+    # a session of its own: under CI's pid namespace the runner's session
+    # leader is outside, which check_dumpable refuses first
     parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, "
-                               f"'-c', {prog!r}])"], stdout=subprocess.PIPE, text=True)
+                               f"'-c', {prog!r}])"], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         fd = int(parent.stdout.readline())
         if fd < 0:
