@@ -98,6 +98,8 @@ def test_job_whole_process_dumped_gone_daemon_restarted_restored_equals_uninterr
         (tmp_path / "gate").touch()
         r = _cli(d, "restore", "--dir", str(img))
         assert sorted(r["ranks"]) == sorted(res["ranks"]) and r["root"] == root, r
+        # GPU state and CRIU's tree restored at the same time (overlap.py)
+        assert r["overlapped"] is True and r["gpu_ms"] > 0 and r["criu_ms"] > 0, r
         t = time.monotonic()
         while os.path.exists(f"/proc/{root}") and not out.read_text().endswith(f"DONE nccl_loop {N}\n"):
             assert time.monotonic() - t < 60, err.read_text() + d.log()[-3000:]

@@ -28,11 +28,12 @@ pids: then the tree of their common parent, job_tree.py):
 
 Restore (`restore_job_whole`): the pids must be free; multirank.restore_job
 brings every rank's GPU state back (held) and makes the communicators
-again; then `criu restore` of the tree (the ranks come back parked inside
-their calls), every rank resumed with its session's token (each shim
-reconnects and sends its held message again), and the holds released
-(after the resume, as at a dump: _go_on). A CRIU restore that fails
-releases the restored GPU state (discard).
+again while `criu restore` brings the tree back (the ranks come back parked
+inside their calls; overlap.py, as for one process); then every rank is
+resumed with its session's token (each shim reconnects and sends its held
+message again), and the holds released (after the resume, as at a dump:
+_go_on). A CRIU restore that fails releases the restored GPU state
+(discard); a GPU restore that fails ends the tree CRIU restored.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ from gpuproxy.proxyd.checkpoint import criu
 from ...client import ControlError
 from . import job_stall
 from . import multirank as M
+from . import overlap as O
 from . import whole_process as W
 
 
@@ -198,22 +200,39 @@ def restore_job_whole(connect: Callable, dir: str, device_map: dict | None = Non
         W._check_files(rec, rollback_files)
     except W.WholeProcessError as e:
         raise M.JobError(str(e)) from None
-    # held until every rank runs again (_go_on: a rank attaching to a worker
-    # that waits in a released collective for a peer CRIU has not given
-    # back yet would give up its attach)
-    gpu = M.restore_job(connect, dir, device_map, allow_foreign=allow_foreign, timeout_s=timeout_s,
-                        release=False)
+    # The GPU state (every rank, communicators made again, held until every
+    # rank runs again: _go_on says why) and CRIU's tree at the same time, as
+    # for one process (overlap.py: the ranks come back parked and make no
+    # call before they are resumed below). Images that do not pass the
+    # checks proxyd makes go one after the other, GPU first, so that proxyd
+    # refuses them before CRIU starts.
+    pre = None
+    for r in job["ranks"]:
+        pre = O.precheck(os.path.join(dir, r["dir"]), allow_foreign)
+        if pre is not None:
+            pre = f"rank pid {r['pid']}: {pre}"
+            break
+    both = O.run_both(lambda: M.restore_job(connect, dir, device_map, allow_foreign=allow_foreign,
+                                            timeout_s=timeout_s, release=False),
+                      lambda: criu.restore(c, dir, rec), pre)
+    if both["gpu_error"] is not None:
+        if both["pid"] is not None:       # CRIU's tree waits parked: it cannot go on without its GPU state
+            O.end_restored(rec.get("pids") or [both["pid"]])
+        raise both["gpu_error"]
+    gpu = both["gpu"]
     tokens = {int(p): r.get("token") for p, r in gpu["restores"].items()}
-    try:
-        root, criu_ms = criu.restore(c, dir, rec)
-    except criu.CriuError as e:
+    if both["criu_error"] is not None:
+        e = both["criu_error"]
         for t in tokens.values():
             try:
                 connect(30).call("discard", {"token": t}) if t else None
             except ControlError:
                 pass
-        raise M.JobError(f"{e}. The process tree was not restored: the GPU state restored into proxyd was "
-                         f"released again") from None
+        if isinstance(e, criu.CriuError):
+            raise M.JobError(f"{e}. The process tree was not restored: the GPU state restored into proxyd was "
+                             f"released again") from None
+        raise e
+    root, criu_ms = both["pid"], both["criu_ms"]
     errors = []
     for pid, t in tokens.items():
         try:
@@ -227,4 +246,5 @@ def restore_job_whole(connect: Callable, dir: str, device_map: dict | None = Non
         calls.close()
     if errors:
         raise M.JobError(f"restored, but not every rank went on: {'; '.join(errors)}")
-    return dict(gpu, root=root, criu_ms=criu_ms)
+    return dict(gpu, root=root, criu_ms=criu_ms, gpu_ms=both["gpu_ms"], both_ms=both["wall_ms"],
+                overlapped=both["overlapped"], sequential_why=None if both["overlapped"] else both["sequential_why"])
