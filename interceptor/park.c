@@ -83,6 +83,33 @@ static long long mono_ns(void)
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
+/* How far this process's CLOCK_MONOTONIC is ahead of the host's (negative:
+ * behind). CRIU restores a process into a time namespace whose monotonic
+ * clock goes on where the dumped one stopped (measured here with CRIU 4.2.1:
+ * 3 s after the dump, the restored process's clock was 3.08 s behind the
+ * host's; time_namespaces(7), /proc/PID/timens_offsets). The times this file
+ * writes for proxyd and proxy-cli (held_ns, ran_ns) are the host's, so they
+ * are converted with the offset in force when each was read; before any
+ * restore it is 0. Read from /proc/self/timens_offsets ("monotonic SECS
+ * NSECS"), 0 where the kernel has no time namespaces. */
+static long long mono_offset_ns(void)
+{
+    int fd = open("/proc/self/timens_offsets", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char buf[256];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    const char *m = strstr(buf, "monotonic");
+    long long secs = 0, nsecs = 0;
+    if (!m || sscanf(m + 9, "%lld %lld", &secs, &nsecs) != 2)
+        return 0;
+    return secs * 1000000000LL + nsecs;
+}
+
 /* The last ran file this process wrote, removed when it exits: the
  * supervisor removes it when the session ends, but a supervisor that died
  * meanwhile cannot, and the next one's sweep (park_sweep.py) cannot tell a
@@ -100,8 +127,9 @@ static void ran_unlink(void)
 /* The app's own figure of a checkpoint's stall: held_ns, when gp_lock was
  * taken for parking (from then on every CUDA call of every thread waits in
  * the shim), and ran_ns, when it was given back after going on. Written to
- * /dev/shm/gpuproxy-ran-<public id> as "held_ns ran_ns" (CLOCK_MONOTONIC,
- * the clock proxyd and proxy-cli read as time.monotonic()); the supervisor's
+ * /dev/shm/gpuproxy-ran-<public id> as "held_ns ran_ns" (the host's
+ * CLOCK_MONOTONIC, which proxyd and proxy-cli read as time.monotonic():
+ * mono_offset_ns); the supervisor's
  * resume command reports it (docs/checkpoint.md, "What the app lived"). */
 static void write_ran(long long held, long long ran)
 {
@@ -269,7 +297,7 @@ static int gp_park_here(long long held_ns, int in_call)
     snprintf(ptmp, sizeof ptmp, "%s.tmp", parked);
     int fd = open(ptmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd >= 0) {
-        int n = snprintf(hl, sizeof hl, "%lld\n", held_ns);
+        int n = snprintf(hl, sizeof hl, "%lld\n", held_ns - mono_offset_ns());     /* the host's clock */
         if (write(fd, hl, (size_t)n) != n) {
             /* an empty file still says "parked" */
         }
@@ -361,6 +389,7 @@ static void *park_thread(void *arg)
          * app is held from now, and the call in progress, if any, is the
          * last before the park */
         long long held = mono_ns();
+        long long held_off = mono_offset_ns();
         gp_lock_gate(1);
         for (;;) {
             if (!gp_park_requested())
@@ -377,8 +406,8 @@ static void *park_thread(void *arg)
                     long long ran = mono_ns();
                     gp_lock_gate(0);
                     gp_unlock();
-                    if (rc != -1 && rc != 2)
-                        write_ran(held, ran);
+                    if (rc != -1 && rc != 2)     /* in the host's clock: a restore came between them */
+                        write_ran(held - held_off, ran - mono_offset_ns());
                     break;
                 }
                 gp_unlock();
@@ -413,11 +442,12 @@ static int park_in_call(void)
     if (!gp_park_requested() || parking || !take_park_held())
         return -1;
     long long held = mono_ns();
+    long long held_off = mono_offset_ns();
     int rc = gp_park_here(held, 1);
     if (rc == -1)
         return -1;
     if (rc != 2)
-        write_ran(held, mono_ns());
+        write_ran(held - held_off, mono_ns() - mono_offset_ns());
     return 0;
 }
 
