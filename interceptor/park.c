@@ -389,8 +389,11 @@ static void *park_thread(void *arg)
          * app is held from now, and the call in progress, if any, is the
          * last before the park */
         long long held = mono_ns();
-        long long held_off = mono_offset_ns();
         gp_lock_gate(1);
+        /* after the gate: reading the file takes tens of microseconds, in
+         * which the app's threads would go on making calls inside the
+         * window (CI, 2026-11-28); the offset does not change meanwhile */
+        long long held_off = mono_offset_ns();
         for (;;) {
             if (!gp_park_requested())
                 break;
