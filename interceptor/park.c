@@ -188,7 +188,8 @@ static long restore_wait_s(void)
 }
 
 /* Parks, waits to be resumed, goes on. Called with gp_lock held (taken at
- * held_ns). Returns 0 when the session is connected again, -1 when it did
+ * held_ns; held_off, mono_offset_ns() then, puts it in the host's clock for
+ * the parked file). Returns 0 when the session is connected again, -1 when it did
  * not park, 1 when it parked but could not connect again or was restored
  * and never resumed, 2 when its proxyd died meanwhile (the session is then
  * given up; with 2 nobody waits for its "ran" figure). */
@@ -262,7 +263,7 @@ static int lease_lost(const struct park_lease *l, long stale_s)
     return now.tv_sec - st.st_mtim.tv_sec > stale_s;
 }
 
-static int gp_park_here(long long held_ns, int in_call)
+static int gp_park_here(long long held_ns, long long held_off, int in_call)
 {
     if (!gp_park_requested())
         return -1;
@@ -297,7 +298,7 @@ static int gp_park_here(long long held_ns, int in_call)
     snprintf(ptmp, sizeof ptmp, "%s.tmp", parked);
     int fd = open(ptmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd >= 0) {
-        int n = snprintf(hl, sizeof hl, "%lld\n", held_ns - mono_offset_ns());     /* the host's clock */
+        int n = snprintf(hl, sizeof hl, "%lld\n", held_ns - held_off);     /* the host's clock */
         if (write(fd, hl, (size_t)n) != n) {
             /* an empty file still says "parked" */
         }
@@ -399,7 +400,7 @@ static void *park_thread(void *arg)
                 break;
             if (gp_trylock() == 0) {
                 if (gp_park_requested()) {
-                    int rc = gp_park_here(held, 0);
+                    int rc = gp_park_here(held, held_off, 0);
                     gp_resend_unanswered();
                     /* the window ends when the app's threads may run again:
                      * read before the gate opens, since a woken thread can
@@ -446,7 +447,7 @@ static int park_in_call(void)
         return -1;
     long long held = mono_ns();
     long long held_off = mono_offset_ns();
-    int rc = gp_park_here(held, 1);
+    int rc = gp_park_here(held, held_off, 1);
     if (rc == -1)
         return -1;
     if (rc != 2)

@@ -86,10 +86,10 @@ def _torchrun(py: str, nproc: int, *args) -> list:
     return [py, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(EXAMPLE), *args]
 
 
-def _proxyd(out: Path, name: str, endpoint: str | None = None) -> Daemon:
+def _proxyd(out: Path, name: str, endpoint: str | None = None, env: dict | None = None) -> Daemon:
     # NCCL in the workers: sessions on the devices' primary contexts (docs/multigpu.md)
     return Daemon(backend="cuda", endpoint=endpoint, log_path=str(out / f"multigpu-proxyd-{name}.log"),
-                  env={**os.environ, "GPUPROXY_SESSION_PRIMARY": "1"}).start()
+                  env={**os.environ, "GPUPROXY_SESSION_PRIMARY": "1", **(env or {})}).start()
 
 
 def fsdp_step(log, out: Path, py: str, n: int) -> tuple[str, str]:
@@ -107,13 +107,13 @@ def fsdp_step(log, out: Path, py: str, n: int) -> tuple[str, str]:
             "PASS" if ok else f"FAIL (native rc={nat.returncode}, proxied rc={prx.returncode})")
 
 
-def _img_root(hold_gib: float) -> str | None:
-    """Where a job image goes: /dev/shm when the job holds GiBs per GPU and
-    it has room for all of them (twice: the whole-process form's CRIU part
-    is beside it), else the default temporary folder."""
+def _img_root(hold_gib: float, n: int) -> str | None:
+    """Where the image of a job of n ranks goes: /dev/shm when each holds
+    GiBs and it has room for all of them (twice: the whole-process form's
+    CRIU part is beside it), else the default temporary folder."""
     if hold_gib:
         st = os.statvfs("/dev/shm")
-        if st.f_bavail * st.f_frsize > 2.2 * hold_gib * (1 << 30) * _gpus():
+        if st.f_bavail * st.f_frsize > 2.2 * hold_gib * (1 << 30) * n:
             return "/dev/shm"
     return None
 
@@ -133,7 +133,7 @@ def ckpt_step(log, out: Path, py: str, n: int, summary: dict, mode: str = "ddp",
     nat = _run(_torchrun(py, n, "--mode", mode, "--steps", str(steps), *extra), _env(),
                out / f"multigpu-ckpt-{tag}-native.log", timeout=300)
     tmp = Path(tempfile.mkdtemp(prefix="gpuproxy-mgpu-"))
-    img_dir = Path(tempfile.mkdtemp(prefix="gpuproxy-mgpu-img-", dir=_img_root(hold_gib)))
+    img_dir = Path(tempfile.mkdtemp(prefix="gpuproxy-mgpu-img-", dir=_img_root(hold_gib, n)))
     gate, img, ep = tmp / "gate", img_dir / "job", f"ipc://{tmp}/proxyd.sock"
     d = _proxyd(out, f"ckpt-{tag}", ep)
     held = f", {hold_gib:g} GiB held per GPU" if hold_gib else ""
@@ -150,14 +150,13 @@ def ckpt_step(log, out: Path, py: str, n: int, summary: dict, mode: str = "ddp",
     # offsets; a pipe to this script would not reach the restored tree) and
     # the job is a session of its own (CRIU dumps it without --shell-job)
     fo, fe = tmp / "job.out", tmp / "job.err"
+    lines, err = [], []
     if whole:
         with open(fo, "w") as a, open(fe, "w") as b:
             p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=a, stderr=b, cwd=ROOT,
                                  start_new_session=True)
-        lines, err = [], []
     else:
         p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        lines, err = [], []
         threading.Thread(target=lambda: err.extend(p.stderr), daemon=True).start()
     logf = out / f"multigpu-ckpt-{tag}-proxied.log"
     root = p.pid
@@ -264,9 +263,7 @@ def bench_step(log, out: Path, py: str, n: int, summary: dict) -> tuple[str, str
     prof_dir = out / f"multigpu-bench{n}-profile"
     prof_dir.mkdir(exist_ok=True)
     ddp_only = _torchrun(py, n, "--mode", "bench", "--steps", "30", "--bench-parts", "ddp")
-    d = Daemon(backend="cuda", log_path=str(out / f"multigpu-proxyd-bench{n}-prof.log"),
-               env={**os.environ, "GPUPROXY_SESSION_PRIMARY": "1",
-                    "GPUPROXY_WORKER_CPROFILE": str(prof_dir)}).start()
+    d = _proxyd(out, f"bench{n}-prof", env={"GPUPROXY_WORKER_CPROFILE": str(prof_dir)})
     try:
         prof = _run(ddp_only, d.env_for_client({"NCCL_NVLS_ENABLE": "0",
                                                 "GPUPROXY_PROFILE": str(prof_dir / "calls")}),
@@ -383,9 +380,7 @@ def _torch_steps(log, out, torch_python, steps, n, results, summary):
         tr = [py, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(EXAMPLE),
               "--mode", "ddp"]
         nat = _run(tr, _env(), out / f"multigpu-ddp{nproc}-native.log")
-        # NCCL in the workers: sessions on the devices' primary contexts (docs/multigpu.md)
-        d = Daemon(backend="cuda", log_path=str(out / f"multigpu-proxyd-ddp{nproc}.log"),
-                   env={**os.environ, "GPUPROXY_SESSION_PRIMARY": "1"}).start()
+        d = _proxyd(out, f"ddp{nproc}")
         try:
             prx = _run(tr, d.env_for_client({"NCCL_NVLS_ENABLE": "0"}), out / f"multigpu-ddp{nproc}-proxied.log",
                        timeout=600)

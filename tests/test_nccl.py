@@ -20,6 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus  # noqa: E402
+from conftest import call_profile  # noqa: E402
 from proxy import Daemon  # noqa: E402
 
 EXTRA = Path(__file__).parent / "programs_extra"
@@ -102,18 +103,6 @@ def test_nonblocking_config_split_nocolor_and_bad_rank(single_prog):
     assert r.stdout == SINGLE_EXPECTED + "PASS nccl_single\n", r.stdout + r.stderr
 
 
-def _sync_calls(profile: Path, fid: int) -> int:
-    """Synchronous calls of fid in a shim call profile (interceptor/profile.c:
-    "fid calls sync_calls sync_wait_us" lines, one file per process)."""
-    n = 0
-    for f in profile.parent.glob(profile.name + "*"):
-        for line in f.read_text().splitlines():
-            p = line.split()
-            if len(p) == 4 and p[0] == str(fid):
-                n += int(p[2])
-    return n
-
-
 def test_a_ready_blocking_communicator_is_not_asked_at_every_poll(single_prog, tmp_path):
     """ncclCommGetAsyncError of a blocking communicator the worker last found
     without error is answered by the stand-in for GPUPROXY_NCCL_ERROR_POLL_MS
@@ -132,7 +121,7 @@ def test_a_ready_blocking_communicator_is_not_asked_at_every_poll(single_prog, t
                                env=d.env_for_client({"GPUPROXY_PROFILE": str(prof),
                                                      "GPUPROXY_NCCL_ERROR_POLL_MS": ms}))
         assert r.returncode == 0 and r.stdout == SINGLE_EXPECTED + "PASS nccl_single\n", r.stdout + r.stderr
-        got[ms] = _sync_calls(prof, fid)
+        got[ms] = call_profile(prof).get(fid, (0, 0))[1]
     assert got["0"] >= 2000, got                    # every poll a round trip
     assert got["100000"] < got["0"] // 4, got       # the blocking communicator asked about once
 

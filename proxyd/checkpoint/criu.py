@@ -46,6 +46,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from ..core import procinfo
+
 MIN_VERSION = (4, 0)
 # Linux 6.16 refuses SO_PASSCRED/SO_PASSSEC on non-unix sockets; CRIU before
 # 4.2 treats that as an error and cannot dump a process holding any inet
@@ -278,12 +280,7 @@ def holding_io_uring(tree: list[int]) -> tuple[int, str] | None:
     under it has none unless GPUPROXY_IO_URING=1 or it bypasses libc."""
     for p in tree:
         if any(t == "anon_inode:[io_uring]" for t in _fd_targets(p)):
-            try:
-                with open(f"/proc/{p}/comm") as f:
-                    name = f.read().strip()
-            except OSError:
-                name = "?"
-            return p, name
+            return p, procinfo.name(p)
     return None
 
 

@@ -53,5 +53,14 @@ def owner(pid: int) -> tuple[int, int] | None:
     return None if uid is None or gid is None else (uid, gid)
 
 
+def name(pid: int) -> str:
+    """The command name of a process (/proc/PID/comm), "?" if unreadable."""
+    try:
+        with open(f"/proc/{int(pid)}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
 def alive(pid: int) -> bool:
     return pid > 0 and os.path.exists(f"/proc/{int(pid)}")

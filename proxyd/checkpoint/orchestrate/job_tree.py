@@ -66,14 +66,6 @@ def common_parent(pids: list[int]) -> int:
     return 0
 
 
-def _name(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return "?"
-
-
 def root_of_pids(connect: Callable, pids: list[int]) -> int:
     """The root of the tree a whole-process dump of the ranks pids takes
     (module docstring); raises JobError naming what is refused."""
@@ -86,12 +78,12 @@ def root_of_pids(connect: Callable, pids: list[int]) -> int:
                        f"whole-process dump of a job needs its ranks under one launcher (dump them with --gpu-only, "
                        f"or name the launcher with --job ROOT)")
     if root in ancestry(os.getpid()):
-        raise JobError(f"the common parent of pids {listed} is pid {root} ({_name(root)}), which also runs this "
+        raise JobError(f"the common parent of pids {listed} is pid {root} ({procinfo.name(root)}), which also runs this "
                        f"proxy-cli: CRIU would dump the caller with the job (dump them with --gpu-only, or name the "
                        f"job's own launcher with --job ROOT)")
     extra = sorted(set(job_ranks(connect, root=root)) - set(ranks))
     if extra:
-        raise JobError(f"the tree of pid {root} ({_name(root)}), the common parent of pids {listed}, also holds the "
+        raise JobError(f"the tree of pid {root} ({procinfo.name(root)}), the common parent of pids {listed}, also holds the "
                        f"gpuproxy client(s) {', '.join(map(str, extra))}, which a CRIU dump of it would take without "
                        f"their GPU state: name them too, or use --job {root}")
     return root
