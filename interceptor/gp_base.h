@@ -43,6 +43,7 @@ int gp_trylock(void);               /* 0 when taken (park.c) */
  * as soon as the call in progress ends, instead of racing threads that
  * re-take it at once (a mutex is not fair). */
 void gp_lock_gate(int closed);
+long long gp_lock_gate_first_wait(void);    /* lock.c: when a thread first waited at the closed gate */
 /* Registers fn to run in the child after a fork(), once the lock is a fresh
  * unlocked mutex again (pthread_atfork's child handler, installed at the
  * first gp_lock: a process that never took the lock runs none). Called

@@ -23,6 +23,7 @@
 #include "gp_base.h"
 
 #include <pthread.h>
+#include <time.h>
 
 
 static pthread_mutex_t gp_mu;
@@ -67,8 +68,21 @@ static void init_once(void)
     pthread_atfork(NULL, NULL, child_after_fork);
 }
 
+/* CLOCK_MONOTONIC ns when the first thread found the gate closed since it
+ * was last closed, 0 if none has (atomic): the moment the app was first
+ * held, which the park thread's own clock read after closing the gate may
+ * come later than when it is preempted in between (park.c). */
+static long long gate_first_wait;
+
+long long gp_lock_gate_first_wait(void)
+{
+    return __atomic_load_n(&gate_first_wait, __ATOMIC_ACQUIRE);
+}
+
 void gp_lock_gate(int closed)
 {
+    if (closed)
+        __atomic_store_n(&gate_first_wait, 0, __ATOMIC_RELEASE);
     /* opened under gate_mu, so a waiter between its check and its wait
      * cannot miss the broadcast */
     pthread_mutex_lock(&gate_mu);
@@ -85,6 +99,10 @@ void gp_lock(void)
      * the others sleep until the park is over, not polling: a park lasts as
      * long as the GPU capture and CRIU's dump, which need the CPU */
     if (depth == 0 && __atomic_load_n(&gate_closed, __ATOMIC_ACQUIRE)) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long long none = 0, now = (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+        __atomic_compare_exchange_n(&gate_first_wait, &none, now, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
         pthread_mutex_lock(&gate_mu);
         while (__atomic_load_n(&gate_closed, __ATOMIC_ACQUIRE))
             pthread_cond_wait(&gate_cv, &gate_mu);

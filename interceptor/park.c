@@ -389,17 +389,23 @@ static void *park_thread(void *arg)
         /* from here a thread starting a CUDA call waits (lock.c's gate): the
          * app is held from now, and the call in progress, if any, is the
          * last before the park */
-        long long held = mono_ns();
+        /* the clock read after the gate closes: a thread that starts a call
+         * after that reading waits; read before, the app made calls inside
+         * the window whenever this thread was preempted in between (CI,
+         * 2026-11-28). A thread that found the gate closed earlier than the
+         * reading (preempted the other way) gives the earlier moment
+         * (lock.c), below. The offset does not change meanwhile. */
         gp_lock_gate(1);
-        /* after the gate: reading the file takes tens of microseconds, in
-         * which the app's threads would go on making calls inside the
-         * window (CI, 2026-11-28); the offset does not change meanwhile */
+        long long held = mono_ns();
         long long held_off = mono_offset_ns();
         for (;;) {
             if (!gp_park_requested())
                 break;
             if (gp_trylock() == 0) {
                 if (gp_park_requested()) {
+                    long long first = gp_lock_gate_first_wait();
+                    if (first && first < held)
+                        held = first;
                     int rc = gp_park_here(held, held_off, 0);
                     gp_resend_unanswered();
                     /* the window ends when the app's threads may run again:
