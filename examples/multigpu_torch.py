@@ -220,18 +220,27 @@ def bench(steps: int, parts: str = "allreduce,ddp"):
     out = {"world": world, "device": torch.cuda.get_device_name(local), "all_reduce": []}
     for size in (1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30) if "allreduce" in parts else ():
         t = torch.ones(size // 4, dtype=torch.float32, device="cuda")
-        iters = 20 if size <= 1 << 24 else 5
-        for _ in range(2):
+        iters = 20
+        for _ in range(3):
             dist.all_reduce(t)
         torch.cuda.synchronize()
+        # the GPU's own time of the loop (events on the current stream, which
+        # waits for each all_reduce) beside the host's: a gap between the two
+        # is time spent outside the collectives (launch, wake-up)
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         t0 = time.perf_counter()
+        e0.record()
         for _ in range(iters):
             dist.all_reduce(t)
+        e1.record()
         torch.cuda.synchronize()
         dt = (time.perf_counter() - t0) / iters
+        gdt = e0.elapsed_time(e1) / 1e3 / iters
         algbw = size / dt / 1e9
         out["all_reduce"].append({"bytes": size, "us": round(dt * 1e6, 1), "algbw_GBps": round(algbw, 2),
-                                  "busbw_GBps": round(algbw * 2 * (world - 1) / world, 2)})
+                                  "busbw_GBps": round(algbw * 2 * (world - 1) / world, 2),
+                                  "gpu_us": round(gdt * 1e6, 1),
+                                  "gpu_busbw_GBps": round(size / gdt / 1e9 * 2 * (world - 1) / world, 2)})
         del t
     torch.manual_seed(0)
     vocab, d, seq, batch = 8192, 512, 256, 8

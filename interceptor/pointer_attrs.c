@@ -132,18 +132,32 @@ CUresult gpo_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attrib
         case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
         case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
         case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: {
-            /* the allocation holding ptr; a cuMemAlloc allocation is one
-             * mapping, so the mapping attributes answer the same */
+            /* the range: the allocation holding ptr. The mapping: the
+             * driver backs cuMemAlloc memory with mappings of its 2 MiB
+             * granularity (an H100 with driver 580 answers MAPPING_SIZE 4 MiB
+             * and MAPPING_BASE_ADDR = the base for a 3 MiB cuMemAlloc, which
+             * XLA asks: docs/compatibility.md, JAX), so device memory answers
+             * the 2 MiB-aligned span around the allocation; the session's
+             * arena hands out device memory in that granularity (core/arena.py),
+             * so the span holds no other process's memory */
             CUdeviceptr base = 0;
             size_t size = 0;
             if (device || host)
                 range_of(ptr, device, &base, &size);
+            CUdeviceptr mbase = base, mend = base + size;
+            if (device && size) {
+                const CUdeviceptr g = (CUdeviceptr)2 << 20;
+                mbase = base & ~(g - 1);
+                mend = (base + size + g - 1) & ~(g - 1);
+            }
             if (attributes[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
                 *(CUdeviceptr *)out = base;
-            else if (attributes[i] == CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR)
-                *(void **)out = (void *)(uintptr_t)base;
-            else
+            else if (attributes[i] == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
                 *(size_t *)out = size;
+            else if (attributes[i] == CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR)
+                *(void **)out = (void *)(uintptr_t)mbase;
+            else
+                *(size_t *)out = (size_t)(mend - mbase);
             break;
         }
         case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:

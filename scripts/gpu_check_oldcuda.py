@@ -266,11 +266,14 @@ def _checkpoints(log, out: Path) -> list[tuple[str, str]]:
     import xml.etree.ElementTree as ET
     xml = out / "oldcuda-checkpoint.xml"
     env = dict(os.environ, GPUPROXY_TEST_GPU="1", GPUPROXY_TEST_BACKEND="cuda")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
-                        str(HERE / "test_oldcuda_checkpoint.py")], capture_output=True, text=True, env=env,
-                       cwd=HERE.parent, timeout=900)
-    (out / "oldcuda-checkpoint.log").write_text(r.stdout + r.stderr)
-    log(r.stdout[-3000:])
+    logf = out / "oldcuda-checkpoint.log"
+    # written as it runs (-v, durations): a run stopped by a time limit still
+    # shows which tests finished and how long each took
+    with open(logf, "w") as f:
+        r = subprocess.run([sys.executable, "-m", "pytest", "-v", "--durations=0", "-p", "no:cacheprovider",
+                            f"--junitxml={xml}", str(HERE / "test_oldcuda_checkpoint.py")],
+                           stdout=f, stderr=subprocess.STDOUT, env=env, cwd=HERE.parent, timeout=900)
+    log(logf.read_text()[-3000:])
     results = []
     try:
         for tc in ET.parse(xml).getroot().iter("testcase"):

@@ -333,6 +333,7 @@ class CudaBackend(Backend):
                 self.check(self.lib.cuCtxCreate_v4(p, self.ffi.NULL, flags, dev), "cuCtxCreate")
             else:   # drivers before CUDA 12.5: the same context without creation parameters
                 self.check(self.lib.cuCtxCreate_v2(p, flags, dev), "cuCtxCreate")
+        maps_debug.note("ctx_created")      # where it landed, against the worker that served the app
         ctx = self.ptr(p[0])
         # cuCtxCreate pushes the new context; proxyd sets contexts per call
         self.lib.cuCtxPopCurrent_v2(self.ffi.new("void **"))

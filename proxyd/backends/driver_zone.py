@@ -37,18 +37,21 @@ creation always reads them (open(full=True)). Measured on the CPU build
 machine (117 mappings): 15 us per open and close, against 236 us with the
 read.
 
-Locking: open/close under the module's lock (contexts are created on the
-worker's main loop or its restore thread). A mapping another thread makes
-in the zone while it is open (a thread's stack, a buffer) can still take
-the context's place: the window is one cuCtxCreate call.
+Locking: open/close under core/addrspace.py's MAP_LOCK (contexts are
+created on the worker's main loop or its restore thread), which the
+worker's own mappings of client segments and channels also take, so they
+never land in an open window. A mapping made in the window by code that
+does not take it (a new thread's stack or malloc arena) can still take the
+context's place: the window is one cuCtxCreate call.
 """
 from __future__ import annotations
 
 import ctypes
 import logging
 import os
-import threading
 from contextlib import contextmanager
+
+from ..core.addrspace import MAP_LOCK
 
 log = logging.getLogger("proxyd")
 
@@ -62,7 +65,10 @@ _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 
-_LOCK = threading.Lock()
+# the zone's windows and the worker's own mappings exclude each other
+# (core/addrspace.py: a client segment mapped by the serving thread while a
+# restore thread creates a context took the context's place)
+_LOCK = MAP_LOCK
 
 
 def _mappings_in(lo: int, hi: int) -> list[tuple[int, int]]:

@@ -27,7 +27,9 @@ Options chosen from the process (criu(8), "dump" and "restore"):
   --shell-job               when the tree has a terminal, or its session or
                             process group leader lies outside the tree
                             (CRIU refuses such a tree otherwise);
-  --tcp-established         when it has established TCP connections;
+  --tcp-established         when it has established TCP connections, with
+                            --network-lock nftables or skip where this
+                            machine has no iptables-restore (network_lock());
   --leave-running           for periodic checkpoints;
   --track-mem / --prev-images-dir   incremental memory, where the kernel
                             tracks dirty memory (`criu check --feature
@@ -112,6 +114,25 @@ class Criu:
         if name not in self._features:
             self._features[name] = self.run("check", "--feature", name, timeout=60).returncode == 0
         return self._features[name]
+
+    def network_lock(self) -> tuple[str | None, str]:
+        """How CRIU keeps a dumped tree's TCP connections quiet
+        (criu(8) --network-lock): its default, iptables, needs the
+        iptables-restore programs, which a GPU node or a slim container may
+        not have (CRIU then fails the dump: "Iptables configuration failed");
+        nftables needs a CRIU built with it (`criu check --feature
+        network-lock-nftables`); else "skip". Returns (option value or None
+        for CRIU's default, why)."""
+        if shutil.which("iptables-restore") and shutil.which("ip6tables-restore"):
+            return None, "iptables"
+        if self.feature("network-lock-nftables"):
+            return "nftables", "no iptables-restore here; CRIU has nftables"
+        # the tree is frozen while it is dumped, so connections inside it
+        # (torchrun's rendezvous store and its ranks) carry nothing; data a
+        # peer outside the tree sends meanwhile is acknowledged by the kernel
+        # and, when the tree ends after the dump, not in the image
+        return "skip", ("no iptables-restore and no nftables in CRIU: connections not locked (peers outside "
+                        "the tree must not send during the dump)")
 
     def mem_tracking(self) -> bool:
         """The kernel tracks dirty memory (soft-dirty bits): CRIU's pre-dump
@@ -473,8 +494,12 @@ def dump(c: Criu, pid: int, image_dir: str, *, leave_running: bool, pre: bool = 
     args = ["--tree", str(pid), "--images-dir", out, "--log-file", log, LOG_LEVEL]
     if shell:
         args.append("--shell-job")
+    lock, lock_why = (None, "")
     if tcp:
         args.append("--tcp-established")
+        lock, lock_why = c.network_lock()
+        if lock:
+            args += ["--network-lock", lock]
     if leave_running and not pre:
         args.append("--leave-running")
     elif leave_stopped and not pre:
@@ -505,6 +530,7 @@ def dump(c: Criu, pid: int, image_dir: str, *, leave_running: bool, pre: bool = 
         "files": files,
         "criu_version": ".".join(map(str, c.version)),
         "options": {"shell_job": shell, "shell_job_reason": why_shell, "tcp_established": tcp,
+                    "network_lock": lock, "network_lock_reason": lock_why,
                     "leave_running": bool(leave_running and not pre), "track_mem": track,
                     "unprivileged": c.unprivileged},
         "prev_images_dir": prev,
@@ -552,6 +578,9 @@ def restore(c: Criu, image_dir: str, record: dict, inherit: dict | None = None) 
         args.append("--shell-job")
     if opts.get("tcp_established"):
         args.append("--tcp-established")
+        if opts.get("network_lock"):
+            # the dump's method: a restore unlocks what the dump locked
+            args += ["--network-lock", str(opts["network_lock"])]
     for fd, name in (inherit or {}).items():
         args += ["--inherit-fd", f"fd[{fd}]:{name}"]
     t0 = time.monotonic()
@@ -653,6 +682,8 @@ def describe_record(st: dict) -> list[str]:
             f"{'complete' if st['complete'] else 'INCOMPLETE'}, {rec.get('files')} files, "
             f"{_fmt(rec.get('size', 0))}, pids {', '.join(map(str, rec.get('pids', [])))} "
             f"(root {rec.get('root_pid')}), CRIU {rec.get('criu_version')}{from_}")
+    if o.get("network_lock"):
+        flags.append(f"network-lock {o['network_lock']}")
     lines = [head, f"           options: {', '.join(flags) or 'none'}; log {rec.get('log')}; took {rec.get('ms')} ms"]
     if st["problem"]:
         lines.append(f"           PROBLEM: {st['problem']}")

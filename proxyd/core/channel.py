@@ -20,6 +20,8 @@ import os
 import struct
 import threading
 
+from .addrspace import MAP_LOCK
+
 MAX = 1 << 20
 SIZE = 4096 + 2 * MAX
 REQ_SEQ, REQ_LEN, REQ_TAKEN, REP_SEQ, REP_LEN, DAEMON_IDLE, CLIENT_IDLE = 64, 72, 128, 192, 200, 256, 320
@@ -50,7 +52,8 @@ class Channel:
         except OSError as e:
             raise ChannelError(f"cannot open {path}: {e.strerror}") from e
         try:
-            self.mm = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            with MAP_LOCK:       # never inside an open driver zone (addrspace.py)
+                self.mm = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
         if self.mm[:8] != b"GPXCHAN1":

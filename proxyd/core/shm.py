@@ -15,6 +15,8 @@ import errno
 import mmap
 import os
 
+from .addrspace import MAP_LOCK
+
 SHM_DIR = "/dev/shm"
 
 # Fixed-address mappings (GPU-visible host memory, docs/host-memory.md):
@@ -66,7 +68,8 @@ class ShmMap:
             n = os.fstat(fd).st_size
             if size is not None and n < size:
                 raise ShmError(f"client segment {seg} has {n} bytes, expected {size}")
-            m = mmap.mmap(fd, n, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            with MAP_LOCK:       # never inside an open driver zone (addrspace.py)
+                m = mmap.mmap(fd, n, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
         self.maps[seg] = m
@@ -98,8 +101,10 @@ class ShmMap:
             n = os.fstat(fd).st_size
             if n < length:
                 raise ShmError(f"client segment {seg} has {n} bytes, expected {length}")
-            p = _libc.mmap(addr, length, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0)
-            err = ctypes.get_errno()
+            with MAP_LOCK:
+                p = _libc.mmap(addr, length, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | MAP_FIXED_NOREPLACE,
+                               fd, 0)
+                err = ctypes.get_errno()
         finally:
             os.close(fd)
         if p is None or p == ctypes.c_void_p(-1).value or p != addr:

@@ -125,6 +125,12 @@ int main(void)
     check("cudnnGetVersion", 0, (long long)((get_size_fn)sym(dn, "cudnnGetVersion"))(), WANT_CUDNN_VERSION);
     check("cudnnGetCudartVersion", 0, (long long)((get_size_fn)sym(dn, "cudnnGetCudartVersion"))(), WANT_CUDART);
     props(dn, "cudnnGetProperty", WANT_CUDNN_MAJOR, WANT_CUDNN_MINOR, WANT_CUDNN_PATCH);
+    /* cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h, cudnn_adv.h: each answers
+     * CUDNN_STATUS_SUCCESS (0) when its sub-library matches the core */
+    static const char *const vchecks[] = {"cudnnGraphVersionCheck", "cudnnOpsVersionCheck",
+                                          "cudnnCnnVersionCheck", "cudnnAdvVersionCheck"};
+    for (unsigned i = 0; i < sizeof vchecks / sizeof *vchecks; i++)
+        check(vchecks[i], 0, (long long)((int (*)(void))sym(dn, vchecks[i]))(), 0);
 
     /* NVML: the strings are answered (not empty) and the CUDA driver
      * version is the driver API's */

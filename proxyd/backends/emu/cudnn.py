@@ -90,6 +90,20 @@ class EmuCudnn(EmuLibrary):
     def f_cudnnGetVersion(self):
         return versions.version("cudnn"), []       # CUDNN_VERSION of the headers the spec was made from
 
+    # cudnn_graph.h / cudnn_ops.h / cudnn_adv.h / cudnn_cnn.h: each
+    # sub-library checks that its version is the core's; one library here
+    def f_cudnnGraphVersionCheck(self):
+        return 0, []
+
+    def f_cudnnOpsVersionCheck(self):
+        return 0, []
+
+    def f_cudnnAdvVersionCheck(self):
+        return 0, []
+
+    def f_cudnnCnnVersionCheck(self):
+        return 0, []
+
     def f_cudnnGetMaxDeviceVersion(self):
         return 1200, []
 
