@@ -421,6 +421,31 @@ CUresult gpo_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *n
     GP_LEAVE(rc);
 }
 
+/* cuModuleGetGlobal: remoted as generated (gpg_), and the variable's range
+ * noted as device memory (hostmem.c), as the shim's own runtime does for
+ * cudaMemcpy*Symbol: a runtime of its own in the app (NVIDIA's 12.x/11.x
+ * libcudart, XLA's modules of constants) asks pointer attributes of the
+ * address it got here (XLA: CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, fatal when
+ * it fails), and after a restore that moved the variable the address it
+ * kept must still be known (proxyd translates it, device_vars.py). cuda.h
+ * allows NULL for either out-parameter. Locking: gp_lock around the note. */
+CUresult gpo_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
+{
+    CUdeviceptr d = 0;
+    size_t n = 0;
+    CUresult rc = gpg_cuModuleGetGlobal_v2(&d, &n, hmod, name);
+    if (rc == CUDA_SUCCESS) {
+        gp_lock();
+        gp_note_device_range((uint64_t)d, (uint64_t)(n ? n : 1));
+        gp_unlock();
+        if (dptr)
+            *dptr = d;
+        if (bytes)
+            *bytes = n;
+    }
+    return rc;
+}
+
 CUresult gpo_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
     GP_RESOLVE_FUNCTION(func);

@@ -37,12 +37,13 @@ creation always reads them (open(full=True)). Measured on the CPU build
 machine (117 mappings): 15 us per open and close, against 236 us with the
 read.
 
-Locking: open/close under core/addrspace.py's MAP_LOCK (contexts are
-created on the worker's main loop or its restore thread), which the
-worker's own mappings of client segments and channels also take, so they
-never land in an open window. A mapping made in the window by code that
-does not take it (a new thread's stack or malloc arena) can still take the
-context's place: the window is one cuCtxCreate call.
+Locking: a window is core/addrspace.py's MAP_GATE held exclusively
+(contexts are created on the worker's main loop or its restore thread);
+the worker's own mappings of client segments and channels and the restore's
+module-image preparation hold it shared, so they never run inside an open
+window. A mapping made in the window by code that takes neither (a
+library's own threads) can still take the context's place: the window is
+one driver call.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ import logging
 import os
 from contextlib import contextmanager
 
-from ..core.addrspace import MAP_LOCK
+from ..core.addrspace import MAP_GATE
 
 log = logging.getLogger("proxyd")
 
@@ -65,10 +66,6 @@ _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 
-# the zone's windows and the worker's own mappings exclude each other
-# (core/addrspace.py: a client segment mapped by the serving thread while a
-# restore thread creates a context took the context's place)
-_LOCK = MAP_LOCK
 
 
 def _mappings_in(lo: int, hi: int) -> list[tuple[int, int]]:
@@ -152,7 +149,9 @@ class Zone:
         """full: the maps are read at the close whatever happened (a context
         creation, once per session: it maps into the zone and may reshape
         what the driver holds there)."""
-        with _LOCK:
+        # exclusive against the worker's own mapping work (core/addrspace.py);
+        # one window at a time
+        with MAP_GATE.exclusive():
             was = self._release()
             try:
                 yield

@@ -1,22 +1,79 @@
-"""One lock for the worker's own large mappings and the driver zone's
-windows (backends/driver_zone.py).
+"""A gate between the driver zone's windows (backends/driver_zone.py) and
+the worker's own threads that map or allocate memory meanwhile.
 
-While the zone is open for a context creation, a mapping made by another
-thread of the worker lands at the zone's top, where the context was to go,
-and every module of the session is carved out lower: its `__device__`
+While the zone is open for a context creation or a module load, a mapping
+made by another thread of the worker lands at the zone's top, where the
+driver was to put the context or the module, and the session's `__device__`
 variables come back at other addresses than in the worker that served the
-app. The worker maps client segments and channels from its serving thread
-while a restore thread may be creating contexts (a GPU-only restore whose
-app is already calling again), so those mappings take this lock, and the
-zone holds it for as long as it is open: one waits for the other, and
-neither mapping lands in the other's place.
+app. Such mappings: client segments and channels mapped by the serving
+thread while a restore thread creates contexts (a GPU-only restore whose app
+is already calling again), and the restore's helper threads reading and
+parsing module images (their buffers, their malloc arenas) while the restore
+thread loads the modules before them (families/modrestore.py): on the H100 a
+CUDA 11.8 program's variable moved in a whole-process restore while every
+context had landed at the same address.
 
-Locking: re-entrant (a mapping made inside an open window, on the same
-thread, is the driver's own business and proceeds). Lower than every user:
-imports nothing of gpuproxy.
+So the zone's windows are exclusive and those threads' mapping or
+allocating work is shared: a window waits until no shared work runs, shared
+work waits while a window is open. Mappings made by code that takes neither
+(a library's own threads) can still land in a window, which is one driver
+call long.
+
+Locking: a condition variable; exclusive() is re-entrant on its thread, and
+shared() on the thread holding the window passes (the window's own work).
+Lower than every user: imports nothing of gpuproxy.
 """
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 
-MAP_LOCK = threading.RLock()
+
+class _Gate:
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._shared = 0
+        self._owner: int | None = None      # thread ident holding the window
+        self._depth = 0
+
+    @contextmanager
+    def exclusive(self):
+        me = threading.get_ident()
+        with self._cv:
+            if self._owner == me:
+                self._depth += 1
+            else:
+                while self._owner is not None or self._shared:
+                    self._cv.wait()
+                self._owner, self._depth = me, 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._depth -= 1
+                if not self._depth:
+                    self._owner = None
+                    self._cv.notify_all()
+
+    @contextmanager
+    def shared(self):
+        me = threading.get_ident()
+        with self._cv:
+            if self._owner == me:
+                mine = False
+            else:
+                while self._owner is not None:
+                    self._cv.wait()
+                self._shared += 1
+                mine = True
+        try:
+            yield
+        finally:
+            if mine:
+                with self._cv:
+                    self._shared -= 1
+                    if not self._shared:
+                        self._cv.notify_all()
+
+
+MAP_GATE = _Gate()

@@ -20,7 +20,7 @@ import os
 import struct
 import threading
 
-from .addrspace import MAP_LOCK
+from .addrspace import MAP_GATE
 
 MAX = 1 << 20
 SIZE = 4096 + 2 * MAX
@@ -52,7 +52,7 @@ class Channel:
         except OSError as e:
             raise ChannelError(f"cannot open {path}: {e.strerror}") from e
         try:
-            with MAP_LOCK:       # never inside an open driver zone (addrspace.py)
+            with MAP_GATE.shared():       # never inside an open driver zone (addrspace.py)
                 self.mm = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)

@@ -15,7 +15,7 @@ import errno
 import mmap
 import os
 
-from .addrspace import MAP_LOCK
+from .addrspace import MAP_GATE
 
 SHM_DIR = "/dev/shm"
 
@@ -68,7 +68,7 @@ class ShmMap:
             n = os.fstat(fd).st_size
             if size is not None and n < size:
                 raise ShmError(f"client segment {seg} has {n} bytes, expected {size}")
-            with MAP_LOCK:       # never inside an open driver zone (addrspace.py)
+            with MAP_GATE.shared():       # never inside an open driver zone (addrspace.py)
                 m = mmap.mmap(fd, n, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
@@ -101,7 +101,7 @@ class ShmMap:
             n = os.fstat(fd).st_size
             if n < length:
                 raise ShmError(f"client segment {seg} has {n} bytes, expected {length}")
-            with MAP_LOCK:
+            with MAP_GATE.shared():
                 p = _libc.mmap(addr, length, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | MAP_FIXED_NOREPLACE,
                                fd, 0)
                 err = ctypes.get_errno()

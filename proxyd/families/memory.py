@@ -69,12 +69,19 @@ def h_mem_free(d, sess, fn, ctx, args, **kw):
 
 @handler("mem_get_address_range")
 def h_mem_range(d, sess, fn, ctx, args, **kw):
-    addr = sess.translate(int(args[2]))
+    asked = int(args[2])
+    addr = sess.translate(asked)
     hit = sess.arena.find(addr)
     if hit is None:
         for o in sess.of_kind(P.K_MODULE):
             for base, size in o.info.get("globals", {}).values():
                 if base <= addr < base + size:
+                    # a variable a restore moved (device_vars.py) answers in
+                    # the app's numbers, around the address it asked about:
+                    # NVIDIA's runtimes check the address they kept against
+                    # this range (cudaMemcpyFromSymbol failed with
+                    # cudaErrorInvalidSymbol after a restore otherwise)
+                    base += asked - addr
                     return CUDA_SUCCESS, [base if args[0] else None, size if args[1] else None]
         raise CudaError(CUDA_ERROR_NOT_FOUND, f"{addr:#x} is not inside a device allocation")
     a, _off = hit

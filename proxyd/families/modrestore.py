@@ -49,6 +49,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ..core.addrspace import MAP_GATE
+
 log = logging.getLogger("proxyd")
 
 MODES = ("parallel", "serial", "unordered")
@@ -97,8 +99,11 @@ def rebuild(r, load_module, restore_function, uid) -> None:
 
     def prep(md):
         t0 = time.monotonic()
-        image = r.img.module(md["image"])          # read, length and SHA-256 checked
-        parsed = store().parsed(image, uid, bytes.fromhex(md["image"]))
+        # shared against the driver zone's windows (core/addrspace.py): the
+        # buffers read here would otherwise take a module's place
+        with MAP_GATE.shared():
+            image = r.img.module(md["image"])          # read, length and SHA-256 checked
+            parsed = store().parsed(image, uid, bytes.fromhex(md["image"]))
         with lock:
             prep_s[0] += time.monotonic() - t0
         return image, parsed
@@ -134,9 +139,18 @@ def rebuild(r, load_module, restore_function, uid) -> None:
                 func_s += time.monotonic() - tf
                 nfunc += 1
     else:
-        ex = ThreadPoolExecutor(threads(), thread_name_prefix="gpuproxy-modprep") if m == "parallel" else None
+        n = min(threads(), len(mods))
+        started = threading.Semaphore(0)
+        # each helper thread signals once it runs: by then it has its stack and
+        # its malloc arena (64 MiB of address space, made at a thread's first
+        # allocation), which must not be made while a module load's zone
+        # window is open (core/addrspace.py)
+        ex = ThreadPoolExecutor(n, thread_name_prefix="gpuproxy-modprep",
+                                initializer=started.release) if m == "parallel" and n else None
         try:
             futs = {md["id"]: ex.submit(prep, md) for md in mods} if ex is not None else {}
+            for _ in range(len(ex._threads) if ex is not None else 0):
+                started.acquire(timeout=30)
             for what, d in order:
                 if what == "module":
                     image, parsed = futs[d["id"]].result() if ex is not None else prep(d)

@@ -15,6 +15,7 @@ Locking: runs on the daemon's main loop.
 from __future__ import annotations
 
 import logging
+import os
 
 from ..core import protocol as P
 from .._generated import FUNCTIONS, NAMES
@@ -28,6 +29,9 @@ from ..core.shm import ShmError
 from ..families.devnum import app_outs, physical_args
 
 log = logging.getLogger("proxyd")
+# GPUPROXY_LOG_CALL_ERRORS=1: one log line per call that proxyd answers with
+# an error (a diagnostic: which call of an app's own runtime failed)
+_LOG_CALL_ERRORS = os.environ.get("GPUPROXY_LOG_CALL_ERRORS") == "1"
 
 
 def _arg_checks(fn) -> tuple:
@@ -248,6 +252,8 @@ class Dispatcher:
                 outs = app_outs(sess, fn, outs)     # device locations in the app's numbers (devnum.py)
             return code, outs, ""
         except CudaError as e:
+            if _LOG_CALL_ERRORS:
+                log.warning("call %s failed: %d %s", fn.name, e.code, e.message)
             return e.code, None, e.message
         except Exception as e:  # a bug in proxyd must not take the daemon down
             RATE.internal_error("internal error in a call", f"{fn.name} failed inside proxyd", e)
