@@ -923,6 +923,8 @@ DRIVER_ASYNC = {
     "cuEventDestroy_v2", "cuStreamDestroy_v2", "cuFuncSetAttribute", "cuFuncSetCacheConfig",
     "cuCtxSetCacheConfig", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
     "cuLaunchHostFunc", "cuStreamAddCallback", "cuGraphLaunch",
+    # the shim names the event (`ids: shim`, interceptor/ipc_event.c)
+    "cuEventCreate",
 }
 
 DRIVER_SHIM_LOCAL = {
@@ -981,6 +983,10 @@ DRIVER_SHIM_OVERRIDE = {
     "cuLinkCreate_v2", "cuLinkAddData_v2", "cuLinkComplete", "cuLinkDestroy",
     # IPC events: records of a shared event are flushed at once (interceptor/ipc_event.c)
     "cuIpcGetEventHandle", "cuIpcOpenEventHandle", "cuEventRecord", "cuEventRecordWithFlags",
+    # creates named by the shim, their ids reused after the destroy (interceptor/ipc_event.c)
+    "cuEventCreate", "cuEventDestroy_v2",
+    # function attributes answered from the shim's cache (interceptor/query_cache.c)
+    "cuFuncGetAttribute",
     # the launch configuration travels as cuLaunchKernelEx's (interceptor/launch_ex.c)
     "cuOccupancyMaxActiveClusters",
     # linear copies in the shim (copy2d.c); with a CUDA array, a cuMemcpy3D op to proxyd (also copy2d.c)

@@ -139,6 +139,12 @@ def generic_body(f, types: dict[str, CType]) -> str:
                 raise GenError(f"{name}: out_buffer {pn} has no size expression")
             lines.append(f"    if ({pn}) mp_uint(b_, (uint64_t)({size})); else mp_nil(b_);")
             outs.append(p)
+        elif role == "out_value" and g(f, "ids") == "shim":
+            # spec `ids: shim`: the override has written the handle it chose
+            # for the new object (interceptor/lib_ids.c) to the out
+            # parameter; it travels with the op, nothing comes back, and
+            # the create can be asynchronous
+            lines.append(f"    mp_uint(b_, (uint64_t)(uintptr_t)*{pn});")
         elif role == "out_value":
             lines.append(f"    mp_bool(b_, {pn} != NULL);")
             outs.append(p)

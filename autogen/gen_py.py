@@ -125,7 +125,7 @@ def gen_dispatch(driver, types: dict[str, CType], sources: list[str], libs=()) -
         pnames = [g(p, "name") for p in params]
         key = tuple(-1 if k == "context" else pnames.index(k) for k in (g(rs, "key") or ())) if rs else ()
         rows.append(f"    {g(f, 'id')}: Fn({g(f, 'name')!r}, {bool(g(f, 'sync', True))!r}, "
-                    f"{g(f, 'handler')!r}, {g(f, 'shim')!r}, {pt!r}, {objs!r}, {rule!r}, {key!r}),")
+                    f"{g(f, 'handler')!r}, {g(f, 'shim')!r}, {pt!r}, {objs!r}, {rule!r}, {key!r}, {g(f, 'ids')!r}),")
         cp = [_cffi_param(p, types) for p in params]
         if None not in cp:
             cdef.append(f"int {g(f, 'name')}({', '.join(cp) or 'void'});")

@@ -23,6 +23,9 @@ import yaml
 # Library families (docs/libraries.md): NVIDIA's math libraries and NVML,
 # whose shim stand-ins forward each call to the session's worker.
 LIBRARY_APIS = ("cublas", "cublaslt", "nvml", "cudnn", "cufft", "curand", "cusparse", "cusolver", "nccl")
+# driver object kinds whose creates may name the object in the shim (`ids: shim`):
+# proxyd's generic path registers them under that handle (proxyd/worker/dispatch.py)
+DRIVER_SHIM_IDS = ("event",)
 APIS = ("driver", "runtime") + LIBRARY_APIS
 LIBRARIES = {"driver": "libcuda.so.1", "runtime": "libcudart.so.13", "cublas": "libcublas.so.13",
              "cublaslt": "libcublasLt.so.13", "nvml": "libnvidia-ml.so.1", "cudnn": "libcudnn.so.9",
@@ -389,13 +392,18 @@ def _parse_function(raw: Any, api: str, family: str, path: str, errs: _Errors) -
         bad("a supported runtime function must be shim: override")
     ids = raw.get("ids")
     if ids is not None:
-        # docs/spec-format.md, "ids: shim": only library creates, which may
-        # then be asynchronous because the caller needs no answer
+        # docs/spec-format.md, "ids: shim": library creates, and driver
+        # creates of the kinds in DRIVER_SHIM_IDS, whose shim override picks
+        # the handle (interceptor/ipc_event.c); either may then be
+        # asynchronous because the caller needs no answer
         creates = [p for p in params if p.role == "out_value" and p.kind]
         if ids != "shim":
             bad(f"ids {ids!r} must be 'shim'")
-        elif api not in LIBRARY_APIS or status != "supported":
-            bad("ids: shim is only for supported library functions")
+        elif status != "supported" or not (api in LIBRARY_APIS or api == "driver"):
+            bad("ids: shim is only for supported library and driver functions")
+        elif api == "driver" and (shim != "override" or not creates or creates[0].kind not in DRIVER_SHIM_IDS):
+            bad(f"ids: shim on a driver function needs shim: override and a created kind of "
+                f"{', '.join(sorted(DRIVER_SHIM_IDS))}")
         elif len(creates) != 1 or len([p for p in params if p.role in ("out_value", "out_buffer")]) != 1:
             bad("ids: shim needs exactly one out parameter, the created object's handle")
         elif not any(o.kind == creates[0].kind and o.effect == "create" for o in objects):

@@ -17,10 +17,18 @@
  * - cuDeviceGetAttribute: a device's attributes are fixed for the life of
  *   its worker (the driver itself caches them); dropped when the session
  *   moves to another worker, which may be another GPU.
+ * - cuFuncGetAttribute (and so cudaFuncGetAttributes, 10 of them a call,
+ *   and cuKernelGetAttribute): per (function, attribute), below ("function
+ *   attributes").
  *
- * Locking: gp_lock around the tables (callers may hold it: recursive). */
+ * Locking: gp_lock around the tables (callers may hold it: recursive). A
+ * remoted call made under it keeps it until its answer has come (transport.c
+ * releases it only in HELLO), so nothing can change a table between a
+ * question and the caching of its answer; a move to another worker during
+ * the call is caught by the epoch read before it. */
 #include <string.h>
 
+#include "gp_context.h"
 #include "gp_funcs.h"
 #include "gp_gen.h"
 #include "gp_transport.h"
@@ -30,6 +38,8 @@
 
 static int init_ok;
 static uint64_t func_gen = 1;       /* occupancy answers' generation (below) */
+static uint64_t fattr_gen = 1;      /* function attributes' generation (below) */
+static void forget_function_sets(void);
 static uint64_t primary_gen = 1;
 
 static struct {
@@ -63,6 +73,31 @@ static void qc_note_op(uint32_t fid)
     case GP_FID_cuCtxSetSharedMemConfig:
     case GP_FID_cuCtxSetLimit:
         func_gen++;
+        break;
+    default:
+        break;
+    }
+    /* CUfunction handles die with their module or context, and the worker
+     * may hand a dead one out again for another kernel: every cached answer
+     * about functions goes (cuLibraryUnload unloads its modules through
+     * cuModuleUnload, library.c; the last release of a primary context and
+     * a reset destroy it with its modules, cuda.h) */
+    switch (fid) {
+    case GP_FID_cuModuleUnload:
+    case GP_FID_cuCtxDestroy:
+    case GP_FID_cuCtxDestroy_v2:
+    case GP_FID_cuDevicePrimaryCtxRelease:
+    case GP_FID_cuDevicePrimaryCtxRelease_v2:
+    case GP_FID_cuDevicePrimaryCtxReset:
+    case GP_FID_cuDevicePrimaryCtxReset_v2:
+        func_gen++;
+        fattr_gen++;
+        forget_function_sets();
+        break;
+    case GP_FID_cuFuncSetCacheConfig:
+        /* no CUfunction_attribute reflects it (cuda.h), but it is rare:
+         * dropping everything costs nothing worth a risk */
+        fattr_gen++;
         break;
     default:
         break;
@@ -168,11 +203,119 @@ static void note_func_attr(CUfunction f, int attrib, int value)
     /* else: every later set of an untracked attribute bumps func_gen */
 }
 
-CUresult gpo_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+/* A dead function's handle may come back for another function: the
+ * record of what was set on it must not make a first set on the new one
+ * look like a repeat that changes nothing (note_func_attr). */
+static void forget_function_sets(void)
 {
+    nfattrs = 0;
+}
+
+/* ------------------------------------------------------ function attributes
+ * cuFuncGetAttribute costs a round trip, which also waits for every
+ * asynchronous op queued before it; PyTorch's DDP step asked it ~40 times
+ * a step per rank (cudaFuncGetAttributes asks 10: rt_api.c), ~230 us each
+ * on 4 H100s. The answers, per cuda.h's CUfunction_attribute:
+ * - fixed by the compiled code: SHARED_SIZE_BYTES, CONST_SIZE_BYTES,
+ *   LOCAL_SIZE_BYTES, NUM_REGS, PTX_VERSION, BINARY_VERSION,
+ *   CACHE_MODE_CA, CLUSTER_SIZE_MUST_BE_SET and the REQUIRED_CLUSTER_*
+ *   dimensions set at compile time;
+ * - fixed for the function on its device: MAX_THREADS_PER_BLOCK ("depends
+ *   on both the function and the device on which the function is
+ *   currently loaded"); the shim keeps it per function, and it may follow
+ *   the dynamic shared memory allowed, so any set drops it too;
+ * - changed by cuFuncSetAttribute / cuKernelSetAttribute (cuda.h: "See
+ *   ::cuFuncSetAttribute, ::cuKernelSetAttribute"):
+ *   MAX_DYNAMIC_SHARED_SIZE_BYTES, PREFERRED_SHARED_MEMORY_CARVEOUT,
+ *   CLUSTER_SIZE_MUST_BE_SET, REQUIRED_CLUSTER_WIDTH/HEIGHT/DEPTH,
+ *   NON_PORTABLE_CLUSTER_SIZE_ALLOWED, CLUSTER_SCHEDULING_POLICY_PREFERENCE.
+ *   All of those reach gpo_cuFuncSetAttribute (cudaFuncSetAttribute and
+ *   cuKernelSetAttribute call cuFuncSetAttribute: rt_api.c, library.c),
+ *   which drops every cached attribute of the function, unless the set
+ *   repeats the last set made on that function (same attribute, same
+ *   value): nothing has changed since that set, and a set is idempotent,
+ *   its value or its refusal is what answers asked after it show already.
+ *   PyTorch repeats the same set before some launches.
+ * Dropped all at once when function handles may be reused (module unload,
+ * context destroy or reset: qc_note_op) and when the session moves to
+ * another worker (gp_session_epoch: a restore or a migration, which may be
+ * onto another GPU model; a whole-process restore resumes through a new
+ * worker endpoint too, transport.c set_worker_endpoint), so a restored
+ * process asks again once. Only successful answers are cached.
+ *
+ * Kept per function: the handle as the worker knows it (a CUkernel passed
+ * as a CUfunction, which cuda.h allows, is first turned into its function
+ * in the current context: gp_function_of), direct-mapped by a hash of it.
+ * Locking: gp_lock (GP_ENTER), as every table in this file. */
+
+#define QC_FUNCS 1024
+#define QC_FATTR_N 32          /* CUfunction_attribute values are below this (cuda.h: CU_FUNC_ATTRIBUTE_MAX is 16) */
+
+static struct {
+    CUfunction f;
+    uint64_t epoch, gen;       /* the session epoch and fattr_gen it was filled in */
+    uint32_t have;             /* bit a: value[a] is cached */
+    int value[QC_FATTR_N];
+    int set_known, set_attrib, set_value;   /* the last cuFuncSetAttribute on f (gen, epoch as above) */
+} fcache[QC_FUNCS];
+
+static size_t fcache_slot(CUfunction f)
+{
+    return (size_t)(((uint64_t)(uintptr_t)f * 0x9E3779B97F4A7C15ull) >> 40) % QC_FUNCS;
+}
+
+/* Before a set of f's attribute: drops what it may change (above). */
+static void set_function_attr(CUfunction f, int attrib, int value)
+{
+    uint64_t epoch = gp_session_epoch();
+    size_t s = fcache_slot(f);
+    if (fcache[s].f != f || fcache[s].epoch != epoch || fcache[s].gen != fattr_gen) {
+        fcache[s].f = f;
+        fcache[s].epoch = epoch;
+        fcache[s].gen = fattr_gen;
+        fcache[s].have = 0;
+    } else if (!fcache[s].set_known || fcache[s].set_attrib != attrib || fcache[s].set_value != value) {
+        fcache[s].have = 0;
+    }
+    fcache[s].set_known = 1;
+    fcache[s].set_attrib = attrib;
+    fcache[s].set_value = value;
+}
+
+CUresult gpo_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction f)
+{
+    GP_RESOLVE_FUNCTION(f);
     GP_ENTER();
-    note_func_attr(hfunc, (int)attrib, value);
-    GP_LEAVE(gpg_cuFuncSetAttribute(hfunc, attrib, value));
+    uint64_t epoch = gp_session_epoch(), gen = fattr_gen;
+    int cacheable = pi && f && (unsigned)attrib < QC_FATTR_N;
+    size_t s = fcache_slot(f);
+    if (cacheable && fcache[s].f == f && fcache[s].epoch == epoch && fcache[s].gen == gen
+        && (fcache[s].have >> attrib & 1)) {
+        *pi = fcache[s].value[attrib];
+        GP_LEAVE(CUDA_SUCCESS);
+    }
+    CUresult rc = gpg_cuFuncGetAttribute(pi, attrib, f);
+    if (rc == CUDA_SUCCESS && cacheable && epoch == gp_session_epoch() && gen == fattr_gen) {
+        if (fcache[s].f != f || fcache[s].epoch != epoch || fcache[s].gen != gen) {
+            fcache[s].f = f;
+            fcache[s].epoch = epoch;
+            fcache[s].gen = gen;
+            fcache[s].have = 0;
+            fcache[s].set_known = 0;
+        }
+        fcache[s].value[attrib] = *pi;
+        fcache[s].have |= 1u << attrib;
+    }
+    GP_LEAVE(rc);
+}
+
+CUresult gpo_cuFuncSetAttribute(CUfunction f, CUfunction_attribute attrib, int value)
+{
+    GP_RESOLVE_FUNCTION(f);
+    GP_ENTER();
+    note_func_attr(f, (int)attrib, value);
+    set_function_attr(f, (int)attrib, value);
+    GP_LEAVE(gpg_cuFuncSetAttribute(f, attrib, value));
 }
 
 static size_t occ_slot(CUfunction f, int block, size_t smem, unsigned flags)

@@ -19,7 +19,7 @@ import struct
 
 import pytest
 
-from test_graph_nodes import client, ok  # noqa: F401 (client: a fixture)
+from test_graph_nodes import client, new_event, ok  # noqa: F401 (client: a fixture)
 from wire import FID, WireClient
 
 BACKEND = os.environ.get("GPUPROXY_TEST_BACKEND", "emu")
@@ -86,7 +86,7 @@ def test_handles_and_nodes_are_checked(client):
     assert code == CUDA_ERROR_INVALID_VALUE and f"{h2:#x} used by no conditional node" in msg, (code, msg)
     assert add_cond(c, g, [], h2, IF, 1)[0] == 0
     # a body holds what cuda.h allows: a host node there fails instantiation
-    ev = ok(c, "cuEventCreate", True, 0)[0]
+    ev = new_event(c)
     ok(c, "cuGraphAddEventRecordNode", True, bodies[1], [], 0, ev)
     code, _, msg = c.call("cuGraphInstantiateWithFlags", True, g, 0, ctx=c.ctx)
     assert code == CUDA_ERROR_INVALID_VALUE and "cannot be in a body" in msg, (code, msg)

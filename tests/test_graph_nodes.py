@@ -31,6 +31,20 @@ def ok(c, name, *args):
     return outs
 
 
+def new_event(c, flags=0):
+    """cuEventCreate as the shim sends it (spec `ids: shim`,
+    interceptor/ipc_event.c): the handle chosen by the client, nothing
+    answered; a synchronous call on the event shows the create ran."""
+    _shim_event_ids[0] += 1
+    ev = (5 << 32) | 0x80000000 | _shim_event_ids[0]
+    ok(c, "cuEventCreate", ev, flags)
+    ok(c, "cuEventQuery", ev)
+    return ev
+
+
+_shim_event_ids = [0]
+
+
 def memset_op(c, dst, value, n):
     """The op a memset node carries (interceptor/graph_build.c): cuMemsetD8Async on stream 0."""
     return [FID["cuMemsetD8Async"], c.ctx, dst, value, n, 0]
@@ -288,9 +302,9 @@ def test_event_records_in_a_capture_are_dependencies_not_nodes(client):
     c = client
     s1 = ok(c, "cuStreamCreate", True, 1)[0]
     s2 = ok(c, "cuStreamCreate", True, 1)[0]
-    fork = ok(c, "cuEventCreate", True, 0)[0]
-    join = ok(c, "cuEventCreate", True, 0)[0]
-    ext = ok(c, "cuEventCreate", True, 0)[0]
+    fork = new_event(c)
+    join = new_event(c)
+    ext = new_event(c)
     buf = ok(c, "cuMemAlloc_v2", True, 64)[0]
     ok(c, "cuStreamBeginCapture_v2", s1, 0)
     ok(c, "cuEventRecord", fork, s1)

@@ -136,7 +136,10 @@ def setup_session(n, fake, py):
     pattern = bytes((i * 7 + 3) & 0xFF for i in range(4096))
     py.call([[FID["cuMemcpyHtoD_v2"], ctx, dptr, pattern, 4096]])
     stream = py.call([[FID["cuStreamCreate"], ctx, True, 0]])[0]
-    event = py.call([[FID["cuEventCreate"], ctx, True, 0]])[0]
+    # named as the shim names events (bit 31 of the id: C keeps those apart)
+    event = (5 << 32) | 0x80000001
+    py.call([[FID["cuEventCreate"], ctx, event, 0], [FID["cuCtxSynchronize"], ctx]])
+    assert (5, 0x80000001) in py.sess.objects
     slot = py.sess.slot
     for h, real in ((ctx, 0xC0), (stream, 0x5E), (event, 0xE7)):
         n.lib.gpx_set(slot, h >> 32, h & 0xFFFFFFFF, real)

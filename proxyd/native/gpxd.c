@@ -53,6 +53,12 @@ typedef struct {
 } table;
 
 static table tables[MAX_SLOTS][NKINDS];
+/* Objects the shim named itself (spec `ids: shim`: cuEventCreate) have ids
+ * with bit 31 set (interceptor/lib_ids.c, proxyd/core/protocol.py
+ * SHIM_ID_BIT), counted from 1 apart from proxyd's: a table of their own,
+ * indexed by the id without that bit. */
+#define SHIM_ID_BIT 0x80000000u
+static table shim_tables[MAX_SLOTS][NKINDS];
 static void serve_resolve(void *h);
 static void ranges_clear(int slot);
 static uint32_t launch_fids[8];
@@ -87,7 +93,8 @@ int gpx_set(int slot, int kind, uint32_t id, uintptr_t value)
 {
     if (slot < 0 || slot >= MAX_SLOTS || kind <= 0 || kind >= NKINDS)
         return -1;
-    table *t = &tables[slot][kind];
+    table *t = id & SHIM_ID_BIT ? &shim_tables[slot][kind] : &tables[slot][kind];
+    id &= ~SHIM_ID_BIT;
     if (id >= t->n) {
         uint32_t n = t->n ? t->n : 64;
         while (n <= id)
@@ -111,6 +118,9 @@ void gpx_clear_slot(int slot)
         free(tables[slot][k].v);
         tables[slot][k].v = NULL;
         tables[slot][k].n = 0;
+        free(shim_tables[slot][k].v);
+        shim_tables[slot][k].v = NULL;
+        shim_tables[slot][k].n = 0;
     }
     ranges_clear(slot);
 }
@@ -120,7 +130,8 @@ static uintptr_t lookup(int slot, uint64_t handle, int kind)
     if ((int)(handle >> 32) != kind)
         return 0;
     uint32_t id = (uint32_t)handle;
-    table *t = &tables[slot][kind];
+    table *t = id & SHIM_ID_BIT ? &shim_tables[slot][kind] : &tables[slot][kind];
+    id &= ~SHIM_ID_BIT;
     return id < t->n ? t->v[id] : 0;
 }
 

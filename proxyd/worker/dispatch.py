@@ -280,6 +280,22 @@ class Dispatcher:
                 cargs.append(self.data(sess, a))
             else:
                 raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"{fn.name}: parameter {name} ({kind}) cannot be remoted")
+        shim_ids = {}
+        if fn.ids == "shim" and not force_ids:
+            # spec `ids: shim` (cuEventCreate): the shim named the object and
+            # sent the handle in the out parameter's slot; checked before the
+            # driver creates anything, so a refused handle leaks nothing. (A
+            # restore passes force_ids: images made before events were named
+            # by the shim carry `true` there.)
+            for (code_, _n, kind, _c, _s), a in zip(conv, args):
+                if code_ == _C_OUT and kind in creates:
+                    k, i = P.split_handle(int(a or 0))
+                    if k != P.KIND_CODES.get(kind) or not i & P.SHIM_ID_BIT:
+                        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {int(a or 0):#x} is not a "
+                                                                  f"shim-chosen {kind} handle")
+                    if (k, i) in sess.objects:
+                        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: handle {int(a):#x} is already in use")
+                    shim_ids[kind] = i
         code, outs = self.backend.call(fn, cargs)
         if code != CUDA_SUCCESS:
             return code, None
@@ -291,7 +307,7 @@ class Dispatcher:
                 if kc < 0:
                     raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"objects of kind {kind} are not supported")
                 if kind in creates:
-                    ident = (force_ids or {}).get(kind)
+                    ident = (force_ids or shim_ids).get(kind)
                     o = sess.add(kc, v, ctx.id if ctx else 0, create=(fid, ctxh, list(args)), ident=ident)
                     enc.append(o.handle)
                 else:
