@@ -3,7 +3,10 @@
 runtime's symbol calls (cudaMemcpyFromSymbol at the program's end) must keep
 working. On the H100 such a move (a GPU-only restore of the 12.4 build, and
 a whole-process restore of the 11.8 one) made cudaMemcpyFromSymbol answer
-cudaErrorInvalidSymbol. Here the restoring daemon's emulated backend places
+cudaErrorInvalidSymbol: the runtime looks the variable up again
+(cuModuleGetGlobal, found with gdb on the emulated backend) and refuses an
+address other than the one it kept; proxyd now answers the app's address
+(Session.app_address). Here the restoring daemon's emulated backend places
 variables 1 MiB further (GPUPROXY_EMU_GLOBALS_SKEW), which moves them
 every time."""
 from __future__ import annotations
@@ -15,17 +18,7 @@ from test_oldcuda_checkpoint import VERSIONS, _Built, _iterative
 
 pytestmark = [pytest.mark.slow]
 
-# Known gap (issue 24): with the variable moved, NVIDIA's 12.4 and 11.8
-# runtimes answer cudaMemcpyFromSymbol with cudaErrorInvalidSymbol before
-# sending anything (the call profile shows no op after the restore's last
-# copy, and no call failed in proxyd: GPUPROXY_LOG_CALL_ERRORS=1), so a check
-# inside the runtime on an answer the shim gives locally fails; not found
-# yet. The placement fixes (core/addrspace.py) keep variables from moving.
-KNOWN_GAP = pytest.mark.xfail(strict=True, reason="NVIDIA's runtime refuses a moved __device__ variable "
-                                                  "(docs/compatibility.md, issue 24)")
 
-
-@KNOWN_GAP
 @pytest.mark.parametrize("version", VERSIONS)
 def test_whole_process_restore_with_moved_globals(version, usable_criu, proxy_cli, tmp, monkeypatch):
     if BACKEND != "emu":
@@ -51,3 +44,26 @@ def test_whole_process_restore_with_moved_globals(version, usable_criu, proxy_cl
     finally:
         kill(pid)
         d.cleanup()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_gpu_only_restore_with_moved_globals(version, tmp, shim_installed, monkeypatch):
+    """The same for a GPU-only dump: the app waits in its next call while a
+    fresh, skewed proxyd restores, then runs to its end."""
+    if BACKEND != "emu":
+        pytest.skip("the move is forced on the emulated backend")
+    from paced import PacedRun
+    from wholeproc import ctl
+    prog, exe = _iterative(version)
+    d = daemon(tmp, "first")
+    with PacedRun(_Built(exe, prog.args), d) as run:
+        run.step_to(20)
+        assert ctl(d, "dump", pid=run.pid, dir=str(tmp / "img"))["released"]
+        d.kill()
+        monkeypatch.setenv("GPUPROXY_EMU_GLOBALS_SKEW", str(1 << 20))
+        d = daemon(tmp, "skewed")
+        monkeypatch.delenv("GPUPROXY_EMU_GLOBALS_SKEW")
+        assert ctl(d, "restore", dir=str(tmp / "img"))["pid"] == run.pid
+        out = run.finish()
+        assert out == prog.expected_output, out[-500:] + run.stderr() + d.log()[-2000:]
+        assert "moved" in d.log()          # the variable did move

@@ -261,6 +261,20 @@ class Session:
         out["allocation"] = len(self.arena.allocs)
         return out
 
+    def app_address(self, addr: int) -> int:
+        """The address the app knows for this worker's addr: the first
+        origin of a variable that restores moved (addr_map's entries chain:
+        A->B from one restore, B->C and A->C from the next), else addr."""
+        olds = [old for old, size, new in self.addr_map if new <= addr < new + size]
+        if not olds:
+            return addr
+        targets = {new for _old, _size, new in self.addr_map}
+        root = next((o for o in olds if o not in targets), olds[0])
+        for old, size, new in self.addr_map:
+            if old == root and new <= addr < new + size:
+                return old + (addr - new)
+        return addr
+
     def translate(self, addr: int) -> int:
         for old, size, new in self.addr_map:
             if old <= addr < old + size:

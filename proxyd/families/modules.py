@@ -159,6 +159,11 @@ def h_module_get_global(d, sess, fn, ctx, args, **kw):
     name = bytes(args[3]).rstrip(b"\0").decode()
     addr, size = d.backend.module_global(mod.real, name)
     mod.info["globals"][name] = (addr, size)
+    # a variable a restore moved is answered at the address the app first got
+    # (Session.app_address): NVIDIA's runtimes look a variable up again for
+    # each cudaMemcpy*Symbol and refuse one whose address changed
+    # (cudaErrorInvalidSymbol); every call passing it is translated
+    addr = sess.app_address(addr)
     return CUDA_SUCCESS, [addr if args[0] else None, size if args[1] else None]
 
 
