@@ -138,6 +138,7 @@ HANDLE_KINDS = {
     "cusparseSpMatDescr_t": "cusparse_spmat", "cusparseConstSpMatDescr_t": "cusparse_spmat",
     "cusparseDnVecDescr_t": "cusparse_dnvec", "cusparseConstDnVecDescr_t": "cusparse_dnvec",
     "cusparseDnMatDescr_t": "cusparse_dnmat", "cusparseConstDnMatDescr_t": "cusparse_dnmat",
+    "cusparseSpVecDescr_t": "cusparse_spvec", "cusparseConstSpVecDescr_t": "cusparse_spvec",
     "cusolverDnHandle_t": "cusolver_dn_handle",
     "cusolverDnParams_t": "cusolver_dn_params",
     "syevjInfo_t": "cusolver_syevj_info",

@@ -60,7 +60,7 @@ KINDS = ("context", "module", "function", "library", "kernel", "stream", "event"
          # cuDNN: the handle, backend (graph API) descriptors, the legacy descriptors (one kind)
          "cudnn_handle", "cudnn_backend_desc", "cudnn_desc",
          "cufft_plan", "curand_generator", "cusparse_handle", "cusparse_spmat", "cusparse_dnvec",
-         "cusparse_dnmat", "cusparse_spgemm", "cusparse_spsv", "cusparse_spsm", "cusolver_dn_handle", "cusolver_dn_params",
+         "cusparse_dnmat", "cusparse_spgemm", "cusparse_spsv", "cusparse_spsm", "cusparse_spvec", "cusolver_dn_handle", "cusolver_dn_params",
          "cusolver_syevj_info", "cusolver_gesvdj_info",
          # NCCL communicators (shim-chosen handles) and registration windows
          "nccl_comm", "nccl_window")

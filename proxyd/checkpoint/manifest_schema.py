@@ -306,7 +306,8 @@ SESSION = Obj({
                                         "curand_generator", "cusparse_handle", "cusparse_spmat",
                                         "cusparse_dnvec", "cusparse_dnmat", "cusolver_dn_handle",
                                         "cusolver_dn_params", "cusolver_syevj_info",
-                                        "cusolver_gesvdj_info", "cusparse_spgemm", "cusparse_spsv", "cusparse_spsm"),
+                                        "cusolver_gesvdj_info", "cusparse_spgemm", "cusparse_spsv", "cusparse_spsm",
+                                        "cusparse_spvec"),
                            "id": ID, "ctx": ID, "create": Tuple(Int(0, 1 << 20), U64, HANDLE_ARGS),
                            "settings": List(Tuple(Int(0, 1 << 20), HANDLE_ARGS), 1 << 16)},
                           # cuRAND generators: numbers generated since the last

@@ -81,6 +81,7 @@ K_CUSPARSE_SPGEMM = 51         # cusparseSpGEMMDescr_t (cusparse.h, generic API)
 K_CUSPARSE_SPSV = 52           # cusparseSpSVDescr_t
 K_CUSPARSE_SPSM = 53           # cusparseSpSMDescr_t
 K_NCCL_COMM = 54        # ncclComm_t: a communicator, named by the shim (proxyd/families/nccl.py)
+K_CUSPARSE_SPVEC = 55   # cusparseSpVecDescr_t (cusparse.h, generic API: a sparse vector)
 
 KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
               "stream": K_STREAM, "event": K_EVENT, "mem_pool": K_MEM_POOL,
@@ -96,7 +97,8 @@ KIND_CODES = {"context": K_CONTEXT, "module": K_MODULE, "function": K_FUNCTION,
               "cusparse_dnmat": K_CUSPARSE_DNMAT, "cusolver_dn_handle": K_CUSOLVER_DN_HANDLE,
               "cusolver_dn_params": K_CUSOLVER_DN_PARAMS, "cusolver_syevj_info": K_CUSOLVER_SYEVJ_INFO,
               "cusolver_gesvdj_info": K_CUSOLVER_GESVDJ_INFO, "cusparse_spgemm": K_CUSPARSE_SPGEMM,
-              "cusparse_spsv": K_CUSPARSE_SPSV, "cusparse_spsm": K_CUSPARSE_SPSM, "nccl_comm": K_NCCL_COMM}
+              "cusparse_spsv": K_CUSPARSE_SPSV, "cusparse_spsm": K_CUSPARSE_SPSM, "nccl_comm": K_NCCL_COMM,
+              "cusparse_spvec": K_CUSPARSE_SPVEC}
 KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
 
 # special stream handle values (cuda.h)

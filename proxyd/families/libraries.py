@@ -60,7 +60,8 @@ LIB_KINDS = {"cublas_handle": P.K_CUBLAS_HANDLE, "cublaslt_handle": P.K_CUBLASLT
              "cudnn_desc": P.K_CUDNN_DESC, "cufft_plan": P.K_CUFFT_PLAN,
              "curand_generator": P.K_CURAND_GENERATOR, "cusparse_handle": P.K_CUSPARSE_HANDLE,
              "cusparse_spmat": P.K_CUSPARSE_SPMAT, "cusparse_dnvec": P.K_CUSPARSE_DNVEC,
-             "cusparse_dnmat": P.K_CUSPARSE_DNMAT, "cusolver_dn_handle": P.K_CUSOLVER_DN_HANDLE,
+             "cusparse_dnmat": P.K_CUSPARSE_DNMAT, "cusparse_spvec": P.K_CUSPARSE_SPVEC,
+             "cusolver_dn_handle": P.K_CUSOLVER_DN_HANDLE,
              "cusolver_dn_params": P.K_CUSOLVER_DN_PARAMS, "cusolver_syevj_info": P.K_CUSOLVER_SYEVJ_INFO,
              "cusolver_gesvdj_info": P.K_CUSOLVER_GESVDJ_INFO,
              # last: their settings (analysis, work estimation) replay after the

@@ -1,6 +1,7 @@
 """The emulated backend's cuSPARSE generic API beyond CSR SpMV/SpMM
 (issue 26; docs/libraries.md): CSC and COO descriptors, the descriptors'
-getters and setters, dense<->sparse conversion, SpGEMM and SpSV, as CuPy
+getters and setters, sparse vectors (SpVec: Gather, Scatter, SpVV),
+dense<->sparse conversion, SpGEMM and SpSV, as CuPy
 (cupyx.scipy.sparse) and PyTorch's sparse tensors call them. numpy only.
 
 Semantics followed (cuSPARSE library guide, "Generic API"):
@@ -181,6 +182,94 @@ class EmuCusparseGeneric(EmuCusparse):
         return SP_OK, [self._dn(v, "dnvec")["vals"]]
 
     f_cusparseConstDnVecGetValues = f_cusparseDnVecGetValues
+
+    # ----------------------------------------------------- sparse vectors
+    # cusparse.h, "SPARSE VECTOR DESCRIPTOR": size entries, nnz of them stored
+    # (indices and values in device memory, index base as the descriptor
+    # says); CuPy's csrsort/cscsort/coosort gather through one when the
+    # legacy cusparse<t>gthr is gone (CUDA 12).
+    def f_cusparseCreateSpVec(self, out, size, nnz, idx, vals, it, base, vt):
+        if base not in (0, 1) or size < 0 or not 0 <= nnz <= size:
+            return SP_INVALID, None
+        self._check_idx(it)
+        _dtype(vt)
+        return SP_OK, [self._new(kind="spvec", size=size, nnz=nnz, idx=idx, vals=vals, it=it, base=base, vt=vt)]
+
+    f_cusparseCreateConstSpVec = f_cusparseCreateSpVec
+
+    def f_cusparseDestroySpVec(self, v):
+        self._dn(v, "spvec")
+        del self.objs[v]
+        return SP_OK, []
+
+    def f_cusparseSpVecGet(self, v, *outs):
+        o = self._dn(v, "spvec")
+        return SP_OK, [o["size"], o["nnz"], o["idx"], o["vals"], o["it"], o["base"], o["vt"]]
+
+    f_cusparseConstSpVecGet = f_cusparseSpVecGet
+
+    def f_cusparseSpVecGetIndexBase(self, v, out):
+        return SP_OK, [self._dn(v, "spvec")["base"]]
+
+    def f_cusparseSpVecGetValues(self, v, out):
+        return SP_OK, [self._dn(v, "spvec")["vals"]]
+
+    f_cusparseConstSpVecGetValues = f_cusparseSpVecGetValues
+
+    def f_cusparseSpVecSetValues(self, v, vals):
+        self._dn(v, "spvec")["vals"] = vals
+        return SP_OK, []
+
+    def _spvec(self, x, y):
+        """(indices zero-based, values, dense values) of a sparse vector x
+        and a dense vector y of the same size (views into device memory)."""
+        xo, yo = self._dn(x, "spvec"), self._dn(y, "dnvec")
+        if xo["size"] != yo["size"]:
+            raise CudaError(1, f"sparse vector of size {xo['size']}, dense vector of size {yo['size']}")
+        nnz = xo["nnz"]
+        ind = self._ints(xo["idx"], nnz, xo["it"]).astype(np.int64) - xo["base"]
+        if nnz and (ind.min() < 0 or ind.max() >= xo["size"]):
+            raise CudaError(1, "sparse vector indices outside its size")
+        return ind, self._values(xo["vals"], nnz, xo["vt"]), self._values(yo["vals"], yo["size"], yo["vt"])
+
+    def f_cusparseGather(self, h, y, x):
+        """x.values[i] = y[x.indices[i]] (cusparse.h, cusparseGather)."""
+        self._obj(h)
+        ind, xv, yv = self._spvec(x, y)
+        xv[:] = yv[ind].astype(xv.dtype)
+        return SP_OK, []
+
+    def f_cusparseScatter(self, h, x, y):
+        """y[x.indices[i]] = x.values[i], the other entries of y untouched."""
+        self._obj(h)
+        ind, xv, yv = self._spvec(x, y)
+        yv[ind] = xv.astype(yv.dtype)
+        return SP_OK, []
+
+    def f_cusparseSpVV_bufferSize(self, h, op, x, y, result, ct, out):
+        self._obj(h)
+        self._spvec(x, y), _dtype(ct)
+        return SP_OK, [_BUFFER]
+
+    def f_cusparseSpVV(self, h, op, x, y, result, ct, buf):
+        """result = sum op(x.values[i]) * y[x.indices[i]], op N or C
+        (conjugate), in the compute type; written by the handle's pointer
+        mode (host: answered, device: at the address)."""
+        hobj = self._obj(h)
+        if op not in (OP_N, OP_C):
+            return SP_INVALID, None
+        ind, xv, yv = self._spvec(x, y)
+        dt = np.dtype(_dtype(ct))
+        xs = np.conj(xv) if op == OP_C else xv
+        val = dt.type(np.sum(xs.astype(np.complex128 if dt.kind == "c" else np.float64) * yv[ind]))
+        raw = np.array([val], dt).tobytes()
+        if result is None:
+            return SP_INVALID, None
+        self._check_mode(hobj["pointer_mode"] == 1, result)
+        if isinstance(result, int):
+            self.b.resolve(int(result), len(raw))[:] = np.frombuffer(raw, np.uint8)
+            return SP_OK, [None]
+        return SP_OK, [raw]
 
     # ---------------------------------------------------- array plumbing
     def _ints(self, addr, n, t):
