@@ -19,8 +19,9 @@ work waits while a window is open. Mappings made by code that takes neither
 (a library's own threads) can still land in a window, which is one driver
 call long.
 
-Locking: a condition variable; exclusive() is re-entrant on its thread, and
-shared() on the thread holding the window passes (the window's own work).
+Locking: a condition variable; a waiting window goes before new shared
+work; exclusive() is re-entrant on its thread, and shared() on the thread
+holding the window passes (the window's own work).
 Lower than every user: imports nothing of gpuproxy.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ class _Gate:
         self._shared = 0
         self._owner: int | None = None      # thread ident holding the window
         self._depth = 0
+        self._waiting = 0                   # windows waiting: new shared work waits behind them
 
     @contextmanager
     def exclusive(self):
@@ -43,8 +45,12 @@ class _Gate:
             if self._owner == me:
                 self._depth += 1
             else:
-                while self._owner is not None or self._shared:
-                    self._cv.wait()
+                self._waiting += 1
+                try:
+                    while self._owner is not None or self._shared:
+                        self._cv.wait()
+                finally:
+                    self._waiting -= 1
                 self._owner, self._depth = me, 1
         try:
             yield
@@ -62,7 +68,10 @@ class _Gate:
             if self._owner == me:
                 mine = False
             else:
-                while self._owner is not None:
+                # a window waiting goes first: the restore's image readers
+                # would otherwise keep a module load waiting until all of
+                # them were done
+                while self._owner is not None or self._waiting:
                     self._cv.wait()
                 self._shared += 1
                 mine = True
