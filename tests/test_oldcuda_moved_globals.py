@@ -48,8 +48,8 @@ def test_whole_process_restore_with_moved_globals(version, usable_criu, proxy_cl
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_gpu_only_restore_with_moved_globals(version, tmp, shim_installed, monkeypatch):
-    """The same for a GPU-only dump: the app waits in its next call while a
-    fresh, skewed proxyd restores, then runs to its end."""
+    """The same for GPU-only dumps: the app waits in its next call while a
+    fresh, skewed proxyd restores, twice, then runs to its end."""
     if BACKEND != "emu":
         pytest.skip("the move is forced on the emulated backend")
     from paced import PacedRun
@@ -57,13 +57,16 @@ def test_gpu_only_restore_with_moved_globals(version, tmp, shim_installed, monke
     prog, exe = _iterative(version)
     d = daemon(tmp, "first")
     with PacedRun(_Built(exe, prog.args), d) as run:
-        run.step_to(20)
-        assert ctl(d, "dump", pid=run.pid, dir=str(tmp / "img"))["released"]
-        d.kill()
-        monkeypatch.setenv("GPUPROXY_EMU_GLOBALS_SKEW", str(1 << 20))
-        d = daemon(tmp, "skewed")
-        monkeypatch.delenv("GPUPROXY_EMU_GLOBALS_SKEW")
-        assert ctl(d, "restore", dir=str(tmp / "img"))["pid"] == run.pid
+        # twice, moved further each time: after the second restore the
+        # variable is known by three addresses, and the app by its first
+        for k, skew in ((20, 1 << 20), (40, 2 << 20)):
+            run.step_to(k)
+            assert ctl(d, "dump", pid=run.pid, dir=str(tmp / f"img{k}"))["released"]
+            d.kill()
+            monkeypatch.setenv("GPUPROXY_EMU_GLOBALS_SKEW", str(skew))
+            d = daemon(tmp, f"skewed{k}")
+            monkeypatch.delenv("GPUPROXY_EMU_GLOBALS_SKEW")
+            assert ctl(d, "restore", dir=str(tmp / f"img{k}"))["pid"] == run.pid
+            assert "moved" in d.log()          # the variable did move
         out = run.finish()
         assert out == prog.expected_output, out[-500:] + run.stderr() + d.log()[-2000:]
-        assert "moved" in d.log()          # the variable did move

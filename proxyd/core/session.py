@@ -262,16 +262,15 @@ class Session:
         return out
 
     def app_address(self, addr: int) -> int:
-        """The address the app knows for this worker's addr: the first
-        origin of a variable that restores moved (addr_map's entries chain:
-        A->B from one restore, B->C and A->C from the next), else addr."""
-        olds = [old for old, size, new in self.addr_map if new <= addr < new + size]
-        if not olds:
-            return addr
-        targets = {new for _old, _size, new in self.addr_map}
-        root = next((o for o in olds if o not in targets), olds[0])
-        for old, size, new in self.addr_map:
-            if old == root and new <= addr < new + size:
+        """The address the app knows for this worker's addr: for a variable
+        that restores moved, the origin of its chain in addr_map, else addr.
+        device_vars._write appends a variable's entries image address first
+        and the chained origins after, in the image's order, so the last
+        entry whose target holds addr is the first address the app got
+        (after one restore [(A, B)]; after the next [(B, C), (A, C)]: B was
+        the image's, never answered to the app)."""
+        for old, size, new in reversed(self.addr_map):
+            if new <= addr < new + size:
                 return old + (addr - new)
         return addr
 

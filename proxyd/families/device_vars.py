@@ -93,7 +93,9 @@ def _write(r) -> None:
                 b.htod(addr, data, size, 0, True)
             mod.info["globals"][name] = (addr, size)
             # the client may hold this variable's address from before this
-            # restore, or from before an earlier one: all lead here now
+            # restore, or from before an earlier one: all lead here now. The
+            # image's address first, its chained origins after: the last
+            # entry is the app's own (Session.app_address)
             if addr != old_addr:
                 sess.addr_map.append((old_addr, size, addr))
             for orig, osize, mid in desc.get("addr_map", []):
