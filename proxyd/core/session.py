@@ -22,6 +22,7 @@ from . import protocol as P
 from .arena import Arena
 
 CUDA_ERROR_INVALID_HANDLE = 400
+CUDA_ERROR_INVALID_VALUE = 1            # cuda.h
 CUDA_ERROR_INVALID_CONTEXT = 201
 
 
@@ -159,6 +160,18 @@ class Session:
     def new_id(self, kind: int) -> int:
         i = self.next_id[kind]
         self.next_id[kind] = i + 1
+        return i
+
+    def shim_ident(self, kind: int, handle: int, what: str) -> int:
+        """The id of a handle the shim chose for a new object of `kind`
+        (spec `ids: shim`: interceptor/lib_ids.c): it must be of that kind,
+        carry SHIM_ID_BIT and name no live object; CudaError otherwise."""
+        k, i = P.split_handle(int(handle or 0))
+        if k != kind or not i & P.SHIM_ID_BIT:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{what}: {int(handle or 0):#x} is not a shim-chosen handle "
+                                                      f"of {P.KIND_NAMES.get(kind, kind)}")
+        if (k, i) in self.objects:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{what}: handle {int(handle):#x} is already in use")
         return i
 
     def add(self, kind: int, real: Any, ctx: int = 0, info: dict | None = None, create=None,

@@ -566,13 +566,12 @@ class LibraryCalls:
                 enc.append(None)
             elif role == "out_value" and kind in LIB_KINDS and kind in creates and fn.ids == "shim":
                 # spec `ids: shim`: the shim named the object (interceptor/lib_ids.c)
-                k, i = P.split_handle(int(a))
-                if k != LIB_KINDS[kind] or not i & P.SHIM_ID_BIT:
+                k = LIB_KINDS[kind]
+                try:
+                    i = sess.shim_ident(k, a, fn.name)
+                except CudaError:
                     lib_destroy(lib, kind, v)
-                    raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {int(a):#x} is not a shim-chosen {kind}")
-                if (k, i) in sess.objects:
-                    lib_destroy(lib, kind, v)
-                    raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: handle {int(a):#x} is already in use")
+                    raise
                 o = sess.add(k, v, ctx.id if ctx else 0, info={"api": api, "settings": {}},
                              create=(fid, ctxh, list(args)), ident=i)
                 enc.append(o.handle)

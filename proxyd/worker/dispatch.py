@@ -289,13 +289,7 @@ class Dispatcher:
             # by the shim carry `true` there.)
             for (code_, _n, kind, _c, _s), a in zip(conv, args):
                 if code_ == _C_OUT and kind in creates:
-                    k, i = P.split_handle(int(a or 0))
-                    if k != P.KIND_CODES.get(kind) or not i & P.SHIM_ID_BIT:
-                        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: {int(a or 0):#x} is not a "
-                                                                  f"shim-chosen {kind} handle")
-                    if (k, i) in sess.objects:
-                        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{fn.name}: handle {int(a):#x} is already in use")
-                    shim_ids[kind] = i
+                    shim_ids[kind] = sess.shim_ident(P.KIND_CODES.get(kind), a, fn.name)
         code, outs = self.backend.call(fn, cargs)
         if code != CUDA_SUCCESS:
             return code, None
