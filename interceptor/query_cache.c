@@ -264,19 +264,32 @@ static size_t fcache_slot(CUfunction f)
     return (size_t)(((uint64_t)(uintptr_t)f * 0x9E3779B97F4A7C15ull) >> 40) % QC_FUNCS;
 }
 
+/* Slot s holds f's entry of this epoch and generation. */
+static int fcache_live(size_t s, CUfunction f, uint64_t epoch, uint64_t gen)
+{
+    return fcache[s].f == f && fcache[s].epoch == epoch && fcache[s].gen == gen;
+}
+
+/* Makes slot s f's entry, empty, unless it already is: 1 when it was made. */
+static int fcache_claim(size_t s, CUfunction f, uint64_t epoch, uint64_t gen)
+{
+    if (fcache_live(s, f, epoch, gen))
+        return 0;
+    fcache[s].f = f;
+    fcache[s].epoch = epoch;
+    fcache[s].gen = gen;
+    fcache[s].have = 0;
+    fcache[s].set_known = 0;
+    return 1;
+}
+
 /* Before a set of f's attribute: drops what it may change (above). */
 static void set_function_attr(CUfunction f, int attrib, int value)
 {
-    uint64_t epoch = gp_session_epoch();
     size_t s = fcache_slot(f);
-    if (fcache[s].f != f || fcache[s].epoch != epoch || fcache[s].gen != fattr_gen) {
-        fcache[s].f = f;
-        fcache[s].epoch = epoch;
-        fcache[s].gen = fattr_gen;
+    if (!fcache_claim(s, f, gp_session_epoch(), fattr_gen)
+        && (!fcache[s].set_known || fcache[s].set_attrib != attrib || fcache[s].set_value != value))
         fcache[s].have = 0;
-    } else if (!fcache[s].set_known || fcache[s].set_attrib != attrib || fcache[s].set_value != value) {
-        fcache[s].have = 0;
-    }
     fcache[s].set_known = 1;
     fcache[s].set_attrib = attrib;
     fcache[s].set_value = value;
@@ -289,20 +302,13 @@ CUresult gpo_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction
     uint64_t epoch = gp_session_epoch(), gen = fattr_gen;
     int cacheable = pi && f && (unsigned)attrib < QC_FATTR_N;
     size_t s = fcache_slot(f);
-    if (cacheable && fcache[s].f == f && fcache[s].epoch == epoch && fcache[s].gen == gen
-        && (fcache[s].have >> attrib & 1)) {
+    if (cacheable && fcache_live(s, f, epoch, gen) && (fcache[s].have >> attrib & 1)) {
         *pi = fcache[s].value[attrib];
         GP_LEAVE(CUDA_SUCCESS);
     }
     CUresult rc = gpg_cuFuncGetAttribute(pi, attrib, f);
     if (rc == CUDA_SUCCESS && cacheable && epoch == gp_session_epoch() && gen == fattr_gen) {
-        if (fcache[s].f != f || fcache[s].epoch != epoch || fcache[s].gen != gen) {
-            fcache[s].f = f;
-            fcache[s].epoch = epoch;
-            fcache[s].gen = gen;
-            fcache[s].have = 0;
-            fcache[s].set_known = 0;
-        }
+        fcache_claim(s, f, epoch, gen);
         fcache[s].value[attrib] = *pi;
         fcache[s].have |= 1u << attrib;
     }
