@@ -45,6 +45,11 @@ _FORMAT = {"csr": FMT_CSR, "csc": FMT_CSC, "coo": FMT_COO}
 _BUFFER = 256
 
 
+# what _dn names in its refusal, by the descriptor kinds it checks
+_DESC_NAMES = {"dnmat": "dense matrix", "dnvec": "dense vector", "spvec": "sparse vector",
+               "spgemm": "SpGEMM descriptor", "spsv": "SpSV descriptor", "spsm": "SpSM descriptor"}
+
+
 class EmuCusparseGeneric(EmuCusparse):
     # ------------------------------------------------------ descriptors
     def _check_idx(self, *types):
@@ -152,9 +157,10 @@ class EmuCusparseGeneric(EmuCusparse):
         return SP_OK, []
 
     def _dn(self, m, kind):
+        """m's descriptor, which must be of `kind` (_DESC_NAMES)."""
         o = self._obj(m)
         if o.get("kind") != kind:
-            raise CudaError(1, f"descriptor {m} is not a dense {kind[2:]}")
+            raise CudaError(1, f"descriptor {m} is not a {_DESC_NAMES.get(kind, kind)}")
         return o
 
     def f_cusparseDnMatGet(self, m, *outs):
