@@ -391,6 +391,26 @@ PINGPONG = textwrap.dedent("""
 """)
 
 
+# The dumped tree's child outlives its parent for a moment when CRIU kills the
+# tree; it then belongs to the nearest child subreaper, else to PID 1. A PID 1
+# that never reaps (a CI runner's, a container's) keeps it a zombie, whose pid
+# the restore cannot take again ("Can't fork for N: File exists", CI of
+# 2026-11-28). This wrapper is the tree's subreaper: it starts the program in
+# a session of its own, prints its pid and reaps every descendant until none
+# is left.
+REAPER = textwrap.dedent("""
+    import ctypes, os, subprocess, sys
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)   # PR_SET_CHILD_SUBREAPER, linux/prctl.h
+    p = subprocess.Popen(sys.argv[1:], start_new_session=True)
+    print(p.pid, flush=True)
+    try:
+        while True:
+            os.wait()
+    except ChildProcessError:
+        pass
+""")
+
+
 def test_tcp_tree_without_iptables_is_dumped_with_network_lock_skip(usable_criu, tmp_path, monkeypatch):
     """Where iptables-restore is missing (the 4-GPU machine of 2026-11-28:
     "Iptables configuration failed" on a torchrun job, whose agent and ranks
@@ -407,27 +427,30 @@ def test_tcp_tree_without_iptables_is_dumped_with_network_lock_skip(usable_criu,
     out = tmp_path / "pingpong.out"
     prog = tmp_path / "pingpong.py"
     prog.write_text(PINGPONG)
-    p = subprocess.Popen([sys.executable, str(prog), str(out)], stdin=subprocess.DEVNULL,
-                         stdout=open(tmp_path / "stdout", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    reaper = subprocess.Popen([sys.executable, "-c", REAPER, sys.executable, str(prog), str(out)],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=open(tmp_path / "stderr", "w"), text=True)
+    root = int(reaper.stdout.readline())
     pid = None
     try:
         wait_lines(out, 5)
-        tree = criu.process_tree(p.pid)
+        tree = criu.process_tree(root)
         assert len(tree) == 2 and criu.has_established_tcp(tree)
         img = tmp_path / "img"
         img.mkdir()
-        rec = criu.dump(usable_criu, p.pid, str(img), leave_running=False)
-        p.wait(10)
+        rec = criu.dump(usable_criu, root, str(img), leave_running=False)
+        reaper.wait(10)                         # both of the tree's pids are free again
         assert rec["options"]["tcp_established"] and rec["options"]["network_lock"] == "skip"
         at_dump = lines(out)
         pid, _ms = criu.restore(usable_criu, str(img), rec)
-        assert pid == p.pid
+        assert pid == root
         wait_lines(out, len(at_dump) + 5)
         got = [i for _, i in lines(out)]
         assert got == list(range(1, len(got) + 1))      # the same connection, every answer in order
     finally:
-        if pid:
-            os.killpg(pid, signal.SIGKILL)
-        else:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        try:
+            os.killpg(pid or root, signal.SIGKILL)
+        except ProcessLookupError:          # the dump killed the tree and the restore failed
+            pass
+        if not pid:
+            reaper.wait()
