@@ -50,9 +50,17 @@ static int atexit_set;
 
 static uint64_t arena_base, arena_size;
 
-#define GP_MAX_RANGES 1024
-static struct { uint64_t base, size; } ranges[GP_MAX_RANGES];
-static int nranges;
+/* Device ranges outside the arena: module variables, noted when the app gets
+ * their address (cuModuleGetGlobal, cudaGetSymbolAddress, the runtime's
+ * symbol copies). Sorted by base, grown as needed: XLA keeps its constants
+ * in module variables, so a JAX process notes thousands; a fixed table
+ * dropped the later ones and a copy then took such an address for host
+ * memory. Variables do not overlap, so the range holding an address is the
+ * one with the greatest base not above it. Owned by this file, under gp_lock
+ * (recursive: callers already hold it). */
+typedef struct { uint64_t base, size; } gp_range;
+static gp_range *ranges;
+static size_t nranges, ranges_cap;
 
 static int driver_version = 13000;   /* the worker's, from its HELLO answer */
 
@@ -361,18 +369,43 @@ int gp_host_lookup(const void *p, uint32_t *seg, uint64_t *off, uint64_t *avail)
     return 0;
 }
 
+/* The number of ranges whose base is at most a (binary search). */
+static size_t ranges_upto(uint64_t a)
+{
+    size_t lo = 0, hi = nranges;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ranges[mid].base <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 void gp_note_device_range(uint64_t base, uint64_t size)
 {
-    for (int i = 0; i < nranges; i++)
-        if (ranges[i].base == base) {
-            ranges[i].size = size;
+    size_t i = ranges_upto(base);
+    if (i > 0 && ranges[i - 1].base == base) {
+        ranges[i - 1].size = size;
+        return;
+    }
+    if (nranges == ranges_cap) {
+        size_t cap = ranges_cap ? 2 * ranges_cap : 256;
+        gp_range *r = realloc(ranges, cap * sizeof *r);
+        if (!r) {       /* out of memory: the address is taken for device memory only
+                         * where it is not mapped in this process (gp_copy_any) */
+            fprintf(stderr, "gpuproxy: out of memory noting the device range at 0x%llx\n",
+                    (unsigned long long)base);
             return;
         }
-    if (nranges < GP_MAX_RANGES) {
-        ranges[nranges].base = base;
-        ranges[nranges].size = size;
-        nranges++;
+        ranges = r;
+        ranges_cap = cap;
     }
+    memmove(&ranges[i + 1], &ranges[i], (nranges - i) * sizeof *ranges);
+    ranges[i].base = base;
+    ranges[i].size = size;
+    nranges++;
 }
 
 int gp_is_device_ptr(const void *p)
@@ -380,10 +413,8 @@ int gp_is_device_ptr(const void *p)
     uint64_t a = (uint64_t)(uintptr_t)p;
     if (arena_size && a >= arena_base && a < arena_base + arena_size)
         return 1;
-    for (int i = 0; i < nranges; i++)
-        if (a >= ranges[i].base && a < ranges[i].base + ranges[i].size)
-            return 1;
-    return 0;
+    size_t i = ranges_upto(a);
+    return i > 0 && a - ranges[i - 1].base < ranges[i - 1].size;
 }
 
 /* ------------------------------------------------ memory the GPU reaches

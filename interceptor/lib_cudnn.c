@@ -185,7 +185,7 @@ cudnnStatus_t gpo_cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor)
 }
 
 /* A variant pack data pointer that is neither device memory nor GPU-visible
- * host memory: a by-value scalar in the app's memory (see the file comment). */
+ * host memory: a by-value scalar in the app's memory (see the file comment). Caller holds gp_lock. */
 static int by_value_ptr(const void *p)
 {
     if (!p || gp_is_device_ptr(p))
@@ -213,14 +213,14 @@ cudnnStatus_t gpo_cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor,
     size_t n = (size_t)elementCount * es;
     /* by-value scalars of a variant pack: [index, 8 bytes] pairs */
     uint32_t nbyval = 0;
-    if (attributeName == ATTR_VARIANT_PACK_DATA_POINTERS && attributeType == T_VOID_PTR)
-        for (int64_t i = 0; i < elementCount; i++)
-            nbyval += by_value_ptr(((void *const *)arrayOfElements)[i]);
-    gp_lock();
+    gp_lock();          /* by_value_ptr reads the shim's tables */
     if (gp_session() != CUDA_SUCCESS) {
         gp_unlock();
         return GP_CUDNN_UNAVAILABLE;
     }
+    if (attributeName == ATTR_VARIANT_PACK_DATA_POINTERS && attributeType == T_VOID_PTR)
+        for (int64_t i = 0; i < elementCount; i++)
+            nbyval += by_value_ptr(((void *const *)arrayOfElements)[i]);
     gp_buf *b = gp_op_begin(GP_FID_cudnnBackendSetAttribute, 5);
     mp_uint(b, (uint64_t)(uintptr_t)descriptor);
     mp_uint(b, (uint64_t)attributeName);
