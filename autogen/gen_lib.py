@@ -67,7 +67,7 @@ def can_be_generic(f) -> bool:
 def gen_header(sf, fns, sources) -> str:
     api = sf.api
     out = [header_comment(sources), f"#ifndef GP_LIB_{api.upper()}_H", f"#define GP_LIB_{api.upper()}_H", "",
-           "#include <stddef.h>", "#include <stdint.h>", "#include <stdio.h>", "", "#include \"gp_libraries.h\"", "",
+           "#include <stddef.h>", "#include <stdint.h>", "#include <stdio.h>", "#include <string.h>", "", "#include \"gp_libraries.h\"", "",
            f"/* {sf.library}: types as the spec records them ({sf.header}) */"]
     for name, t in sorted(sf.types.items()):
         line = _c_typedef(name, t)

@@ -91,6 +91,21 @@ out["cc"] = [mj.value, mn.value]
 idx = c_uint(99)
 out["index_rc"] = nv.nvmlDeviceGetIndex(dev, byref(idx))
 out["index"] = idx.value
+# the same device by its PCI bus id (the driver's string, as XLA passes it)
+# and by its UUID: handles that name index 0; an unknown bus id is not found
+cu.cuInit(0)
+bus = create_string_buffer(32)
+out["busid_rc"] = cu.cuDeviceGetPCIBusId(bus, 32, 0)
+out["busid"] = bus.value.decode()
+by_bus, by_uuid, none = c_void_p(), c_void_p(), c_void_p()
+out["by_bus_rc"] = nv.nvmlDeviceGetHandleByPciBusId_v2(bus.value, byref(by_bus))
+out["by_uuid_rc"] = nv.nvmlDeviceGetHandleByUUID(uuid.value, byref(by_uuid))
+out["by_bad_bus_rc"] = nv.nvmlDeviceGetHandleByPciBusId_v2(b"0000:7f:00.0", byref(none))
+names = []
+for h in (by_bus, by_uuid):
+    i, nm = c_uint(99), create_string_buffer(96)
+    names.append([nv.nvmlDeviceGetIndex(h, byref(i)), i.value, nv.nvmlDeviceGetName(h, nm, 96), nm.value.decode()])
+out["found"] = names
 # unsupported: the not-supported status, one stderr line naming it
 t = c_uint()
 out["temp_rc"] = nv.nvmlDeviceGetTemperature(dev, 0, byref(t))
@@ -135,6 +150,9 @@ def test_nvml_answers_what_the_driver_says(emu_daemon):
     assert o["mem_rc"] == 0 and total == o["cu_total"] and free + used == total
     assert o["index_rc"] == 0 and o["index"] == 0
     assert o["cc_rc"] == 0 and o["cc"] == o["cu_cc"], (o["cc"], o["cu_cc"])
+    assert o["busid_rc"] == 0 and o["by_bus_rc"] == 0 and o["by_uuid_rc"] == 0, o
+    assert o["found"] == [[0, 0, 0, o["name"]]] * 2, o["found"]
+    assert o["by_bad_bus_rc"] == 6, "an unknown bus id is NVML_ERROR_NOT_FOUND"
     assert o["temp_rc"] == 3 and o["temp_str"] == "Not Supported"
     assert len(_lines_naming(r.stderr, "nvmlDeviceGetTemperature")) == 1, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr

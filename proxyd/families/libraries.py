@@ -238,6 +238,16 @@ class RealLibrary:
             h = self._nvml_dev[index] = p[0]
         return h
 
+    def nvml_index(self, h) -> int:
+        """NVML's index of a device handle the library gave (nvml.h,
+        nvmlDeviceGetIndex), remembered for nvml_device."""
+        p = self.ffi.new("unsigned int[1]")
+        code = self.lib.nvmlDeviceGetIndex(h, p)
+        if code:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"nvmlDeviceGetIndex: nvmlReturn_t {code}")
+        self._nvml_dev.setdefault(int(p[0]), h)
+        return int(p[0])
+
     def call(self, fn, cargs):
         ffi = self.ffi
         f = getattr(self.lib, fn.name, None)
@@ -576,8 +586,11 @@ class LibraryCalls:
                              create=(fid, ctxh, list(args)), ident=i)
                 enc.append(o.handle)
             elif role == "out_value" and kind == "nvml_device":
-                # nvmlDeviceGetHandleByIndex: the handle is the index
-                enc.append(P.make_handle(P.K_NVML_DEVICE, int(args[0]) + 1))
+                # the handle the app gets names NVML's index of the device
+                # (by index, PCI bus id or UUID alike), so that it means the
+                # same device in a restored worker
+                i = int(args[0]) if fn.name.startswith("nvmlDeviceGetHandleByIndex") else lib.nvml_index(v)
+                enc.append(P.make_handle(P.K_NVML_DEVICE, i + 1))
             elif role == "out_value" and kind in LIB_KINDS and kind in creates:
                 o = sess.add(LIB_KINDS[kind], v, ctx.id if ctx else 0, info={"api": api, "settings": {}},
                              create=(fid, ctxh, list(args)), ident=ident)

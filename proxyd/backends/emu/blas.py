@@ -22,7 +22,7 @@ from . import versions
 from .blas_levels import BlasLevels
 
 OK, NOT_INIT, INVALID, NOT_SUPPORTED = 0, 1, 7, 15        # cublasStatus_t (cublas_api.h)
-NVML_OK, NVML_INVALID, NVML_INSUFFICIENT = 0, 2, 7        # nvmlReturn_t (nvml.h)
+NVML_OK, NVML_INVALID, NVML_NOT_FOUND, NVML_INSUFFICIENT = 0, 2, 6, 7      # nvmlReturn_t (nvml.h)
 OP_N, OP_T, OP_C = 0, 1, 2                                # cublasOperation_t
 R_32F = 0                                                 # cudaDataType_t (library_types.h)
 COMPUTE_32F = (68, 69, 74, 75, 77)                        # cublasComputeType_t: the fp32 ones
@@ -81,6 +81,9 @@ class EmuLibrary(BlasLevels):
         if not 0 <= index < self.b.device_count():
             raise CudaError(1, f"NVML device {index} does not exist")
         return index
+
+    def nvml_index(self, h) -> int:
+        return int(h)       # the emulated NVML's handles are the indices
 
     def _scalar(self, v, fmt="f"):
         """alpha/beta: bytes (host pointer mode) or a device address."""
@@ -459,6 +462,37 @@ class EmuLibrary(BlasLevels):
         return NVML_OK, [index]
 
     f_nvmlDeviceGetHandleByIndex = f_nvmlDeviceGetHandleByIndex_v2
+
+    def f_nvmlDeviceGetHandleByPciBusId_v2(self, bus_id, out):
+        # nvml.h: "domain:bus:device.function", "domain:bus:device" or
+        # "bus:device.function", in hexadecimal; the emulated devices sit on
+        # domain 0, bus <index>, device 0 (drv_cuDeviceGetPCIBusId)
+        text = bytes(bus_id or b"").split(b"\0")[0].decode("ascii", "replace").strip()
+        parts = text.replace(".", ":").split(":")
+        try:
+            nums = [int(x, 16) for x in parts]
+        except ValueError:
+            return NVML_INVALID, None
+        if len(nums) == 3 and "." in text:
+            nums = [0] + nums
+        elif len(nums) == 3:
+            nums = nums + [0]
+        if len(nums) != 4:
+            return NVML_INVALID, None
+        domain, bus, device, function = nums
+        if domain or device or function or not 0 <= bus < self.b.device_count():
+            return NVML_NOT_FOUND, None
+        return NVML_OK, [bus]
+
+    f_nvmlDeviceGetHandleByPciBusId = f_nvmlDeviceGetHandleByPciBusId_v2
+
+    def f_nvmlDeviceGetHandleByUUID(self, uuid, out):
+        want = bytes(uuid or b"").split(b"\0")[0]
+        for dev in range(self.b.device_count()):
+            code, got = self.f_nvmlDeviceGetUUID(dev, 96, None)
+            if code == NVML_OK and got[0].split(b"\0")[0] == want:
+                return NVML_OK, [dev]
+        return NVML_NOT_FOUND, None
 
     def f_nvmlDeviceGetIndex(self, dev, out):
         return NVML_OK, [dev]
