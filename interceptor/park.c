@@ -331,7 +331,10 @@ static int gp_park_here(long long held_ns, long long held_off, int in_call)
          * restore's last step writes; CRIU only logs a failure of that
          * step, so without this bound the app would wait forever */
         if (spin % 100 == 0 && born > 0) {
-            if (!restored_ns && start_ticks() != born)
+            /* a read of /proc/self/stat that failed (0) says nothing: taken
+             * for a restore, it would also stop the lease check below */
+            long long now_ticks = restored_ns ? 0 : start_ticks();
+            if (now_ticks > 0 && now_ticks != born)
                 restored_ns = mono_ns();
             if (restored_ns && mono_ns() - restored_ns > wait_s * 1000000000LL) {
                 unlink(parked);

@@ -42,6 +42,20 @@ def _wait_parked(d, pid: int, cli_proc, timeout: float = 120.0) -> None:
     raise AssertionError(f"pid {pid} did not park")
 
 
+def _park_files(pid: int) -> str:
+    """What the shim's park loop goes by, for a failure's message: the lease
+    files (content, age) and the app's park files in /dev/shm (one such
+    failure under load, 2026-11-28, left no clue)."""
+    now = time.time()
+    seen = []
+    for f in sorted(glob.glob("/dev/shm/gpuproxy-lease-*") + glob.glob(f"/dev/shm/gpuproxy-*-{pid}")):
+        try:
+            seen.append(f"{f} ({Path(f).read_text().strip()!r}, {now - Path(f).stat().st_mtime:.1f} s old)")
+        except OSError as e:
+            seen.append(f"{f} ({e})")
+    return "files: " + ("; ".join(seen) or "none")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("leave_running", [True, False], ids=["leave-running", "final"])
 def test_parked_app_goes_on_when_proxyd_dies_mid_dump(programs, usable_criu, proxy_cli, tmp, leave_running):
@@ -70,7 +84,12 @@ def test_parked_app_goes_on_when_proxyd_dies_mid_dump(programs, usable_criu, pro
         assert app.poll() is None, out.read_text()
         t_kill = time.monotonic()
         d.kill()                        # SIGKILL mid-dump: its workers die with it
-        rc = app.wait(60)
+        try:
+            rc = app.wait(60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the parked app did not go on within 60 s of proxyd's SIGKILL; "
+                                 f"{_park_files(app.pid)}; its stderr: "
+                                 f"{Path(str(out) + '.err').read_text()[-2000:]!r}") from None
         took = time.monotonic() - t_kill
         assert took < BOUND_S, f"the parked app went on only {took:.1f} s after proxyd died"
         # it went on and its next CUDA call failed as with any dead daemon
