@@ -20,6 +20,7 @@
 #include "gp_memory.h"
 #include "gp_wire.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/file.h>
@@ -369,6 +370,49 @@ int gp_host_lookup(const void *p, uint32_t *seg, uint64_t *off, uint64_t *avail)
     return 0;
 }
 
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000      /* linux/mman.h (4.17) */
+#endif
+
+/* Holds the pages of ranges[i] in this process as inaccessible, unbacked
+ * memory. With unified addressing natively the host and the device share
+ * one address space, so no host memory is ever at a device address; here
+ * the addresses come from the worker's driver (its context zone lies where
+ * that process's mmaps go, as this process's do), and a host buffer that
+ * later landed on a variable's page would be taken for device memory by
+ * gp_is_device_ptr. Reserved, nothing of this process lands there. Pages
+ * shared with the neighbouring ranges were held when those were noted.
+ * Something of this process already there (a mapping made before the
+ * variable's address was known) is said once: a pointer into it is
+ * ambiguous, and the shim takes it for the device's, the address the
+ * application was given. */
+static void reserve_range(size_t i)
+{
+    static int said;
+    uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t lo = ranges[i].base & ~(pg - 1);
+    uint64_t hi = (ranges[i].base + ranges[i].size + pg - 1) & ~(pg - 1);
+    if (i > 0 && ((ranges[i - 1].base + ranges[i - 1].size - 1) & ~(pg - 1)) == lo)
+        lo += pg;
+    if (i + 1 < nranges && (ranges[i + 1].base & ~(pg - 1)) < hi)
+        hi = ranges[i + 1].base & ~(pg - 1);
+    if (lo >= hi)
+        return;
+    void *p = mmap((void *)(uintptr_t)lo, hi - lo, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED) {
+        if (errno == EEXIST && !said) {
+            said = 1;
+            fprintf(stderr, "gpuproxy: the device address 0x%llx (a module variable's) lies in memory this "
+                    "process had already mapped; pointers into that memory are taken for device memory\n",
+                    (unsigned long long)ranges[i].base);
+        }
+        return;
+    }
+    if ((uint64_t)(uintptr_t)p != lo)       /* a kernel before 4.17 took the address as a hint */
+        munmap(p, hi - lo);
+}
+
 /* The number of ranges whose base is at most a (binary search). */
 static size_t ranges_upto(uint64_t a)
 {
@@ -406,6 +450,8 @@ void gp_note_device_range(uint64_t base, uint64_t size)
     ranges[i].base = base;
     ranges[i].size = size;
     nranges++;
+    if (size)
+        reserve_range(i);
 }
 
 int gp_is_device_ptr(const void *p)
@@ -439,10 +485,6 @@ int gp_is_device_ptr(const void *p)
 #define GP_HM_WINDOW_DEFAULT 0x100000000000ull      /* 16 TiB */
 #define GP_HM_WINDOW_SIZE    0x100000000000ull
 #define GP_HM_ALIGN          (64u << 10)
-
-#ifndef MAP_FIXED_NOREPLACE
-#define MAP_FIXED_NOREPLACE 0x100000
-#endif
 
 static uint64_t window_base(void)
 {
