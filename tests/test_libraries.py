@@ -158,6 +158,41 @@ def test_nvml_answers_what_the_driver_says(emu_daemon):
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
+FAKE_NVML = r"""
+#include <string.h>
+typedef void *nvmlDevice_t;
+static int devs[2];
+int nvmlInit_v2(void) { return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t *d) { if (i > 1) return 2; *d = &devs[i]; return 0; }
+int nvmlDeviceGetHandleByPciBusId_v2(const char *b, nvmlDevice_t *d)
+{ if (strcmp(b, "00000000:02:00.0")) return 6; *d = &devs[1]; return 0; }
+int nvmlDeviceGetIndex(nvmlDevice_t d, unsigned *i) { *i = (unsigned)((int *)d - devs); return 0; }
+"""
+
+
+def test_real_nvml_handle_by_bus_id_names_its_index(tmp_path, monkeypatch):
+    """The worker's path through NVIDIA's NVML (families/libraries.py,
+    RealLibrary.nvml_index), on a stand-in library of four functions: a
+    handle the library gave by bus id (call() answers it as an integer) is
+    named by NVML's index, and nvml_device gives that device's handle back."""
+    import shutil
+    if not shutil.which("gcc"):
+        pytest.skip("no gcc to build the stand-in NVML")
+    (tmp_path / "fake.c").write_text(FAKE_NVML)
+    so = tmp_path / "libnvidia-ml.so.1"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(tmp_path / "fake.c")], check=True)
+    monkeypatch.setenv("GPUPROXY_NVML_LIBRARY", str(so))
+    from gpuproxy.proxyd.families.libraries import RealLibrary
+    lib = RealLibrary("nvml")
+    assert lib.path == str(so)
+    p = lib.ffi.new("void *[1]")
+    assert lib.lib.nvmlDeviceGetHandleByPciBusId_v2(b"00000000:02:00.0", lib.ffi.cast("void *", p)) == 0
+    by_bus = int(lib.ffi.cast("uintptr_t", p[0]))
+    assert lib.nvml_index(by_bus) == 1
+    assert int(lib.ffi.cast("uintptr_t", lib.nvml_device(1))) == by_bus
+    assert int(lib.ffi.cast("uintptr_t", lib.nvml_device(0))) != by_bus
+
+
 # ------------------------------------------------------------------ cuBLAS
 
 CUBLAS_SCRIPT = r"""

@@ -240,12 +240,14 @@ class RealLibrary:
 
     def nvml_index(self, h) -> int:
         """NVML's index of a device handle the library gave (nvml.h,
-        nvmlDeviceGetIndex), remembered for nvml_device."""
+        nvmlDeviceGetIndex), remembered for nvml_device. h as call()
+        answers an out handle: an integer."""
+        hp = h if isinstance(h, self.ffi.CData) else self.ffi.cast("void *", int(h))
         p = self.ffi.new("unsigned int[1]")
-        code = self.lib.nvmlDeviceGetIndex(h, p)
+        code = self.lib.nvmlDeviceGetIndex(hp, p)
         if code:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"nvmlDeviceGetIndex: nvmlReturn_t {code}")
-        self._nvml_dev.setdefault(int(p[0]), h)
+        self._nvml_dev.setdefault(int(p[0]), hp)
         return int(p[0])
 
     def call(self, fn, cargs):
