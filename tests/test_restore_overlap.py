@@ -133,3 +133,31 @@ def test_gpu_failure_ends_the_process_criu_restored(usable_criu, tmp_path, monke
         assert not criu.pid_alive(p.pid)
     finally:
         kill_and_wait(p.pid)
+
+
+def test_pids_that_are_not_free_are_named():
+    """Before CRIU runs, a recorded pid still taken is refused with one line:
+    a live process by its program, a zombie by the parent that owes its exit
+    status (a container's PID 1 that never reaps keeps the orphans of a dump
+    as zombies, CRIU's "Can't fork ...: File exists")."""
+    import os
+    import subprocess
+    live = subprocess.Popen(["sleep", "30"])
+    dead = subprocess.Popen(["true"])
+    try:
+        with pytest.raises(W.WholeProcessError, match=r"pid \d+ is in use \(.*sleep"):
+            W._check_pids_free({"pids": [live.pid]})
+        t = time.monotonic()
+        while criu.pid_alive(dead.pid):     # not waited for: a zombie of ours
+            assert time.monotonic() - t < 10
+            time.sleep(0.01)
+        with pytest.raises(W.WholeProcessError) as e:
+            W._check_pids_free({"pids": [dead.pid]})
+        assert f"pid {dead.pid} is a zombie its parent (pid {os.getpid()}, " in str(e.value), str(e.value)
+        assert "--init" in str(e.value)
+        dead.wait()
+        W._check_pids_free({"pids": [dead.pid]})        # reaped: free
+    finally:
+        live.kill()
+        live.wait()
+        dead.wait()

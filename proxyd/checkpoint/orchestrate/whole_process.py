@@ -387,7 +387,19 @@ def _check_pids_free(rec: dict) -> None:
             raise WholeProcessError(f"pid {p} is in use ({exe}): CRIU restores the app under its old pids, so "
                                     f"that process must end first (if it is the app itself, it still runs: "
                                     f"restore a running app's GPU state with --gpu-only)")
-        raise WholeProcessError(f"pid {p} is a zombie its parent has not reaped yet; CRIU needs the pid free")
+        raise WholeProcessError(f"pid {p} is a zombie {_reaper_of(int(p))} has not reaped yet; CRIU needs the pid "
+                                f"free (a container whose PID 1 never reaps orphans keeps them: run it with an "
+                                f"init, e.g. `docker run --init`, or restore after that process ends)")
+
+
+def _reaper_of(pid: int) -> str:
+    """Who owes pid's exit status: its parent, named (stat field 4)."""
+    try:
+        ppid = int(criu._stat_fields(pid)[1])
+        exe = os.readlink(f"/proc/{ppid}/exe")
+    except (OSError, IndexError, ValueError):
+        return "its parent"
+    return f"its parent (pid {ppid}, {exe})"
 
 
 def _check_files(rec: dict, rollback: bool) -> None:
