@@ -399,8 +399,9 @@ PINGPONG = textwrap.dedent("""
 # a session of its own, prints its pid and reaps every descendant until none
 # is left.
 REAPER = textwrap.dedent("""
-    import ctypes, os, subprocess, sys
-    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)   # PR_SET_CHILD_SUBREAPER, linux/prctl.h
+    import os, subprocess, sys
+    from gpuproxy.proxyd.checkpoint.orchestrate.contract import become_subreaper
+    assert become_subreaper()
     p = subprocess.Popen(sys.argv[1:], start_new_session=True)
     print(p.pid, flush=True)
     try:

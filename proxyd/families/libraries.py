@@ -591,8 +591,7 @@ class LibraryCalls:
                 # the handle the app gets names NVML's index of the device
                 # (by index, PCI bus id or UUID alike), so that it means the
                 # same device in a restored worker
-                i = int(args[0]) if fn.name.startswith("nvmlDeviceGetHandleByIndex") else lib.nvml_index(v)
-                enc.append(P.make_handle(P.K_NVML_DEVICE, i + 1))
+                enc.append(P.make_handle(P.K_NVML_DEVICE, lib.nvml_index(v) + 1))
             elif role == "out_value" and kind in LIB_KINDS and kind in creates:
                 o = sess.add(LIB_KINDS[kind], v, ctx.id if ctx else 0, info={"api": api, "settings": {}},
                              create=(fid, ctxh, list(args)), ident=ident)

@@ -41,6 +41,7 @@ from gpuproxy.proxyd.checkpoint import criu
 from gpuproxy.proxyd.checkpoint.image import Image, ImageError, read_manifest
 
 from ...client import ControlError
+from ...core import procinfo
 from . import pending, predump
 from .criu_record_call import record as record_criu
 
@@ -393,11 +394,11 @@ def _check_pids_free(rec: dict) -> None:
 
 
 def _reaper_of(pid: int) -> str:
-    """Who owes pid's exit status: its parent, named (stat field 4)."""
+    """Who owes pid's exit status: its parent, named."""
     try:
-        ppid = int(criu._stat_fields(pid)[1])
+        ppid = int(procinfo.stat_fields(pid)[1])
         exe = os.readlink(f"/proc/{ppid}/exe")
-    except (OSError, IndexError, ValueError):
+    except (OSError, IndexError, TypeError, ValueError):
         return "its parent"
     return f"its parent (pid {ppid}, {exe})"
 
